@@ -1,0 +1,291 @@
+"""The training loop: AdamW (decay on matrices only), warmup + cosine decay, grad clipping, early stop.
+
+Defaults follow paper.md ("Model and training", [code]): AdamW betas (0.9, 0.99), weight decay 0.1
+on matrices only, grad clip 1.0, peak lr 2.6441e-4, 400 warmup steps, cosine decay to lr/10,
+5,000 steps, batch 256, early stop once test exact match reaches 99%. All are configurable.
+
+Data (see :mod:`tasks.base`): per-example sequences with an answer-only loss. The batch of step ``s``
+is drawn (with replacement) by a generator seeded from ``(seed, s)``, so a resumed run sees exactly
+the batches an uninterrupted one would, and the same seed on the same machine gives the same weights.
+"""
+
+import math
+import shlex
+import sys
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+from transformer_lens import HookedTransformer
+
+import tasks as tasks_pkg
+from nope_interp import io
+from nope_interp.errors import NopeInterpError
+from nope_interp.evaluate import exact_match_accuracy
+from nope_interp.model import ModelConfig, build_model, check_nope
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Training settings (frozen; JSON round-trip via :meth:`to_dict` / :meth:`from_dict`).
+
+    Attributes:
+        task: task name (see ``tasks.TASK_NAMES``); task_params: overrides such as ``{"n_digits": 3}``.
+        n_train, n_test, data_seed: the task's disjoint splits (paper: 20,000 each).
+        steps: maximum optimizer steps (also the end of the cosine decay).
+        batch_size: examples per step.
+        lr, min_lr_ratio, warmup_steps: linear warmup to ``lr``, cosine decay to ``lr * min_lr_ratio``.
+        weight_decay, beta1, beta2, grad_clip: AdamW and clipping (decay on matrices only).
+        eval_every: steps between evaluations on ``eval_n`` test prompts (greedy exact match).
+        target_acc: early stop once the full test set reaches this exact match (paper: 0.99).
+        checkpoint_every: steps between checkpoints (for ``--resume``).
+        seed: seed of the batch sampler.
+    """
+
+    task: str = "addition"
+    task_params: dict[str, int] = field(default_factory=dict)
+    n_train: int = 20_000
+    n_test: int = 20_000
+    data_seed: int = 0
+    steps: int = 5_000
+    batch_size: int = 256
+    lr: float = 2.6441e-4
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 400
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.99
+    grad_clip: float = 1.0
+    eval_every: int = 250
+    eval_n: int = 1_000
+    target_acc: float = 0.99
+    checkpoint_every: int = 250
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        tasks_pkg.get_task(self.task, **self.task_params)  # validates the name and parameters
+        for name in ("n_train", "n_test", "steps", "batch_size", "eval_every", "eval_n", "checkpoint_every"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise NopeInterpError(f"{name} must be a positive integer, got {v!r}")
+        for name in ("data_seed", "seed", "warmup_steps"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise NopeInterpError(f"{name} must be a non-negative integer, got {v!r}")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise NopeInterpError(f"lr must be positive, got {self.lr!r}")
+        for name in ("min_lr_ratio", "beta1", "beta2", "target_acc"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise NopeInterpError(f"{name} must be in [0, 1], got {getattr(self, name)!r}")
+        if self.weight_decay < 0 or self.grad_clip <= 0:
+            raise NopeInterpError("weight_decay must be >= 0 and grad_clip > 0")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-serialisable dict."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TrainConfig":
+        """Inverse of :meth:`to_dict`; NopeInterpError on unknown keys."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise NopeInterpError(f"unknown TrainConfig field(s) {unknown}; allowed: {', '.join(sorted(known))}")
+        return cls(**data)
+
+    def make_task(self) -> tasks_pkg.Task:
+        """The configured task object."""
+        return tasks_pkg.get_task(self.task, **self.task_params)
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What a finished (or stopped) run reached.
+
+    Attributes:
+        run_dir: where everything was written.
+        steps: optimizer steps taken in total.
+        test_acc: exact match on the whole test split, in [0, 1].
+        stopped_early: True if ``target_acc`` was reached before ``steps``.
+        wall_time_s: seconds of training in this process and earlier resumed ones.
+    """
+
+    run_dir: Path
+    steps: int
+    test_acc: float
+    stopped_early: bool
+    wall_time_s: float
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Learning rate at ``step`` (0-based): linear warmup, then cosine decay to ``lr * min_lr_ratio``."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps))
+    floor = cfg.lr * cfg.min_lr_ratio
+    return floor + 0.5 * (1 + math.cos(math.pi * progress)) * (cfg.lr - floor)
+
+
+def make_optimizer(model: HookedTransformer, cfg: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with weight decay on trainable matrices (ndim >= 2) only; vectors get none."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.ndim >= 2]
+    no_decay = [p for p in params if p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
+
+
+def answer_loss(model: HookedTransformer, batch: tasks_pkg.Batch) -> torch.Tensor:
+    """Mean cross-entropy (nats) over answer tokens only (``batch.loss_mask``)."""
+    device = model.cfg.device
+    logits = model(batch.tokens.to(device), return_type="logits")
+    mask = batch.loss_mask.to(device)
+    return F.cross_entropy(logits[mask], batch.targets.to(device)[mask])
+
+
+def resolve_device(device: str) -> str:
+    """``"auto"`` -> ``"cuda"`` when available else ``"cpu"``; otherwise checked and returned."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise NopeInterpError(f"device {device!r} requested but CUDA is not available; use --device cpu or auto")
+    if not (device == "cpu" or device.startswith("cuda")):
+        raise NopeInterpError(f"device must be auto, cpu or cuda[:N], got {device!r}")
+    return device
+
+
+def _check_fits(model_cfg: ModelConfig, task: tasks_pkg.Task) -> None:
+    need = task.max_prompt_len + task.max_answer_len + 1
+    if model_cfg.n_ctx < need:
+        raise NopeInterpError(
+            f"n_ctx={model_cfg.n_ctx} is too small for task {task.name!r}: its examples need n_ctx >= {need}"
+        )
+    if model_cfg.d_vocab != tasks_pkg.D_VOCAB:
+        raise NopeInterpError(f"d_vocab must be {tasks_pkg.D_VOCAB} (the task vocabulary), got {model_cfg.d_vocab}")
+
+
+def train(
+    model_cfg: ModelConfig,
+    cfg: TrainConfig,
+    run_dir: str | Path,
+    *,
+    resume: bool = False,
+    device: str = "auto",
+    command: str | None = None,
+    progress: bool = True,
+) -> TrainResult:
+    """Train a model from scratch (or resume it) and write the run directory.
+
+    Args:
+        model_cfg: the model to build (its ``seed`` sets the init).
+        cfg: training settings.
+        run_dir: output directory ``runs/<name>/`` (layout in :mod:`nope_interp.io`).
+        resume: continue from ``run_dir/checkpoint.pt``; the stored configs must match.
+        device: ``"auto"``, ``"cpu"`` or ``"cuda[:N]"``.
+        command: the command line to record in ``config.json`` (default: this process's argv).
+        progress: show a tqdm bar with loss and accuracy.
+
+    Raises:
+        NopeInterpError: n_ctx too small for the task, a non-empty run directory without ``resume``,
+            a missing or mismatched checkpoint with ``resume``.
+    """
+    run_dir = Path(run_dir)
+    task = cfg.make_task()
+    _check_fits(model_cfg, task)
+    device = resolve_device(device)
+    config = {
+        "model": model_cfg.to_dict(),
+        "train": cfg.to_dict(),
+        "task": {"name": task.name, "params": task.params()},
+        "command": command if command is not None else shlex.join(["nope-interp", *sys.argv[1:]]),
+        **io.provenance(),
+    }
+    ckpt_path = run_dir / io.CHECKPOINT_FILE
+    if resume:
+        if not ckpt_path.is_file():
+            raise NopeInterpError(f"--resume given but no checkpoint in {run_dir} (expected {ckpt_path.name})")
+        old = io.read_json(run_dir / io.CONFIG_FILE, "run config")
+        if old.get("model") != config["model"] or old.get("train") != config["train"]:
+            raise NopeInterpError(f"--resume: the model/train settings differ from those stored in {run_dir}")
+        config["command"] = old.get("command", config["command"])
+    elif run_dir.exists() and any(run_dir.iterdir()):
+        raise NopeInterpError(f"run directory {run_dir} is not empty; use --resume or choose another --name")
+
+    splits = task.splits(cfg.n_train, cfg.n_test, cfg.data_seed)
+    data = task.training_batch(splits.train)
+    eval_examples = splits.test[: cfg.eval_n]
+
+    model = build_model(model_cfg, device=device)
+    opt = make_optimizer(model, cfg)
+    start_step, wall_before, best_acc = 0, 0.0, 0.0
+    if resume:
+        ckpt = torch.load(ckpt_path, map_location=device, weights_only=False)
+        model.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["optimizer"])
+        start_step, wall_before = ckpt["step"], ckpt["wall_time_s"]
+        kept = [r for r in io.read_jsonl(run_dir / io.METRICS_FILE) if r["step"] <= start_step]
+        io.atomic_write_text(run_dir / io.METRICS_FILE, "".join(io.json.dumps(r) + "\n" for r in kept))
+    else:
+        io.write_json(run_dir / io.CONFIG_FILE, config)
+
+    def save_checkpoint(step: int, wall: float) -> None:
+        io.save_torch(
+            ckpt_path, {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, "wall_time_s": wall}
+        )
+        io.save_weights(run_dir / io.WEIGHTS_FILE, model.state_dict())
+
+    t0 = time.perf_counter()
+    stopped_early, step = False, start_step
+    bar = tqdm(total=cfg.steps, initial=start_step, disable=not progress, desc=f"train {task.name}", unit="step")
+    running = None
+    while step < cfg.steps:
+        gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+        idx = torch.randint(0, data.tokens.shape[0], (cfg.batch_size,), generator=gen)
+        width = int(data.loss_mask[idx].any(0).nonzero().max()) + 1
+        batch = tasks_pkg.Batch(data.tokens[idx, :width], data.targets[idx, :width], data.loss_mask[idx, :width])
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, cfg)
+        model.train()
+        loss = answer_loss(model, batch)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        model.eval()
+        step += 1
+        loss_value = loss.item()
+        running = loss_value if running is None else 0.9 * running + 0.1 * loss_value
+        bar.update(1)
+        wall = wall_before + time.perf_counter() - t0
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            acc = exact_match_accuracy(model, task, eval_examples)
+            best_acc = max(best_acc, acc)
+            record = {"step": step, "loss": running, "lr": lr_at(step - 1, cfg), "eval_acc": acc,
+                      "eval_n": len(eval_examples), "wall_time_s": round(wall, 2)}
+            if acc >= cfg.target_acc:
+                full = exact_match_accuracy(model, task, splits.test)
+                record["test_acc"] = full
+                stopped_early = full >= cfg.target_acc
+            io.append_jsonl(run_dir / io.METRICS_FILE, record)
+            bar.set_postfix(loss=f"{running:.4f}", acc=f"{acc:.3f}")
+        if step % cfg.checkpoint_every == 0 or stopped_early or step == cfg.steps:
+            save_checkpoint(step, wall_before + time.perf_counter() - t0)
+        if stopped_early:
+            break
+    bar.close()
+    check_nope(model, model_cfg)
+    wall = wall_before + time.perf_counter() - t0
+    save_checkpoint(step, wall)
+    test_acc = exact_match_accuracy(model, task, splits.test)
+    summary = {
+        "task": task.name, "steps": step, "test_acc": test_acc, "n_test": len(splits.test),
+        "target_acc": cfg.target_acc, "reached_target": test_acc >= cfg.target_acc,
+        "stopped_early": stopped_early, "train_wall_time_s": round(wall, 1), "device": device,
+        "torch_threads": torch.get_num_threads(), **io.provenance(),
+    }
+    io.write_json(run_dir / io.SUMMARY_FILE, summary)
+    return TrainResult(run_dir=run_dir, steps=step, test_acc=test_acc, stopped_early=stopped_early, wall_time_s=wall)
