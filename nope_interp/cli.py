@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tasks import TASK_NAMES, TaskError
 from nope_interp.errors import NopeInterpError
+from nope_interp.hooks import ACTIVATION_POINTS
+from tasks import TASK_NAMES, TaskError
 
 _MODEL_FLAGS = ("n_layers", "d_model", "n_heads", "d_head", "d_mlp", "n_ctx", "act_fn", "normalization",
                 "positional", "attention", "init_mean", "init_std", "seed")
@@ -53,6 +54,32 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_dataclass_flags(p, ModelConfig, _MODEL_FLAGS, prefix="model-")
     _add_dataclass_flags(p, TrainConfig, [f.name for f in dataclasses.fields(TrainConfig) if f.name not in _TRAIN_SKIP])
+
+    p = sub.add_parser("analyze", help="adjacency scores at every hook site + figures for one model")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--run", help="a run directory (runs/<name>/)")
+    src.add_argument("--pretrained", metavar="TASK", help=f"a shipped trained model: {', '.join(TASK_NAMES)}")
+    src.add_argument("--init", action="store_true", help="a freshly initialised model (--task, --preset)")
+    p.add_argument("--task", default=None, help="task for --init (and to analyse a model on another task)")
+    p.add_argument("--n-digits", type=int, default=None, help="task size for --init (default: the paper's)")
+    p.add_argument("--preset", default="paper", help=f"model preset for --init: {', '.join(PRESETS)} (default paper)")
+    _add_dataclass_flags(p, ModelConfig, _MODEL_FLAGS, prefix="model-")
+    p.add_argument("--n-prompts", type=int, default=256, help="prompts analysed (default 256, as the paper)")
+    p.add_argument("--points", nargs="+", default=list(ACTIVATION_POINTS),
+                   help=f"hook points (default all): {', '.join(ACTIVATION_POINTS)}")
+    p.add_argument("--prompt-seed", type=int, default=1, help="seed of the prompt sampler (default 1)")
+    p.add_argument("--out-root", default=".", help="writes results/analyze/<label>/ and figures/analyze/<label>/")
+    p.add_argument("--label", default=None, help="output label (default from the model source)")
+
+    p = sub.add_parser("demo", help="the main job: initialised vs trained models on all four tasks")
+    p.add_argument("--tasks", nargs="+", default=list(TASK_NAMES), help="tasks (default all four)")
+    p.add_argument("--n-prompts", type=int, default=256, help="analysis prompts per model (default 256)")
+    p.add_argument("--eval-n", type=int, default=2000, help="test prompts to re-measure accuracy (default 2000)")
+    p.add_argument("--retrain", action="store_true", help="train the four models again with the shipped recipes")
+    p.add_argument("--runs-dir", default="runs", help="where --retrain writes its runs (default runs/)")
+    p.add_argument("--device", default="auto", help="device for --retrain: auto, cpu or cuda[:N]")
+    p.add_argument("--init-preset", default="paper", help="shape of the initialised models (default paper)")
+    p.add_argument("--out-root", default=".", help="writes results/summary.{md,json} and figures/demo/ here")
     return parser
 
 
@@ -80,13 +107,78 @@ def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
+def _cmd_analyze(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    import tasks as tasks_pkg
+    from nope_interp import io
+    from nope_interp.analysis import analyze_model
+    from nope_interp.hooks import activation_hook_names
+    from nope_interp.model import build_model, preset
+    from nope_interp.plotting import plot_adjacency_by_layer, plot_cosine_heatmaps, save_figure
+    from nope_interp.pretrained import load_pretrained, load_run
+
+    if not 1 <= args.n_prompts <= 100_000:
+        raise NopeInterpError(f"--n-prompts must be in [1, 100000], got {args.n_prompts}")
+    task_params = {} if args.n_digits is None else {"n_digits": args.n_digits}
+    exclude: frozenset[str] = frozenset()
+    if args.init:
+        if args.task is None:
+            raise NopeInterpError(f"--init needs --task (one of: {', '.join(TASK_NAMES)})")
+        model_cfg = preset(args.preset, **_model_overrides(args))
+        model, task = build_model(model_cfg), tasks_pkg.get_task(args.task, **task_params)
+        label, source = args.label or f"init-{args.preset}-{args.task}", {"init": model_cfg.to_dict()}
+    else:
+        run = load_run(args.run) if args.run else load_pretrained(args.pretrained)
+        model, model_cfg = run.model, run.model_cfg
+        task = run.task if args.task is None else tasks_pkg.get_task(args.task, **task_params)
+        tc = run.train_cfg
+        if task.name == tc.task:
+            exclude = frozenset(ex.prompt for ex in task.splits(tc.n_train, tc.n_test, tc.data_seed).train)
+        label = args.label or (Path(args.run).name if args.run else f"pretrained-{args.pretrained}")
+        source = {"model_source": str(run.path), "model": model_cfg.to_dict()}
+    activation_hook_names(model_cfg.n_layers, tuple(args.points))  # validates the points before any work
+    print(f"analysing {label}: {args.n_prompts} {task.name} prompts ...", flush=True)
+    result = analyze_model(model, task, args.n_prompts, seed=args.prompt_seed, points=tuple(args.points),
+                           exclude=exclude, meta={**source, **io.provenance()})
+    root = Path(args.out_root)
+    scores = io.write_json(root / "results" / "analyze" / label / "scores.json", result.to_dict())
+    fig_dir = root / "figures" / "analyze" / label
+    f1 = save_figure(plot_cosine_heatmaps(result.example_sim, result.sites, result.example_prompt,
+                                          f"{label}: cosine similarity of {result.example_prompt!r}"),
+                     fig_dir / "cosine.html")
+    f2 = save_figure(plot_adjacency_by_layer({task.name: {label: result.scores["row_mean"]}}),
+                     fig_dir / "adjacency.html")
+    row = result.scores["row_mean"]
+    for site in result.sites:
+        print(f"  {site:28s} {row[site]['mean']:.3f} ± {row[site]['std']:.3f}")
+    print(f"scores: {scores}\nfigures: {f1}, {f2}")
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from nope_interp.demo import run_demo
+    from nope_interp.train import resolve_device
+
+    if not 1 <= args.n_prompts <= 100_000:
+        raise NopeInterpError(f"--n-prompts must be in [1, 100000], got {args.n_prompts}")
+    if args.eval_n < 1:
+        raise NopeInterpError(f"--eval-n must be a positive integer, got {args.eval_n}")
+    print(f"demo: {len(args.tasks)} tasks, {args.n_prompts} prompts per model"
+          + (" (retraining first)" if args.retrain else ""), flush=True)
+    summary = run_demo(args.out_root, args.tasks, args.n_prompts, args.eval_n, args.retrain, args.runs_dir,
+                       resolve_device(args.device), args.init_preset, log=lambda s: print(s, flush=True))
+    root = Path(args.out_root)
+    print(f"done in {summary['wall_time_s']:.0f}s\nsummary: {root / 'results' / 'summary.md'} "
+          f"(+ summary.json)\nfigures: {root / 'figures' / 'demo'}/ (open the .html files in a browser; offline)")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``nope-interp`` console script. Returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _build_parser()
     args = parser.parse_args(argv)
     try:
-        return {"train": _cmd_train}[args.command](args, argv)
+        return {"train": _cmd_train, "analyze": _cmd_analyze, "demo": _cmd_demo}[args.command](args, argv)
     except (NopeInterpError, TaskError) as err:
         print(f"nope-interp: error: {err}", file=sys.stderr)
         return 2

@@ -14,8 +14,8 @@ from jaxtyping import Int
 from torch import Tensor
 from transformer_lens import HookedTransformer
 
-from tasks import EOS, Example, Task, decode, encode
 from nope_interp.errors import NopeInterpError
+from tasks import EOS, Example, Task, decode, encode
 
 
 @torch.inference_mode()

@@ -184,9 +184,9 @@ def build_model(cfg: ModelConfig, device: str | torch.device = "cpu") -> HookedT
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         with torch.random.fork_rng(devices=[]):
-            model = HookedTransformer(to_hooked_transformer_config(cfg))
+            model = HookedTransformer(to_hooked_transformer_config(cfg), move_to_device=False)
     init_weights(model, cfg)
-    model.to(device)
+    model.to(device, print_details=False)
     model.eval()
     return model
 

@@ -17,7 +17,7 @@ _REGISTRY: dict[str, type[Task]] = {
 TASK_NAMES: tuple[str, ...] = ("addition", "reversal", "indexing", "ordering")
 
 
-def get_task(name: str, **params: int) -> Task:
+def get_task(name: str, **params: object) -> Task:
     """Build a task by name with the paper's parameters unless overridden (e.g. ``n_digits=4``).
 
     Raises:
@@ -31,6 +31,9 @@ def get_task(name: str, **params: int) -> Task:
     for key in params:
         if key not in allowed:
             raise TaskError(f"unknown parameter {key!r} for task {name!r}; allowed: {', '.join(allowed)}")
+        value = params[key]
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TaskError(f"{key} must be an integer, got {value!r}")
     return cls(**params)
 
 

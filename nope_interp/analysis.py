@@ -1,0 +1,85 @@
+"""The adjacency analysis of one model on one task: prompts -> activations -> cosine matrices -> scores.
+
+Follows paper.md ("Which activations", "Analysis inputs [code]"): 256 test prompts of the task's full
+prompt length (no padding), eval mode, every hook site of :data:`~nope_interp.hooks.ACTIVATION_POINTS`,
+both reductions of the adjacency score, mean and spread over sequences.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from jaxtyping import Float
+from torch import Tensor
+from transformer_lens import HookedTransformer
+
+import tasks as tasks_pkg
+from nope_interp.activations import collect_activations
+from nope_interp.errors import NopeInterpError
+from nope_interp.hooks import ACTIVATION_POINTS
+from nope_interp.similarity import REDUCTIONS, adjacency_score, cosine_similarity_matrix, summarize
+
+
+@dataclass(frozen=True)
+class AnalysisResult:
+    """Adjacency scores at every hook site.
+
+    Attributes:
+        task: task name. sites: hook names in forward order. n_prompts: sequences analysed.
+        scores: ``scores[reduction][site] = {"mean", "std", "n"}`` over sequences, values in [0, 1].
+        per_sequence: ``per_sequence[reduction]``: ``Float[Tensor, "site batch"]`` scores.
+        example_prompt: the prompt drawn in the heatmap; example_sim: its cosine matrices
+            ``Float[Tensor, "site pos pos"]`` in [-1, 1].
+        meta: free-form provenance (model label, config, seeds).
+    """
+
+    task: str
+    sites: tuple[str, ...]
+    n_prompts: int
+    scores: dict[str, dict[str, dict[str, float]]]
+    per_sequence: dict[str, Float[Tensor, "site batch"]]
+    example_prompt: str
+    example_sim: Float[Tensor, "site pos pos"]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (scores per reduction and site, not the per-sequence tensors)."""
+        return {"task": self.task, "n_prompts": self.n_prompts, "sites": list(self.sites),
+                "scores": self.scores, "example_prompt": self.example_prompt, **self.meta}
+
+
+def analyze_model(
+    model: HookedTransformer,
+    task: tasks_pkg.Task,
+    n_prompts: int = 256,
+    seed: int = 0,
+    points: tuple[str, ...] = ACTIVATION_POINTS,
+    exclude: frozenset[str] = frozenset(),
+    meta: dict[str, Any] | None = None,
+) -> AnalysisResult:
+    """Cosine matrices and adjacency scores of ``model`` on ``n_prompts`` full-length prompts of ``task``.
+
+    Args:
+        model: a HookedTransformer (NoPE or not) whose ``n_ctx`` fits the task's prompts.
+        task: the task supplying prompts.
+        n_prompts: number of prompts (paper: 256); seed: seed of the prompt sampler.
+        points: hook points to analyse.
+        exclude: prompts not to use (pass the training prompts of a trained model).
+        meta: extra fields for :meth:`AnalysisResult.to_dict`.
+
+    Raises:
+        NopeInterpError: the prompts do not fit ``n_ctx``; unknown points.
+    """
+    if task.max_prompt_len > model.cfg.n_ctx:
+        raise NopeInterpError(
+            f"n_ctx={model.cfg.n_ctx} is too small for {task.name!r} prompts of {task.max_prompt_len} tokens"
+        )
+    prompts = task.analysis_prompts(n_prompts, seed, exclude)
+    acts = collect_activations(model, task.prompt_tokens(prompts), points)
+    sim = cosine_similarity_matrix(acts.acts)  # site batch pos pos
+    per_sequence = {r: adjacency_score(sim, r) for r in REDUCTIONS}
+    scores = {
+        r: {site: summarize(per_sequence[r][i]).to_dict() for i, site in enumerate(acts.labels)} for r in REDUCTIONS
+    }
+    return AnalysisResult(task=task.name, sites=acts.labels, n_prompts=len(prompts), scores=scores,
+                          per_sequence=per_sequence, example_prompt=prompts[0], example_sim=sim[:, 0],
+                          meta=dict(meta or {}))

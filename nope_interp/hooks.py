@@ -1,0 +1,63 @@
+"""Hook names: the one place where TransformerLens hook strings are built.
+
+Hook points analysed by the toolkit (paper.md, "Which activations"): the token embeddings
+(``hook_embed``), the residual stream of every layer (``blocks.L.hook_resid_pre/mid/post``) and the
+attention output before the output projection with heads concatenated (``blocks.L.attn.hook_z``,
+what the authors' code analysed). ``pattern``, ``attn_out`` and ``mlp_out`` are named for hooks too.
+"""
+
+from nope_interp.errors import NopeInterpError
+
+#: Points collected by :func:`nope_interp.activations.collect_activations` (all have width d_model).
+ACTIVATION_POINTS: tuple[str, ...] = ("embed", "resid_pre", "z", "resid_mid", "resid_post")
+_LAYER_HOOKS = {
+    "resid_pre": "blocks.{layer}.hook_resid_pre",
+    "resid_mid": "blocks.{layer}.hook_resid_mid",
+    "resid_post": "blocks.{layer}.hook_resid_post",
+    "z": "blocks.{layer}.attn.hook_z",
+    "pattern": "blocks.{layer}.attn.hook_pattern",
+    "attn_out": "blocks.{layer}.hook_attn_out",
+    "mlp_out": "blocks.{layer}.hook_mlp_out",
+}
+_GLOBAL_HOOKS = {"embed": "hook_embed", "pos_embed": "hook_pos_embed"}
+#: Every point name :func:`hook_name` accepts.
+POINTS: tuple[str, ...] = (*_GLOBAL_HOOKS, *_LAYER_HOOKS)
+
+
+def hook_name(point: str, layer: int | None = None, n_layers: int | None = None) -> str:
+    """Full TransformerLens hook name, e.g. ``hook_name("resid_post", 0) == "blocks.0.hook_resid_post"``.
+
+    Args:
+        point: one of :data:`POINTS`.
+        layer: 0-based layer for per-layer points; must be None for ``embed``/``pos_embed``.
+        n_layers: if given, ``layer`` is checked against ``[0, n_layers)``.
+
+    Raises:
+        NopeInterpError: unknown point, missing or out-of-range layer.
+    """
+    if point in _GLOBAL_HOOKS:
+        if layer is not None:
+            raise NopeInterpError(f"hook point {point!r} has no layer, got layer={layer}")
+        return _GLOBAL_HOOKS[point]
+    if point not in _LAYER_HOOKS:
+        raise NopeInterpError(f"unknown hook point {point!r}; allowed: {', '.join(POINTS)}")
+    if layer is None or isinstance(layer, bool) or not isinstance(layer, int) or layer < 0:
+        raise NopeInterpError(f"hook point {point!r} needs a layer >= 0, got {layer!r}")
+    if n_layers is not None and layer >= n_layers:
+        raise NopeInterpError(f"layer {layer} is out of range for a model with n_layers={n_layers} (0..{n_layers - 1})")
+    return _LAYER_HOOKS[point].format(layer=layer)
+
+
+def activation_hook_names(n_layers: int, points: tuple[str, ...] = ACTIVATION_POINTS) -> list[str]:
+    """Hook names in forward order: ``hook_embed``, then per layer resid_pre, z, resid_mid, resid_post.
+
+    Raises:
+        NopeInterpError: a point that is not in :data:`ACTIVATION_POINTS`.
+    """
+    for p in points:
+        if p not in ACTIVATION_POINTS:
+            raise NopeInterpError(f"unknown activation point {p!r}; allowed: {', '.join(ACTIVATION_POINTS)}")
+    names = [hook_name("embed")] if "embed" in points else []
+    for layer in range(n_layers):
+        names += [hook_name(p, layer) for p in ACTIVATION_POINTS[1:] if p in points]
+    return names

@@ -1,0 +1,125 @@
+"""Plotly figures (return ``go.Figure``; never show) and the one helper that writes offline HTML.
+
+Cosine heatmaps use the diverging ``RdBu`` scale fixed to [-1, 1] with midpoint 0 (design.md).
+"""
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import plotly.graph_objects as go
+from jaxtyping import Float
+from plotly.subplots import make_subplots
+from torch import Tensor
+
+from nope_interp.errors import NopeInterpError
+
+_SCALE = "RdBu_r"
+
+
+def _axis_labels(tokens: str) -> list[str]:
+    # one label per position; repeated characters stay distinct because of the index prefix
+    return [f"{i}:{'␤' if ch == chr(10) else ch}" for i, ch in enumerate(tokens)]
+
+
+def short_site_label(hook: str) -> str:
+    """Compact axis label for a hook name: ``blocks.0.attn.hook_z`` -> ``L0 z``, ``hook_embed`` -> ``embed``."""
+    parts = hook.split(".")
+    if parts[0] == "blocks" and len(parts) >= 3:
+        return f"L{parts[1]} {parts[-1].removeprefix('hook_')}"
+    return hook.removeprefix("hook_")
+
+
+def plot_cosine_heatmaps(
+    sim: Float[Tensor, "site pos pos"], site_labels: Sequence[str], tokens: str, title: str = ""
+) -> go.Figure:
+    """Interactive cosine-similarity heatmaps, one per hook site, chosen with a slider.
+
+    Args:
+        sim: cosine matrices of one prompt at each site, values in [-1, 1].
+        site_labels: a name per site (e.g. TransformerLens hook names).
+        tokens: the prompt's characters (one per position) for both axes.
+        title: figure title.
+
+    Raises:
+        NopeInterpError: if the number of labels or characters does not match ``sim``.
+    """
+    if len(site_labels) != sim.shape[0] or len(tokens) != sim.shape[-1]:
+        raise NopeInterpError(
+            f"got {len(site_labels)} site labels and {len(tokens)} characters for matrices of shape {tuple(sim.shape)}"
+        )
+    axis = _axis_labels(tokens)
+    fig = go.Figure()
+    for s, label in enumerate(site_labels):
+        fig.add_trace(go.Heatmap(
+            z=sim[s].cpu().double().numpy(), x=axis, y=axis, zmin=-1, zmax=1, zmid=0, colorscale=_SCALE,
+            visible=(s == 0), name=label, colorbar={"title": "cosine"},
+            hovertemplate="query %{y}<br>key %{x}<br>cos %{z:.3f}<extra>" + label + "</extra>",
+        ))
+    steps = [
+        {"method": "update", "label": label,
+         "args": [{"visible": [i == s for i in range(len(site_labels))]}, {"title.text": f"{title}<br>{label}"}]}
+        for s, label in enumerate(site_labels)
+    ]
+    fig.update_layout(
+        title={"text": f"{title}<br>{site_labels[0]}"},
+        sliders=[{"active": 0, "steps": steps, "currentvalue": {"prefix": "hook: "}, "pad": {"t": 60}}],
+        xaxis={"title": "key pos", "tickangle": 0}, yaxis={"title": "query pos", "autorange": "reversed"},
+        width=760, height=820,
+    )
+    return fig
+
+
+def plot_adjacency_by_layer(
+    results: Mapping[str, Mapping[str, Mapping[str, Mapping[str, float]]]], title: str = "Adjacency score by layer"
+) -> go.Figure:
+    """Adjacency score (mean +- std over sequences) by hook site: one panel per task, a line per model.
+
+    Args:
+        results: ``results[task][model_label][site] = {"mean": m, "std": s}``, e.g. model labels
+            ``"initialised"`` and ``"trained"``; sites in forward order.
+        title: figure title.
+    """
+    task_names = list(results)
+    if not task_names:
+        raise NopeInterpError("plot_adjacency_by_layer needs at least one task")
+    fig = make_subplots(rows=len(task_names), cols=1, subplot_titles=task_names, shared_xaxes=False,
+                        vertical_spacing=0.45 / max(2, len(task_names)))
+    colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
+    for r, task in enumerate(task_names, start=1):
+        for m, (model_label, sites) in enumerate(results[task].items()):
+            names = list(sites)
+            fig.add_trace(go.Scatter(
+                x=[short_site_label(s) for s in names], y=[sites[s]["mean"] for s in names], mode="lines+markers",
+                customdata=names, hovertemplate="%{customdata}<br>%{y:.3f} ± %{error_y.array:.3f}",
+                error_y={"type": "data", "array": [sites[s]["std"] for s in names], "visible": True},
+                name=model_label, legendgroup=model_label, showlegend=(r == 1),
+                line={"color": colors[m % len(colors)]},
+            ), row=r, col=1)
+        fig.add_hline(y=0.5, line_dash="dot", line_color="gray", row=r, col=1)
+        fig.update_yaxes(title_text="adjacency score", range=[0, 1.05], row=r, col=1)
+    fig.update_xaxes(tickangle=-60, tickfont={"size": 10})
+    fig.update_layout(title=title, height=160 + 300 * len(task_names), width=1100, margin={"t": 140},
+                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.0 + 0.12 / len(task_names),
+                              "x": 0})
+    return fig
+
+
+def save_figure(fig: go.Figure, path: str | Path) -> Path:
+    """Write ``fig`` as HTML that opens offline: plotly.js is written once, beside the file.
+
+    Uses Plotly's ``include_plotlyjs="directory"``: the page loads ``plotly.min.js`` from its own folder
+    (copied there if missing), so no internet is needed and each figure stays small. Atomic.
+    """
+    from nope_interp.io import atomic_write_text
+
+    path = Path(path)
+    if path.suffix != ".html":
+        raise NopeInterpError(f"figures are written as .html, got {path.name!r}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    js = path.parent / "plotly.min.js"
+    if not js.exists():
+        from plotly.offline import get_plotlyjs
+
+        atomic_write_text(js, get_plotlyjs())
+    atomic_write_text(path, fig.to_html(include_plotlyjs="directory", full_html=True))
+    return path

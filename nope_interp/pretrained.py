@@ -1,0 +1,106 @@
+"""Load a trained run directory, or one of the models shipped with the package, in one call.
+
+Shipped models live in ``nope_interp/pretrained/<task>/`` with the run-directory layout (config.json
+with the exact ``nope-interp train`` command, model.safetensors, metrics.jsonl, summary.json).
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from transformer_lens import HookedTransformer
+
+import tasks as tasks_pkg
+from nope_interp import io
+from nope_interp.errors import NopeInterpError
+from nope_interp.model import ModelConfig, build_model, check_nope
+from nope_interp.train import TrainConfig
+
+PRETRAINED_DIR = Path(__file__).parent / "pretrained"
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    """A trained model with everything needed to use it.
+
+    Attributes:
+        model: the HookedTransformer (eval mode, CPU unless ``device`` was given).
+        model_cfg, train_cfg: the configs it was trained with. task: the task object.
+        summary: ``summary.json`` (test accuracy, steps, wall time) or {} for an unfinished run.
+        command: the ``nope-interp train`` command that produced it. path: the directory.
+    """
+
+    model: HookedTransformer
+    model_cfg: ModelConfig
+    train_cfg: TrainConfig
+    task: tasks_pkg.Task
+    summary: dict[str, Any]
+    command: str
+    path: Path
+
+
+def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
+    """Load ``runs/<name>/`` (or a shipped model directory).
+
+    Raises:
+        NopeInterpError: the directory, its config or its weights are missing or corrupt.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise NopeInterpError(f"run directory not found: {path}")
+    config = io.read_json(path / io.CONFIG_FILE, "run config")
+    try:
+        model_cfg = ModelConfig.from_dict(config["model"])
+        train_cfg = TrainConfig.from_dict(config["train"])
+    except (KeyError, TypeError) as err:
+        raise NopeInterpError(f"run config is corrupt: {path / io.CONFIG_FILE}: missing {err}") from None
+    state = io.load_weights(path / io.WEIGHTS_FILE)
+    model = build_model(model_cfg, device=device)
+    try:
+        model.load_state_dict({k: v.to(device) for k, v in state.items()})
+    except RuntimeError as err:
+        first = str(err).splitlines()[0]
+        raise NopeInterpError(f"weights do not match the config in {path}: {first}") from None
+    check_nope(model, model_cfg)
+    summary_path = path / io.SUMMARY_FILE
+    summary = io.read_json(summary_path, "run summary") if summary_path.exists() else {}
+    return LoadedRun(model=model, model_cfg=model_cfg, train_cfg=train_cfg, task=train_cfg.make_task(),
+                     summary=summary, command=config.get("command", ""), path=path)
+
+
+def available_pretrained() -> list[str]:
+    """Task names with a shipped trained model, in the paper's task order."""
+    return [t for t in tasks_pkg.TASK_NAMES if (PRETRAINED_DIR / t / io.WEIGHTS_FILE).is_file()]
+
+
+def load_pretrained(task: str, device: str = "cpu") -> LoadedRun:
+    """The shipped trained model for ``task`` (no download: the weights are in the package).
+
+    Raises:
+        NopeInterpError: no shipped model for that name (the message lists the available ones).
+    """
+    if task not in available_pretrained():
+        available = ", ".join(available_pretrained()) or "none"
+        raise NopeInterpError(f"no shipped model for {task!r}; available: {available}")
+    return load_run(PRETRAINED_DIR / task, device=device)
+
+
+def ship(run_dir: str | Path, task: str | None = None) -> Path:
+    """Copy a finished run into the package as the shipped model of its task (a maintainer's tool).
+
+    Copies config.json, model.safetensors, metrics.jsonl and summary.json (not the optimizer
+    checkpoint) to ``nope_interp/pretrained/<task>/``.
+
+    Raises:
+        NopeInterpError: the run is not finished (no summary.json) or cannot be loaded.
+    """
+    import shutil
+
+    run = load_run(run_dir)
+    if not run.summary:
+        raise NopeInterpError(f"run {run_dir} has no summary.json: it has not finished")
+    dest = PRETRAINED_DIR / (task or run.task.name)
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in (io.CONFIG_FILE, io.WEIGHTS_FILE, io.METRICS_FILE, io.SUMMARY_FILE):
+        shutil.copyfile(Path(run_dir) / name, dest / name)
+    return dest

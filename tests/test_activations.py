@@ -1,0 +1,59 @@
+import pytest
+import torch
+from conftest import assert_no_hooks
+
+
+def test_collect_activations_shapes_labels_and_values(tiny_model):
+    from nope_interp.activations import collect_activations
+    from nope_interp.hooks import hook_name
+
+    tokens = torch.randint(0, 96, (5, 9), generator=torch.Generator().manual_seed(0))
+    acts = collect_activations(tiny_model, tokens, batch_size=2)
+    n_layers, d_model = tiny_model.cfg.n_layers, tiny_model.cfg.d_model
+    assert acts.acts.shape == (1 + 4 * n_layers, 5, 9, d_model)
+    assert acts.labels[:5] == ("hook_embed", "blocks.0.hook_resid_pre", "blocks.0.attn.hook_z",
+                               "blocks.0.hook_resid_mid", "blocks.0.hook_resid_post")
+    _, cache = tiny_model.run_with_cache(tokens)
+    for layer in range(n_layers):
+        z = cache[hook_name("z", layer)]
+        torch.testing.assert_close(acts[hook_name("z", layer)], z.reshape(5, 9, d_model))
+        torch.testing.assert_close(acts[hook_name("resid_post", layer)], cache[hook_name("resid_post", layer)])
+    # z with heads concatenated, projected by W_O, is the attention output
+    w_o = tiny_model.blocks[0].attn.W_O.reshape(d_model, d_model)
+    attn_out = cache["blocks.0.hook_attn_out"]
+    torch.testing.assert_close(acts["blocks.0.attn.hook_z"] @ w_o, attn_out, rtol=1e-4, atol=1e-6)
+    assert_no_hooks(tiny_model)
+
+
+def test_bad_points_and_lengths(tiny_model):
+    from nope_interp.activations import collect_activations
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.hooks import hook_name
+
+    with pytest.raises(NopeInterpError, match="allowed: embed, resid_pre"):
+        collect_activations(tiny_model, torch.zeros(1, 4, dtype=torch.long), points=("resid_final",))
+    with pytest.raises(NopeInterpError, match="n_ctx=48"):
+        collect_activations(tiny_model, torch.zeros(1, 49, dtype=torch.long))
+    with pytest.raises(NopeInterpError, match="unknown hook point 'mlp'"):
+        hook_name("mlp", 0)
+    with pytest.raises(NopeInterpError, match="out of range"):
+        hook_name("resid_pre", 2, n_layers=2)
+    assert hook_name("pattern", 1) == "blocks.1.attn.hook_pattern"
+
+
+def test_analyze_model_reproduces_the_pattern_at_init():
+    """The paper's claims 1-2 on an initialised NoPE model of moderate width: ~0.5 at the embeddings,
+    high after the first causal attention layer; and no pattern with bidirectional attention."""
+    import tasks
+    from nope_interp.analysis import analyze_model
+    from nope_interp.model import build_model, preset
+
+    task = tasks.get_task("reversal")
+    res = analyze_model(build_model(preset("cpu", d_model=256, d_head=64, seed=2)), task, n_prompts=48)
+    sc = res.scores["row_mean"]
+    assert 0.4 < sc["hook_embed"]["mean"] < 0.6
+    assert sc["blocks.0.attn.hook_z"]["mean"] > 0.9
+    assert set(res.scores) == {"row_mean", "pooled"} and res.per_sequence["pooled"].shape == (len(res.sites), 48)
+    bi_model = build_model(preset("cpu", d_model=256, d_head=64, attention="bidirectional"))
+    bi = analyze_model(bi_model, task, n_prompts=48)
+    assert 0.35 < bi.scores["row_mean"]["blocks.0.attn.hook_z"]["mean"] < 0.65

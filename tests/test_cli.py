@@ -1,0 +1,136 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.fixture
+def main():
+    from nope_interp.cli import main
+
+    return main
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    from nope_interp.cli import main
+
+    root = tmp_path_factory.mktemp("runs")
+    argv = ["train", "--task", "addition", "--n-digits", "2", "--preset", "tiny", "--model-n-ctx", "16",
+            "--steps", "6", "--batch-size", "8", "--n-train", "100", "--n-test", "20", "--eval-every", "3",
+            "--eval-n", "10", "--warmup-steps", "2", "--runs-dir", str(root), "--name", "t", "--no-progress"]
+    assert main(argv) == 0
+    return root / "t"
+
+
+def _files(path):
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*")) if path.exists() else []
+
+
+def test_train_writes_the_run_and_records_the_command(tiny_run):
+    config = json.loads((tiny_run / "config.json").read_text())
+    assert config["command"].startswith("nope-interp train --task addition --n-digits 2 --preset tiny")
+    assert config["model"]["n_layers"] == 2 and config["train"]["steps"] == 6
+    assert (tiny_run / "summary.json").exists() and (tiny_run / "model.safetensors").exists()
+
+
+def test_analyze_a_run_and_an_initialised_model(main, tiny_run, tmp_path, capsys):
+    assert main(["analyze", "--run", str(tiny_run), "--n-prompts", "8", "--out-root", str(tmp_path)]) == 0
+    scores = json.loads((tmp_path / "results" / "analyze" / "t" / "scores.json").read_text())
+    assert scores["task"] == "addition" and scores["n_prompts"] == 8
+    assert set(scores["scores"]["row_mean"]) == set(scores["sites"])
+    assert main(["analyze", "--init", "--task", "indexing", "--preset", "tiny", "--n-prompts", "8",
+                 "--out-root", str(tmp_path)]) == 0
+    figs = tmp_path / "figures" / "analyze" / "init-tiny-indexing"
+    assert sorted(p.name for p in figs.iterdir()) == ["adjacency.html", "cosine.html", "plotly.min.js"]
+    out = capsys.readouterr().out
+    assert "blocks.0.attn.hook_z" in out and "figures:" in out
+
+
+def test_shipped_models_load_in_one_call_and_by_name():
+    from nope_interp.pretrained import available_pretrained, load_pretrained
+
+    assert available_pretrained() == ["addition", "reversal", "indexing", "ordering"]
+    for name in available_pretrained():
+        run = load_pretrained(name)
+        assert run.task.name == name and run.command.startswith("nope-interp train --task " + name)
+        assert (run.path / "model.safetensors").stat().st_size <= 10 * 2**20
+        assert 0 <= run.summary["test_acc"] <= 1 and run.summary["n_test"] == 20_000
+
+
+def test_demo_on_one_task(main, tmp_path):
+    status = main(["demo", "--tasks", "reversal", "--n-prompts", "16", "--eval-n", "50", "--init-preset", "tiny",
+                   "--out-root", str(tmp_path)])
+    assert status == 0
+    summary = json.loads((tmp_path / "results" / "summary.json").read_text())
+    assert list(summary["tasks"]) == ["reversal"]
+    assert 0 <= summary["tasks"]["reversal"]["test_acc_remeasured"] <= 1
+    md = (tmp_path / "results" / "summary.md").read_text()
+    assert "| reversal |" in md and "about 0.5 (chance)" in md
+    names = {p.name for p in (tmp_path / "figures" / "demo").iterdir()}
+    assert {"adjacency_by_layer.html", "cosine_reversal_initialised.html", "cosine_reversal_trained.html"} <= names
+
+
+BAD = [
+    (["train", "--task", "sorting"], "unknown task 'sorting'; available tasks: addition, reversal, indexing, ordering"),
+    (["train", "--task", "addition", "--preset", "huge"], "unknown preset 'huge'; available presets: paper, cpu, tiny"),
+    (["train", "--task", "reversal", "--preset", "tiny", "--model-n-ctx", "20"],
+     "n_ctx=20 is too small for task 'reversal': its examples need n_ctx >= 39"),
+    (["train", "--task", "addition", "--model-d-model", "-5"], "d_model must be a positive integer"),
+    (["train", "--task", "addition", "--steps", "0"], "steps must be a positive integer"),
+    (["train", "--task", "addition", "--n-digits", "0"], "n_digits must be an integer in [1, 18]"),
+    (["analyze", "--init", "--task", "addition", "--preset", "tiny", "--points", "resid_final"],
+     "unknown activation point 'resid_final'; allowed: embed, resid_pre, z, resid_mid, resid_post"),
+    (["analyze", "--run", "{tmp}/missing"], "run directory not found"),
+    (["analyze", "--pretrained", "sorting"], "no shipped model for 'sorting'; available:"),
+    (["analyze", "--init", "--task", "reversal", "--preset", "tiny", "--model-n-ctx", "10"],
+     "n_ctx=10 is too small for 'reversal' prompts of 22 tokens"),
+    (["demo", "--tasks", "sorting"], "unknown task 'sorting'"),
+    (["demo", "--init-preset", "huge"], "unknown preset 'huge'"),
+]
+
+
+@pytest.mark.parametrize("argv,message", BAD, ids=[" ".join(a[:3]) + "|" + m[:20] for a, m in BAD])
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(main, tmp_path, capsys, argv, message):
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    if argv[0] == "train":
+        argv += ["--runs-dir", str(tmp_path / "runs"), "--no-progress"]
+    else:
+        argv += ["--out-root", str(tmp_path / "out")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("nope-interp: error: ") and message in err
+    assert _files(tmp_path / "runs") == [] and _files(tmp_path / "out") == []
+
+
+def test_corrupt_run_directories(main, tiny_run, tmp_path, capsys):
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(tiny_run, bad)
+    (bad / "config.json").write_text("{not json")
+    assert main(["analyze", "--run", str(bad), "--out-root", str(tmp_path / "o")]) == 2
+    assert "run config is corrupt" in capsys.readouterr().err
+    shutil.copy(tiny_run / "config.json", bad / "config.json")
+    (bad / "model.safetensors").write_bytes(b"\x00garbage")
+    assert main(["analyze", "--run", str(bad), "--out-root", str(tmp_path / "o")]) == 2
+    assert "weights are corrupt" in capsys.readouterr().err
+    (bad / "model.safetensors").unlink()
+    assert main(["analyze", "--run", str(bad), "--out-root", str(tmp_path / "o")]) == 2
+    assert "weights not found" in capsys.readouterr().err
+    assert _files(tmp_path / "o") == []
+
+
+def test_resume_without_checkpoint_and_nonempty_run_dir(main, tiny_run, capsys):
+    base = ["train", "--task", "addition", "--runs-dir", str(tiny_run.parent), "--no-progress"]
+    assert main(base + ["--name", "fresh", "--resume"]) == 2
+    assert "no checkpoint" in capsys.readouterr().err
+    assert main(base + ["--name", "t"]) == 2
+    assert "not empty; use --resume" in capsys.readouterr().err
+
+
+def test_console_script_is_installed_and_reports_errors_with_status_2():
+    exe = [sys.executable, "-m", "nope_interp.cli"]
+    out = subprocess.run(exe + ["train", "--task", "nope"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "unknown task 'nope'" in out.stderr

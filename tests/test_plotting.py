@@ -1,0 +1,51 @@
+import plotly.graph_objects as go
+import pytest
+import torch
+
+
+def test_cosine_heatmaps_have_fixed_diverging_scale_slider_and_prompt_axes():
+    from nope_interp.plotting import plot_cosine_heatmaps
+
+    sim = torch.rand(3, 5, 5, dtype=torch.float64) * 2 - 1
+    fig = plot_cosine_heatmaps(sim, ["hook_embed", "blocks.0.attn.hook_z", "blocks.0.hook_resid_post"], "$1+2=")
+    assert isinstance(fig, go.Figure) and len(fig.data) == 3
+    for trace, s in zip(fig.data, sim, strict=True):
+        assert isinstance(trace, go.Heatmap)
+        assert (trace.zmin, trace.zmax, trace.zmid) == (-1, 1, 0)
+        assert torch.allclose(torch.tensor(trace.z), s)
+        assert list(trace.x) == ["0:$", "1:1", "2:+", "3:2", "4:="]
+    assert [t.visible for t in fig.data] == [True, False, False]
+    assert len(fig.layout.sliders[0].steps) == 3
+    assert fig.layout.sliders[0].steps[1].args[0]["visible"] == [False, True, False]
+
+
+def test_cosine_heatmaps_reject_mismatched_labels():
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.plotting import plot_cosine_heatmaps
+
+    with pytest.raises(NopeInterpError, match="site labels"):
+        plot_cosine_heatmaps(torch.zeros(2, 4, 4, dtype=torch.float64), ["a"], "abcd")
+
+
+def test_adjacency_by_layer_panels_and_error_bars():
+    from nope_interp.plotting import plot_adjacency_by_layer
+
+    sites = {"hook_embed": {"mean": 0.5, "std": 0.1}, "blocks.0.attn.hook_z": {"mean": 0.95, "std": 0.02}}
+    data = {"addition": {"initialised": sites, "trained": sites}, "reversal": {"initialised": sites}}
+    fig = plot_adjacency_by_layer(data)
+    assert len(fig.data) == 3
+    assert list(fig.data[0].y) == [0.5, 0.95] and list(fig.data[0].error_y.array) == [0.1, 0.02]
+    assert [a.text for a in fig.layout.annotations if a.text in ("addition", "reversal")] == ["addition", "reversal"]
+
+
+def test_save_figure_writes_offline_html(tmp_path):
+    from nope_interp.plotting import plot_cosine_heatmaps, save_figure
+
+    fig = plot_cosine_heatmaps(torch.eye(4, dtype=torch.float64)[None], ["x"], "abcd")
+    path = save_figure(fig, tmp_path / "figs" / "cos.html")
+    html = path.read_text()
+    assert '<script src="plotly.min.js"' in html or "plotly.min.js" in html
+    assert "cdn.plot.ly" not in html
+    js = tmp_path / "figs" / "plotly.min.js"
+    assert js.exists() and js.stat().st_size > 1_000_000
+    assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == ["cos.html", "plotly.min.js"]

@@ -1,0 +1,154 @@
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+AUTHORS = Path(__file__).resolve().parents[2] / "shared" / "reference" / "authors-data"
+FILES = {"addition": ["train_3digit_1000.txt", "test_3digit_1000.txt"], "reversal": ["test_rev16_1000.txt"],
+         "indexing": ["test_wherex9_1000.txt"], "ordering": ["test_order_1000.txt"]}
+
+
+@pytest.fixture
+def T():
+    import tasks
+
+    return tasks
+
+
+def _authors_lines(name):
+    files = [AUTHORS / f for f in FILES[name]]
+    if not all(f.exists() for f in files):
+        pytest.skip(f"authors' data not found under {AUTHORS}")
+    return [line for f in files for line in f.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("name", ["addition", "reversal", "indexing", "ordering"])
+def test_checker_accepts_every_authors_line(T, name):
+    task = T.get_task(name)
+    lines = _authors_lines(name)
+    assert len(lines) >= 1000
+    rejected = [line for line in lines if not task.check_line(line)]
+    assert rejected == []
+
+
+@pytest.mark.parametrize("name", ["reversal", "indexing", "ordering"])
+def test_generator_produces_the_authors_format(T, name):
+    """Our lines and the authors' lines have the same shape: same characters classes at each place."""
+    task = T.get_task(name)
+
+    def shape(line):
+        return re.sub(r"\d+", "D", line)
+
+    authors = {shape(line) for line in _authors_lines(name)}
+    ours = {shape(ex.line) for ex in task.splits(2000, 10, seed=3).train}
+    assert ours == authors
+
+
+def test_addition_generator_matches_the_authors_model_input(T):
+    """The authors' plain a+b=c, turned into what their model saw ($a+b= and the reversed sum$)."""
+    task = T.get_task("addition")
+    for line in _authors_lines("addition")[:300]:
+        a, b, c = re.fullmatch(r"(\d+)\+(\d+)=(\d+)", line).groups()
+        ex = task.parse_line(line)
+        assert ex.prompt == f"${a}+{b}=" and ex.answer == c[::-1] + "$"
+        assert task.check_line(ex.line)
+    ours = task.splits(500, 10, seed=1).train
+    assert all(re.fullmatch(r"\$(0|[1-9]\d{0,2})\+(0|[1-9]\d{0,2})=\d+\$", ex.line) for ex in ours)
+
+
+def test_answers_against_independent_solutions(T):
+    rng = random.Random(0)
+    for _ in range(200):
+        a, b = rng.randrange(1000), rng.randrange(1000)
+        assert T.get_task("addition").solve(f"${a}+{b}=") == str(a + b)[::-1] + "$"
+    assert T.get_task("reversal").solve("rev(5632718650825431)=") == "1345280568172365"
+    assert T.get_task("indexing").solve("wherex(631023235,3)=") == "1"
+    assert T.get_task("ordering").solve("order(74283,87234)=") == "30241"
+    assert T.get_task("addition").solve("$123+456=") == "975$"
+
+
+def test_checker_rejects_wrong_or_malformed_lines(T):
+    assert not T.get_task("addition").check_line("$123+456=976$")
+    assert not T.get_task("addition").check_line("$0123+456=975$")  # zero padding
+    assert not T.get_task("reversal").check_line("rev(12)=12")
+    assert not T.get_task("indexing").check_line("wherex(123,4)=0")  # 4 not in x
+    assert not T.get_task("ordering").check_line("order(112,121)=010")  # repeated digit
+
+
+@pytest.mark.parametrize("name", ["addition", "reversal", "indexing", "ordering"])
+def test_splits_deterministic_disjoint_and_sized(T, name):
+    task = T.get_task(name)
+    a = task.splits(3000, 2000, seed=7)
+    b = task.splits(3000, 2000, seed=7)
+    c = task.splits(3000, 2000, seed=8)
+    assert a == b and a != c
+    assert len(a.train) == 3000 and len(a.test) == 2000
+    train, test = {e.prompt for e in a.train}, {e.prompt for e in a.test}
+    assert len(train) == 3000 and len(test) == 2000 and not (train & test)
+    assert all(task.check_line(e.line) for e in a.train[:200] + a.test[:200])
+
+
+def test_default_split_sizes_are_the_papers(T):
+    s = T.get_task("addition").splits()
+    assert (len(s.train), len(s.test)) == (20_000, 20_000)
+
+
+@pytest.mark.parametrize("name,params", [("addition", {"n_digits": 1}), ("reversal", {"n_digits": 2}),
+                                         ("indexing", {"n_digits": 2}), ("ordering", {"n_digits": 3})])
+def test_distinct_prompt_count_by_brute_force(T, name, params):
+    """n_distinct_prompts against an independent count: sample until nothing new appears, on tiny spaces."""
+    task = T.get_task(name, **params)
+    rng = random.Random(0)
+    seen = {task.sample(rng) for _ in range(200_000)}
+    assert len(seen) == task.n_distinct_prompts()
+    assert len(set(task.all_prompts())) == task.n_distinct_prompts()
+    everything = task.splits(task.n_distinct_prompts() - 5, 5, seed=0)
+    assert len({e.prompt for e in everything.train + everything.test}) == task.n_distinct_prompts()
+
+
+def test_too_many_examples_is_a_clear_error(T):
+    task = T.get_task("addition", n_digits=1)
+    with pytest.raises(T.TaskError, match="allow only 100"):
+        task.splits(80, 21)
+
+
+@pytest.mark.parametrize("name,params,match", [
+    ("addition", {"n_digits": 0}, "n_digits"), ("ordering", {"n_digits": 11}, "n_digits"),
+    ("indexing", {"n_digits": 11}, "n_digits"), ("reversal", {"n_digits": "3"}, "n_digits"),
+    ("addition", {"digits": 3}, "unknown parameter 'digits'"), ("sorting", {}, "available tasks"),
+])
+def test_bad_task_parameters(T, name, params, match):
+    with pytest.raises(T.TaskError, match=match):
+        T.get_task(name, **params)
+
+
+def test_vocab_round_trip_and_unknown_character(T):
+    assert T.D_VOCAB == 96 and len(set(T.VOCAB)) == 96
+    text = "".join(T.VOCAB)
+    assert T.decode(T.encode(text)) == text
+    with pytest.raises(T.UnknownCharacterError, match="'é' at index 3"):
+        T.encode("abcé")
+
+
+def test_training_batch_targets_and_mask_line_up(T):
+    task = T.get_task("addition")
+    exs = [T.Example("$1+2=", "3$"), T.Example("$123+456=", "975$")]
+    b = task.training_batch(exs)
+    for row, ex in enumerate(exs):
+        line = ex.prompt + ex.answer + "\n"
+        n = len(line) - 1
+        assert T.decode(b.tokens[row, :n]) == line[:-1]
+        assert T.decode(b.targets[row, :n]) == line[1:]
+        masked = T.decode(b.targets[row][b.loss_mask[row]])
+        assert masked == ex.answer + "\n"
+
+
+@pytest.mark.parametrize("name,length", [("addition", 9), ("reversal", 22), ("indexing", 20), ("ordering", 19)])
+def test_analysis_prompts_have_the_full_prompt_length(T, name, length):
+    task = T.get_task(name)
+    prompts = task.analysis_prompts(64, seed=0)
+    assert len(set(prompts)) == 64 and {len(p) for p in prompts} == {length} == {task.max_prompt_len}
+    assert task.prompt_tokens(prompts).shape == (64, length)
+    with pytest.raises(T.TaskError, match="one length"):
+        task.prompt_tokens(["$1+2=", "$12+3="])

@@ -1,0 +1,124 @@
+import json
+import math
+
+import pytest
+import torch
+
+
+@pytest.fixture
+def tiny_train(tmp_path):
+    from nope_interp.model import preset
+    from nope_interp.train import TrainConfig
+
+    model_cfg = preset("tiny", n_ctx=16)
+    cfg = TrainConfig(task="addition", task_params={"n_digits": 2}, n_train=300, n_test=50, steps=12,
+                      batch_size=16, lr=3e-3, warmup_steps=3, eval_every=6, eval_n=20, checkpoint_every=4)
+    return model_cfg, cfg
+
+
+def _weights(run_dir):
+    from safetensors.torch import load_file
+
+    return load_file(str(run_dir / "model.safetensors"))
+
+
+def test_same_seed_same_weights(tiny_train, tmp_path):
+    from nope_interp.train import TrainConfig, train
+
+    model_cfg, cfg = tiny_train
+    torch.set_num_threads(1)
+    a = train(model_cfg, cfg, tmp_path / "a", progress=False, command="x")
+    b = train(model_cfg, cfg, tmp_path / "b", progress=False, command="x")
+    wa, wb = _weights(a.run_dir), _weights(b.run_dir)
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    # a different seed changes the weights
+    c = train(model_cfg, TrainConfig(**{**cfg.to_dict(), "seed": 1}), tmp_path / "c", progress=False, command="x")
+    assert any(not torch.equal(wa[k], _weights(c.run_dir)[k]) for k in wa)
+
+
+def test_resume_continues_from_checkpoint_to_identical_weights(tiny_train, tmp_path, monkeypatch):
+    import nope_interp.train as T
+
+    model_cfg, cfg = tiny_train
+    torch.set_num_threads(1)
+    full = T.train(model_cfg, cfg, tmp_path / "full", progress=False, command="x")
+
+    class Interrupt(Exception):
+        pass
+
+    real_step = torch.optim.AdamW.step
+    calls = {"n": 0}
+
+    def flaky_step(self, *a, **k):
+        calls["n"] += 1
+        if calls["n"] == 9:  # crash during step 9, after the step-8 checkpoint
+            raise Interrupt
+        return real_step(self, *a, **k)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", flaky_step)
+    with pytest.raises(Interrupt):
+        T.train(model_cfg, cfg, tmp_path / "part", progress=False, command="x")
+    monkeypatch.setattr(torch.optim.AdamW, "step", real_step)
+    assert torch.load(tmp_path / "part" / "checkpoint.pt", weights_only=False)["step"] == 8
+    assert not (tmp_path / "part" / "summary.json").exists()
+    resumed = T.train(model_cfg, cfg, tmp_path / "part", resume=True, progress=False)
+    wf, wr = _weights(full.run_dir), _weights(resumed.run_dir)
+    assert all(torch.equal(wf[k], wr[k]) for k in wf)
+    steps = [json.loads(line)["step"] for line in (tmp_path / "part" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [6, 12]
+
+
+def test_run_directory_contents(tiny_train, tmp_path):
+    from nope_interp.train import train
+
+    model_cfg, cfg = tiny_train
+    r = train(model_cfg, cfg, tmp_path / "run", progress=False, command="nope-interp train --task addition")
+    files = sorted(p.name for p in r.run_dir.iterdir())
+    assert files == ["checkpoint.pt", "config.json", "metrics.jsonl", "model.safetensors", "summary.json"]
+    config = json.loads((r.run_dir / "config.json").read_text())
+    assert config["command"] == "nope-interp train --task addition"
+    assert config["model"] == model_cfg.to_dict() and config["train"] == cfg.to_dict()
+    summary = json.loads((r.run_dir / "summary.json").read_text())
+    assert 0 <= summary["test_acc"] <= 1 and summary["n_test"] == 50 and summary["steps"] == 12
+
+
+def test_lr_schedule_warmup_and_cosine(tiny_train):
+    from nope_interp.train import TrainConfig, lr_at
+
+    cfg = TrainConfig(lr=1e-3, warmup_steps=10, steps=110, min_lr_ratio=0.1)
+    assert lr_at(0, cfg) == pytest.approx(1e-4) and lr_at(9, cfg) == pytest.approx(1e-3)
+    assert lr_at(60, cfg) == pytest.approx(1e-4 + 0.5 * (1 + math.cos(math.pi * 0.5)) * 9e-4)
+    assert lr_at(110, cfg) == pytest.approx(1e-4) and lr_at(500, cfg) == pytest.approx(1e-4)
+
+
+def test_weight_decay_only_on_matrices(tiny_model):
+    from nope_interp.train import TrainConfig, make_optimizer
+
+    opt = make_optimizer(tiny_model, TrainConfig(weight_decay=0.1))
+    decay, no_decay = opt.param_groups
+    assert decay["weight_decay"] == 0.1 and all(p.ndim >= 2 for p in decay["params"])
+    assert no_decay["weight_decay"] == 0.0 and all(p.ndim < 2 for p in no_decay["params"])
+    trainable = [p for p in tiny_model.parameters() if p.requires_grad]
+    assert len(decay["params"]) + len(no_decay["params"]) == len(trainable)
+    assert all(p is not tiny_model.pos_embed.W_pos for p in decay["params"])
+
+
+def test_bad_training_input(tiny_train, tmp_path):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.model import preset
+    from nope_interp.train import TrainConfig, train
+
+    model_cfg, cfg = tiny_train
+    with pytest.raises(NopeInterpError, match="n_ctx=8 is too small for task 'addition'"):
+        train(preset("tiny", n_ctx=8), cfg, tmp_path / "x", progress=False)
+    assert not (tmp_path / "x").exists()
+    with pytest.raises(NopeInterpError, match="no checkpoint"):
+        train(model_cfg, cfg, tmp_path / "y", resume=True, progress=False)
+    (tmp_path / "z").mkdir()
+    (tmp_path / "z" / "other.txt").write_text("x")
+    with pytest.raises(NopeInterpError, match="not empty"):
+        train(model_cfg, cfg, tmp_path / "z", progress=False)
+    with pytest.raises(NopeInterpError, match="batch_size"):
+        TrainConfig(batch_size=0)
+    with pytest.raises(NopeInterpError, match="device"):
+        train(model_cfg, cfg, tmp_path / "w", device="tpu", progress=False)
