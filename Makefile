@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # The CPU wheel of torch is pinned so that pip never pulls a multi-GB CUDA build on a CPU machine.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: venv demo test reproduce bench clean-venv
+.PHONY: venv demo test reproduce clean-venv
 
 $(BIN)/nope-interp: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,14 +20,11 @@ demo: venv
 	$(BIN)/nope-interp demo
 
 test: venv
-	$(BIN)/ruff check nope_interp tasks tests bench
+	$(BIN)/ruff check nope_interp tasks tests
 	NOPE_FAST=1 $(BIN)/python -m pytest -q tests notebooks --nbmake
 
 reproduce: venv
 	$(BIN)/nope-interp demo --retrain
-
-bench: venv
-	$(BIN)/python bench/adjacency.py
 
 clean-venv:
 	rm -rf $(VENV)
