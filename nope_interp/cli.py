@@ -80,6 +80,20 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help="device for --retrain: auto, cpu or cuda[:N]")
     p.add_argument("--init-preset", default="paper", help="shape of the initialised models (default paper)")
     p.add_argument("--out-root", default=".", help="writes results/summary.{md,json} and figures/demo/ here")
+
+    p = sub.add_parser("averaging", help="test the averaging-effect explanation against attention patterns")
+    p.add_argument("--tasks", nargs="+", default=list(TASK_NAMES), help="tasks (default all four)")
+    p.add_argument("--n-prompts", type=int, default=64, help="prompts per model (default 64)")
+    p.add_argument("--eval-n", type=int, default=500, help="test prompts for accuracy under interventions")
+    p.add_argument("--out-root", default=".", help="writes results/averaging/ and figures/averaging/ here")
+
+    p = sub.add_parser("init-grid", help="adjacency score over init mean x std and depth x width (no training)")
+    p.add_argument("--quick", action="store_true", help="a small grid (about 2 minutes on 2 cores)")
+    p.add_argument("--wide-std", action="store_true", help="the authors' wider std list 0.0002 ... 2")
+    p.add_argument("--seeds", type=int, default=None, help="seeds per grid point (default 5; quick 2)")
+    p.add_argument("--n-prompts", type=int, default=None, help="prompts per task (default 32; quick 16)")
+    p.add_argument("--tasks", nargs="+", default=list(TASK_NAMES), help="tasks (default all four)")
+    p.add_argument("--out-root", default=".", help="writes results/init_grid/ and figures/init_grid/ here")
     return parser
 
 
@@ -172,13 +186,66 @@ def _cmd_demo(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
+def _cmd_averaging(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from nope_interp.averaging_job import run_averaging
+
+    if not 3 <= args.n_prompts <= 100_000 or args.eval_n < 1:
+        raise NopeInterpError("--n-prompts must be in [3, 100000] and --eval-n positive")
+    result = run_averaging(args.out_root, args.tasks, args.n_prompts, args.eval_n, log=lambda s: print(s, flush=True))
+    root = Path(args.out_root)
+    print(f"done in {result['wall_time_s']:.0f}s\nresults: {root / 'results' / 'averaging'}/averaging.{{json,csv}}"
+          f"\nfigures: {root / 'figures' / 'averaging'}/")
+    return 0
+
+
+def _cmd_init_grid(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from nope_interp import io
+    from nope_interp.init_grid import (
+        WIDE_STDS,
+        GridConfig,
+        grid_config_dict,
+        plot_entropy_vs_score,
+        plot_grid,
+        run_init_grid,
+        summarize_grid,
+        to_csv,
+    )
+    from nope_interp.plotting import save_figure
+
+    overrides: dict[str, Any] = {"task_names": tuple(args.tasks)}
+    if args.wide_std:
+        overrides["stds"] = WIDE_STDS
+    if args.seeds is not None:
+        overrides["seeds"] = args.seeds
+    if args.n_prompts is not None:
+        overrides["n_prompts"] = args.n_prompts
+    cfg = GridConfig.quick(**overrides) if args.quick else GridConfig(**overrides)
+    rows = run_init_grid(cfg, log=lambda s: print(s, flush=True))
+    summary = summarize_grid(rows)
+    root = Path(args.out_root)
+    res = root / "results" / "init_grid"
+    io.write_json(res / "init_grid.json", {"config": grid_config_dict(cfg), "summary": summary, "rows": rows,
+                                          **io.provenance()})
+    io.atomic_write_text(res / "init_grid.csv", to_csv(rows))
+    io.atomic_write_text(res / "init_grid_summary.csv", to_csv(summary))
+    figs = root / "figures" / "init_grid"
+    for grid in ("init", "size"):
+        for site in ("z_L0", "resid_post_L0"):
+            save_figure(plot_grid(summary, grid, site), figs / f"{grid}_grid_{site}.html")
+    save_figure(plot_entropy_vs_score(rows), figs / "entropy_vs_score.html")
+    print(f"results: {res}/init_grid.{{json,csv}}, init_grid_summary.csv\nfigures: {figs}/")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``nope-interp`` console script. Returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _build_parser()
     args = parser.parse_args(argv)
     try:
-        return {"train": _cmd_train, "analyze": _cmd_analyze, "demo": _cmd_demo}[args.command](args, argv)
+        commands = {"train": _cmd_train, "analyze": _cmd_analyze, "demo": _cmd_demo, "averaging": _cmd_averaging,
+                    "init-grid": _cmd_init_grid}
+        return commands[args.command](args, argv)
     except (NopeInterpError, TaskError) as err:
         print(f"nope-interp: error: {err}", file=sys.stderr)
         return 2

@@ -1,0 +1,73 @@
+"""Counterfactual attention: replace a layer's attention pattern through ``blocks.L.attn.hook_pattern``.
+
+Hooks are built by a small factory and applied only inside ``model.hooks(...)`` (TransformerLens
+removes them when the block exits, also on an exception). A hook returns a new tensor; it never edits
+the cached pattern in place (TransformerLens issue #157).
+
+During greedy decoding every forward pass recomputes the whole sequence, so the replacement applies to
+prompt and generated positions alike. ``random_matched`` draws fresh random rows on every forward pass
+from one generator seeded at the start of the ``with`` block.
+"""
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+from transformer_lens import HookedTransformer
+from transformer_lens.hook_points import HookPoint
+
+from nope_interp.averaging import (
+    PATTERN_KINDS,
+    attention_entropy,
+    identity_pattern,
+    random_causal_pattern,
+    uniform_causal_pattern,
+)
+from nope_interp.errors import NopeInterpError
+from nope_interp.hooks import hook_name
+
+PatternHook = Callable[..., Float[Tensor, "batch n_heads query_pos key_pos"]]
+
+
+def pattern_replacement_hook(kind: str, generator: torch.Generator | None = None) -> PatternHook:
+    """A hook for ``attn.hook_pattern`` that returns a replacement pattern of the same shape.
+
+    Args:
+        kind: ``"uniform"`` (uniform causal), ``"identity"`` (each position attends to itself) or
+            ``"random_matched"`` (random causal rows whose entropies match the model's own rows).
+        generator: randomness for ``random_matched`` (required for it).
+
+    Raises:
+        NopeInterpError: unknown kind, or ``random_matched`` without a generator.
+    """
+    if kind not in PATTERN_KINDS:
+        raise NopeInterpError(f"unknown pattern kind {kind!r}; allowed: {', '.join(PATTERN_KINDS)}")
+    if kind == "random_matched" and generator is None:
+        raise NopeInterpError("pattern kind 'random_matched' needs a torch.Generator")
+
+    def hook(pattern: Float[Tensor, "batch n_heads query_pos key_pos"], hook: HookPoint) -> Tensor:
+        n = pattern.shape[-1]
+        if kind == "uniform":
+            new = uniform_causal_pattern(n).expand(pattern.shape)
+        elif kind == "identity":
+            new = identity_pattern(n).expand(pattern.shape)
+        else:
+            new = random_causal_pattern(attention_entropy(pattern.detach().cpu()), generator)
+        return new.to(dtype=pattern.dtype, device=pattern.device).clone()
+
+    return hook
+
+
+@contextmanager
+def replaced_pattern(model: HookedTransformer, layer: int, kind: str, seed: int = 0) -> Iterator[HookedTransformer]:
+    """Within the block, ``model``'s layer-``layer`` attention pattern is replaced by ``kind``.
+
+    Raises:
+        NopeInterpError: bad layer or kind.
+    """
+    name = hook_name("pattern", layer, n_layers=model.cfg.n_layers)
+    gen = torch.Generator().manual_seed(seed)
+    with model.hooks(fwd_hooks=[(name, pattern_replacement_hook(kind, gen))]):
+        yield model

@@ -1,0 +1,128 @@
+import math
+
+import pytest
+import torch
+from conftest import assert_no_hooks
+
+
+@pytest.fixture
+def A():
+    import nope_interp.averaging as averaging
+
+    return averaging
+
+
+def test_hook_z_is_the_pattern_weighted_sum_of_values(tiny_model, A):
+    tokens = torch.randint(0, 96, (3, 11), generator=torch.Generator().manual_seed(0))
+    _, cache = tiny_model.run_with_cache(tokens)
+    for layer in range(tiny_model.cfg.n_layers):
+        z = A.pattern_weighted_values(cache[f"blocks.{layer}.attn.hook_pattern"], cache[f"blocks.{layer}.attn.hook_v"])
+        torch.testing.assert_close(z, cache[f"blocks.{layer}.attn.hook_z"], rtol=1e-5, atol=1e-7)
+    # a naive loop for one head, one position
+    p, v = cache["blocks.0.attn.hook_pattern"][1, 1], cache["blocks.0.attn.hook_v"][1, :, 1]
+    naive = sum(p[5, j] * v[j] for j in range(6))
+    torch.testing.assert_close(cache["blocks.0.attn.hook_z"][1, 5, 1], naive, rtol=1e-5, atol=1e-7)
+
+
+def test_sqrt_i_over_k_closed_form_by_monte_carlo(A):
+    """Uniform causal averaging of i.i.d. N(0, 1) vectors, d = 8192: |cos - sqrt(i/k)| < 0.03 everywhere."""
+    from nope_interp.similarity import cosine_similarity_matrix
+
+    n, d = 16, 8192
+    x = torch.randn(n, d, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    y = A.uniform_causal_pattern(n) @ x
+    err = (cosine_similarity_matrix(y) - A.closed_form_uniform_cosine(n)).abs().max().item()
+    assert err < 0.03
+    assert A.closed_form_uniform_cosine(4)[1, 3].item() == pytest.approx(math.sqrt(2 / 4))
+    # the pattern-only prediction of a uniform pattern is exactly the closed form
+    torch.testing.assert_close(A.attention_row_cosine(A.uniform_causal_pattern(n)), A.closed_form_uniform_cosine(n))
+
+
+def test_variance_of_uniform_average_is_one_over_k(A):
+    """Chi et al.: per-coordinate variance of the uniform causal average of unit-variance inputs ~ 1/k."""
+    x = torch.randn(200, 12, 512, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    var = A.per_position_variance(A.uniform_causal_pattern(12) @ x).mean(0)
+    k = torch.arange(1, 13, dtype=torch.float64)
+    torch.testing.assert_close(var, 1 / k, rtol=0.05, atol=0.0)
+
+
+def test_entropy_and_matched_random_patterns(A):
+    n = 10
+    rel = A.relative_entropy_to_uniform(A.uniform_causal_pattern(n))[1:]
+    assert torch.allclose(rel, torch.ones(n - 1, dtype=torch.float64))
+    assert torch.all(A.relative_entropy_to_uniform(A.identity_pattern(n))[1:] == 0)
+    gen = torch.Generator().manual_seed(5)
+    max_entropy = torch.log(torch.arange(1, n + 1, dtype=torch.float64))
+    target = torch.rand(4, n, generator=gen, dtype=torch.float64) * max_entropy
+    pat = A.random_causal_pattern(target, torch.Generator().manual_seed(6))
+    torch.testing.assert_close(A.attention_entropy(pat), target, atol=1e-5, rtol=0)
+    torch.testing.assert_close(pat.sum(-1), torch.ones(4, n, dtype=torch.float64))
+    assert torch.all(pat.triu(1) == 0)
+
+
+def test_identity_attention_removes_the_pattern_and_hooks_are_removed(A):
+    import tasks
+    from nope_interp.analysis import analyze_model
+    from nope_interp.interventions import replaced_pattern
+    from nope_interp.model import build_model, preset
+
+    model = build_model(preset("cpu", d_model=256, d_head=64, seed=1))
+    task = tasks.get_task("addition")
+    clean = analyze_model(model, task, 32).scores["row_mean"]["blocks.0.attn.hook_z"]["mean"]
+    with replaced_pattern(model, 0, "identity"):
+        ident = analyze_model(model, task, 32).scores["row_mean"]
+    assert clean > 0.9 and abs(ident["blocks.0.attn.hook_z"]["mean"] - 0.5) < 0.1
+    assert_no_hooks(model)
+    with replaced_pattern(model, 0, "uniform"):
+        uni = analyze_model(model, task, 32).scores["row_mean"]["blocks.0.attn.hook_z"]["mean"]
+    assert uni > 0.95
+    assert_no_hooks(model)
+
+
+def test_no_hook_left_after_an_intervention_that_raised(tiny_model):
+    from nope_interp.interventions import replaced_pattern
+
+    with pytest.raises(RuntimeError, match="boom"):
+        with replaced_pattern(tiny_model, 1, "random_matched", seed=2):
+            tiny_model(torch.zeros(1, 5, dtype=torch.long))
+            raise RuntimeError("boom")
+    assert_no_hooks(tiny_model)
+
+
+def test_bad_intervention_input(tiny_model):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.interventions import pattern_replacement_hook, replaced_pattern
+
+    with pytest.raises(NopeInterpError, match="allowed: uniform, identity, random_matched"):
+        pattern_replacement_hook("shuffle")
+    with pytest.raises(NopeInterpError, match="out of range"):
+        with replaced_pattern(tiny_model, 5, "uniform"):
+            pass
+    assert_no_hooks(tiny_model)
+
+
+def test_averaging_report_fields(A):
+    import tasks
+    from nope_interp.averaging_report import averaging_report
+    from nope_interp.model import build_model, preset
+
+    rep = averaging_report(build_model(preset("cpu", d_model=256, d_head=64)), tasks.get_task("reversal"), 16)
+    l0 = rep["layers"][0]
+    assert l0["z_identity_max_abs_err"] < 1e-5
+    assert l0["relative_entropy"] > 0.95  # small init weights: nearly uniform attention
+    assert l0["heads_concat"]["spearman_pred_obs"] > 0.5 and l0["closed_form_mae"] < 0.2
+    assert len(l0["heads"]) == 4 and len(l0["variance_ratio"]) == rep["n_pos"] == 22
+
+
+def test_init_grid_runs_and_summarises():
+    from nope_interp.init_grid import GridConfig, plot_grid, run_init_grid, summarize_grid, to_csv
+
+    cfg = GridConfig(means=(0.0,), stds=(0.02, 0.2), depths=(2,), widths=(48,), seeds=2, n_prompts=8,
+                     task_names=("addition",))
+    rows = run_init_grid(cfg)
+    assert len(rows) == (2 + 1) * 2  # (init points + size points) x seeds
+    assert all(0 <= r["z_L0"] <= 1 and 0 <= r["l0_relative_entropy"] <= 1 for r in rows)
+    summary = summarize_grid(rows)
+    assert {r["n_seeds"] for r in summary} == {2}
+    assert to_csv(rows).splitlines()[0].startswith("grid,task,n_layers")
+    assert len(plot_grid(summary, "init").data) == 1
