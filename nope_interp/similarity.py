@@ -61,27 +61,89 @@ def row_pair_counts(n_pos: int) -> Int[Tensor, " pos"]:
     return k * (k - 1) // 2
 
 
-def adjacency_counts(
-    sim: Float[Tensor, "*batch pos pos"], max_elements: int = 2**24
-) -> Int[Tensor, "*batch pos"]:
+def _check_square_no_nan(sim: Tensor) -> None:
+    if sim.ndim < 2 or sim.shape[-1] != sim.shape[-2]:
+        raise NopeInterpError(f"a similarity matrix must be square in its last two dims, got {tuple(sim.shape)}")
+    n = sim.shape[-1]
+    lower = torch.tril(torch.ones(n, n, dtype=torch.bool, device=sim.device), diagonal=-1)
+    if bool(torch.isnan(sim[..., lower]).any()):
+        raise NopeInterpError("the similarity matrix has NaN entries (near-zero vectors); drop those positions")
+
+
+#: Below this many positions :func:`adjacency_counts` compares all pairs; from it on, it sorts.
+SORT_THRESHOLD = 48
+
+
+def adjacency_counts(sim: Float[Tensor, "*batch pos pos"]) -> Int[Tensor, "*batch pos"]:
     """Successes per row: #{i < j < k : sim[k, i] < sim[k, j]} (ties and NaN comparisons fail).
 
-    Vectorised over pairs; O(pos^3) work per sequence, computed in chunks of sequences so that no
-    intermediate tensor holds more than about ``max_elements`` booleans.
+    Exact in both methods: all-pairs comparison (:func:`adjacency_counts_naive`) below
+    :data:`SORT_THRESHOLD` positions, the O(pos log pos)-per-row count of :func:`adjacency_counts_sorted`
+    from it on. Runs on the tensor's device.
 
     Raises:
         NopeInterpError: if the last two dimensions are not square, or the matrix has NaN entries
             below the diagonal (near-zero vectors; see :func:`cosine_similarity_matrix`).
     """
-    if sim.ndim < 2 or sim.shape[-1] != sim.shape[-2]:
-        raise NopeInterpError(f"a similarity matrix must be square in its last two dims, got {tuple(sim.shape)}")
+    if sim.shape[-1] < SORT_THRESHOLD:
+        return adjacency_counts_naive(sim)
+    return adjacency_counts_sorted(sim)
+
+
+def adjacency_counts_sorted(sim: Float[Tensor, "*batch pos pos"]) -> Int[Tensor, "*batch pos"]:
+    """:func:`adjacency_counts` by ranking each row once and counting ordered pairs level by level.
+
+    Method: row k keeps its k entries left of the diagonal; the rest is set to -inf. One stable sort
+    per row turns values into distinct ranks, with ties broken against the pair order (so a tied pair
+    i < j gets r_i > r_j and is not counted: ties fail). The number of pairs i < j with r_i < r_j is
+    then counted by a most-significant-bit-first radix partition (as in a bottom-up merge-sort
+    inversion count): at bit b, within each group of ranks sharing the higher bits, every element
+    whose bit is 1 is preceded in column order by some elements whose bit is 0, and those pairs are
+    exactly the ordered pairs first separated at bit b. Each level is a few O(pos) passes (cumsum,
+    scatter); there are log2(pos) levels. Memory: O(pos^2) per sequence; no pos^3 tensor.
+    """
+    _check_square_no_nan(sim)
     n = sim.shape[-1]
-    lower = torch.tril(torch.ones(n, n, dtype=torch.bool), diagonal=-1)
-    if bool(torch.isnan(sim[..., lower]).any()):
-        raise NopeInterpError("the similarity matrix has NaN entries (near-zero vectors); drop those positions")
+    m = 1 << max(1, (n - 1).bit_length())  # pad columns to a power of two
+    v = torch.full((*sim.shape[:-1], m), float("-inf"), dtype=torch.float64, device=sim.device)
+    v[..., :n] = sim
+    v.masked_fill_(torch.triu(torch.ones(n, m, dtype=torch.bool, device=sim.device)), float("-inf"))
+    # ascending values; among ties the later column first (sort the reversed row stably)
+    order = torch.argsort(v.flip(-1), dim=-1, stable=True)
+    del v
+    idx_dtype = torch.int32 if m < 2**31 else torch.int64
+    ranks = torch.empty(order.shape, dtype=idx_dtype, device=sim.device)
+    arange = torch.arange(m, device=sim.device, dtype=idx_dtype)
+    ranks.scatter_(-1, (m - 1) - order, arange.expand(order.shape).contiguous())
+    del order
+    total = torch.zeros(ranks.shape[:-1], dtype=torch.int64, device=sim.device)
+    for b in range(m.bit_length() - 2, -1, -1):
+        bits = (ranks >> b) & 1
+        cz = torch.cumsum(1 - bits, dim=-1, dtype=idx_dtype)
+        cz -= 1 - bits  # zeros strictly before, in the current arrangement
+        h = (ranks >> (b + 1)) << b  # zeros in all earlier groups (each group holds 2**b of them)
+        zb = cz - h  # zeros before, within the group
+        total += (bits * zb).sum(-1, dtype=torch.int64)
+        newpos = torch.where(bits.bool(), arange + (1 << b) - zb, cz + h)
+        nxt = torch.empty_like(ranks)
+        nxt.scatter_(-1, newpos.long(), ranks)
+        ranks = nxt
+    return total
+
+
+def adjacency_counts_naive(
+    sim: Float[Tensor, "*batch pos pos"], max_elements: int = 2**24
+) -> Int[Tensor, "*batch pos"]:
+    """:func:`adjacency_counts` by comparing every pair (the reference; O(pos^3) per sequence).
+
+    Computed in chunks of sequences so that no intermediate tensor holds more than about
+    ``max_elements`` booleans.
+    """
+    _check_square_no_nan(sim)
+    n = sim.shape[-1]
     flat = sim.reshape(-1, n, n)
     # pair (i, j) counts in row k iff i < j < k
-    idx = torch.arange(n)
+    idx = torch.arange(n, device=sim.device)
     valid = (idx[None, :, None] < idx[None, None, :]) & (idx[None, None, :] < idx[:, None, None])  # k i j
     chunk = max(1, max_elements // max(1, n**3))
     out = []

@@ -134,3 +134,20 @@ def test_console_script_is_installed_and_reports_errors_with_status_2():
     exe = [sys.executable, "-m", "nope_interp.cli"]
     out = subprocess.run(exe + ["train", "--task", "nope"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "unknown task 'nope'" in out.stderr
+
+
+def test_averaging_and_init_grid_commands(main, tmp_path):
+    assert main(["averaging", "--tasks", "reversal", "--n-prompts", "6", "--eval-n", "10",
+                 "--out-root", str(tmp_path)]) == 0
+    res = json.loads((tmp_path / "results" / "averaging" / "averaging.json").read_text())
+    entry = res["tasks"]["reversal"]
+    assert {"initialised", "bidirectional_control", "trained"} <= set(entry)
+    assert set(entry["trained"]["counterfactual"]["conditions"]) == {"clean", "uniform", "identity", "random_matched"}
+    assert (tmp_path / "results" / "averaging" / "averaging.csv").read_text().startswith("task,model,layer")
+    assert (tmp_path / "figures" / "averaging" / "counterfactual_attention.html").exists()
+    assert main(["init-grid", "--quick", "--seeds", "1", "--n-prompts", "4", "--tasks", "addition",
+                 "--out-root", str(tmp_path)]) == 0
+    assert (tmp_path / "results" / "init_grid" / "init_grid_summary.csv").exists()
+    assert (tmp_path / "figures" / "init_grid" / "entropy_vs_score.html").exists()
+    assert main(["init-grid", "--tasks", "sorting", "--out-root", str(tmp_path / "x")]) == 2
+    assert not (tmp_path / "x").exists()

@@ -43,6 +43,24 @@ def test_counts_and_both_reductions_equal_a_naive_triple_loop_with_ties(S, gen):
             assert pooled[b].item() == pytest.approx(sum(succ) / sum(pairs))
 
 
+@pytest.mark.parametrize("ties", [False, True])
+def test_sorted_count_equals_the_naive_reference(S, gen, ties):
+    """The O(pos log pos) count gives identical integers to the all-pairs reference, ties included."""
+    for n in (3, 4, 7, 48, 64, 65, 130, 300):
+        if ties:
+            mats = torch.randint(-4, 5, (2, n, n), generator=gen).double()
+        else:
+            mats = torch.randn(2, n, n, generator=gen, dtype=torch.float64)
+        assert torch.equal(S.adjacency_counts_sorted(mats), S.adjacency_counts_naive(mats)), n
+    succ, _ = naive_row_scores(mats[0].numpy())
+    assert S.adjacency_counts_sorted(mats)[0].tolist() == succ
+    for red in S.REDUCTIONS:  # the public score uses the sorted count from SORT_THRESHOLD on
+        ref = S.adjacency_counts_naive(mats).double()
+        pairs = S.row_pair_counts(300).double()
+        expected = ref.sum(-1) / pairs.sum() if red == "pooled" else (ref[:, 2:] / pairs[2:]).mean(-1)
+        torch.testing.assert_close(S.adjacency_score(mats, red), expected)
+
+
 def test_row_score_is_one_plus_kendall_tau_over_two_without_ties(S, gen):
     x = torch.randn(3, 30, 16, generator=gen)
     sim = S.cosine_similarity_matrix(x)
