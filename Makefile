@@ -20,7 +20,7 @@ demo: venv
 	$(BIN)/nope-interp demo
 
 test: venv
-	$(BIN)/ruff check nope_interp tasks tests
+	$(BIN)/ruff check nope_interp tasks tests bench
 	NOPE_FAST=1 $(BIN)/python -m pytest -q tests notebooks --nbmake
 
 reproduce: venv

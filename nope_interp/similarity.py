@@ -90,7 +90,9 @@ def adjacency_counts(sim: Float[Tensor, "*batch pos pos"]) -> Int[Tensor, "*batc
     return adjacency_counts_sorted(sim)
 
 
-def adjacency_counts_sorted(sim: Float[Tensor, "*batch pos pos"]) -> Int[Tensor, "*batch pos"]:
+def adjacency_counts_sorted(
+    sim: Float[Tensor, "*batch pos pos"], max_elements: int = 2**25
+) -> Int[Tensor, "*batch pos"]:
     """:func:`adjacency_counts` by ranking each row once and counting ordered pairs level by level.
 
     Method: row k keeps its k entries left of the diagonal; the rest is set to -inf. One stable sort
@@ -100,9 +102,19 @@ def adjacency_counts_sorted(sim: Float[Tensor, "*batch pos pos"]) -> Int[Tensor,
     inversion count): at bit b, within each group of ranks sharing the higher bits, every element
     whose bit is 1 is preceded in column order by some elements whose bit is 0, and those pairs are
     exactly the ordered pairs first separated at bit b. Each level is a few O(pos) passes (cumsum,
-    scatter); there are log2(pos) levels. Memory: O(pos^2) per sequence; no pos^3 tensor.
+    scatter); there are log2(pos) levels. Memory: O(pos^2) per sequence (sequences are processed in
+    chunks of about ``max_elements`` matrix entries); no pos^3 tensor.
     """
     _check_square_no_nan(sim)
+    n = sim.shape[-1]
+    flat = sim.reshape(-1, n, n)
+    # bound memory: about max_elements matrix entries per chunk of sequences (at least one sequence)
+    chunk = max(1, max_elements // (n * n))
+    out = [_sorted_counts(flat[i : i + chunk]) for i in range(0, flat.shape[0], chunk)]
+    return torch.cat(out).reshape(sim.shape[:-1])
+
+
+def _sorted_counts(sim: Tensor) -> Tensor:
     n = sim.shape[-1]
     m = 1 << max(1, (n - 1).bit_length())  # pad columns to a power of two
     v = torch.full((*sim.shape[:-1], m), float("-inf"), dtype=torch.float64, device=sim.device)
