@@ -94,6 +94,22 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-prompts", type=int, default=None, help="prompts per task (default 32; quick 16)")
     p.add_argument("--tasks", nargs="+", default=list(TASK_NAMES), help="tasks (default all four)")
     p.add_argument("--out-root", default=".", help="writes results/init_grid/ and figures/init_grid/ here")
+
+    p = sub.add_parser("probe", help="position probes: cosine features vs Chi et al.'s variance")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--run", help="probe one run directory (default: every task, initialised and shipped)")
+    src.add_argument("--pretrained", metavar="TASK", help="probe one shipped model")
+    src.add_argument("--init", action="store_true", help="probe one initialised model (--task, --preset)")
+    p.add_argument("--task", default=None, help="task for --init")
+    p.add_argument("--preset", default="paper", help="preset for --init and the default initialised models")
+    p.add_argument("--tasks", nargs="+", default=list(TASK_NAMES), help="tasks for the default set")
+    p.add_argument("--n-prompts", type=int, default=128, help="prompts per model (default 128)")
+    p.add_argument("--sites", nargs="+", default=None, help="hook names (default: embed, first and last layer)")
+    p.add_argument("--features", nargs="+", default=None, help="features (default all)")
+    p.add_argument("--probes", nargs="+", default=None, help="mlp and/or ridge (default both)")
+    p.add_argument("--seeds", type=int, default=2, help="split/probe seeds (default 2)")
+    p.add_argument("--quick", action="store_true", help="ridge only, 1 seed, 48 prompts")
+    p.add_argument("--out-root", default=".", help="writes results/probe/ and figures/probe/ here")
     return parser
 
 
@@ -237,6 +253,55 @@ def _cmd_init_grid(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
+def _cmd_probe(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    import tasks as tasks_pkg
+    from nope_interp.model import build_model, preset
+    from nope_interp.pretrained import available_pretrained, load_pretrained, load_run
+    from nope_interp.probe_job import run_probes
+    from nope_interp.probing import FEATURES, PROBES
+
+    features = tuple(args.features or FEATURES)
+    probes = ("ridge",) if args.quick and not args.probes else tuple(args.probes or PROBES)
+    seeds = tuple(range(1 if args.quick else args.seeds))
+    n_prompts = 48 if args.quick else args.n_prompts
+    for f in features:
+        if f not in FEATURES:
+            raise NopeInterpError(f"unknown feature {f!r}; allowed: {', '.join(FEATURES)}")
+    for p in probes:
+        if p not in PROBES:
+            raise NopeInterpError(f"unknown probe {p!r}; allowed: {', '.join(PROBES)}")
+    if not seeds or not 8 <= n_prompts <= 100_000:
+        raise NopeInterpError("--seeds must be >= 1 and --n-prompts in [8, 100000]")
+
+    def trained_entry(run):
+        tc = run.train_cfg
+        excl = frozenset(e.prompt for e in run.task.splits(tc.n_train, tc.n_test, tc.data_seed).train)
+        return run.model, run.task, excl
+
+    models = {}
+    if args.run or args.pretrained:
+        run = load_run(args.run) if args.run else load_pretrained(args.pretrained)
+        models[(run.task.name, Path(args.run).name if args.run else "trained")] = trained_entry(run)
+    elif args.init:
+        if args.task is None:
+            raise NopeInterpError(f"--init needs --task (one of: {', '.join(TASK_NAMES)})")
+        task = tasks_pkg.get_task(args.task)
+        models[(task.name, f"initialised ({args.preset})")] = (build_model(preset(args.preset)), task, frozenset())
+    else:
+        init_cfg = preset(args.preset)
+        for name in args.tasks:
+            task = tasks_pkg.get_task(name)
+            models[(name, "initialised")] = (build_model(init_cfg), task, frozenset())
+            if name in available_pretrained():
+                models[(name, "trained")] = trained_entry(load_pretrained(name))
+    result = run_probes(args.out_root, models, n_prompts, args.sites, features, probes, seeds,
+                        log=lambda s: print(s, flush=True))
+    root = Path(args.out_root)
+    print(f"done in {result['wall_time_s']:.0f}s\nresults: {root / 'results' / 'probe'}/probe.{{json,csv}}"
+          f"\nfigures: {root / 'figures' / 'probe'}/")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``nope-interp`` console script. Returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -244,7 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         commands = {"train": _cmd_train, "analyze": _cmd_analyze, "demo": _cmd_demo, "averaging": _cmd_averaging,
-                    "init-grid": _cmd_init_grid}
+                    "init-grid": _cmd_init_grid, "probe": _cmd_probe}
         return commands[args.command](args, argv)
     except (NopeInterpError, TaskError) as err:
         print(f"nope-interp: error: {err}", file=sys.stderr)

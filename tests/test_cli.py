@@ -151,3 +151,13 @@ def test_averaging_and_init_grid_commands(main, tmp_path):
     assert (tmp_path / "figures" / "init_grid" / "entropy_vs_score.html").exists()
     assert main(["init-grid", "--tasks", "sorting", "--out-root", str(tmp_path / "x")]) == 2
     assert not (tmp_path / "x").exists()
+
+
+def test_probe_command(main, tiny_run, tmp_path):
+    assert main(["probe", "--run", str(tiny_run), "--quick", "--n-prompts", "16", "--out-root", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "results" / "probe" / "probe.json").read_text())["rows"]
+    assert {r["feature"] for r in rows} == {"cos_last", "cos_profile", "variance", "norm", "raw", "variance+norm"}
+    assert all(r["probe"] == "ridge" and "shuffled_baseline_nrmse" in r for r in rows)
+    assert (tmp_path / "figures" / "probe" / "nrmse_by_site_ridge.html").exists()
+    assert main(["probe", "--init", "--task", "addition", "--probes", "forest", "--out-root", str(tmp_path / "x")]) == 2
+    assert not (tmp_path / "x").exists()

@@ -1,0 +1,159 @@
+"""Position probes: cosine-similarity features against Chi et al.'s variance (paper.md, result 5).
+
+Features per position p of a sequence h (``pos x d_model``) at one hook site:
+
+* ``cos_last``: cos(h_p, h_last), a scalar; target |p - last| (the authors' code);
+* ``cos_profile``: cos(h_p, h_{p-1}), ..., cos(h_p, h_{p-W}), the similarities to the W =
+  :data:`PROFILE_WIDTH` previous positions; target p. (A whole masked row of the cosine matrix would
+  leak p through the number of unmasked entries, so a fixed-width window is used.);
+* ``variance``: the variance across the d_model coordinates of h_p (Chi et al., ACL 2023); target p;
+* ``norm``: |h_p|; target p;
+* ``raw``: h_p itself (an upper bound); target p;
+* ``variance+norm``: both scalars.
+
+Every feature is computed at the positions p >= W only, so all features share one target set.
+
+Probes (scikit-learn, features standardised): ``mlp``, an MLPRegressor with 4 hidden layers (the
+paper's 4-layer MLP), and ``ridge``, a linear probe. Train/test split by sequence, never by position.
+Metrics on the held-out sequences: NRMSE = RMSE / standard deviation of the test targets (so predicting
+the test mean scores 1.0), Pearson r, MAE (in positions); each with two chance baselines: predicting the
+training mean, and the same probe trained on targets shuffled across training rows.
+"""
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from jaxtyping import Float
+from sklearn.linear_model import Ridge
+from sklearn.neural_network import MLPRegressor
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from torch import Tensor
+
+from nope_interp.errors import NopeInterpError
+from nope_interp.similarity import cosine_similarity_matrix
+
+FEATURES = ("cos_last", "cos_profile", "variance", "norm", "raw", "variance+norm")
+PROBES = ("mlp", "ridge")
+#: Width of the ``cos_profile`` window; features are computed for positions p >= PROFILE_WIDTH.
+PROFILE_WIDTH = 4
+
+
+def position_features(
+    acts: Float[Tensor, "batch pos d_model"], feature: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Feature matrix, targets and sequence ids for every (sequence, position).
+
+    Returns:
+        ``X`` (float64, ``batch*pos x n_features``), ``y`` (position targets, see the module docstring)
+        and ``groups`` (the sequence index of each row, for splitting by sequence).
+
+    Raises:
+        NopeInterpError: unknown feature name.
+    """
+    if feature not in FEATURES:
+        raise NopeInterpError(f"unknown feature {feature!r}; allowed: {', '.join(FEATURES)}")
+    b, n, _ = acts.shape
+    w = PROFILE_WIDTH
+    if n <= w + 1:
+        raise NopeInterpError(f"position probes need more than {w + 1} positions, got {n}")
+    x = acts.double()
+    pos = torch.arange(n, dtype=torch.float64).expand(b, n)
+    if feature == "cos_last":
+        sim = cosine_similarity_matrix(x)[:, :, -1]
+        feats, target = sim.unsqueeze(-1), (n - 1) - pos
+    elif feature == "cos_profile":
+        sim = cosine_similarity_matrix(x)
+        cols = torch.arange(n).unsqueeze(-1) - torch.arange(1, w + 1)  # p-1 ... p-w (negative for p < w)
+        feats = torch.gather(sim, 2, cols.clamp_min(0).expand(b, n, w))
+        target = pos
+    elif feature == "variance":
+        feats, target = x.var(-1, unbiased=False).unsqueeze(-1), pos
+    elif feature == "norm":
+        feats, target = torch.linalg.vector_norm(x, dim=-1).unsqueeze(-1), pos
+    elif feature == "raw":
+        feats, target = x, pos
+    else:
+        feats = torch.stack([x.var(-1, unbiased=False), torch.linalg.vector_norm(x, dim=-1)], dim=-1)
+        target = pos
+    groups = torch.arange(b).unsqueeze(-1).expand(b, n)
+    keep = slice(w, n)
+    feats, target, groups = feats[:, keep], target[:, keep], groups[:, keep]
+    return feats.reshape(-1, feats.shape[-1]).numpy(), target.reshape(-1).numpy(), groups.reshape(-1).numpy()
+
+
+def make_probe(kind: str, seed: int):
+    """A scikit-learn pipeline: StandardScaler + MLPRegressor (4 hidden layers of 64) or Ridge."""
+    if kind == "mlp":
+        reg = MLPRegressor(hidden_layer_sizes=(64, 64, 64, 64), max_iter=300, early_stopping=True,
+                           random_state=seed, learning_rate_init=1e-3)
+    elif kind == "ridge":
+        reg = Ridge(alpha=1.0)
+    else:
+        raise NopeInterpError(f"unknown probe {kind!r}; allowed: {', '.join(PROBES)}")
+    return make_pipeline(StandardScaler(), reg)
+
+
+@dataclass(frozen=True)
+class ProbeScore:
+    """Held-out metrics of one probe. NRMSE: RMSE / std of test targets (0 best, 1 = predicting the mean).
+    pearson_r in [-1, 1] (NaN for constant predictions). mae in positions."""
+
+    nrmse: float
+    pearson_r: float
+    mae: float
+
+
+def score_predictions(y_true: np.ndarray, y_pred: np.ndarray) -> ProbeScore:
+    """NRMSE, Pearson r and MAE of predictions."""
+    sd = float(np.std(y_true))
+    rmse = float(np.sqrt(np.mean((y_true - y_pred) ** 2)))
+    r = math.nan if np.std(y_pred) < 1e-12 or sd < 1e-12 else float(np.corrcoef(y_true, y_pred)[0, 1])
+    return ProbeScore(nrmse=rmse / sd if sd > 0 else math.nan, pearson_r=r, mae=float(np.mean(np.abs(y_true - y_pred))))
+
+
+def fit_position_probe(
+    X: np.ndarray, y: np.ndarray, groups: np.ndarray, probe: str = "mlp", seed: int = 0, test_fraction: float = 0.25
+) -> dict[str, ProbeScore]:
+    """Fit ``probe`` on a split by sequence and score it with its baselines.
+
+    Returns:
+        ``{"probe": ..., "mean_baseline": ..., "shuffled_baseline": ...}``, scores on held-out sequences.
+    """
+    rng = np.random.default_rng(seed)
+    seqs = np.unique(groups)
+    if len(seqs) < 4:
+        raise NopeInterpError(f"need at least 4 sequences to split by sequence, got {len(seqs)}")
+    test_seqs = rng.choice(seqs, size=max(1, int(round(test_fraction * len(seqs)))), replace=False)
+    test = np.isin(groups, test_seqs)
+    train = ~test
+    model = make_probe(probe, seed).fit(X[train], y[train])
+    shuffled = make_probe(probe, seed).fit(X[train], rng.permutation(y[train]))
+    return {
+        "probe": score_predictions(y[test], model.predict(X[test])),
+        "mean_baseline": score_predictions(y[test], np.full(test.sum(), y[train].mean())),
+        "shuffled_baseline": score_predictions(y[test], shuffled.predict(X[test])),
+    }
+
+
+def probe_sites(
+    acts: Float[Tensor, "site batch pos d_model"], labels: Sequence[str], features: Sequence[str] = FEATURES,
+    probes: Sequence[str] = PROBES, seeds: Sequence[int] = (0, 1, 2),
+) -> list[dict[str, object]]:
+    """Every (site, feature, probe, seed): one row with the probe's and baselines' metrics."""
+    rows: list[dict[str, object]] = []
+    for s, label in enumerate(labels):
+        for feature in features:
+            X, y, groups = position_features(acts[s], feature)
+            for probe in probes:
+                for seed in seeds:
+                    res = fit_position_probe(X, y, groups, probe, seed)
+                    row: dict[str, object] = {"site": label, "feature": feature, "probe": probe, "seed": seed}
+                    for name, sc in res.items():
+                        row.update({f"{name}_nrmse": sc.nrmse, f"{name}_pearson_r": sc.pearson_r,
+                                    f"{name}_mae": sc.mae})
+                    rows.append(row)
+    return rows

@@ -1,0 +1,86 @@
+import numpy as np
+import pytest
+import torch
+
+
+@pytest.fixture
+def P():
+    import nope_interp.probing as probing
+
+    return probing
+
+
+def _variance_only(gen, b=120, n=16, d=64):
+    """Position only in the scale: independent random directions (cosines ~ 0), variance 1/(p+1)."""
+    scale = (1.0 / torch.arange(1, n + 1, dtype=torch.float64)).sqrt()
+    return torch.randn(b, n, d, generator=gen, dtype=torch.float64) * scale[None, :, None]
+
+
+def _adjacency_only(gen, b=120, n=16, d=64):
+    """Position only in similarity: a random walk on the sphere (constant norm, zero-mean vectors)."""
+    x = torch.empty(b, n, d, dtype=torch.float64)
+    h = torch.randn(b, d, generator=gen, dtype=torch.float64)
+    for p in range(n):
+        h = h + 0.35 * torch.randn(b, d, generator=gen, dtype=torch.float64) * h.norm(dim=-1, keepdim=True) / d**0.5
+        h = h - h.mean(-1, keepdim=True)
+        h = h / h.norm(dim=-1, keepdim=True)
+        x[:, p] = h
+    return x
+
+
+def _nrmse(P, acts, feature, probe="ridge", seed=0):
+    X, y, g = P.position_features(acts, feature)
+    return P.fit_position_probe(X, y, g, probe, seed)
+
+
+def test_variance_probe_wins_when_position_is_only_in_the_variance(P):
+    acts = _variance_only(torch.Generator().manual_seed(0))
+    var = _nrmse(P, acts, "variance", "mlp")["probe"].nrmse
+    cos = _nrmse(P, acts, "cos_last", "mlp")["probe"].nrmse
+    assert var < 0.6 and cos > 0.85 and var < cos
+
+
+def test_cosine_probe_wins_when_position_is_only_in_adjacency(P):
+    acts = _adjacency_only(torch.Generator().manual_seed(1))
+    assert torch.allclose(acts.norm(dim=-1), torch.ones(acts.shape[:2], dtype=torch.float64))
+    cos = _nrmse(P, acts, "cos_last", "mlp")["probe"].nrmse
+    var = _nrmse(P, acts, "variance", "mlp")["probe"].nrmse
+    assert cos < 0.7 and var > 0.9 and cos < var
+
+
+@pytest.mark.parametrize("feature", ["cos_last", "cos_profile", "variance", "norm", "raw"])
+def test_shuffled_targets_give_chance_for_every_feature(P, feature):
+    acts = _variance_only(torch.Generator().manual_seed(2)) + _adjacency_only(torch.Generator().manual_seed(3))
+    res = _nrmse(P, acts, feature, "ridge")
+    assert res["shuffled_baseline"].nrmse > 0.9 and res["mean_baseline"].nrmse == pytest.approx(1.0, abs=0.05)
+
+
+def test_features_targets_split_by_sequence_and_no_leak(P):
+    acts = torch.randn(6, 10, 8, dtype=torch.float64)
+    X, y, g = P.position_features(acts, "cos_profile")
+    w = P.PROFILE_WIDTH
+    assert X.shape == (6 * (10 - w), w) and list(y[: 10 - w]) == list(range(w, 10))
+    # the window holds exactly cos(h_p, h_{p-1}) ... cos(h_p, h_{p-w})
+    a = acts[0, w] / acts[0, w].norm()
+    b = acts[0, w - 2] / acts[0, w - 2].norm()
+    assert X[0, 1] == pytest.approx(float(a @ b))
+    X2, y2, _ = P.position_features(acts, "cos_last")
+    assert list(y2[: 10 - w]) == [9 - p for p in range(w, 10)]
+    assert set(np.unique(g)) == set(range(6))
+
+
+def test_score_predictions_against_numpy(P):
+    y = np.array([0.0, 1.0, 2.0, 3.0])
+    pred = np.array([0.5, 1.0, 2.5, 2.0])
+    sc = P.score_predictions(y, pred)
+    assert sc.nrmse == pytest.approx(np.sqrt(np.mean((y - pred) ** 2)) / np.std(y))
+    assert sc.pearson_r == pytest.approx(np.corrcoef(y, pred)[0, 1]) and sc.mae == pytest.approx(0.5)
+
+
+def test_bad_probe_input(P):
+    from nope_interp.errors import NopeInterpError
+
+    with pytest.raises(NopeInterpError, match="allowed: cos_last"):
+        P.position_features(torch.zeros(2, 8, 4, dtype=torch.float64), "entropy")
+    with pytest.raises(NopeInterpError, match="allowed: mlp, ridge"):
+        P.make_probe("forest", 0)
