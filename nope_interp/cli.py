@@ -110,6 +110,21 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, default=2, help="split/probe seeds (default 2)")
     p.add_argument("--quick", action="store_true", help="ridge only, 1 seed, 48 prompts")
     p.add_argument("--out-root", default=".", help="writes results/probe/ and figures/probe/ here")
+
+    p = sub.add_parser("ablate", help="scramble or remove the positional structure; measure accuracy lost")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--run", nargs="+", help="run directories (default: the four shipped models)")
+    src.add_argument("--pretrained", nargs="+", metavar="TASK", help="shipped models by task")
+    p.add_argument("--layers", type=int, nargs="+", default=None,
+                   help="ablate blocks.L.hook_resid_pre for these L (default: every layer after the first, "
+                        "plus the last resid_post)")
+    p.add_argument("--kinds", nargs="+", default=None, help="ablations (default all)")
+    p.add_argument("--rank", type=int, default=4, help="rank of project_out in the table (default 4)")
+    p.add_argument("--ranks", type=int, nargs="+", default=[0, 1, 2, 4, 8, 16], help="ranks of the rank curve")
+    p.add_argument("--n-random", type=int, default=3, help="random-subspace draws per rank (default 3)")
+    p.add_argument("--n-eval", type=int, default=200, help="full-length test prompts scored (default 200)")
+    p.add_argument("--n-mu", type=int, default=256, help="prompts to estimate the positional means (default 256)")
+    p.add_argument("--out-root", default=".", help="writes results/ablate/ and figures/ablate/ here")
     return parser
 
 
@@ -302,6 +317,38 @@ def _cmd_probe(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
+def _cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from nope_interp.ablation_job import KINDS, run_ablation, write_ablations
+    from nope_interp.hooks import hook_name
+    from nope_interp.pretrained import available_pretrained, load_pretrained, load_run
+
+    kinds = tuple(args.kinds or KINDS)
+    for k in kinds:
+        if k not in KINDS:
+            raise NopeInterpError(f"unknown ablation {k!r}; allowed: {', '.join(KINDS)}")
+    if args.n_eval < 1 or args.n_mu < 2 or args.n_random < 1 or args.rank < 0 or min(args.ranks) < 0:
+        raise NopeInterpError("--n-eval, --n-random must be positive, --n-mu >= 2, ranks >= 0")
+    if args.run:
+        runs = [load_run(r) for r in args.run]
+    else:
+        names = args.pretrained or available_pretrained()
+        runs = [load_pretrained(n) for n in names]
+    results = []
+    for run in runs:
+        n_layers = run.model_cfg.n_layers
+        sites = None
+        if args.layers is not None:
+            sites = [hook_name("resid_pre", layer, n_layers=n_layers) for layer in args.layers]
+        tc = run.train_cfg
+        train = frozenset(e.prompt for e in run.task.splits(tc.n_train, tc.n_test, tc.data_seed).train)
+        results.append(run_ablation(run.model, run.task, train, sites, kinds, args.rank, args.ranks,
+                                    n_random=args.n_random, n_eval=args.n_eval, n_mu=args.n_mu,
+                                    log=lambda s: print(s, flush=True)))
+    paths = write_ablations(args.out_root, results)
+    print("outputs: " + ", ".join(str(p) for p in paths))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``nope-interp`` console script. Returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -309,7 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         commands = {"train": _cmd_train, "analyze": _cmd_analyze, "demo": _cmd_demo, "averaging": _cmd_averaging,
-                    "init-grid": _cmd_init_grid, "probe": _cmd_probe}
+                    "init-grid": _cmd_init_grid, "probe": _cmd_probe, "ablate": _cmd_ablate}
         return commands[args.command](args, argv)
     except (NopeInterpError, TaskError) as err:
         print(f"nope-interp: error: {err}", file=sys.stderr)

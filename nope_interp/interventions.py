@@ -47,7 +47,7 @@ def pattern_replacement_hook(kind: str, generator: torch.Generator | None = None
     if kind == "random_matched" and generator is None:
         raise NopeInterpError("pattern kind 'random_matched' needs a torch.Generator")
 
-    def hook(pattern: Float[Tensor, "batch n_heads query_pos key_pos"], hook: HookPoint) -> Tensor:
+    def hook(pattern: Float[Tensor, "batch n_heads query_pos key_pos"], hook: HookPoint | None = None) -> Tensor:
         n = pattern.shape[-1]
         if kind == "uniform":
             new = uniform_causal_pattern(n).expand(pattern.shape)

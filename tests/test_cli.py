@@ -161,3 +161,18 @@ def test_probe_command(main, tiny_run, tmp_path):
     assert (tmp_path / "figures" / "probe" / "nrmse_by_site_ridge.html").exists()
     assert main(["probe", "--init", "--task", "addition", "--probes", "forest", "--out-root", str(tmp_path / "x")]) == 2
     assert not (tmp_path / "x").exists()
+
+
+def test_ablate_command(main, tiny_run, tmp_path):
+    argv = ["ablate", "--run", str(tiny_run), "--n-eval", "6", "--n-mu", "16", "--ranks", "0", "2", "--n-random", "2",
+            "--kinds", "shuffle_positional", "project_out", "swap_prompts", "--out-root", str(tmp_path)]
+    assert main(argv) == 0
+    res = json.loads((tmp_path / "results" / "ablate" / "ablate.json").read_text())["results"][0]
+    assert res["task"] == "addition" and list(res["sites"]) == ["blocks.1.hook_resid_pre", "blocks.1.hook_resid_post"]
+    assert [p["rank"] for p in res["rank_curve"]["points"]] == [0, 2]
+    # rank 0 removes nothing: the same accuracy as the clean model
+    assert res["rank_curve"]["points"][0]["positional"] == res["clean"]["exact_match"]
+    assert (tmp_path / "figures" / "ablate" / "ablations.html").exists()
+    assert main(["ablate", "--run", str(tiny_run), "--kinds", "zero", "--out-root", str(tmp_path / "x")]) == 2
+    assert main(["ablate", "--run", str(tiny_run), "--layers", "7", "--out-root", str(tmp_path / "x")]) == 2
+    assert not (tmp_path / "x").exists()

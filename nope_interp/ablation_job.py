@@ -1,0 +1,189 @@
+"""``nope-interp ablate``: accuracy and loss lost when the positional structure is scrambled or removed.
+
+For a trained model and its task: estimate the positional means mu at each ablated site on held-out
+full-length prompts (disjoint from the training prompts and from the evaluation prompts), then apply
+each ablation of :mod:`nope_interp.ablations` at that site and measure exact match (greedy decoding),
+answer-token loss (teacher forcing) and the adjacency score at every site, against the clean baseline.
+The rank curve: exact match with the top-r positional subspace projected out, beside the same with
+random subspaces of rank r (several draws: mean and spread).
+"""
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+import torch
+from plotly.subplots import make_subplots
+from transformer_lens import HookedTransformer
+
+import tasks as tasks_pkg
+from nope_interp import io
+from nope_interp.ablations import (
+    ablation_hook,
+    positional_means,
+    positional_subspace,
+    random_subspace,
+)
+from nope_interp.analysis import analyze_model
+from nope_interp.errors import NopeInterpError
+from nope_interp.evaluate import exact_match_accuracy
+from nope_interp.hooks import hook_name
+from nope_interp.init_grid import to_csv
+from nope_interp.plotting import save_figure, short_site_label
+from nope_interp.train import answer_loss
+
+KINDS = ("shuffle_positional", "mean_positional", "project_out", "project_out_random", "shuffle_vectors",
+         "swap_prompts")
+
+
+def default_sites(n_layers: int) -> list[str]:
+    """``hook_resid_pre`` of every layer after the first (where the pattern exists), and the last resid_post."""
+    return [hook_name("resid_pre", layer) for layer in range(1, n_layers)] + [hook_name("resid_post", n_layers - 1)]
+
+
+@torch.no_grad()
+def _site_acts(model: HookedTransformer, task: tasks_pkg.Task, prompts: list[str], site: str) -> torch.Tensor:
+    _, cache = model.run_with_cache(task.prompt_tokens(prompts), names_filter=site, return_type=None)
+    return cache[site]
+
+
+def _measure(model: HookedTransformer, task: tasks_pkg.Task, examples: Sequence[tasks_pkg.Example],
+             n_analysis: int, hooks: list, with_scores: bool = True) -> dict[str, Any]:
+    with model.hooks(fwd_hooks=hooks):
+        acc = exact_match_accuracy(model, task, examples)
+        with torch.no_grad():
+            loss = float(answer_loss(model, task.training_batch(list(examples))))
+        scores = (analyze_model(model, task, n_analysis, seed=3).scores["row_mean"] if with_scores else {})
+    return {"exact_match": acc, "answer_loss": loss, "adjacency": {s: v["mean"] for s, v in scores.items()}}
+
+
+def run_ablation(
+    model: HookedTransformer, task: tasks_pkg.Task, train_prompts: frozenset[str],
+    sites: Sequence[str] | None = None, kinds: Sequence[str] = KINDS, rank: int = 4,
+    ranks: Sequence[int] = (0, 1, 2, 4, 8, 16), rank_site: str | None = None,
+    n_random: int = 3, n_eval: int = 300, n_mu: int = 512, n_analysis: int = 48, seed: int = 0,
+    log: Callable[[str], None] = lambda s: None,
+) -> dict[str, Any]:
+    """Every ablation at every site, plus the rank curve at ``rank_site``, for one model.
+
+    Args:
+        model, task: a trained model and its task. train_prompts: prompts never used for mu or evaluation.
+        sites: residual hook names (default :func:`default_sites`). kinds: ablations (default all).
+        rank: the rank of ``project_out`` in the per-site table. ranks, rank_site, n_random: the rank
+            curve (default site: the first entry of ``sites``). n_eval: full-length test prompts scored.
+        n_mu: prompts to estimate mu. n_analysis: prompts for the adjacency scores. seed: permutations.
+
+    Raises:
+        NopeInterpError: unknown site or kind; too few distinct full-length prompts.
+    """
+    sites = list(sites or default_sites(model.cfg.n_layers))
+    points = ("resid_pre", "resid_mid", "resid_post")
+    valid = {hook_name(p, layer) for layer in range(model.cfg.n_layers) for p in points}
+    bad = [s for s in sites if s not in valid]
+    if bad:
+        raise NopeInterpError(f"unknown residual site(s) {bad}; allowed: {', '.join(sorted(valid))}")
+    for k in kinds:
+        if k not in KINDS:
+            raise NopeInterpError(f"unknown ablation {k!r}; allowed: {', '.join(KINDS)}")
+    rank_site = rank_site or sites[0]
+    n_prompt = task.max_prompt_len
+    eval_prompts = task.analysis_prompts(n_eval, seed=11, exclude=train_prompts)
+    examples = [task.example(p) for p in eval_prompts]
+    mu_prompts = task.analysis_prompts(n_mu, seed=12, exclude=train_prompts | frozenset(eval_prompts))
+    gen = torch.Generator().manual_seed(seed)
+    t0 = time.perf_counter()
+    out: dict[str, Any] = {"task": task.name, "n_eval": len(examples), "n_mu": len(mu_prompts), "rank": rank,
+                           "clean": _measure(model, task, examples, n_analysis, []), "sites": {}}
+    for site in sites:
+        mu = positional_means(_site_acts(model, task, mu_prompts, site))
+        per: dict[str, Any] = {}
+        for kind in kinds:
+            perm = torch.randperm(n_prompt, generator=gen)
+            if kind == "project_out":
+                basis = positional_subspace(mu, rank)
+            elif kind == "project_out_random":
+                basis = random_subspace(mu.shape[1], rank, gen)
+            else:
+                basis = None
+            hook = ablation_hook(kind, mu, perm=perm, basis=basis, generator=gen)
+            per[kind] = _measure(model, task, examples, n_analysis, [(site, hook)])
+        out["sites"][site] = per
+        log(f"{task.name} {site}: " + ", ".join(f"{k} {v['exact_match']:.3f}" for k, v in per.items())
+            + f" (clean {out['clean']['exact_match']:.3f}; {time.perf_counter() - t0:.0f}s)")
+    mu = positional_means(_site_acts(model, task, mu_prompts, rank_site))
+    curve = []
+    for r in ranks:
+        r = min(r, min(mu.shape[0] - 1, mu.shape[1]))
+        pos = _measure(model, task, examples, n_analysis,
+                       [(rank_site, ablation_hook("project_out", mu, basis=positional_subspace(mu, r)))], False)
+        rand = []
+        for _ in range(n_random):
+            hook = ablation_hook("project_out_random", mu, basis=random_subspace(mu.shape[1], r, gen))
+            rand.append(_measure(model, task, examples, n_analysis, [(rank_site, hook)], False)["exact_match"])
+        rt = torch.tensor(rand, dtype=torch.float64)
+        curve.append({"rank": r, "positional": pos["exact_match"], "random_mean": float(rt.mean()),
+                      "random_std": float(rt.std()) if len(rand) > 1 else 0.0, "random_draws": rand})
+    out["rank_curve"] = {"site": rank_site, "points": curve}
+    log(f"{task.name} rank curve at {rank_site}: " + ", ".join(
+        f"r={c['rank']}: {c['positional']:.3f} vs random {c['random_mean']:.3f}" for c in curve))
+    return out
+
+
+def ablation_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Flat CSV rows: one per site and ablation (accuracy and loss deltas against clean)."""
+    clean = result["clean"]
+    rows = [{"task": result["task"], "site": "-", "ablation": "clean", "exact_match": clean["exact_match"],
+             "accuracy_loss": 0.0, "answer_loss": clean["answer_loss"], "loss_increase": 0.0}]
+    for site, per in result["sites"].items():
+        for kind, m in per.items():
+            rows.append({"task": result["task"], "site": site, "ablation": kind, "exact_match": m["exact_match"],
+                         "accuracy_loss": clean["exact_match"] - m["exact_match"], "answer_loss": m["answer_loss"],
+                         "loss_increase": m["answer_loss"] - clean["answer_loss"]})
+    return rows
+
+
+def plot_ablations(results: Sequence[dict[str, Any]]) -> go.Figure:
+    """Per task: accuracy lost by site and ablation (bars), and the rank curve with its random band."""
+    fig = make_subplots(rows=len(results), cols=2, column_widths=[0.6, 0.4],
+                        subplot_titles=[t for r in results for t in
+                                        (f"{r['task']}: exact match lost", f"{r['task']}: rank curve at "
+                                         f"{short_site_label(r['rank_curve']['site'])}")],
+                        vertical_spacing=0.4 / max(2, len(results)))
+    colors = dict(zip(KINDS, ["#d62728", "#ff7f0e", "#1f77b4", "#aec7e8", "#7f7f7f", "#2ca02c"], strict=True))
+    for i, res in enumerate(results, start=1):
+        sites = list(res["sites"])
+        for kind in next(iter(res["sites"].values())):
+            fig.add_trace(go.Bar(x=[short_site_label(s) for s in sites],
+                                 y=[res["clean"]["exact_match"] - res["sites"][s][kind]["exact_match"] for s in sites],
+                                 name=kind, legendgroup=kind, showlegend=(i == 1), marker_color=colors[kind]),
+                          row=i, col=1)
+        pts = res["rank_curve"]["points"]
+        x = [p["rank"] for p in pts]
+        hi = [p["random_mean"] + p["random_std"] for p in pts]
+        lo = [p["random_mean"] - p["random_std"] for p in pts]
+        fig.add_trace(go.Scatter(x=x + x[::-1], y=hi + lo[::-1], fill="toself", fillcolor="rgba(120,120,120,0.25)",
+                                 line={"width": 0}, name="random subspace (mean ± std)", legendgroup="band",
+                                 showlegend=(i == 1)), row=i, col=2)
+        fig.add_trace(go.Scatter(x=x, y=[p["random_mean"] for p in pts], mode="lines", line={"color": "gray"},
+                                 showlegend=False), row=i, col=2)
+        fig.add_trace(go.Scatter(x=x, y=[p["positional"] for p in pts], mode="lines+markers",
+                                 line={"color": "#1f77b4"}, name="positional subspace projected out",
+                                 legendgroup="pos", showlegend=(i == 1)), row=i, col=2)
+        fig.update_yaxes(title_text="accuracy lost", row=i, col=1)
+        fig.update_yaxes(title_text="exact match", range=[-0.02, 1.02], row=i, col=2)
+        fig.update_xaxes(title_text="rank r", row=i, col=2)
+    fig.update_layout(barmode="group", title="Ablating the positional structure of the residual stream",
+                      height=200 + 360 * len(results), width=1250)
+    return fig
+
+
+def write_ablations(out_root: str | Path, results: Sequence[dict[str, Any]]) -> list[Path]:
+    """Write results/ablate/ablate.json + .csv and figures/ablate/ablations.html; return the paths."""
+    root = Path(out_root)
+    res_dir = root / "results" / "ablate"
+    rows = [row for r in results for row in ablation_rows(r)]
+    return [io.write_json(res_dir / "ablate.json", {"results": list(results), **io.provenance()}),
+            io.atomic_write_text(res_dir / "ablate.csv", to_csv(rows)),
+            save_figure(plot_ablations(results), root / "figures" / "ablate" / "ablations.html")]

@@ -1,0 +1,92 @@
+import pytest
+import torch
+from conftest import assert_no_hooks
+
+
+@pytest.fixture
+def AB():
+    import nope_interp.ablations as ablations
+
+    return ablations
+
+
+def test_projection_is_idempotent_and_removes_exactly_the_subspace(AB):
+    gen = torch.Generator().manual_seed(0)
+    mu = torch.randn(9, 16, generator=gen, dtype=torch.float64)
+    basis = AB.positional_subspace(mu, 3)
+    torch.testing.assert_close(basis.T @ basis, torch.eye(3, dtype=torch.float64))
+    h = torch.randn(5, 9, 16, generator=gen, dtype=torch.float64)
+    once = AB.project_out(h, basis)
+    torch.testing.assert_close(AB.project_out(once, basis), once)
+    torch.testing.assert_close(once @ basis, torch.zeros(5, 9, 3, dtype=torch.float64), atol=1e-12, rtol=0)
+    # the removed part lies in the subspace: h - once = (h B) B^T
+    torch.testing.assert_close(h - once, (h @ basis) @ basis.T)
+    # the top directions of the centred means: compare with numpy's SVD, up to sign
+    import numpy as np
+
+    centred = (mu - mu.mean(0)).numpy()
+    vt = np.linalg.svd(centred, full_matrices=False)[2][:3]
+    assert np.allclose(np.abs(vt @ basis.numpy()), np.eye(3), atol=1e-8)
+    rand = AB.random_subspace(16, 4, gen)
+    torch.testing.assert_close(rand.T @ rand, torch.eye(4, dtype=torch.float64))
+
+
+def test_shuffle_positional_keeps_content_and_permutes_means(AB):
+    gen = torch.Generator().manual_seed(1)
+    h = torch.randn(4, 6, 8, generator=gen, dtype=torch.float64)
+    mu = AB.positional_means(h)
+    perm = torch.tensor([3, 0, 5, 1, 2, 4])
+    hook = AB.ablation_hook("shuffle_positional", mu, perm=perm)
+    out = hook(torch.cat([h, torch.ones(4, 2, 8, dtype=torch.float64)], dim=1), hook=None)
+    assert torch.equal(out[:, 6:], torch.ones(4, 2, 8, dtype=torch.float64))  # generated positions untouched
+    torch.testing.assert_close(out[:, :6] - mu[perm], h - mu)  # content h - mu kept, mean permuted
+    torch.testing.assert_close(AB.positional_means(out[:, :6]), mu[perm])
+    mean_out = AB.ablation_hook("mean_positional", mu)(h, hook=None)
+    torch.testing.assert_close(AB.positional_means(mean_out), mu.mean(0).expand(6, 8))
+
+
+def test_rank_zero_and_identity_permutation_leave_logits_unchanged(AB, tiny_model):
+    tokens = torch.randint(0, 96, (3, 9), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        clean = tiny_model(tokens)
+        _, cache = tiny_model.run_with_cache(tokens, names_filter="blocks.1.hook_resid_pre")
+    mu = AB.positional_means(cache["blocks.1.hook_resid_pre"])
+    for hook in (AB.ablation_hook("project_out", mu, basis=AB.positional_subspace(mu, 0)),
+                 AB.ablation_hook("shuffle_positional", mu, perm=torch.arange(9)),
+                 AB.ablation_hook("shuffle_vectors", mu, perm=torch.arange(9))):
+        with torch.no_grad():
+            out = tiny_model.run_with_hooks(tokens, fwd_hooks=[("blocks.1.hook_resid_pre", hook)])
+        torch.testing.assert_close(out, clean, rtol=1e-5, atol=1e-6)
+    with torch.no_grad():
+        changed = tiny_model.run_with_hooks(tokens, fwd_hooks=[(
+            "blocks.1.hook_resid_pre", AB.ablation_hook("shuffle_vectors", mu, perm=torch.arange(9).flip(0)))])
+    assert (changed - clean).abs().max() > 1e-4
+    assert_no_hooks(tiny_model)
+
+
+def test_no_hook_left_after_a_run_that_raised(AB, tiny_model):
+    mu = torch.zeros(5, tiny_model.cfg.d_model, dtype=torch.float64)
+
+    def boom(resid, hook):
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        tiny_model.run_with_hooks(torch.zeros(1, 5, dtype=torch.long), fwd_hooks=[("blocks.0.hook_resid_pre", boom)])
+    assert_no_hooks(tiny_model)
+    with pytest.raises(RuntimeError, match="boom"):
+        with tiny_model.hooks(fwd_hooks=[("blocks.0.hook_resid_post", AB.ablation_hook("mean_positional", mu))]):
+            tiny_model(torch.zeros(1, 5, dtype=torch.long))
+            raise RuntimeError("boom")
+    assert_no_hooks(tiny_model)
+
+
+def test_bad_ablation_input(AB):
+    from nope_interp.errors import NopeInterpError
+
+    mu = torch.zeros(5, 4, dtype=torch.float64)
+    with pytest.raises(NopeInterpError, match="allowed: shuffle_positional"):
+        AB.ablation_hook("zero", mu)
+    with pytest.raises(NopeInterpError, match="needs perm"):
+        AB.ablation_hook("shuffle_positional", mu)
+    with pytest.raises(NopeInterpError, match="rank must be in"):
+        AB.positional_subspace(mu, 5)
