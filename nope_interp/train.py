@@ -239,7 +239,7 @@ def train(
         io.save_weights(run_dir / io.WEIGHTS_FILE, model.state_dict())
 
     t0 = time.perf_counter()
-    stopped_early, step = False, start_step
+    stopped_early, step, full_acc = False, start_step, None
     bar = tqdm(total=cfg.steps, initial=start_step, disable=not progress, desc=f"train {task.name}", unit="step")
     running = None
     while step < cfg.steps:
@@ -267,9 +267,9 @@ def train(
             record = {"step": step, "loss": running, "lr": lr_at(step - 1, cfg), "eval_acc": acc,
                       "eval_n": len(eval_examples), "wall_time_s": round(wall, 2)}
             if acc >= cfg.target_acc:
-                full = exact_match_accuracy(model, task, splits.test)
-                record["test_acc"] = full
-                stopped_early = full >= cfg.target_acc
+                full_acc = exact_match_accuracy(model, task, splits.test)
+                record["test_acc"] = full_acc
+                stopped_early = full_acc >= cfg.target_acc
             io.append_jsonl(run_dir / io.METRICS_FILE, record)
             bar.set_postfix(loss=f"{running:.4f}", acc=f"{acc:.3f}")
         if step % cfg.checkpoint_every == 0 or stopped_early or step == cfg.steps:
@@ -280,7 +280,8 @@ def train(
     check_nope(model, model_cfg)
     wall = wall_before + time.perf_counter() - t0
     save_checkpoint(step, wall)
-    test_acc = exact_match_accuracy(model, task, splits.test)
+    # the whole test set was just scored if training stopped early at the target
+    test_acc = full_acc if stopped_early else exact_match_accuracy(model, task, splits.test)
     summary = {
         "task": task.name, "steps": step, "test_acc": test_acc, "n_test": len(splits.test),
         "target_acc": cfg.target_acc, "reached_target": test_acc >= cfg.target_acc,
