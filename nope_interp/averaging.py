@@ -74,15 +74,18 @@ def attention_entropy(pattern: Float[Tensor, "*batch query_pos key_pos"]) -> Flo
 
 
 def relative_entropy_to_uniform(
-    pattern: Float[Tensor, "*batch query_pos key_pos"],
+    pattern: Float[Tensor, "*batch query_pos key_pos"], causal: bool = True
 ) -> Float[Tensor, "*batch query_pos"]:
-    """Row entropy divided by log(q+1), the entropy of uniform causal attention over q+1 keys.
+    """Row entropy divided by the entropy of uniform attention over the row's allowed keys.
 
-    1.0 means uniform, 0.0 one-hot. Row 0 (a single key) is NaN: its entropy is 0 either way.
+    Causal: log(q+1) for query q (row 0, a single key, is NaN: its entropy is 0 either way).
+    Bidirectional (``causal=False``): log(key_pos) for every row. 1.0 means uniform, 0.0 one-hot.
     """
     n = pattern.shape[-1]
     h = attention_entropy(pattern)
-    denom = torch.log(torch.arange(1, n + 1, dtype=torch.float64))
+    if not causal:
+        return h / math.log(n) if n > 1 else torch.full_like(h, float("nan"))
+    denom = torch.log(torch.arange(1, n + 1, dtype=torch.float64, device=h.device))
     out = h / denom.clamp_min(1e-300)
     out[..., 0] = float("nan")
     return out

@@ -75,6 +75,7 @@ def averaging_report(
     names |= {f"blocks.{layer}.attn.hook_v" for layer in range(n_layers)}
     _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names, return_type=None)
     n_pos = tokens.shape[1]
+    causal = model.cfg.attention_dir == "causal"
     closed = closed_form_uniform_cosine(n_pos)
     low = torch.tril_indices(n_pos, n_pos, offset=-1)
     inv_k = 1.0 / torch.arange(1, n_pos + 1, dtype=torch.float64)
@@ -92,8 +93,8 @@ def averaging_report(
             "z_identity_max_abs_err": float((pattern_weighted_values(pattern, v) - z).abs().max()),
             "heads_concat": _predicted_vs_observed(pattern, z_cat),
             "heads": [_predicted_vs_observed(pattern[:, h], z[:, :, h]) for h in range(pattern.shape[1])],
-            "relative_entropy": float(relative_entropy_to_uniform(pattern)[..., 1:].mean()),
-            "relative_entropy_by_row": relative_entropy_to_uniform(pattern)[..., 1:].mean((0, 1)).tolist(),
+            "relative_entropy": float(relative_entropy_to_uniform(pattern, causal)[..., 1:].mean()),
+            "relative_entropy_by_row": relative_entropy_to_uniform(pattern, causal)[..., 1:].mean((0, 1)).tolist(),
             "closed_form_mae": float((obs_cat[:, low[0], low[1]] - closed[low[0], low[1]]).abs().mean()),
             "variance_ratio": var_ratio.tolist(),
             "variance_vs_1_over_k_spearman": vector_spearman(var_ratio, inv_k),

@@ -1,4 +1,4 @@
-"""The ``nope-interp`` command line: ``train``, ``analyze``, ``demo`` (and more as issues land).
+"""The ``nope-interp`` command line: train, analyze, demo, averaging, init-grid, probe, ablate.
 
 Flags for model and training settings are derived from :class:`~nope_interp.model.ModelConfig` and
 :class:`~nope_interp.train.TrainConfig` (``--n-layers``, ``--lr``, ...). Bad input prints one line,

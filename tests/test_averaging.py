@@ -126,3 +126,10 @@ def test_init_grid_runs_and_summarises():
     assert {r["n_seeds"] for r in summary} == {2}
     assert to_csv(rows).splitlines()[0].startswith("grid,task,n_layers")
     assert len(plot_grid(summary, "init").data) == 1
+
+
+def test_relative_entropy_of_bidirectional_uniform_is_one(A):
+    n = 7
+    uniform_bi = torch.full((n, n), 1 / n, dtype=torch.float64)
+    rel = A.relative_entropy_to_uniform(uniform_bi, causal=False)
+    torch.testing.assert_close(rel, torch.ones(n, dtype=torch.float64))
