@@ -19,7 +19,7 @@ from nope_interp.averaging_report import averaging_report, counterfactual_report
 from nope_interp.hooks import hook_name
 from nope_interp.init_grid import to_csv
 from nope_interp.model import build_model, preset
-from nope_interp.plotting import save_figure
+from nope_interp.plotting import save_figure, short_site_label
 from nope_interp.pretrained import available_pretrained, load_pretrained
 from nope_interp.similarity import cosine_similarity_matrix
 
@@ -60,7 +60,8 @@ def plot_counterfactuals(results: dict[str, dict[str, Any]]) -> go.Figure:
             sites = list(cond["scores"])
             acc = cond["exact_match"]
             label = kind if acc is None else f"{kind} (exact match {acc:.3f})"
-            fig.add_trace(go.Scatter(x=sites, y=[cond["scores"][s] for s in sites], mode="lines+markers",
+            fig.add_trace(go.Scatter(x=[short_site_label(s) for s in sites], y=[cond["scores"][s] for s in sites],
+                                     mode="lines+markers",
                                      name=label, line={"color": colors.get(kind)}), row=r, col=1)
         fig.update_yaxes(range=[0, 1.05], title_text="adjacency", row=r, col=1)
     fig.update_xaxes(tickangle=-60, tickfont={"size": 9})
