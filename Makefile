@@ -21,7 +21,7 @@ demo: venv
 
 test: venv
 	$(BIN)/ruff check nope_interp tasks tests bench
-	NOPE_FAST=1 $(BIN)/python -m pytest -q tests notebooks --nbmake
+	NOPE_FAST=1 $(BIN)/python -m pytest -q tests notebooks --nbmake --nbmake-timeout=900
 
 reproduce: venv
 	$(BIN)/nope-interp demo --retrain
