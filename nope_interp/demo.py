@@ -56,8 +56,9 @@ def _retrain(task: str, runs_dir: Path, device: str, progress: bool) -> LoadedRu
 
     shipped = load_pretrained(task)
     argv = shlex.split(shipped.command)[1:]
-    # same recipe; a fresh run directory under runs_dir, chosen device
-    argv = [a for a in argv if a != "--no-progress"]
+    # same recipe; a fresh run directory under runs_dir, the chosen device, all CPU threads
+    drop = {"--no-progress"}
+    argv = [a for i, a in enumerate(argv) if a not in drop and a != "--threads" and argv[i - 1] != "--threads"]
     argv += ["--runs-dir", str(runs_dir), "--name", f"{task}-retrain", "--device", device]
     if not progress:
         argv.append("--no-progress")

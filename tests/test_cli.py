@@ -176,3 +176,21 @@ def test_ablate_command(main, tiny_run, tmp_path):
     assert main(["ablate", "--run", str(tiny_run), "--kinds", "zero", "--out-root", str(tmp_path / "x")]) == 2
     assert main(["ablate", "--run", str(tiny_run), "--layers", "7", "--out-root", str(tmp_path / "x")]) == 2
     assert not (tmp_path / "x").exists()
+
+
+def test_demo_retrain_reruns_the_shipped_command(tiny_run, tmp_path, monkeypatch):
+    """--retrain trains again with the exact recorded command (here a tiny model standing in as shipped)."""
+    import shutil
+
+    import nope_interp.pretrained as pretrained
+    from nope_interp.demo import run_demo
+
+    fake = tmp_path / "pretrained" / "addition"
+    shutil.copytree(tiny_run, fake)
+    monkeypatch.setattr(pretrained, "PRETRAINED_DIR", tmp_path / "pretrained")
+    summary = run_demo(tmp_path / "out", ["addition"], n_prompts=8, eval_n=10, retrain=True,
+                       runs_dir=tmp_path / "runs", init_preset="tiny", progress=False)
+    retrained = json.loads((tmp_path / "runs" / "addition-retrain" / "config.json").read_text())
+    shipped = json.loads((fake / "config.json").read_text())
+    assert retrained["model"] == shipped["model"] and retrained["train"] == shipped["train"]
+    assert summary["tasks"]["addition"]["model_source"].endswith("addition-retrain")
