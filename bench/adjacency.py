@@ -24,7 +24,7 @@ def _one(method: str, n: int, device: str, repeats: int) -> dict:
     import torch
     from scipy.stats import kendalltau
 
-    from nope_interp.similarity import adjacency_counts_naive, adjacency_score, cosine_similarity_matrix
+    from nope_interp.similarity import adjacency_counts_naive, adjacency_score_of_activations, cosine_similarity_matrix
 
     x = torch.randn(n, 768, generator=torch.Generator().manual_seed(0)).to(device)
     times, score = [], None
@@ -33,7 +33,7 @@ def _one(method: str, n: int, device: str, repeats: int) -> dict:
             torch.cuda.synchronize()
         t0 = time.perf_counter()
         if method == "ours":
-            score = float(adjacency_score(cosine_similarity_matrix(x)))
+            score = float(adjacency_score_of_activations(x))
         elif method == "naive":
             c = cosine_similarity_matrix(x)
             counts = adjacency_counts_naive(c, max_elements=2**26).double()

@@ -49,6 +49,8 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default=None, help="run name (default: <task>-<preset>-s<seed>)")
     p.add_argument("--runs-dir", default="runs", help="parent of the run directory (default runs/)")
     p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
+    p.add_argument("--finalize", action="store_true",
+                   help="no training: score a stopped run's last checkpoint on the test set, write summary.json")
     p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu or cuda[:N]")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -138,6 +140,14 @@ def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if args.threads < 1:
             raise NopeInterpError(f"--threads must be a positive integer, got {args.threads}")
         torch.set_num_threads(args.threads)
+    if args.finalize:
+        from nope_interp.train import finalize
+
+        name = args.name or f"{args.task}-{args.preset}-s0"
+        summary = finalize(Path(args.runs_dir) / name)
+        print(f"test exact match {summary['test_acc']:.4f} at step {summary['steps']}; "
+              f"summary: {Path(args.runs_dir) / name / 'summary.json'}")
+        return 0
     model_cfg = preset(args.preset, **_model_overrides(args))
     train_kw = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
                 if f.name not in _TRAIN_SKIP and getattr(args, f.name, None) is not None}

@@ -215,3 +215,20 @@ def summarize(scores: Float[Tensor, " batch"]) -> ScoreSummary:
         raise NopeInterpError(f"summarize needs a non-empty 1-D tensor, got shape {tuple(scores.shape)}")
     std = float(scores.double().std()) if scores.numel() > 1 else 0.0
     return ScoreSummary(mean=float(scores.double().mean()), std=std, n=int(scores.numel()))
+
+
+def adjacency_score_of_activations(
+    x: Float[Tensor, "*batch pos d_model"], reduction: str = "row_mean", max_elements: int = 2**25,
+    min_norm: float = DEFAULT_MIN_NORM,
+) -> Float[Tensor, "*batch"]:
+    """:func:`adjacency_score` of :func:`cosine_similarity_matrix` without holding every matrix at once.
+
+    Sequences are processed in chunks of about ``max_elements`` cosine entries (at least one
+    sequence), so memory stays O(pos^2) per chunk however many sequences and layers are passed.
+    """
+    n = x.shape[-2]
+    flat = x.reshape(-1, n, x.shape[-1])
+    chunk = max(1, max_elements // max(1, n * n))
+    out = [adjacency_score(cosine_similarity_matrix(flat[i : i + chunk], min_norm), reduction)
+           for i in range(0, flat.shape[0], chunk)]
+    return torch.cat(out).reshape(x.shape[:-2])

@@ -290,3 +290,37 @@ def train(
     }
     io.write_json(run_dir / io.SUMMARY_FILE, summary)
     return TrainResult(run_dir=run_dir, steps=step, test_acc=test_acc, stopped_early=stopped_early, wall_time_s=wall)
+
+
+def finalize(run_dir: str | Path, device: str = "cpu") -> dict[str, Any]:
+    """Write ``summary.json`` for a run stopped before its last step, from its latest checkpoint.
+
+    Scores the whole test split (greedy exact match) without training further; the summary says at
+    which step the run stopped and that it did not finish its schedule.
+
+    Raises:
+        NopeInterpError: no checkpoint or config in ``run_dir``.
+    """
+    run_dir = Path(run_dir)
+    config = io.read_json(run_dir / io.CONFIG_FILE, "run config")
+    ckpt_path = run_dir / io.CHECKPOINT_FILE
+    if not ckpt_path.is_file():
+        raise NopeInterpError(f"no checkpoint in {run_dir} (expected {ckpt_path.name})")
+    model_cfg, cfg = ModelConfig.from_dict(config["model"]), TrainConfig.from_dict(config["train"])
+    ckpt = torch.load(ckpt_path, map_location=device, weights_only=False)
+    model = build_model(model_cfg, device=device)
+    model.load_state_dict(ckpt["model"])
+    check_nope(model, model_cfg)
+    io.save_weights(run_dir / io.WEIGHTS_FILE, model.state_dict())
+    task = cfg.make_task()
+    splits = task.splits(cfg.n_train, cfg.n_test, cfg.data_seed)
+    test_acc = exact_match_accuracy(model, task, splits.test)
+    summary = {
+        "task": task.name, "steps": ckpt["step"], "test_acc": test_acc, "n_test": len(splits.test),
+        "target_acc": cfg.target_acc, "reached_target": test_acc >= cfg.target_acc, "stopped_early": False,
+        "finished_schedule": ckpt["step"] >= cfg.steps,
+        "note": f"stopped by hand at step {ckpt['step']} of {cfg.steps}; summary written by finalize()",
+        "train_wall_time_s": round(ckpt["wall_time_s"], 1), "device": device, **io.provenance(),
+    }
+    io.write_json(run_dir / io.SUMMARY_FILE, summary)
+    return summary

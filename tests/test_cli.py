@@ -194,3 +194,14 @@ def test_demo_retrain_reruns_the_shipped_command(tiny_run, tmp_path, monkeypatch
     shipped = json.loads((fake / "config.json").read_text())
     assert retrained["model"] == shipped["model"] and retrained["train"] == shipped["train"]
     assert summary["tasks"]["addition"]["model_source"].endswith("addition-retrain")
+
+
+def test_train_finalize_writes_a_summary(main, tiny_run, tmp_path, capsys):
+    import shutil
+
+    run = tmp_path / "stopped"
+    shutil.copytree(tiny_run, run)
+    (run / "summary.json").unlink()
+    assert main(["train", "--task", "addition", "--finalize", "--runs-dir", str(tmp_path), "--name", "stopped"]) == 0
+    assert json.loads((run / "summary.json").read_text())["steps"] == 6
+    assert "test exact match" in capsys.readouterr().out

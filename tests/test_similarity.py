@@ -141,3 +141,10 @@ def test_averaging_closed_form_sqrt_i_over_k(S, gen):
 def test_summarize(S):
     s = S.summarize(torch.tensor([0.2, 0.4, 0.9], dtype=torch.float64))
     assert s.mean == pytest.approx(0.5) and s.std == pytest.approx(np.std([0.2, 0.4, 0.9], ddof=1)) and s.n == 3
+
+
+def test_chunked_score_of_activations_equals_the_direct_score(S, gen):
+    x = torch.randn(3, 4, 60, 16, generator=gen)
+    direct = S.adjacency_score(S.cosine_similarity_matrix(x), "pooled")
+    chunked = S.adjacency_score_of_activations(x, "pooled", max_elements=60 * 60)  # one sequence per chunk
+    assert chunked.shape == (3, 4) and torch.equal(direct, chunked)

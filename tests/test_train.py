@@ -122,3 +122,29 @@ def test_bad_training_input(tiny_train, tmp_path):
         TrainConfig(batch_size=0)
     with pytest.raises(NopeInterpError, match="device"):
         train(model_cfg, cfg, tmp_path / "w", device="tpu", progress=False)
+
+
+def test_finalize_a_stopped_run(tiny_train, tmp_path, monkeypatch):
+    import nope_interp.train as T
+
+    model_cfg, cfg = tiny_train
+
+    class Stop(Exception):
+        pass
+
+    real = torch.optim.AdamW.step
+    calls = {"n": 0}
+
+    def stop_at_10(self, *a, **k):
+        calls["n"] += 1
+        if calls["n"] == 10:
+            raise Stop
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", stop_at_10)
+    with pytest.raises(Stop):
+        T.train(model_cfg, cfg, tmp_path / "r", progress=False, command="x")
+    monkeypatch.setattr(torch.optim.AdamW, "step", real)
+    summary = T.finalize(tmp_path / "r")
+    assert summary["steps"] == 8 and summary["finished_schedule"] is False and summary["n_test"] == 50
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["test_acc"] == summary["test_acc"]
