@@ -105,7 +105,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", default=None, help="task for --init")
     p.add_argument("--preset", default="paper", help="preset for --init and the default initialised models")
     p.add_argument("--tasks", nargs="+", default=list(TASK_NAMES), help="tasks for the default set")
-    p.add_argument("--n-prompts", type=int, default=128, help="prompts per model (default 128)")
+    p.add_argument("--n-prompts", type=int, default=64, help="prompts per model (default 64)")
     p.add_argument("--sites", nargs="+", default=None, help="hook names (default: embed, first and last layer)")
     p.add_argument("--features", nargs="+", default=None, help="features (default all)")
     p.add_argument("--probes", nargs="+", default=None, help="mlp and/or ridge (default both)")

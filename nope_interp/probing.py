@@ -86,10 +86,11 @@ def position_features(
 
 
 def make_probe(kind: str, seed: int):
-    """A scikit-learn pipeline: StandardScaler + MLPRegressor (4 hidden layers of 64) or Ridge."""
+    """A scikit-learn pipeline: StandardScaler + MLPRegressor (4 hidden layers of 32, early stopping on a
+    10% validation split, at most 150 epochs) or Ridge (alpha 1)."""
     if kind == "mlp":
-        reg = MLPRegressor(hidden_layer_sizes=(64, 64, 64, 64), max_iter=300, early_stopping=True,
-                           random_state=seed, learning_rate_init=1e-3)
+        reg = MLPRegressor(hidden_layer_sizes=(32, 32, 32, 32), max_iter=150, early_stopping=True,
+                           n_iter_no_change=8, tol=1e-4, random_state=seed, learning_rate_init=2e-3)
     elif kind == "ridge":
         reg = Ridge(alpha=1.0)
     else:
