@@ -114,8 +114,9 @@ def run_ablation(
             + f" (clean {out['clean']['exact_match']:.3f}; {time.perf_counter() - t0:.0f}s)")
     mu = positional_means(_site_acts(model, task, mu_prompts, rank_site))
     curve = []
-    for r in ranks:
-        r = min(r, min(mu.shape[0] - 1, mu.shape[1]))
+    max_rank = min(mu.shape[0] - 1, mu.shape[1])  # the centred means span at most pos - 1 directions
+    skipped = [r for r in ranks if r > max_rank]
+    for r in [r for r in ranks if r <= max_rank]:
         pos = _measure(model, task, examples, n_analysis,
                        [(rank_site, ablation_hook("project_out", mu, basis=positional_subspace(mu, r)))], False)
         rand = []
@@ -125,7 +126,7 @@ def run_ablation(
         rt = torch.tensor(rand, dtype=torch.float64)
         curve.append({"rank": r, "positional": pos["exact_match"], "random_mean": float(rt.mean()),
                       "random_std": float(rt.std()) if len(rand) > 1 else 0.0, "random_draws": rand})
-    out["rank_curve"] = {"site": rank_site, "points": curve}
+    out["rank_curve"] = {"site": rank_site, "points": curve, "max_rank": max_rank, "skipped_ranks": skipped}
     log(f"{task.name} rank curve at {rank_site}: " + ", ".join(
         f"r={c['rank']}: {c['positional']:.3f} vs random {c['random_mean']:.3f}" for c in curve))
     return out
