@@ -114,32 +114,48 @@ def adjacency_counts_sorted(
     return torch.cat(out).reshape(sim.shape[:-1])
 
 
-def _sorted_counts(sim: Tensor) -> Tensor:
+def _sorted_counts(sim: Tensor, block_elements: int = 2**20) -> Tensor:
+    """Row blocks of one chunk: rows [r0, r1) only need the columns left of r1 - 1, so each block is
+    ranked and counted at its own (power-of-two) width; blocks stay small enough to stay in cache."""
     n = sim.shape[-1]
-    m = 1 << max(1, (n - 1).bit_length())  # pad columns to a power of two
-    v = torch.full((*sim.shape[:-1], m), float("-inf"), dtype=torch.float64, device=sim.device)
-    v[..., :n] = sim
-    v.masked_fill_(torch.triu(torch.ones(n, m, dtype=torch.bool, device=sim.device)), float("-inf"))
+    total = torch.zeros(sim.shape[:-1], dtype=torch.int64, device=sim.device)
+    r0 = 2  # rows 0 and 1 have no pairs
+    while r0 < n:
+        m = 1 << max(1, (r0 - 1).bit_length())  # width for rows up to about 2 * r0
+        rows = max(1, min(n - r0, m - r0 + 1, block_elements // (m * max(1, sim.shape[0]))))
+        r1 = r0 + rows
+        total[:, r0:r1] = _count_rows(sim[:, r0:r1, : r1 - 1], r0, m)
+        r0 = r1
+    return total
+
+
+def _count_rows(block: Tensor, first_row: int, m: int) -> Tensor:
+    """Counts for rows first_row .. first_row + rows - 1 of a block ``[batch, rows, cols]`` (cols < m)."""
+    b, rows, cols = block.shape
+    v = torch.full((b, rows, m), float("-inf"), dtype=torch.float64, device=block.device)
+    v[..., :cols] = block
+    k = torch.arange(first_row, first_row + rows, device=block.device)
+    v.masked_fill_(torch.arange(m, device=block.device)[None, :] >= k[:, None], float("-inf"))  # j >= k
     # ascending values; among ties the later column first (sort the reversed row stably)
     order = torch.argsort(v.flip(-1), dim=-1, stable=True)
     del v
-    idx_dtype = torch.int32 if m < 2**31 else torch.int64
-    ranks = torch.empty(order.shape, dtype=idx_dtype, device=sim.device)
-    arange = torch.arange(m, device=sim.device, dtype=idx_dtype)
+    idx_dtype = torch.int32
+    ranks = torch.empty(order.shape, dtype=idx_dtype, device=block.device)
+    arange = torch.arange(m, device=block.device, dtype=idx_dtype)
     ranks.scatter_(-1, (m - 1) - order, arange.expand(order.shape).contiguous())
     del order
-    total = torch.zeros(ranks.shape[:-1], dtype=torch.int64, device=sim.device)
-    for b in range(m.bit_length() - 2, -1, -1):
-        bits = (ranks >> b) & 1
+    total = torch.zeros(ranks.shape[:-1], dtype=torch.int64, device=block.device)
+    nxt = torch.empty_like(ranks)
+    for bit in range(m.bit_length() - 2, -1, -1):
+        bits = (ranks >> bit) & 1
         cz = torch.cumsum(1 - bits, dim=-1, dtype=idx_dtype)
         cz -= 1 - bits  # zeros strictly before, in the current arrangement
-        h = (ranks >> (b + 1)) << b  # zeros in all earlier groups (each group holds 2**b of them)
+        h = (ranks >> (bit + 1)) << bit  # zeros in all earlier groups (each group holds 2**bit of them)
         zb = cz - h  # zeros before, within the group
         total += (bits * zb).sum(-1, dtype=torch.int64)
-        newpos = torch.where(bits.bool(), arange + (1 << b) - zb, cz + h)
-        nxt = torch.empty_like(ranks)
+        newpos = torch.where(bits.bool(), arange + (1 << bit) - zb, cz + h)
         nxt.scatter_(-1, newpos.long(), ranks)
-        ranks = nxt
+        ranks, nxt = nxt, ranks
     return total
 
 
