@@ -167,7 +167,7 @@ def render_summary(summary: dict[str, Any]) -> str:
              "prompts per task, mean ± std over sequences. The `pooled` reduction (authors' code) is in "
              "summary.json.", "", "## Trained models", "",
              "| task | shape (layers x d_model) | steps | train time (min) | test exact match (shipped, n) "
-             "| re-measured (n) | reaches 99%? |", "|---|---|---|---|---|---|---|"]
+             "| re-measured (n) | reaches 99% (full test set)? |", "|---|---|---|---|---|---|---|"]
     for name, t in summary["tasks"].items():
         m = t["trained_model"]
         shipped = t["test_acc_shipped"]
@@ -177,7 +177,7 @@ def render_summary(summary: dict[str, Any]) -> str:
             f"{'' if wall is None else f'{wall / 60:.1f}'} | "
             f"{'n/a' if shipped is None else f'{shipped:.4f}'} ({t['n_test_shipped']}) | "
             f"{t['test_acc_remeasured']:.4f} ({t['n_test_remeasured']}) | "
-            f"{'yes' if t['test_acc_remeasured'] >= 0.99 else 'NO'} |")
+            f"{'yes' if (shipped if shipped is not None else t['test_acc_remeasured']) >= 0.99 else 'NO'} |")
     lines += ["", "## Our numbers beside the paper's claims", "",
               "| task | model | hook | paper claims | ours (mean ± std) | verdict |", "|---|---|---|---|---|---|"]
     for c in summary["claims"]:
