@@ -16,6 +16,24 @@ def tiny_train(tmp_path):
     return model_cfg, cfg
 
 
+class Interrupt(Exception):
+    """Raised by :func:`crash_at_step` to simulate a killed training process."""
+
+
+def crash_at_step(monkeypatch, n: int) -> None:
+    """Make the n-th AdamW step (1-based) raise Interrupt, as if the process died there."""
+    real_step = torch.optim.AdamW.step
+    calls = {"n": 0}
+
+    def flaky_step(self, *a, **k):
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise Interrupt
+        return real_step(self, *a, **k)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", flaky_step)
+
+
 def _weights(run_dir):
     from safetensors.torch import load_file
 
@@ -43,19 +61,8 @@ def test_resume_continues_from_checkpoint_to_identical_weights(tiny_train, tmp_p
     torch.set_num_threads(1)
     full = T.train(model_cfg, cfg, tmp_path / "full", progress=False, command="x")
 
-    class Interrupt(Exception):
-        pass
-
     real_step = torch.optim.AdamW.step
-    calls = {"n": 0}
-
-    def flaky_step(self, *a, **k):
-        calls["n"] += 1
-        if calls["n"] == 9:  # crash during step 9, after the step-8 checkpoint
-            raise Interrupt
-        return real_step(self, *a, **k)
-
-    monkeypatch.setattr(torch.optim.AdamW, "step", flaky_step)
+    crash_at_step(monkeypatch, 9)  # crash during step 9, after the step-8 checkpoint
     with pytest.raises(Interrupt):
         T.train(model_cfg, cfg, tmp_path / "part", progress=False, command="x")
     monkeypatch.setattr(torch.optim.AdamW, "step", real_step)
@@ -129,20 +136,9 @@ def test_finalize_a_stopped_run(tiny_train, tmp_path, monkeypatch):
 
     model_cfg, cfg = tiny_train
 
-    class Stop(Exception):
-        pass
-
     real = torch.optim.AdamW.step
-    calls = {"n": 0}
-
-    def stop_at_10(self, *a, **k):
-        calls["n"] += 1
-        if calls["n"] == 10:
-            raise Stop
-        return real(self, *a, **k)
-
-    monkeypatch.setattr(torch.optim.AdamW, "step", stop_at_10)
-    with pytest.raises(Stop):
+    crash_at_step(monkeypatch, 10)
+    with pytest.raises(Interrupt):
         T.train(model_cfg, cfg, tmp_path / "r", progress=False, command="x")
     monkeypatch.setattr(torch.optim.AdamW, "step", real)
     summary = T.finalize(tmp_path / "r")
