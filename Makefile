@@ -2,15 +2,23 @@
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
-# The CPU wheel of torch is pinned so that pip never pulls a multi-GB CUDA build on a CPU machine.
+# torch is pinned. On a machine without nvidia-smi, the CPU build is taken from PyTorch's CPU index when
+# that index is reachable; otherwise (as on this project's machines, where the CPU wheel of 2.13.0 lies on
+# disk for pip) plain pip is used.
 TORCH_SPEC ?= torch==2.13.0
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
 .PHONY: venv demo test reproduce clean-venv
 
 $(BIN)/nope-interp: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	if ! command -v nvidia-smi >/dev/null 2>&1 && $(BIN)/python -c "import urllib.request; \
+	    urllib.request.urlopen('$(TORCH_CPU_INDEX)/torch/', timeout=5)" >/dev/null 2>&1; then \
+	  $(BIN)/python -m pip install --quiet "$(TORCH_SPEC)" --index-url $(TORCH_CPU_INDEX); \
+	else \
+	  $(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"; \
+	fi
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	touch $(BIN)/nope-interp
 

@@ -180,7 +180,9 @@ def _cmd_analyze(args: argparse.Namespace, argv: Sequence[str]) -> int:
             raise NopeInterpError(f"--init needs --task (one of: {', '.join(TASK_NAMES)})")
         model_cfg = preset(args.preset, **_model_overrides(args))
         model, task = build_model(model_cfg), tasks_pkg.get_task(args.task, **task_params)
-        label, source = args.label or f"init-{args.preset}-{args.task}", {"init": model_cfg.to_dict()}
+        tweaks = "".join(f"-{k}{v}" for k, v in sorted(_model_overrides(args).items()))
+        label = args.label or f"init-{args.preset}-{args.task}{tweaks}"
+        source = {"init": model_cfg.to_dict()}
     else:
         run = load_run(args.run) if args.run else load_pretrained(args.pretrained)
         model, model_cfg = run.model, run.model_cfg
@@ -217,7 +219,7 @@ def _cmd_demo(args: argparse.Namespace, argv: Sequence[str]) -> int:
         raise NopeInterpError(f"--n-prompts must be in [1, 100000], got {args.n_prompts}")
     if args.eval_n < 1:
         raise NopeInterpError(f"--eval-n must be a positive integer, got {args.eval_n}")
-    print(f"demo: {len(args.tasks)} tasks, {args.n_prompts} prompts per model"
+    print(f"demo: {len(args.tasks)} task{'s' if len(args.tasks) != 1 else ''}, {args.n_prompts} prompts per model"
           + (" (retraining first)" if args.retrain else ""), flush=True)
     summary = run_demo(args.out_root, args.tasks, args.n_prompts, args.eval_n, args.retrain, args.runs_dir,
                        resolve_device(args.device), args.init_preset, log=lambda s: print(s, flush=True))

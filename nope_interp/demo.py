@@ -112,6 +112,9 @@ def run_demo(
         raise NopeInterpError(f"no shipped model for {missing}; available: {', '.join(available_pretrained())}")
     t_start = time.perf_counter()
     fig_dir, res_dir = out_dir / "figures" / "demo", out_dir / "results"
+    # figures/demo/ belongs to the demo: drop the heatmaps of an earlier run so the folder matches summary.md
+    for old in fig_dir.glob("cosine_*.html") if fig_dir.is_dir() else []:
+        old.unlink()
     adjacency: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
     summary: dict[str, Any] = {"tasks": {}, "claims": [], "n_prompts": n_prompts, "init_model": init_cfg.to_dict(),
                                **io.provenance()}
