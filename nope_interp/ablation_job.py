@@ -164,7 +164,8 @@ def plot_ablations(results: Sequence[dict[str, Any]]) -> go.Figure:
         x = [p["rank"] for p in pts]
         hi = [p["random_mean"] + p["random_std"] for p in pts]
         lo = [p["random_mean"] - p["random_std"] for p in pts]
-        fig.add_trace(go.Scatter(x=x + x[::-1], y=hi + lo[::-1], fill="toself", fillcolor="rgba(120,120,120,0.25)",
+        fig.add_trace(go.Scatter(x=x + x[::-1], y=hi + lo[::-1], mode="lines", fill="toself",
+                                 fillcolor="rgba(120,120,120,0.25)",
                                  line={"width": 0}, name="random subspace (mean ± std)", legendgroup="band",
                                  showlegend=(i == 1)), row=i, col=2)
         fig.add_trace(go.Scatter(x=x, y=[p["random_mean"] for p in pts], mode="lines", line={"color": "gray"},
