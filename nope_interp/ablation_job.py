@@ -145,6 +145,45 @@ def ablation_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def _mean_std_ci(values: Sequence[float]) -> dict[str, float]:
+    """Mean, sample std and the 95% confidence interval of the mean (Student t; scipy) over seeds."""
+    from scipy import stats
+
+    v = torch.tensor(list(values), dtype=torch.float64)
+    n = len(values)
+    mean = float(v.mean())
+    std = float(v.std()) if n > 1 else 0.0
+    half = float(stats.t.ppf(0.975, n - 1) * std / n**0.5) if n > 1 else float("nan")
+    return {"mean": mean, "std": std, "ci95_low": mean - half, "ci95_high": mean + half, "n_seeds": n}
+
+
+def seed_summary(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Across runs of the same task (seeds): mean, std and 95% CI of the accuracy lost per site and
+    ablation, and of exact match on the rank curve (positional and random)."""
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    for r in results:
+        by_task.setdefault(r["task"], []).append(r)
+    out: dict[str, Any] = {}
+    for task, runs in by_task.items():
+        entry: dict[str, Any] = {"runs": [r.get("run") for r in runs],
+                                 "clean_exact_match": _mean_std_ci([r["clean"]["exact_match"] for r in runs]),
+                                 "accuracy_loss": {}, "rank_curve": {}}
+        for site in runs[0]["sites"]:
+            if not all(site in r["sites"] for r in runs):
+                continue
+            entry["accuracy_loss"][site] = {
+                kind: _mean_std_ci([r["clean"]["exact_match"] - r["sites"][site][kind]["exact_match"] for r in runs])
+                for kind in runs[0]["sites"][site] if all(kind in r["sites"][site] for r in runs)}
+        ranks = [p["rank"] for p in runs[0]["rank_curve"]["points"]]
+        for i, rank in enumerate(ranks):
+            if all(len(r["rank_curve"]["points"]) > i and r["rank_curve"]["points"][i]["rank"] == rank for r in runs):
+                entry["rank_curve"][str(rank)] = {
+                    "positional": _mean_std_ci([r["rank_curve"]["points"][i]["positional"] for r in runs]),
+                    "random": _mean_std_ci([r["rank_curve"]["points"][i]["random_mean"] for r in runs])}
+        out[task] = entry
+    return out
+
+
 def plot_ablations(results: Sequence[dict[str, Any]]) -> go.Figure:
     """Per task: accuracy lost by site and ablation (bars), and the rank curve with its random band."""
     fig = make_subplots(rows=len(results), cols=2, column_widths=[0.6, 0.4],
@@ -185,7 +224,13 @@ def write_ablations(out_root: str | Path, results: Sequence[dict[str, Any]]) -> 
     """Write results/ablate/ablate.json + .csv and figures/ablate/ablations.html; return the paths."""
     root = Path(out_root)
     res_dir = root / "results" / "ablate"
-    rows = [row for r in results for row in ablation_rows(r)]
-    return [io.write_json(res_dir / "ablate.json", {"results": list(results), **io.provenance()}),
+    rows = [{"run": r.get("run", ""), **row} for r in results for row in ablation_rows(r)]
+    seeds = seed_summary(results)
+    seed_rows = [{"task": task, "site": site, "ablation": kind, **stats}
+                 for task, e in seeds.items()
+                 for site, per in e["accuracy_loss"].items() for kind, stats in per.items()]
+    return [io.write_json(res_dir / "ablate.json", {"results": list(results), "seed_summary": seeds,
+                                                    **io.provenance()}),
             io.atomic_write_text(res_dir / "ablate.csv", to_csv(rows)),
+            io.atomic_write_text(res_dir / "ablate_seeds.csv", to_csv(seed_rows)),
             save_figure(plot_ablations(results), root / "figures" / "ablate" / "ablations.html")]

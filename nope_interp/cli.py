@@ -353,9 +353,11 @@ def _cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
             sites = [hook_name("resid_pre", layer, n_layers=n_layers) for layer in args.layers]
         tc = run.train_cfg
         train = frozenset(e.prompt for e in run.task.splits(tc.n_train, tc.n_test, tc.data_seed).train)
-        results.append(run_ablation(run.model, run.task, train, sites, kinds, args.rank, args.ranks,
-                                    n_random=args.n_random, n_eval=args.n_eval, n_mu=args.n_mu,
-                                    log=lambda s: print(s, flush=True)))
+        res = run_ablation(run.model, run.task, train, sites, kinds, args.rank, args.ranks,
+                           n_random=args.n_random, n_eval=args.n_eval, n_mu=args.n_mu,
+                           log=lambda s: print(s, flush=True))
+        res["run"], res["model_seed"] = str(run.path), run.model_cfg.seed
+        results.append(res)
     paths = write_ablations(args.out_root, results)
     print("outputs: " + ", ".join(str(p) for p in paths))
     return 0
