@@ -30,7 +30,7 @@ from nope_interp.analysis import analyze_model
 from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import exact_match_accuracy
 from nope_interp.hooks import hook_name
-from nope_interp.init_grid import to_csv
+from nope_interp.io import to_csv
 from nope_interp.plotting import save_figure, short_site_label
 from nope_interp.train import answer_loss
 

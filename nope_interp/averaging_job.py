@@ -17,7 +17,7 @@ import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.averaging_report import averaging_report, counterfactual_report
 from nope_interp.hooks import hook_name
-from nope_interp.init_grid import to_csv
+from nope_interp.io import to_csv
 from nope_interp.model import build_model, preset
 from nope_interp.plotting import save_figure, short_site_label
 from nope_interp.pretrained import available_pretrained, load_pretrained

@@ -251,8 +251,8 @@ def _cmd_init_grid(args: argparse.Namespace, argv: Sequence[str]) -> int:
         plot_grid,
         run_init_grid,
         summarize_grid,
-        to_csv,
     )
+    from nope_interp.io import to_csv
     from nope_interp.plotting import save_figure
 
     overrides: dict[str, Any] = {"task_names": tuple(args.tasks)}

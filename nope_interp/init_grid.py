@@ -12,8 +12,6 @@ authors measured) and ``hook_resid_post`` of every layer, and the first layer's 
 relative to uniform (the proposed cause).
 """
 
-import csv
-import io as _io
 import itertools
 import time
 from collections import defaultdict
@@ -123,18 +121,6 @@ def summarize_grid(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             entry[f"{metric}_std"] = float(vals.std()) if len(rs) > 1 else 0.0
         out.append(entry)
     return out
-
-
-def to_csv(rows: list[dict[str, Any]]) -> str:
-    """CSV text with the union of the rows' keys as columns (missing cells empty)."""
-    cols: list[str] = []
-    for r in rows:
-        cols += [k for k in r if k not in cols]
-    buf = _io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=cols)
-    writer.writeheader()
-    writer.writerows(rows)
-    return buf.getvalue()
 
 
 def plot_grid(summary: list[dict[str, Any]], grid: str, site: str = "z_L0") -> go.Figure:

@@ -7,6 +7,8 @@ Every write goes to a temporary file in the same directory and is renamed into p
 interrupted write never leaves a half-written file.
 """
 
+import csv
+import io as _io
 import json
 import os
 import subprocess
@@ -117,3 +119,15 @@ def provenance() -> dict[str, str | None]:
     except (OSError, subprocess.SubprocessError):
         pass
     return {"nope_interp_version": __version__, "git_commit": commit}
+
+
+def to_csv(rows: list[dict[str, Any]]) -> str:
+    """CSV text with the union of the rows' keys as columns (missing cells empty)."""
+    cols: list[str] = []
+    for r in rows:
+        cols += [k for k in r if k not in cols]
+    buf = _io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=cols)
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()

@@ -20,7 +20,7 @@ from nope_interp import io
 from nope_interp.activations import collect_activations
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import hook_name
-from nope_interp.init_grid import to_csv
+from nope_interp.io import to_csv
 from nope_interp.plotting import save_figure, short_site_label
 from nope_interp.probing import FEATURES, PROBES, probe_sites
 

@@ -13,6 +13,7 @@ these machines per-example sequences with an answer-only loss learned faster (de
 
 import random
 import re
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -70,43 +71,43 @@ def _check_int(name: str, value: object, low: int, high: int) -> None:
 
 
 @dataclass(frozen=True)
-class Task:
-    """Base class. Subclasses set ``name``, implement the ``_`` methods and validate parameters."""
+class Task(ABC):
+    """Abstract base. Subclasses set ``name``, implement the abstract methods and validate parameters."""
 
     name: ClassVar[str] = "task"
     #: Regular expression for one full line (prompt + answer) of the task file format.
     line_pattern: ClassVar[str] = ""
 
     # --- to implement -------------------------------------------------------------------------
+    @abstractmethod
     def sample(self, rng: random.Random) -> str:
         """Draw one prompt (uniformly as paper.md specifies) from ``rng``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def sample_full_length(self, rng: random.Random) -> str:
         """Draw one prompt of the maximal prompt length (used for analysis batches)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def solve(self, prompt: str) -> str:
         """The correct answer to ``prompt``. Raises TaskError if the prompt is malformed."""
-        raise NotImplementedError
 
+    @abstractmethod
     def n_distinct_prompts(self) -> int:
         """How many different prompts these parameters allow."""
-        raise NotImplementedError
 
+    @abstractmethod
     def all_prompts(self) -> list[str]:
         """Every prompt, in a fixed order (only called when the prompt space is small)."""
-        raise NotImplementedError
 
     @property
+    @abstractmethod
     def max_prompt_len(self) -> int:
         """Characters in the longest prompt (through ``=``)."""
-        raise NotImplementedError
 
     @property
+    @abstractmethod
     def max_answer_len(self) -> int:
         """Characters in the longest answer (without the newline)."""
-        raise NotImplementedError
 
     # --- shared -----------------------------------------------------------------------------
     @property

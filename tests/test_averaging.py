@@ -115,7 +115,8 @@ def test_averaging_report_fields(A):
 
 
 def test_init_grid_runs_and_summarises():
-    from nope_interp.init_grid import GridConfig, plot_grid, run_init_grid, summarize_grid, to_csv
+    from nope_interp.init_grid import GridConfig, plot_grid, run_init_grid, summarize_grid
+    from nope_interp.io import to_csv
 
     cfg = GridConfig(means=(0.0,), stds=(0.02, 0.2), depths=(2,), widths=(48,), seeds=2, n_prompts=8,
                      task_names=("addition",))
