@@ -4,6 +4,8 @@ For a trained model and its task: estimate the positional means mu at each ablat
 full-length prompts (disjoint from the training prompts and from the evaluation prompts), then apply
 each ablation of :mod:`nope_interp.ablations` at that site and measure exact match (greedy decoding),
 answer-token loss (teacher forcing) and the adjacency score at every site, against the clean baseline.
+Before ablating, each site is split into positional mean and content part
+(:func:`nope_interp.ablations.positional_decomposition`: variance share and adjacency of each part).
 The rank curve: exact match with the top-r positional subspace projected out, beside the same with
 random subspaces of rank r (several draws: mean and spread).
 """
@@ -22,6 +24,7 @@ import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.ablations import (
     ablation_hook,
+    positional_decomposition,
     positional_means,
     positional_subspace,
     random_subspace,
@@ -95,9 +98,12 @@ def run_ablation(
     gen = torch.Generator().manual_seed(seed)
     t0 = time.perf_counter()
     out: dict[str, Any] = {"task": task.name, "n_eval": len(examples), "n_mu": len(mu_prompts), "rank": rank,
-                           "clean": _measure(model, task, examples, n_analysis, []), "sites": {}}
+                           "clean": _measure(model, task, examples, n_analysis, []), "sites": {},
+                           "decomposition": {}}
     for site in sites:
-        mu = positional_means(_site_acts(model, task, mu_prompts, site))
+        acts = _site_acts(model, task, mu_prompts, site)
+        mu = positional_means(acts)
+        out["decomposition"][site] = positional_decomposition(acts)
         per: dict[str, Any] = {}
         for kind in kinds:
             perm = torch.randperm(n_prompt, generator=gen)
@@ -110,6 +116,10 @@ def run_ablation(
             hook = ablation_hook(kind, mu, perm=perm, basis=basis, generator=gen)
             per[kind] = _measure(model, task, examples, n_analysis, [(site, hook)])
         out["sites"][site] = per
+        dec = out["decomposition"][site]
+        log(f"{task.name} {site}: position explains {dec['positional_variance_fraction']:.2f} of the variance; "
+            f"adjacency full {dec['adjacency_full']:.2f}, positional mean {dec['adjacency_positional']:.2f}, "
+            f"content {dec['adjacency_content']:.2f}")
         log(f"{task.name} {site}: " + ", ".join(f"{k} {v['exact_match']:.3f}" for k, v in per.items())
             + f" (clean {out['clean']['exact_match']:.3f}; {time.perf_counter() - t0:.0f}s)")
     mu = positional_means(_site_acts(model, task, mu_prompts, rank_site))
@@ -145,6 +155,14 @@ def ablation_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+DECOMPOSITION_KEYS = ("positional_variance_fraction", "adjacency_full", "adjacency_positional", "adjacency_content")
+
+
+def decomposition_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Flat CSV rows: one per site with the positional/content decomposition of the clean model."""
+    return [{"task": result["task"], "site": site, **dec} for site, dec in result.get("decomposition", {}).items()]
+
+
 def _mean_std_ci(values: Sequence[float]) -> dict[str, float]:
     """Mean, sample std and the 95% confidence interval of the mean (Student t; scipy) over seeds."""
     from scipy import stats
@@ -159,7 +177,8 @@ def _mean_std_ci(values: Sequence[float]) -> dict[str, float]:
 
 def seed_summary(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Across runs of the same task (seeds): mean, std and 95% CI of the accuracy lost per site and
-    ablation, and of exact match on the rank curve (positional and random)."""
+    ablation, of exact match on the rank curve (positional and random) and of the positional/content
+    decomposition per site. The CI is Student's t over seeds (scipy), so with 3 seeds it is wide."""
     by_task: dict[str, list[dict[str, Any]]] = {}
     for r in results:
         by_task.setdefault(r["task"], []).append(r)
@@ -167,13 +186,17 @@ def seed_summary(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     for task, runs in by_task.items():
         entry: dict[str, Any] = {"runs": [r.get("run") for r in runs],
                                  "clean_exact_match": _mean_std_ci([r["clean"]["exact_match"] for r in runs]),
-                                 "accuracy_loss": {}, "rank_curve": {}}
+                                 "accuracy_loss": {}, "rank_curve": {}, "decomposition": {}}
         for site in runs[0]["sites"]:
             if not all(site in r["sites"] for r in runs):
                 continue
             entry["accuracy_loss"][site] = {
                 kind: _mean_std_ci([r["clean"]["exact_match"] - r["sites"][site][kind]["exact_match"] for r in runs])
                 for kind in runs[0]["sites"][site] if all(kind in r["sites"][site] for r in runs)}
+        for site in runs[0].get("decomposition", {}):
+            if all(site in r.get("decomposition", {}) for r in runs):
+                entry["decomposition"][site] = {
+                    key: _mean_std_ci([r["decomposition"][site][key] for r in runs]) for key in DECOMPOSITION_KEYS}
         ranks = [p["rank"] for p in runs[0]["rank_curve"]["points"]]
         for i, rank in enumerate(ranks):
             if all(len(r["rank_curve"]["points"]) > i and r["rank_curve"]["points"][i]["rank"] == rank for r in runs):
@@ -184,11 +207,16 @@ def seed_summary(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _run_label(result: dict[str, Any]) -> str:
+    run = result.get("run")
+    return f"{result['task']} ({Path(run).name})" if run else result["task"]
+
+
 def plot_ablations(results: Sequence[dict[str, Any]]) -> go.Figure:
     """Per task: accuracy lost by site and ablation (bars), and the rank curve with its random band."""
     fig = make_subplots(rows=len(results), cols=2, column_widths=[0.6, 0.4],
                         subplot_titles=[t for r in results for t in
-                                        (f"{r['task']}: exact match lost", f"{r['task']}: rank curve at "
+                                        (f"{_run_label(r)}: exact match lost", f"{_run_label(r)}: rank curve at "
                                          f"{short_site_label(r['rank_curve']['site'])}")],
                         vertical_spacing=0.4 / max(2, len(results)))
     colors = dict(zip(KINDS, ["#d62728", "#ff7f0e", "#1f77b4", "#aec7e8", "#7f7f7f", "#2ca02c"], strict=True))
@@ -220,8 +248,52 @@ def plot_ablations(results: Sequence[dict[str, Any]]) -> go.Figure:
     return fig
 
 
+def plot_seed_summary(seeds: dict[str, Any]) -> go.Figure:
+    """Per task, over seeds: mean accuracy lost by site and ablation with 95% CI error bars, and the
+    rank curve (mean exact match, bars = std over seeds) for the positional and the random subspace."""
+    tasks = list(seeds)
+    fig = make_subplots(rows=len(tasks), cols=2, column_widths=[0.6, 0.4],
+                        subplot_titles=[t for task in tasks for t in
+                                        (f"{task}: exact match lost (mean over "
+                                         f"{seeds[task]['clean_exact_match']['n_seeds']} seeds, 95% CI)",
+                                         f"{task}: rank curve (mean ± std over seeds)")],
+                        vertical_spacing=0.4 / max(2, len(tasks)))
+    colors = dict(zip(KINDS, ["#d62728", "#ff7f0e", "#1f77b4", "#aec7e8", "#7f7f7f", "#2ca02c"], strict=True))
+    shown: set[str] = set()
+    for i, task in enumerate(tasks, start=1):
+        e = seeds[task]
+        sites = list(e["accuracy_loss"])
+        kinds = list(next(iter(e["accuracy_loss"].values()), {}))
+        for kind in kinds:
+            st = [e["accuracy_loss"][s][kind] for s in sites]
+            mean = [x["mean"] for x in st]
+            plus = [x["ci95_high"] - x["mean"] if x["n_seeds"] > 1 else 0.0 for x in st]
+            fig.add_trace(go.Bar(x=[short_site_label(s) for s in sites], y=mean, name=kind, legendgroup=kind,
+                                 showlegend=kind not in shown, marker_color=colors[kind],
+                                 error_y={"type": "data", "array": plus, "visible": True}), row=i, col=1)
+            shown.add(kind)
+        ranks = [int(r) for r in e["rank_curve"]]
+        for which, color, dash in (("positional", "#1f77b4", None), ("random", "gray", "dash")):
+            st = [e["rank_curve"][str(r)][which] for r in ranks]
+            name = "positional subspace projected out" if which == "positional" else "random subspace"
+            fig.add_trace(go.Scatter(x=ranks, y=[x["mean"] for x in st], mode="lines+markers", name=name,
+                                     legendgroup=which, showlegend=name not in shown,
+                                     line={"color": color, "dash": dash},
+                                     error_y={"type": "data", "array": [x["std"] for x in st], "visible": True}),
+                          row=i, col=2)
+            shown.add(name)
+        fig.update_yaxes(title_text="accuracy lost", row=i, col=1)
+        fig.update_yaxes(title_text="exact match", range=[-0.05, 1.05], row=i, col=2)
+        fig.update_xaxes(title_text="rank r", row=i, col=2)
+    fig.update_layout(barmode="group", title="Ablations over seeds (same recipe, other --seed/--model-seed)",
+                      height=200 + 360 * len(tasks), width=1250)
+    return fig
+
+
 def write_ablations(out_root: str | Path, results: Sequence[dict[str, Any]]) -> list[Path]:
-    """Write results/ablate/ablate.json + .csv and figures/ablate/ablations.html; return the paths."""
+    """Write results/ablate/ablate.json, ablate.csv, ablate_seeds.csv, ablate_decomposition.csv,
+    figures/ablate/ablations.html and (when some task has 2 or more runs) ablations_seeds.html; return
+    the paths."""
     root = Path(out_root)
     res_dir = root / "results" / "ablate"
     rows = [{"run": r.get("run", ""), **row} for r in results for row in ablation_rows(r)]
@@ -229,8 +301,17 @@ def write_ablations(out_root: str | Path, results: Sequence[dict[str, Any]]) -> 
     seed_rows = [{"task": task, "site": site, "ablation": kind, **stats}
                  for task, e in seeds.items()
                  for site, per in e["accuracy_loss"].items() for kind, stats in per.items()]
-    return [io.write_json(res_dir / "ablate.json", {"results": list(results), "seed_summary": seeds,
-                                                    **io.provenance()}),
-            io.atomic_write_text(res_dir / "ablate.csv", to_csv(rows)),
-            io.atomic_write_text(res_dir / "ablate_seeds.csv", to_csv(seed_rows)),
-            save_figure(plot_ablations(results), root / "figures" / "ablate" / "ablations.html")]
+    dec_rows = [{"run": r.get("run", ""), **row} for r in results for row in decomposition_rows(r)]
+    paths = [io.write_json(res_dir / "ablate.json", {"results": list(results), "seed_summary": seeds,
+                                                     **io.provenance()}),
+             io.atomic_write_text(res_dir / "ablate.csv", to_csv(rows)),
+             io.atomic_write_text(res_dir / "ablate_seeds.csv", to_csv(seed_rows)),
+             io.atomic_write_text(res_dir / "ablate_decomposition.csv", to_csv(dec_rows)),
+             save_figure(plot_ablations(results), root / "figures" / "ablate" / "ablations.html")]
+    multi = {t: e for t, e in seeds.items() if e["clean_exact_match"]["n_seeds"] > 1}
+    seeds_fig = root / "figures" / "ablate" / "ablations_seeds.html"
+    if multi:
+        paths.append(save_figure(plot_seed_summary(multi), seeds_fig))
+    else:
+        seeds_fig.unlink(missing_ok=True)  # never leave a figure from an earlier call beside these results
+    return paths

@@ -38,6 +38,55 @@ def positional_means(acts: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, 
     return acts.double().mean(0)
 
 
+def positional_decomposition(
+    acts: Float[Tensor, "batch pos d_model"], rel_zero: float = 1e-6
+) -> dict[str, float | int]:
+    """How much of a site's structure is positional: Song & Zhong's mean decomposition h = mu[p] + c.
+
+    Splits each activation into its positional mean mu[p] (over prompts) and its content part
+    c = h - mu[p], and measures both (paper.md's adjacency score, row mean):
+
+    * ``positional_variance_fraction``: sum_p |mu[p] - m|^2 / sum_{b,p} |h[b,p] - m|^2 * batch, with m the
+      grand mean: the share of the activation variance explained by position (law of total variance;
+      in [0, 1]).
+    * ``adjacency_full``: mean over prompts of the adjacency score of h (as ``analyze`` reports it).
+    * ``adjacency_positional``: the adjacency score of the single sequence mu.
+    * ``adjacency_content``: mean over prompts of the adjacency score of c.
+
+    A position whose content part is zero in some prompt (the fixed prefix of a task's prompts, e.g.
+    ``$`` at position 0, is the same vector in every prompt) has undefined cosines, so all three
+    scores use the positions from the first one whose content is non-zero in every prompt on
+    (``first_position``); a content vector counts as zero below ``rel_zero`` times the median norm of h.
+
+    Raises:
+        NopeInterpError: fewer than 2 prompts, or fewer than 3 usable positions.
+    """
+    from nope_interp.similarity import adjacency_score_of_activations
+
+    if acts.ndim != 3 or acts.shape[0] < 2:
+        raise NopeInterpError(f"positional_decomposition needs (batch >= 2, pos, d_model), got {tuple(acts.shape)}")
+    h = acts.double()
+    mu = h.mean(0)
+    grand = mu.mean(0)
+    total = float(((h - grand) ** 2).sum(-1).mean())
+    between = float(((mu - grand) ** 2).sum(-1).mean())
+    content = h - mu
+    scale = float(torch.linalg.vector_norm(h, dim=-1).median())
+    zero = (torch.linalg.vector_norm(content, dim=-1) <= rel_zero * scale).any(0)
+    nonzero_from = [p for p in range(h.shape[1]) if not bool(zero[p:].any())]
+    first = nonzero_from[0] if nonzero_from else h.shape[1]
+    if h.shape[1] - first < 3:
+        raise NopeInterpError(f"fewer than 3 positions with a non-zero content part (from position {first})")
+    return {
+        "positional_variance_fraction": between / total if total > 0 else float("nan"),
+        "adjacency_full": float(adjacency_score_of_activations(h[:, first:]).mean()),
+        "adjacency_positional": float(adjacency_score_of_activations(mu[first:])),
+        "adjacency_content": float(adjacency_score_of_activations(content[:, first:]).mean()),
+        "first_position": first,
+        "n_prompts": int(h.shape[0]),
+    }
+
+
 def positional_subspace(mu: Float[Tensor, "pos d_model"], rank: int) -> Float[Tensor, "d_model rank"]:
     """Orthonormal basis of the top-``rank`` principal directions of the centred positional means.
 

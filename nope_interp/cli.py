@@ -117,6 +117,9 @@ def _build_parser() -> argparse.ArgumentParser:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--run", nargs="+", help="run directories (default: the four shipped models)")
     src.add_argument("--pretrained", nargs="+", metavar="TASK", help="shipped models by task")
+    p.add_argument("--with-seeds", action="store_true",
+                   help="also the extra shipped seeds of those tasks (nope_interp/pretrained/seeds/): "
+                        "mean, std and 95%% CI over seeds")
     p.add_argument("--layers", type=int, nargs="+", default=None,
                    help="ablate blocks.L.hook_resid_pre for these L (default: every layer after the first, "
                         "plus the last resid_post)")
@@ -332,7 +335,7 @@ def _cmd_probe(args: argparse.Namespace, argv: Sequence[str]) -> int:
 def _cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from nope_interp.ablation_job import KINDS, run_ablation, write_ablations
     from nope_interp.hooks import hook_name
-    from nope_interp.pretrained import available_pretrained, load_pretrained, load_run
+    from nope_interp.pretrained import available_pretrained, available_seed_runs, load_pretrained, load_run
 
     kinds = tuple(args.kinds or KINDS)
     for k in kinds:
@@ -341,10 +344,17 @@ def _cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.n_eval < 1 or args.n_mu < 2 or args.n_random < 1 or args.rank < 0 or min(args.ranks) < 0:
         raise NopeInterpError("--n-eval, --n-random must be positive, --n-mu >= 2, ranks >= 0")
     if args.run:
+        if args.with_seeds:
+            raise NopeInterpError("--with-seeds adds the shipped seeds to --pretrained (or the default); "
+                                  "with --run, list every run directory")
         runs = [load_run(r) for r in args.run]
     else:
         names = args.pretrained or available_pretrained()
-        runs = [load_pretrained(n) for n in names]
+        runs = []
+        for n in names:
+            runs.append(load_pretrained(n))
+            runs += [load_run(p) for p in (available_seed_runs(n) if args.with_seeds else [])]
+    print(f"ablating {len(runs)} model(s): " + ", ".join(f"{r.task.name}:{r.path.name}" for r in runs), flush=True)
     results = []
     for run in runs:
         n_layers = run.model_cfg.n_layers

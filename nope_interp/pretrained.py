@@ -17,6 +17,8 @@ from nope_interp.model import ModelConfig, build_model, check_nope
 from nope_interp.train import TrainConfig
 
 PRETRAINED_DIR = Path(__file__).parent / "pretrained"
+#: Extra seeds of the shipped recipes (issue 4's seed statistics): ``seeds/<task>-s<seed>/``.
+SEEDS_DIR = PRETRAINED_DIR / "seeds"
 
 
 @dataclass(frozen=True)
@@ -85,11 +87,28 @@ def load_pretrained(task: str, device: str = "cpu") -> LoadedRun:
     return load_run(PRETRAINED_DIR / task, device=device)
 
 
-def ship(run_dir: str | Path, task: str | None = None) -> Path:
+def available_seed_runs(task: str) -> list[Path]:
+    """Directories of the extra shipped seeds of ``task`` (same recipe as the shipped model, other
+    ``--seed``/``--model-seed``), sorted by seed; the shipped model itself is not included.
+
+    Raises:
+        NopeInterpError: unknown task name.
+    """
+    if task not in tasks_pkg.TASK_NAMES:
+        raise NopeInterpError(f"unknown task {task!r}; allowed: {', '.join(tasks_pkg.TASK_NAMES)}")
+    def seed_of(path: Path) -> str:
+        return path.name[len(task) + 2 :]
+
+    found = [p for p in SEEDS_DIR.glob(f"{task}-s*") if seed_of(p).isdigit() and (p / io.WEIGHTS_FILE).is_file()]
+    return sorted(found, key=lambda p: int(seed_of(p)))
+
+
+def ship(run_dir: str | Path, task: str | None = None, as_seed: bool = False) -> Path:
     """Copy a finished run into the package as the shipped model of its task (a maintainer's tool).
 
     Copies config.json, model.safetensors, metrics.jsonl and summary.json (not the optimizer
-    checkpoint) to ``nope_interp/pretrained/<task>/``.
+    checkpoint) to ``nope_interp/pretrained/<task>/``, or with ``as_seed`` to
+    ``nope_interp/pretrained/seeds/<task>-s<model seed>/`` (an extra seed for issue 4's statistics).
 
     Raises:
         NopeInterpError: the run is not finished (no summary.json) or cannot be loaded.
@@ -99,7 +118,8 @@ def ship(run_dir: str | Path, task: str | None = None) -> Path:
     run = load_run(run_dir)
     if not run.summary:
         raise NopeInterpError(f"run {run_dir} has no summary.json: it has not finished")
-    dest = PRETRAINED_DIR / (task or run.task.name)
+    name = task or run.task.name
+    dest = SEEDS_DIR / f"{name}-s{run.model_cfg.seed}" if as_seed else PRETRAINED_DIR / name
     dest.mkdir(parents=True, exist_ok=True)
     for name in (io.CONFIG_FILE, io.WEIGHTS_FILE, io.METRICS_FILE, io.SUMMARY_FILE):
         shutil.copyfile(Path(run_dir) / name, dest / name)

@@ -173,6 +173,18 @@ def test_ablate_command(main, tiny_run, tmp_path):
     # rank 0 removes nothing: the same accuracy as the clean model
     assert res["rank_curve"]["points"][0]["positional"] == res["clean"]["exact_match"]
     assert (tmp_path / "figures" / "ablate" / "ablations.html").exists()
+    dec = res["decomposition"]["blocks.1.hook_resid_pre"]
+    assert 0.0 <= dec["positional_variance_fraction"] <= 1.0 and 0.0 <= dec["adjacency_content"] <= 1.0
+    assert "adjacency_content" in (tmp_path / "results" / "ablate" / "ablate_decomposition.csv").read_text()
+    # one run: no seed figure; the same run twice counts as two seeds (zero spread) and gets one
+    assert not (tmp_path / "figures" / "ablate" / "ablations_seeds.html").exists()
+    assert main(argv[:2] + [str(tiny_run)] + argv[2:]) == 0
+    summary = json.loads((tmp_path / "results" / "ablate" / "ablate.json").read_text())["seed_summary"]["addition"]
+    assert summary["clean_exact_match"]["n_seeds"] == 2 and summary["clean_exact_match"]["std"] == 0.0
+    assert set(summary["decomposition"]["blocks.1.hook_resid_pre"]) == {
+        "positional_variance_fraction", "adjacency_full", "adjacency_positional", "adjacency_content"}
+    assert (tmp_path / "figures" / "ablate" / "ablations_seeds.html").exists()
+    assert main(["ablate", "--run", str(tiny_run), "--with-seeds", "--out-root", str(tmp_path / "x")]) == 2
     assert main(["ablate", "--run", str(tiny_run), "--kinds", "zero", "--out-root", str(tmp_path / "x")]) == 2
     assert main(["ablate", "--run", str(tiny_run), "--layers", "7", "--out-root", str(tmp_path / "x")]) == 2
     assert not (tmp_path / "x").exists()
@@ -205,3 +217,26 @@ def test_train_finalize_writes_a_summary(main, tiny_run, tmp_path, capsys):
     assert main(["train", "--task", "addition", "--finalize", "--runs-dir", str(tmp_path), "--name", "stopped"]) == 0
     assert json.loads((run / "summary.json").read_text())["steps"] == 6
     assert "test exact match" in capsys.readouterr().out
+
+
+def test_shipped_seeds_share_the_shipped_recipe_and_ship_as_seed(tiny_run, tmp_path, monkeypatch):
+    """Every extra seed differs from its task's shipped model only in --seed/--model-seed."""
+    import nope_interp.pretrained as pretrained
+
+    found = 0
+    for task in pretrained.available_pretrained():
+        shipped = json.loads((pretrained.PRETRAINED_DIR / task / "config.json").read_text())
+        for path in pretrained.available_seed_runs(task):
+            cfg = json.loads((path / "config.json").read_text())
+            seed = cfg["model"]["seed"]
+            assert path.name == f"{task}-s{seed}" and seed != shipped["model"]["seed"]
+            assert {**cfg["model"], "seed": 0} == {**shipped["model"], "seed": 0}
+            assert {**cfg["train"], "seed": 0} == {**shipped["train"], "seed": 0}
+            assert json.loads((path / "summary.json").read_text())["n_test"] == 20_000
+            found += 1
+    assert found >= 2  # reversal-s1 and reversal-s2 at least
+    monkeypatch.setattr(pretrained, "SEEDS_DIR", tmp_path / "seeds")
+    dest = pretrained.ship(tiny_run, as_seed=True)
+    assert dest == tmp_path / "seeds" / "addition-s0" and pretrained.available_seed_runs("addition") == [dest]
+    with pytest.raises(pretrained.NopeInterpError, match="unknown task"):
+        pretrained.available_seed_runs("sorting")
