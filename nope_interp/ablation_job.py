@@ -249,44 +249,57 @@ def plot_ablations(results: Sequence[dict[str, Any]]) -> go.Figure:
 
 
 def plot_seed_summary(seeds: dict[str, Any]) -> go.Figure:
-    """Per task, over seeds: mean accuracy lost by site and ablation with 95% CI error bars, and the
-    rank curve (mean exact match, bars = std over seeds) for the positional and the random subspace."""
+    """Per task, over seeds: mean accuracy lost by site and ablation with 95% CI error bars; the rank
+    curve (mean exact match, bars = std over seeds) for the positional and the random subspace; and the
+    clean model's decomposition per site (adjacency of h, of the positional mean mu and of the content
+    h - mu, and the share of variance explained by position; bars = std over seeds)."""
     tasks = list(seeds)
-    fig = make_subplots(rows=len(tasks), cols=2, column_widths=[0.6, 0.4],
-                        subplot_titles=[t for task in tasks for t in
-                                        (f"{task}: exact match lost (mean over "
-                                         f"{seeds[task]['clean_exact_match']['n_seeds']} seeds, 95% CI)",
-                                         f"{task}: rank curve (mean ± std over seeds)")],
-                        vertical_spacing=0.4 / max(2, len(tasks)))
+    titles = []
+    for task in tasks:
+        n = seeds[task]["clean_exact_match"]["n_seeds"]
+        titles += [f"{task}: exact match lost ({n} seeds, mean, 95% CI)", f"{task}: rank curve (mean ± std)",
+                   f"{task}: position vs content (clean)"]
+    fig = make_subplots(rows=len(tasks), cols=3, column_widths=[0.45, 0.27, 0.28], subplot_titles=titles,
+                        vertical_spacing=0.4 / max(2, len(tasks)), horizontal_spacing=0.06)
     colors = dict(zip(KINDS, ["#d62728", "#ff7f0e", "#1f77b4", "#aec7e8", "#7f7f7f", "#2ca02c"], strict=True))
+    dec_colors = dict(zip(DECOMPOSITION_KEYS, ["#9467bd", "#8c564b", "#17becf", "#bcbd22"], strict=True))
     shown: set[str] = set()
+
+    def bar(x: list[str], st: list[dict[str, float]], name: str, color: str, half: str, row: int, col: int) -> None:
+        err = [(x_["ci95_high"] - x_["mean"]) if half == "ci" else x_["std"] for x_ in st]
+        err = [0.0 if e != e else e for e in err]  # one seed: no interval
+        fig.add_trace(go.Bar(x=x, y=[x_["mean"] for x_ in st], name=name, legendgroup=name,
+                             showlegend=name not in shown, marker_color=color,
+                             error_y={"type": "data", "array": err, "visible": True}), row=row, col=col)
+        shown.add(name)
+
     for i, task in enumerate(tasks, start=1):
         e = seeds[task]
         sites = list(e["accuracy_loss"])
-        kinds = list(next(iter(e["accuracy_loss"].values()), {}))
-        for kind in kinds:
-            st = [e["accuracy_loss"][s][kind] for s in sites]
-            mean = [x["mean"] for x in st]
-            plus = [x["ci95_high"] - x["mean"] if x["n_seeds"] > 1 else 0.0 for x in st]
-            fig.add_trace(go.Bar(x=[short_site_label(s) for s in sites], y=mean, name=kind, legendgroup=kind,
-                                 showlegend=kind not in shown, marker_color=colors[kind],
-                                 error_y={"type": "data", "array": plus, "visible": True}), row=i, col=1)
-            shown.add(kind)
+        labels = [short_site_label(s) for s in sites]
+        for kind in next(iter(e["accuracy_loss"].values()), {}):
+            bar(labels, [e["accuracy_loss"][s][kind] for s in sites], kind, colors[kind], "ci", i, 1)
         ranks = [int(r) for r in e["rank_curve"]]
         for which, color, dash in (("positional", "#1f77b4", None), ("random", "gray", "dash")):
             st = [e["rank_curve"][str(r)][which] for r in ranks]
-            name = "positional subspace projected out" if which == "positional" else "random subspace"
+            name = "top-r positional removed" if which == "positional" else "random r removed"
             fig.add_trace(go.Scatter(x=ranks, y=[x["mean"] for x in st], mode="lines+markers", name=name,
                                      legendgroup=which, showlegend=name not in shown,
                                      line={"color": color, "dash": dash},
                                      error_y={"type": "data", "array": [x["std"] for x in st], "visible": True}),
                           row=i, col=2)
             shown.add(name)
+        dec_sites = list(e.get("decomposition", {}))
+        for key in DECOMPOSITION_KEYS if dec_sites else ():
+            bar([short_site_label(s) for s in dec_sites], [e["decomposition"][s][key] for s in dec_sites],
+                key, dec_colors[key], "std", i, 3)
         fig.update_yaxes(title_text="accuracy lost", row=i, col=1)
         fig.update_yaxes(title_text="exact match", range=[-0.05, 1.05], row=i, col=2)
+        fig.add_hline(y=0.5, line_dash="dot", line_color="black", row=i, col=3)  # chance adjacency
+        fig.update_yaxes(title_text="score / share (dots: chance adjacency)", range=[0, 1.05], row=i, col=3)
         fig.update_xaxes(title_text="rank r", row=i, col=2)
     fig.update_layout(barmode="group", title="Ablations over seeds (same recipe, other --seed/--model-seed)",
-                      height=200 + 360 * len(tasks), width=1250)
+                      height=220 + 380 * len(tasks), width=1500, legend={"font": {"size": 11}})
     return fig
 
 
