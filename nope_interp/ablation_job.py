@@ -248,6 +248,37 @@ def plot_ablations(results: Sequence[dict[str, Any]]) -> go.Figure:
     return fig
 
 
+def seed_markdown(seeds: dict[str, Any]) -> str:
+    """The seed summary as Markdown tables: per task, the accuracy lost (mean ± std [95% CI]) by site and
+    ablation, the rank curve (positional vs random) and the position/content decomposition."""
+
+    def fmt(st: dict[str, float]) -> str:
+        if st["n_seeds"] < 2:
+            return f"{st['mean']:.3f}"
+        return f"{st['mean']:.3f} ± {st['std']:.3f} [{st['ci95_low']:.2f}, {st['ci95_high']:.2f}]"
+
+    lines = ["# Ablations over seeds", "",
+             "mean ± sample std [95% Student-t CI of the mean] over the runs of each task; accuracy lost = clean "
+             "exact match - ablated exact match.", ""]
+    for task, e in seeds.items():
+        n = e["clean_exact_match"]["n_seeds"]
+        lines += [f"## {task} ({n} run{'s' if n != 1 else ''}; clean exact match {fmt(e['clean_exact_match'])})", ""]
+        lines += ["runs: " + ", ".join(str(Path(r).name) if r else "?" for r in e["runs"]), ""]
+        kinds = list(next(iter(e["accuracy_loss"].values()), {}))
+        lines += ["| site | " + " | ".join(kinds) + " |", "|---" * (len(kinds) + 1) + "|"]
+        lines += [f"| {site} | " + " | ".join(fmt(per[k]) for k in kinds) + " |"
+                  for site, per in e["accuracy_loss"].items()]
+        lines += ["", "| rank r | exact match, positional removed | exact match, random removed |", "|---|---|---|"]
+        lines += [f"| {r} | {fmt(c['positional'])} | {fmt(c['random'])} |" for r, c in e["rank_curve"].items()]
+        if e.get("decomposition"):
+            lines += ["", "| site | " + " | ".join(DECOMPOSITION_KEYS) + " |",
+                      "|---" * (len(DECOMPOSITION_KEYS) + 1) + "|"]
+            lines += [f"| {site} | " + " | ".join(fmt(d[k]) for k in DECOMPOSITION_KEYS) + " |"
+                      for site, d in e["decomposition"].items()]
+        lines.append("")
+    return "\n".join(lines)
+
+
 def plot_seed_summary(seeds: dict[str, Any]) -> go.Figure:
     """Per task, over seeds: mean accuracy lost by site and ablation with 95% CI error bars; the rank
     curve (mean exact match, bars = std over seeds) for the positional and the random subspace; and the
@@ -304,7 +335,7 @@ def plot_seed_summary(seeds: dict[str, Any]) -> go.Figure:
 
 
 def write_ablations(out_root: str | Path, results: Sequence[dict[str, Any]]) -> list[Path]:
-    """Write results/ablate/ablate.json, ablate.csv, ablate_seeds.csv, ablate_decomposition.csv,
+    """Write results/ablate/ablate.json, ablate.csv, ablate_seeds.csv, ablate_seeds.md, ablate_decomposition.csv,
     figures/ablate/ablations.html and (when some task has 2 or more runs) ablations_seeds.html; return
     the paths."""
     root = Path(out_root)
@@ -319,6 +350,7 @@ def write_ablations(out_root: str | Path, results: Sequence[dict[str, Any]]) -> 
                                                      **io.provenance()}),
              io.atomic_write_text(res_dir / "ablate.csv", to_csv(rows)),
              io.atomic_write_text(res_dir / "ablate_seeds.csv", to_csv(seed_rows)),
+             io.atomic_write_text(res_dir / "ablate_seeds.md", seed_markdown(seeds)),
              io.atomic_write_text(res_dir / "ablate_decomposition.csv", to_csv(dec_rows)),
              save_figure(plot_ablations(results), root / "figures" / "ablate" / "ablations.html")]
     multi = {t: e for t, e in seeds.items() if e["clean_exact_match"]["n_seeds"] > 1}
