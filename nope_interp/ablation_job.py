@@ -209,7 +209,10 @@ def seed_summary(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def _run_label(result: dict[str, Any]) -> str:
     run = result.get("run")
-    return f"{result['task']} ({Path(run).name})" if run else result["task"]
+    if not run:
+        return result["task"]
+    name = Path(run).name
+    return f"{result['task']} ({'shipped' if name == result['task'] else name})"
 
 
 def plot_ablations(results: Sequence[dict[str, Any]]) -> go.Figure:
@@ -233,12 +236,12 @@ def plot_ablations(results: Sequence[dict[str, Any]]) -> go.Figure:
         lo = [p["random_mean"] - p["random_std"] for p in pts]
         fig.add_trace(go.Scatter(x=x + x[::-1], y=hi + lo[::-1], mode="lines", fill="toself",
                                  fillcolor="rgba(120,120,120,0.25)",
-                                 line={"width": 0}, name="random subspace (mean ± std)", legendgroup="band",
+                                 line={"width": 0}, name="random r removed (mean ± std)", legendgroup="band",
                                  showlegend=(i == 1)), row=i, col=2)
         fig.add_trace(go.Scatter(x=x, y=[p["random_mean"] for p in pts], mode="lines", line={"color": "gray"},
                                  showlegend=False), row=i, col=2)
         fig.add_trace(go.Scatter(x=x, y=[p["positional"] for p in pts], mode="lines+markers",
-                                 line={"color": "#1f77b4"}, name="positional subspace projected out",
+                                 line={"color": "#1f77b4"}, name="top-r positional removed",
                                  legendgroup="pos", showlegend=(i == 1)), row=i, col=2)
         fig.update_yaxes(title_text="accuracy lost", row=i, col=1)
         fig.update_yaxes(title_text="exact match", range=[-0.02, 1.02], row=i, col=2)
