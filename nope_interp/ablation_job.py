@@ -266,7 +266,8 @@ def seed_markdown(seeds: dict[str, Any]) -> str:
     for task, e in seeds.items():
         n = e["clean_exact_match"]["n_seeds"]
         lines += [f"## {task} ({n} run{'s' if n != 1 else ''}; clean exact match {fmt(e['clean_exact_match'])})", ""]
-        lines += ["runs: " + ", ".join(str(Path(r).name) if r else "?" for r in e["runs"]), ""]
+        lines += ["runs: " + ", ".join(("shipped" if Path(r).name == task else Path(r).name) if r else "?"
+                                       for r in e["runs"]), ""]
         kinds = list(next(iter(e["accuracy_loss"].values()), {}))
         lines += ["| site | " + " | ".join(kinds) + " |", "|---" * (len(kinds) + 1) + "|"]
         lines += [f"| {site} | " + " | ".join(fmt(per[k]) for k in kinds) + " |"
