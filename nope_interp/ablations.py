@@ -55,8 +55,14 @@ def positional_decomposition(
 
     A position whose content part is zero in some prompt (the fixed prefix of a task's prompts, e.g.
     ``$`` at position 0, is the same vector in every prompt) has undefined cosines, so all three
-    scores use the positions from the first one whose content is non-zero in every prompt on
-    (``first_position``); a content vector counts as zero below ``rel_zero`` times the median norm of h.
+    scores and the variance share use the positions from the first one whose content is non-zero in
+    every prompt on (``first_position``); a content vector counts as zero below ``rel_zero`` times the
+    median norm of h.
+
+    Caveat for fixed-format prompts: a token that always sits at the same position (``(`` in
+    ``order(``, ``+`` in full-length additions) is part of mu[p], so "positional" here means "the same
+    at this position in every prompt", token identity included; norms that differ a lot between such
+    positions make the variance share large (measured: 0.95-0.99 in the shipped models).
 
     Raises:
         NopeInterpError: fewer than 2 prompts, or fewer than 3 usable positions.
@@ -66,22 +72,23 @@ def positional_decomposition(
     if acts.ndim != 3 or acts.shape[0] < 2:
         raise NopeInterpError(f"positional_decomposition needs (batch >= 2, pos, d_model), got {tuple(acts.shape)}")
     h = acts.double()
-    mu = h.mean(0)
-    grand = mu.mean(0)
-    total = float(((h - grand) ** 2).sum(-1).mean())
-    between = float(((mu - grand) ** 2).sum(-1).mean())
-    content = h - mu
+    content = h - h.mean(0)
     scale = float(torch.linalg.vector_norm(h, dim=-1).median())
     zero = (torch.linalg.vector_norm(content, dim=-1) <= rel_zero * scale).any(0)
     nonzero_from = [p for p in range(h.shape[1]) if not bool(zero[p:].any())]
     first = nonzero_from[0] if nonzero_from else h.shape[1]
     if h.shape[1] - first < 3:
         raise NopeInterpError(f"fewer than 3 positions with a non-zero content part (from position {first})")
+    h, content = h[:, first:], content[:, first:]
+    mu = h.mean(0)
+    grand = mu.mean(0)
+    total = float(((h - grand) ** 2).sum(-1).mean())
+    between = float(((mu - grand) ** 2).sum(-1).mean())
     return {
         "positional_variance_fraction": between / total if total > 0 else float("nan"),
-        "adjacency_full": float(adjacency_score_of_activations(h[:, first:]).mean()),
-        "adjacency_positional": float(adjacency_score_of_activations(mu[first:])),
-        "adjacency_content": float(adjacency_score_of_activations(content[:, first:]).mean()),
+        "adjacency_full": float(adjacency_score_of_activations(h).mean()),
+        "adjacency_positional": float(adjacency_score_of_activations(mu)),
+        "adjacency_content": float(adjacency_score_of_activations(content).mean()),
         "first_position": first,
         "n_prompts": int(h.shape[0]),
     }
