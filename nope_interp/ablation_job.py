@@ -298,6 +298,8 @@ def plot_seed_summary(seeds: dict[str, Any]) -> go.Figure:
                         vertical_spacing=0.4 / max(2, len(tasks)), horizontal_spacing=0.06)
     colors = dict(zip(KINDS, ["#d62728", "#ff7f0e", "#1f77b4", "#aec7e8", "#7f7f7f", "#2ca02c"], strict=True))
     dec_colors = dict(zip(DECOMPOSITION_KEYS, ["#9467bd", "#8c564b", "#17becf", "#bcbd22"], strict=True))
+    dec_labels = dict(zip(DECOMPOSITION_KEYS, ["variance share of mu", "adjacency of h", "adjacency of mu",
+                                               "adjacency of h - mu"], strict=True))
     shown: set[str] = set()
 
     def bar(x: list[str], st: list[dict[str, float]], name: str, color: str, half: str, row: int, col: int) -> None:
@@ -317,7 +319,7 @@ def plot_seed_summary(seeds: dict[str, Any]) -> go.Figure:
         ranks = [int(r) for r in e["rank_curve"]]
         for which, color, dash in (("positional", "#1f77b4", None), ("random", "gray", "dash")):
             st = [e["rank_curve"][str(r)][which] for r in ranks]
-            name = "top-r positional removed" if which == "positional" else "random r removed"
+            name = "top-r positional out" if which == "positional" else "random r out"
             fig.add_trace(go.Scatter(x=ranks, y=[x["mean"] for x in st], mode="lines+markers", name=name,
                                      legendgroup=which, showlegend=name not in shown,
                                      line={"color": color, "dash": dash},
@@ -327,7 +329,7 @@ def plot_seed_summary(seeds: dict[str, Any]) -> go.Figure:
         dec_sites = list(e.get("decomposition", {}))
         for key in DECOMPOSITION_KEYS if dec_sites else ():
             bar([short_site_label(s) for s in dec_sites], [e["decomposition"][s][key] for s in dec_sites],
-                key, dec_colors[key], "std", i, 3)
+                dec_labels[key], dec_colors[key], "std", i, 3)
         fig.update_yaxes(title_text="accuracy lost", row=i, col=1)
         fig.update_yaxes(title_text="exact match", range=[-0.05, 1.05], row=i, col=2)
         fig.add_hline(y=0.5, line_dash="dot", line_color="black", row=i, col=3)  # chance adjacency
