@@ -103,7 +103,10 @@ def run_ablation(
     for site in sites:
         acts = _site_acts(model, task, mu_prompts, site)
         mu = positional_means(acts)
-        out["decomposition"][site] = positional_decomposition(acts)
+        try:
+            out["decomposition"][site] = positional_decomposition(acts)
+        except NopeInterpError as err:  # a degenerate model: report it, do not lose the ablations
+            out["decomposition"][site] = {"error": str(err)}
         per: dict[str, Any] = {}
         for kind in kinds:
             perm = torch.randperm(n_prompt, generator=gen)
@@ -117,7 +120,8 @@ def run_ablation(
             per[kind] = _measure(model, task, examples, n_analysis, [(site, hook)])
         out["sites"][site] = per
         dec = out["decomposition"][site]
-        log(f"{task.name} {site}: position explains {dec['positional_variance_fraction']:.2f} of the variance; "
+        log(f"{task.name} {site}: decomposition not computed: {dec['error']}" if "error" in dec else
+            f"{task.name} {site}: position explains {dec['positional_variance_fraction']:.2f} of the variance; "
             f"adjacency full {dec['adjacency_full']:.2f}, positional mean {dec['adjacency_positional']:.2f}, "
             f"content {dec['adjacency_content']:.2f}")
         log(f"{task.name} {site}: " + ", ".join(f"{k} {v['exact_match']:.3f}" for k, v in per.items())
@@ -159,8 +163,11 @@ DECOMPOSITION_KEYS = ("positional_variance_fraction", "adjacency_full", "adjacen
 
 
 def decomposition_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """Flat CSV rows: one per site with the positional/content decomposition of the clean model."""
-    return [{"task": result["task"], "site": site, **dec} for site, dec in result.get("decomposition", {}).items()]
+    """Flat CSV rows: one per site with the positional/content decomposition of the clean model (or its
+    ``error`` when it could not be computed)."""
+    return [{"task": result["task"], "site": site, **{k: (" ".join(map(str, v)) if isinstance(v, list) else v)
+                                                      for k, v in dec.items()}}
+            for site, dec in result.get("decomposition", {}).items()]
 
 
 def _mean_std_ci(values: Sequence[float]) -> dict[str, float]:
@@ -194,7 +201,7 @@ def seed_summary(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 kind: _mean_std_ci([r["clean"]["exact_match"] - r["sites"][site][kind]["exact_match"] for r in runs])
                 for kind in runs[0]["sites"][site] if all(kind in r["sites"][site] for r in runs)}
         for site in runs[0].get("decomposition", {}):
-            if all(site in r.get("decomposition", {}) for r in runs):
+            if all("error" not in r.get("decomposition", {}).get(site, {"error": ""}) for r in runs):
                 entry["decomposition"][site] = {
                     key: _mean_std_ci([r["decomposition"][site][key] for r in runs]) for key in DECOMPOSITION_KEYS}
         ranks = [p["rank"] for p in runs[0]["rank_curve"]["points"]]

@@ -20,6 +20,7 @@ through unchanged, for every ablation alike.
 """
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from jaxtyping import Float, Int
@@ -40,7 +41,7 @@ def positional_means(acts: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, 
 
 def positional_decomposition(
     acts: Float[Tensor, "batch pos d_model"], rel_zero: float = 1e-6
-) -> dict[str, float | int]:
+) -> dict[str, Any]:
     """How much of a site's structure is positional: Song & Zhong's mean decomposition h = mu[p] + c.
 
     Splits each activation into its positional mean mu[p] (over prompts) and its content part
@@ -53,11 +54,12 @@ def positional_decomposition(
     * ``adjacency_positional``: the adjacency score of the single sequence mu.
     * ``adjacency_content``: mean over prompts of the adjacency score of c.
 
-    A position whose content part is zero in some prompt (the fixed prefix of a task's prompts, e.g.
-    ``$`` at position 0, is the same vector in every prompt) has undefined cosines, so all three
-    scores and the variance share use the positions from the first one whose content is non-zero in
-    every prompt on (``first_position``); a content vector counts as zero below ``rel_zero`` times the
-    median norm of h.
+    A position whose content part is zero in some prompt has undefined content cosines: the fixed
+    prefix of a task's prompts (``$`` at position 0 is the same vector in every prompt), or a fixed
+    token that a model ignoring the earlier tokens maps to one vector (seen in the chance-level
+    indexing models). All three scores and the variance share therefore use only the positions whose
+    content is non-zero in every prompt, in their order (``dropped_positions`` lists the others); a
+    content vector counts as zero below ``rel_zero`` times the median norm of h.
 
     Caveat for fixed-format prompts: a token that always sits at the same position (``(`` in
     ``order(``, ``+`` in full-length additions) is part of mu[p], so "positional" here means "the same
@@ -75,11 +77,11 @@ def positional_decomposition(
     content = h - h.mean(0)
     scale = float(torch.linalg.vector_norm(h, dim=-1).median())
     zero = (torch.linalg.vector_norm(content, dim=-1) <= rel_zero * scale).any(0)
-    nonzero_from = [p for p in range(h.shape[1]) if not bool(zero[p:].any())]
-    first = nonzero_from[0] if nonzero_from else h.shape[1]
-    if h.shape[1] - first < 3:
-        raise NopeInterpError(f"fewer than 3 positions with a non-zero content part (from position {first})")
-    h, content = h[:, first:], content[:, first:]
+    keep = torch.nonzero(~zero).flatten()
+    if keep.numel() < 3:
+        raise NopeInterpError(f"fewer than 3 positions with a non-zero content part in every prompt "
+                              f"(usable: {keep.tolist()})")
+    h, content = h[:, keep], content[:, keep]
     mu = h.mean(0)
     grand = mu.mean(0)
     total = float(((h - grand) ** 2).sum(-1).mean())
@@ -89,7 +91,7 @@ def positional_decomposition(
         "adjacency_full": float(adjacency_score_of_activations(h).mean()),
         "adjacency_positional": float(adjacency_score_of_activations(mu)),
         "adjacency_content": float(adjacency_score_of_activations(content).mean()),
-        "first_position": first,
+        "dropped_positions": torch.nonzero(zero).flatten().tolist(),
         "n_prompts": int(h.shape[0]),
     }
 

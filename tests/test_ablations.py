@@ -109,6 +109,13 @@ def test_seed_summary_against_scipy():
     lo, hi = stats.t.interval(0.95, 2, loc=m, scale=se)
     assert s["mean"] == pytest.approx(m) and s["ci95_low"] == pytest.approx(lo) and s["ci95_high"] == pytest.approx(hi)
     assert s["n_seeds"] == 3 and out["rank_curve"]["1"]["positional"]["mean"] == pytest.approx(0.1)
+    # decomposition: averaged over seeds where every run has it; a run that reported an error drops the site
+    keys = ("positional_variance_fraction", "adjacency_full", "adjacency_positional", "adjacency_content")
+    runs = [fake(1.0, 0.2, 0.1), fake(0.9, 0.3, 0.0)]
+    runs[0]["decomposition"] = {"s": dict.fromkeys(keys, 0.8), "u": dict.fromkeys(keys, 0.5)}
+    runs[1]["decomposition"] = {"s": dict.fromkeys(keys, 0.6), "u": {"error": "fewer than 3 positions"}}
+    dec = seed_summary(runs)["t"]["decomposition"]
+    assert list(dec) == ["s"] and dec["s"]["adjacency_positional"]["mean"] == pytest.approx(0.7)
 
 
 def test_positional_decomposition_separates_position_from_content(AB):
@@ -120,7 +127,7 @@ def test_positional_decomposition_separates_position_from_content(AB):
     content = 0.7 * torch.randn(n_b, n_p, d, generator=gen, dtype=torch.float64)  # i.i.d.: no adjacency
     content[:, 0] = 0.0  # a fixed first token: the same vector in every prompt
     out = AB.positional_decomposition(walk + content)
-    assert out["first_position"] == 1
+    assert out["dropped_positions"] == [0]
     assert out["adjacency_positional"] > 0.9
     assert abs(out["adjacency_content"] - 0.5) < 0.05
     # variance fraction against a naive numpy loop (law of total variance), on positions 1.. (position 0 dropped)
@@ -134,6 +141,10 @@ def test_positional_decomposition_separates_position_from_content(AB):
     # pure content (no positional signal): fraction near 0, positional mean not adjacent
     noise = torch.randn(n_b, n_p, d, generator=gen, dtype=torch.float64)
     flat = AB.positional_decomposition(noise)
-    assert flat["positional_variance_fraction"] < 0.05 and flat["first_position"] == 0
+    assert flat["positional_variance_fraction"] < 0.05 and flat["dropped_positions"] == []
+    # a constant position in the middle (a fixed token the model maps to one vector) is dropped too
+    mid = walk + content
+    mid[:, 5] = mid[0, 5]
+    assert AB.positional_decomposition(mid)["dropped_positions"] == [0, 5]
     with pytest.raises(Exception, match="3 positions"):
         AB.positional_decomposition(torch.zeros(4, 5, 3, dtype=torch.float64) + 1.0)
