@@ -343,7 +343,7 @@ def plot_seed_summary(seeds: dict[str, Any]) -> go.Figure:
         fig.update_yaxes(title_text="score / share (dots: chance adjacency)", range=[0, 1.05], row=i, col=3)
         fig.update_xaxes(title_text="rank r", row=i, col=2)
     fig.update_layout(barmode="group", title="Ablations over seeds (same recipe, other --seed/--model-seed)",
-                      height=220 + 380 * len(tasks), width=1500, legend={"font": {"size": 11}})
+                      height=220 + 380 * len(tasks), width=1620, legend={"font": {"size": 11}})
     return fig
 
 
