@@ -64,7 +64,8 @@ def positional_decomposition(
     Caveat for fixed-format prompts: a token that always sits at the same position (``(`` in
     ``order(``, ``+`` in full-length additions) is part of mu[p], so "positional" here means "the same
     at this position in every prompt", token identity included; norms that differ a lot between such
-    positions make the variance share large (measured: 0.95-0.99 in the shipped models).
+    positions make the variance share large (measured at blocks.1.hook_resid_pre, mean over 3 seeds:
+    addition 0.76, reversal 0.93, ordering 0.95; indexing 0.42).
 
     Raises:
         NopeInterpError: fewer than 2 prompts, or fewer than 3 usable positions.
