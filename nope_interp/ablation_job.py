@@ -258,9 +258,11 @@ def plot_ablations(results: Sequence[dict[str, Any]]) -> go.Figure:
     return fig
 
 
-def seed_markdown(seeds: dict[str, Any]) -> str:
+def seed_markdown(seeds: dict[str, Any], results: Sequence[dict[str, Any]] = ()) -> str:
     """The seed summary as Markdown tables: per task, the accuracy lost (mean ± std [95% CI]) by site and
-    ablation, the rank curve (positional vs random) and the position/content decomposition."""
+    ablation, the rank curve (positional vs random) and the position/content decomposition; with
+    ``results``, also each run's own exact match (clean and under every ablation) per site, which is
+    what to read when the runs' clean accuracies differ a lot."""
 
     def fmt(st: dict[str, float]) -> str:
         if st["n_seeds"] < 2:
@@ -281,6 +283,17 @@ def seed_markdown(seeds: dict[str, Any]) -> str:
                   for site, per in e["accuracy_loss"].items()]
         lines += ["", "| rank r | exact match, positional removed | exact match, random removed |", "|---|---|---|"]
         lines += [f"| {r} | {fmt(c['positional'])} | {fmt(c['random'])} |" for r, c in e["rank_curve"].items()]
+        runs = [r for r in results if r["task"] == task]
+        if runs:
+            kinds_run = list(next(iter(runs[0]["sites"].values()), {}))
+            lines += ["", "Exact match of each run:", "",
+                      "| run | site | clean | " + " | ".join(kinds_run) + " |", "|---" * (len(kinds_run) + 3) + "|"]
+            for r in runs:
+                name = Path(r["run"]).name if r.get("run") else "?"
+                name = "shipped" if name == task else name
+                lines += [f"| {name} | {site} | {r['clean']['exact_match']:.3f} | "
+                          + " | ".join(f"{per[k]['exact_match']:.3f}" if k in per else "" for k in kinds_run) + " |"
+                          for site, per in r["sites"].items()]
         if e.get("decomposition"):
             lines += ["", "| site | " + " | ".join(DECOMPOSITION_KEYS) + " |",
                       "|---" * (len(DECOMPOSITION_KEYS) + 1) + "|"]
@@ -363,7 +376,7 @@ def write_ablations(out_root: str | Path, results: Sequence[dict[str, Any]]) -> 
                                                      **io.provenance()}),
              io.atomic_write_text(res_dir / "ablate.csv", to_csv(rows)),
              io.atomic_write_text(res_dir / "ablate_seeds.csv", to_csv(seed_rows)),
-             io.atomic_write_text(res_dir / "ablate_seeds.md", seed_markdown(seeds)),
+             io.atomic_write_text(res_dir / "ablate_seeds.md", seed_markdown(seeds, results)),
              io.atomic_write_text(res_dir / "ablate_decomposition.csv", to_csv(dec_rows)),
              save_figure(plot_ablations(results), root / "figures" / "ablate" / "ablations.html")]
     multi = {t: e for t, e in seeds.items() if e["clean_exact_match"]["n_seeds"] > 1}

@@ -186,6 +186,8 @@ def test_ablate_command(main, tiny_run, tmp_path):
     assert (tmp_path / "figures" / "ablate" / "ablations_seeds.html").exists()
     md = (tmp_path / "results" / "ablate" / "ablate_seeds.md").read_text()
     assert "## addition (2 runs" in md and "| blocks.1.hook_resid_pre | " in md and "± 0.000" in md
+    clean = f"{res['clean']['exact_match']:.3f}"
+    assert md.count(f"| {tiny_run.name} | blocks.1.hook_resid_pre | {clean} | ") == 2  # one row per run
     assert main(["ablate", "--run", str(tiny_run), "--with-seeds", "--out-root", str(tmp_path / "x")]) == 2
     assert main(["ablate", "--run", str(tiny_run), "--kinds", "zero", "--out-root", str(tmp_path / "x")]) == 2
     assert main(["ablate", "--run", str(tiny_run), "--layers", "7", "--out-root", str(tmp_path / "x")]) == 2
