@@ -41,6 +41,10 @@ KINDS = ("shuffle_positional", "mean_positional", "project_out", "project_out_ra
          "swap_prompts")
 
 
+#: One colour per ablation kind, shared by the per-run and the seed figures.
+KIND_COLORS = dict(zip(KINDS, ["#d62728", "#ff7f0e", "#1f77b4", "#aec7e8", "#7f7f7f", "#2ca02c"], strict=True))
+
+
 def default_sites(n_layers: int) -> list[str]:
     """``hook_resid_pre`` of every layer after the first (where the pattern exists), and the last resid_post."""
     return [hook_name("resid_pre", layer) for layer in range(1, n_layers)] + [hook_name("resid_post", n_layers - 1)]
@@ -214,12 +218,15 @@ def seed_summary(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _run_label(result: dict[str, Any]) -> str:
-    run = result.get("run")
+def _run_name(run: str | None, task: str) -> str:
+    """A run's short name: ``shipped`` for ``pretrained/<task>``, else its directory name ("?" if unknown)."""
     if not run:
-        return result["task"]
-    name = Path(run).name
-    return f"{result['task']} ({'shipped' if name == result['task'] else name})"
+        return "?"
+    return "shipped" if Path(run).name == task else Path(run).name
+
+
+def _run_label(result: dict[str, Any]) -> str:
+    return f"{result['task']} ({_run_name(result['run'], result['task'])})" if result.get("run") else result["task"]
 
 
 def plot_ablations(results: Sequence[dict[str, Any]]) -> go.Figure:
@@ -229,13 +236,12 @@ def plot_ablations(results: Sequence[dict[str, Any]]) -> go.Figure:
                                         (f"{_run_label(r)}: exact match lost", f"{_run_label(r)}: rank curve at "
                                          f"{short_site_label(r['rank_curve']['site'])}")],
                         vertical_spacing=0.4 / max(2, len(results)))
-    colors = dict(zip(KINDS, ["#d62728", "#ff7f0e", "#1f77b4", "#aec7e8", "#7f7f7f", "#2ca02c"], strict=True))
     for i, res in enumerate(results, start=1):
         sites = list(res["sites"])
         for kind in next(iter(res["sites"].values())):
             fig.add_trace(go.Bar(x=[short_site_label(s) for s in sites],
                                  y=[res["clean"]["exact_match"] - res["sites"][s][kind]["exact_match"] for s in sites],
-                                 name=kind, legendgroup=kind, showlegend=(i == 1), marker_color=colors[kind]),
+                                 name=kind, legendgroup=kind, showlegend=(i == 1), marker_color=KIND_COLORS[kind]),
                           row=i, col=1)
         pts = res["rank_curve"]["points"]
         x = [p["rank"] for p in pts]
@@ -275,8 +281,7 @@ def seed_markdown(seeds: dict[str, Any], results: Sequence[dict[str, Any]] = ())
     for task, e in seeds.items():
         n = e["clean_exact_match"]["n_seeds"]
         lines += [f"## {task} ({n} run{'s' if n != 1 else ''}; clean exact match {fmt(e['clean_exact_match'])})", ""]
-        lines += ["runs: " + ", ".join(("shipped" if Path(r).name == task else Path(r).name) if r else "?"
-                                       for r in e["runs"]), ""]
+        lines += ["runs: " + ", ".join(_run_name(r, task) for r in e["runs"]), ""]
         kinds = list(next(iter(e["accuracy_loss"].values()), {}))
         lines += ["| site | " + " | ".join(kinds) + " |", "|---" * (len(kinds) + 1) + "|"]
         lines += [f"| {site} | " + " | ".join(fmt(per[k]) for k in kinds) + " |"
@@ -289,8 +294,7 @@ def seed_markdown(seeds: dict[str, Any], results: Sequence[dict[str, Any]] = ())
             lines += ["", "Exact match of each run:", "",
                       "| run | site | clean | " + " | ".join(kinds_run) + " |", "|---" * (len(kinds_run) + 3) + "|"]
             for r in runs:
-                name = Path(r["run"]).name if r.get("run") else "?"
-                name = "shipped" if name == task else name
+                name = _run_name(r.get("run"), task)
                 lines += [f"| {name} | {site} | {r['clean']['exact_match']:.3f} | "
                           + " | ".join(f"{per[k]['exact_match']:.3f}" if k in per else "" for k in kinds_run) + " |"
                           for site, per in r["sites"].items()]
@@ -316,7 +320,6 @@ def plot_seed_summary(seeds: dict[str, Any]) -> go.Figure:
                    f"{task}: position vs content (clean)"]
     fig = make_subplots(rows=len(tasks), cols=3, column_widths=[0.45, 0.27, 0.28], subplot_titles=titles,
                         vertical_spacing=0.4 / max(2, len(tasks)), horizontal_spacing=0.06)
-    colors = dict(zip(KINDS, ["#d62728", "#ff7f0e", "#1f77b4", "#aec7e8", "#7f7f7f", "#2ca02c"], strict=True))
     dec_colors = dict(zip(DECOMPOSITION_KEYS, ["#9467bd", "#8c564b", "#17becf", "#bcbd22"], strict=True))
     dec_labels = dict(zip(DECOMPOSITION_KEYS, ["variance share of mu", "adjacency of h", "adjacency of mu",
                                                "adjacency of h - mu"], strict=True))
@@ -335,7 +338,7 @@ def plot_seed_summary(seeds: dict[str, Any]) -> go.Figure:
         sites = list(e["accuracy_loss"])
         labels = [short_site_label(s) for s in sites]
         for kind in next(iter(e["accuracy_loss"].values()), {}):
-            bar(labels, [e["accuracy_loss"][s][kind] for s in sites], kind, colors[kind], "ci", i, 1)
+            bar(labels, [e["accuracy_loss"][s][kind] for s in sites], kind, KIND_COLORS[kind], "ci", i, 1)
         ranks = [int(r) for r in e["rank_curve"]]
         for which, color, dash in (("positional", "#1f77b4", None), ("random", "gray", "dash")):
             st = [e["rank_curve"][str(r)][which] for r in ranks]

@@ -96,6 +96,7 @@ def available_seed_runs(task: str) -> list[Path]:
     """
     if task not in tasks_pkg.TASK_NAMES:
         raise NopeInterpError(f"unknown task {task!r}; allowed: {', '.join(tasks_pkg.TASK_NAMES)}")
+
     def seed_of(path: Path) -> str:
         return path.name[len(task) + 2 :]
 
@@ -121,6 +122,6 @@ def ship(run_dir: str | Path, task: str | None = None, as_seed: bool = False) ->
     name = task or run.task.name
     dest = SEEDS_DIR / f"{name}-s{run.model_cfg.seed}" if as_seed else PRETRAINED_DIR / name
     dest.mkdir(parents=True, exist_ok=True)
-    for name in (io.CONFIG_FILE, io.WEIGHTS_FILE, io.METRICS_FILE, io.SUMMARY_FILE):
-        shutil.copyfile(Path(run_dir) / name, dest / name)
+    for fname in (io.CONFIG_FILE, io.WEIGHTS_FILE, io.METRICS_FILE, io.SUMMARY_FILE):
+        shutil.copyfile(Path(run_dir) / fname, dest / fname)
     return dest
