@@ -10,12 +10,13 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 import torch
-from jaxtyping import Int
+import torch.nn.functional as F
+from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer
 
 from nope_interp.errors import NopeInterpError
-from tasks import EOS, Example, Task, decode, encode
+from tasks import EOS, Batch, Example, Task, decode, encode
 
 
 @torch.inference_mode()
@@ -64,3 +65,12 @@ def exact_match_accuracy(
         raise NopeInterpError("exact_match_accuracy needs at least one example")
     preds = predict(model, task, [ex.prompt for ex in examples], batch_size)
     return sum(p == ex.answer for p, ex in zip(preds, examples, strict=True)) / len(examples)
+
+
+def answer_loss(model: HookedTransformer, batch: Batch) -> Float[Tensor, ""]:
+    """Mean cross-entropy (nats, >= 0) over the answer tokens of ``batch`` (``batch.loss_mask``),
+    teacher-forced. The training objective of the shipped models, and the loss ablations report."""
+    device = model.cfg.device
+    logits = model(batch.tokens.to(device), return_type="logits")
+    mask = batch.loss_mask.to(device)
+    return F.cross_entropy(logits[mask], batch.targets.to(device)[mask])

@@ -15,6 +15,7 @@ _LAYER_HOOKS = {
     "resid_mid": "blocks.{layer}.hook_resid_mid",
     "resid_post": "blocks.{layer}.hook_resid_post",
     "z": "blocks.{layer}.attn.hook_z",
+    "v": "blocks.{layer}.attn.hook_v",
     "pattern": "blocks.{layer}.attn.hook_pattern",
     "attn_out": "blocks.{layer}.hook_attn_out",
     "mlp_out": "blocks.{layer}.hook_mlp_out",
@@ -61,3 +62,13 @@ def activation_hook_names(n_layers: int, points: tuple[str, ...] = ACTIVATION_PO
     for layer in range(n_layers):
         names += [hook_name(p, layer) for p in ACTIVATION_POINTS[1:] if p in points]
     return names
+
+
+def short_label(hook: str) -> str:
+    """Compact label of a full hook name for figures: ``blocks.0.attn.hook_z`` -> ``L0 z``,
+    ``blocks.2.hook_resid_pre`` -> ``L2 resid_pre``, ``hook_embed`` -> ``embed``. Every table and result
+    file uses the full TransformerLens name; only figure axes use this label."""
+    parts = hook.split(".")
+    if parts[0] == "blocks" and len(parts) >= 3:
+        return f"L{parts[1]} {parts[-1].removeprefix('hook_')}"
+    return hook.removeprefix("hook_")

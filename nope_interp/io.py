@@ -105,6 +105,12 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
         raise NopeInterpError(f"metrics file is corrupt: {path}: {err}") from None
 
 
+def job_dirs(out_root: str | Path, job: str) -> tuple[Path, Path]:
+    """``(out_root/results/<job>, out_root/figures/<job>)``: where every analysis job writes (not created here)."""
+    root = Path(out_root)
+    return root / "results" / job, root / "figures" / job
+
+
 def provenance() -> dict[str, str | None]:
     """The package version and the git commit of the working tree (None outside a checkout)."""
     from nope_interp import __version__

@@ -12,6 +12,9 @@ from plotly.subplots import make_subplots
 from torch import Tensor
 
 from nope_interp.errors import NopeInterpError
+from nope_interp.hooks import short_label
+
+short_site_label = short_label  # the name used before hooks.py owned it
 
 _SCALE = "RdBu_r"
 
@@ -19,14 +22,6 @@ _SCALE = "RdBu_r"
 def _axis_labels(tokens: str) -> list[str]:
     # one label per position; repeated characters stay distinct because of the index prefix
     return [f"{i}:{'␤' if ch == chr(10) else ch}" for i, ch in enumerate(tokens)]
-
-
-def short_site_label(hook: str) -> str:
-    """Compact axis label for a hook name: ``blocks.0.attn.hook_z`` -> ``L0 z``, ``hook_embed`` -> ``embed``."""
-    parts = hook.split(".")
-    if parts[0] == "blocks" and len(parts) >= 3:
-        return f"L{parts[1]} {parts[-1].removeprefix('hook_')}"
-    return hook.removeprefix("hook_")
 
 
 def plot_cosine_heatmaps(
@@ -89,7 +84,7 @@ def plot_adjacency_by_layer(
         for m, (model_label, sites) in enumerate(results[task].items()):
             names = list(sites)
             fig.add_trace(go.Scatter(
-                x=[short_site_label(s) for s in names], y=[sites[s]["mean"] for s in names], mode="lines+markers",
+                x=[short_label(s) for s in names], y=[sites[s]["mean"] for s in names], mode="lines+markers",
                 customdata=names, hovertemplate="%{customdata}<br>%{y:.3f} ± %{error_y.array:.3f}",
                 error_y={"type": "data", "array": [sites[s]["std"] for s in names], "visible": True},
                 name=model_label, legendgroup=model_label, showlegend=(r == 1),

@@ -5,6 +5,7 @@ with the exact ``nope-interp train`` command, model.safetensors, metrics.jsonl, 
 """
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -13,11 +14,11 @@ from transformer_lens import HookedTransformer
 import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.errors import NopeInterpError
-from nope_interp.model import ModelConfig, build_model, check_nope
-from nope_interp.train import TrainConfig
+from nope_interp.config import ModelConfig, TrainConfig
+from nope_interp.model import build_model, check_nope
 
 PRETRAINED_DIR = Path(__file__).parent / "pretrained"
-#: Extra seeds of the shipped recipes (issue 4's seed statistics): ``seeds/<task>-s<seed>/``.
+#: Extra seeds of the shipped recipes (for seed statistics): ``seeds/<task>-s<seed>/``.
 SEEDS_DIR = PRETRAINED_DIR / "seeds"
 
 
@@ -39,6 +40,22 @@ class LoadedRun:
     summary: dict[str, Any]
     command: str
     path: Path
+
+    @cached_property
+    def splits(self) -> tasks_pkg.Splits:
+        """The run's train/test splits, rebuilt from its config (deterministic)."""
+        tc = self.train_cfg
+        return self.task.splits(tc.n_train, tc.n_test, tc.data_seed)
+
+    @cached_property
+    def train_prompts(self) -> frozenset[str]:
+        """The prompts the model was trained on: analyses draw their prompts from outside this set."""
+        return frozenset(ex.prompt for ex in self.splits.train)
+
+    @property
+    def name(self) -> str:
+        """Short name: ``shipped`` for the shipped model of its task, else the directory name."""
+        return "shipped" if self.path.resolve() == (PRETRAINED_DIR / self.task.name).resolve() else self.path.name
 
 
 def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
@@ -109,7 +126,7 @@ def ship(run_dir: str | Path, task: str | None = None, as_seed: bool = False) ->
 
     Copies config.json, model.safetensors, metrics.jsonl and summary.json (not the optimizer
     checkpoint) to ``nope_interp/pretrained/<task>/``, or with ``as_seed`` to
-    ``nope_interp/pretrained/seeds/<task>-s<model seed>/`` (an extra seed for issue 4's statistics).
+    ``nope_interp/pretrained/seeds/<task>-s<model seed>/`` (an extra seed for the seed statistics).
 
     Raises:
         NopeInterpError: the run is not finished (no summary.json) or cannot be loaded.

@@ -13,93 +13,22 @@ import math
 import shlex
 import sys
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer
 
 import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.errors import NopeInterpError
-from nope_interp.evaluate import exact_match_accuracy
-from nope_interp.model import ModelConfig, build_model, check_nope
+from nope_interp.config import ModelConfig, TrainConfig
+from nope_interp.evaluate import answer_loss, exact_match_accuracy
+from nope_interp.model import build_model, check_nope
 
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Training settings (frozen; JSON round-trip via :meth:`to_dict` / :meth:`from_dict`).
-
-    Attributes:
-        task: task name (see ``tasks.TASK_NAMES``); task_params: overrides such as ``{"n_digits": 3}``.
-        n_train, n_test, data_seed: the task's disjoint splits (paper: 20,000 each).
-        steps: maximum optimizer steps (also the end of the cosine decay).
-        batch_size: examples per step.
-        lr, min_lr_ratio, warmup_steps: linear warmup to ``lr``, cosine decay to ``lr * min_lr_ratio``.
-        weight_decay, beta1, beta2, grad_clip: AdamW and clipping (decay on matrices only).
-        eval_every: steps between evaluations on ``eval_n`` test prompts (greedy exact match).
-        target_acc: early stop once the full test set reaches this exact match (paper: 0.99).
-        checkpoint_every: steps between checkpoints (for ``--resume``).
-        seed: seed of the batch sampler.
-    """
-
-    task: str = "addition"
-    task_params: dict[str, int] = field(default_factory=dict)
-    n_train: int = 20_000
-    n_test: int = 20_000
-    data_seed: int = 0
-    steps: int = 5_000
-    batch_size: int = 256
-    lr: float = 2.6441e-4
-    min_lr_ratio: float = 0.1
-    warmup_steps: int = 400
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.99
-    grad_clip: float = 1.0
-    eval_every: int = 250
-    eval_n: int = 1_000
-    target_acc: float = 0.99
-    checkpoint_every: int = 250
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        tasks_pkg.get_task(self.task, **self.task_params)  # validates the name and parameters
-        for name in ("n_train", "n_test", "steps", "batch_size", "eval_every", "eval_n", "checkpoint_every"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise NopeInterpError(f"{name} must be a positive integer, got {v!r}")
-        for name in ("data_seed", "seed", "warmup_steps"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise NopeInterpError(f"{name} must be a non-negative integer, got {v!r}")
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise NopeInterpError(f"lr must be positive, got {self.lr!r}")
-        for name in ("min_lr_ratio", "beta1", "beta2", "target_acc"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise NopeInterpError(f"{name} must be in [0, 1], got {getattr(self, name)!r}")
-        if self.weight_decay < 0 or self.grad_clip <= 0:
-            raise NopeInterpError("weight_decay must be >= 0 and grad_clip > 0")
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-serialisable dict."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TrainConfig":
-        """Inverse of :meth:`to_dict`; NopeInterpError on unknown keys."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise NopeInterpError(f"unknown TrainConfig field(s) {unknown}; allowed: {', '.join(sorted(known))}")
-        return cls(**data)
-
-    def make_task(self) -> tasks_pkg.Task:
-        """The configured task object."""
-        return tasks_pkg.get_task(self.task, **self.task_params)
+__all__ = ["TrainConfig", "TrainResult", "train", "finalize", "answer_loss", "lr_at", "make_optimizer", "resolve_device"]
 
 
 @dataclass(frozen=True)
@@ -137,14 +66,6 @@ def make_optimizer(model: HookedTransformer, cfg: TrainConfig) -> torch.optim.Ad
     no_decay = [p for p in params if p.ndim < 2]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
-
-
-def answer_loss(model: HookedTransformer, batch: tasks_pkg.Batch) -> torch.Tensor:
-    """Mean cross-entropy (nats) over answer tokens only (``batch.loss_mask``)."""
-    device = model.cfg.device
-    logits = model(batch.tokens.to(device), return_type="logits")
-    mask = batch.loss_mask.to(device)
-    return F.cross_entropy(logits[mask], batch.targets.to(device)[mask])
 
 
 def resolve_device(device: str) -> str:

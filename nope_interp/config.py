@@ -1,0 +1,260 @@
+"""Frozen, validated configs with one JSON round-trip: the model, the presets and training.
+
+Every config of the toolkit (these and each analysis job's config in :mod:`nope_interp.jobs`) derives
+from :class:`FrozenConfig`: frozen dataclass fields with a one-line ``help`` each (the CLI's ``--help``
+comes from it), ``to_dict`` / ``from_dict`` / ``to_json`` / ``from_json`` / ``replace``, and unknown keys or
+bad values raise :class:`~nope_interp.errors.NopeInterpError` naming the field and what is allowed. The
+method behind the defaults is described in ``docs/method.md``.
+"""
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any, Self
+
+import tasks as tasks_pkg
+from nope_interp.errors import NopeInterpError
+
+
+def opt(default: Any, help: str) -> Any:  # noqa: A002 - "help" is the argparse word
+    """A dataclass field with a default and a one-line help text (shown by ``nope-interp <cmd> --help``)."""
+    if isinstance(default, (dict, list, set)):
+        value = default
+        return field(default_factory=lambda: type(value)(value), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+def check_int(name: str, value: Any, low: int = 1, high: int = 10**9) -> None:
+    """Raise NopeInterpError unless ``value`` is an ``int`` (not a bool) in ``[low, high]``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise NopeInterpError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
+
+
+def check_float(name: str, value: Any, low: float = -math.inf, high: float = math.inf, *,
+                low_open: bool = False) -> None:
+    """Raise NopeInterpError unless ``value`` is a finite real number in ``[low, high]`` (``(low, high]``
+    with ``low_open``). NaN and infinities are always refused."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (value > low if low_open else value >= low) and value <= high
+    if not ok:
+        bracket = "(" if low_open else "["
+        raise NopeInterpError(f"{name} must be a finite number in {bracket}{low}, {high}], got {value!r}")
+
+
+def check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    """Raise NopeInterpError unless ``value`` is one of ``allowed``."""
+    if value not in allowed:
+        raise NopeInterpError(f"{name} must be one of {', '.join(map(str, allowed))}, got {value!r}")
+
+
+def check_choices(name: str, values: tuple[str, ...], allowed: tuple[str, ...]) -> None:
+    """Raise NopeInterpError unless ``values`` is non-empty and every entry is one of ``allowed``."""
+    if not values:
+        raise NopeInterpError(f"{name} must not be empty; allowed: {', '.join(allowed)}")
+    for v in values:
+        if v not in allowed:
+            raise NopeInterpError(f"unknown {name} {v!r}; allowed: {', '.join(allowed)}")
+
+
+def check_tasks(names: tuple[str, ...]) -> None:
+    """Raise NopeInterpError unless ``names`` is a non-empty tuple of known task names."""
+    check_choices("task", tuple(names), tasks_pkg.TASK_NAMES)
+
+
+class FrozenConfig:
+    """Mixin for frozen dataclass configs: JSON round-trip, validated copies, field help.
+
+    Tuple-typed fields accept lists in :meth:`from_dict` (JSON has no tuples) and are written as lists.
+    """
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-serialisable dict of every field (tuples become lists)."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Self:
+        """Inverse of :meth:`to_dict`. Raises NopeInterpError on unknown keys or bad values."""
+        known = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
+        if not isinstance(data, dict):
+            raise NopeInterpError(f"{cls.__name__} must be a JSON object, got {type(data).__name__}")
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise NopeInterpError(f"unknown {cls.__name__} field(s) {unknown}; allowed: {', '.join(sorted(known))}")
+        kw = {k: (tuple(v) if isinstance(v, list) and "tuple" in str(known[k].type) else v) for k, v in data.items()}
+        try:
+            return cls(**kw)
+        except TypeError as err:
+            raise NopeInterpError(f"{cls.__name__}: {err}") from None
+
+    def to_json(self) -> str:
+        """JSON text of :meth:`to_dict` (sorted keys)."""
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Self:
+        """Inverse of :meth:`to_json`."""
+        return cls.from_dict(json.loads(text))
+
+    def replace(self, **changes: Any) -> Self:
+        """A copy with some fields changed (validated again). Raises NopeInterpError on unknown fields."""
+        known = {f.name for f in fields(self)}  # type: ignore[arg-type]
+        bad = sorted(set(changes) - known)
+        if bad:
+            raise NopeInterpError(f"unknown {type(self).__name__} field(s) {bad}; allowed: {', '.join(sorted(known))}")
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+    @classmethod
+    def field_help(cls, name: str) -> str:
+        """The one-line help of field ``name`` ("" if it has none)."""
+        return next((f.metadata.get("help", "") for f in fields(cls) if f.name == name), "")  # type: ignore[arg-type]
+
+
+POSITIONAL_CHOICES = ("none", "learned", "rotary")
+ATTENTION_CHOICES = ("causal", "bidirectional")
+ACT_FN_CHOICES = ("gelu", "gelu_new", "relu", "silu")
+NORMALIZATION_CHOICES = ("LN", "LNPre", "RMS", "RMSPre")
+
+
+@dataclass(frozen=True)
+class ModelConfig(FrozenConfig):
+    """A model's shape and initialisation (TransformerLens names). Frozen; JSON round-trip.
+
+    Attributes:
+        n_layers, d_model, n_heads, d_head, d_mlp, n_ctx, d_vocab: TransformerLens sizes (positive);
+            ``n_heads * d_head`` must equal ``d_model`` so that ``hook_z`` with heads concatenated has
+            width ``d_model`` (as in the paper's nanoGPT).
+        act_fn: MLP activation, one of :data:`ACT_FN_CHOICES`.
+        normalization: TransformerLens ``normalization_type``, one of :data:`NORMALIZATION_CHOICES`.
+        positional: ``"none"`` (NoPE, default), ``"learned"`` (absolute) or ``"rotary"``.
+        attention: ``"causal"`` (default) or ``"bidirectional"`` (a control: no adjacency pattern).
+        init_mean, init_std: every weight matrix is drawn from N(init_mean, init_std**2)
+            (paper: N(0, 0.02); grid mean {0, 4, 8} x std {0.002, 0.02, 0.2}; see ``docs/method.md``).
+        biases: if False (default, nanoGPT ``bias=False``), all biases are zero and frozen.
+        seed: seed of the local generator used by the init (the global RNG is never touched).
+
+    Raises:
+        NopeInterpError: a size outside [1, 1e6], ``n_heads * d_head != d_model``, an unknown choice, a
+            non-finite ``init_mean``, a non-positive or non-finite ``init_std``, a negative seed.
+    """
+
+    n_layers: int = opt(2, "number of transformer blocks")
+    d_model: int = opt(128, "residual stream width")
+    n_heads: int = opt(4, "attention heads per layer")
+    d_head: int = opt(32, "width of each head (n_heads * d_head must equal d_model)")
+    d_mlp: int = opt(512, "MLP hidden width")
+    n_ctx: int = opt(64, "maximum sequence length")
+    d_vocab: int = opt(96, "vocabulary size (the tasks use 96 characters)")
+    act_fn: str = opt("gelu", f"MLP activation: {', '.join(ACT_FN_CHOICES)}")
+    normalization: str = opt("LN", f"normalisation: {', '.join(NORMALIZATION_CHOICES)}")
+    positional: str = opt("none", f"positional encoding: {', '.join(POSITIONAL_CHOICES)} (none = NoPE)")
+    attention: str = opt("causal", f"attention direction: {', '.join(ATTENTION_CHOICES)}")
+    init_mean: float = opt(0.0, "mean of the normal init of every weight matrix")
+    init_std: float = opt(0.02, "std of the normal init of every weight matrix (> 0)")
+    biases: bool = opt(False, "trainable biases (default off, as nanoGPT bias=False)")
+    seed: int = opt(0, "seed of the init")
+
+    def __post_init__(self) -> None:
+        for name in ("n_layers", "d_model", "n_heads", "d_head", "d_mlp", "n_ctx", "d_vocab"):
+            check_int(name, getattr(self, name), 1, 1_000_000)
+        if self.n_heads * self.d_head != self.d_model:
+            raise NopeInterpError(
+                f"n_heads * d_head must equal d_model, got {self.n_heads} * {self.d_head} != {self.d_model}"
+            )
+        check_choice("act_fn", self.act_fn, ACT_FN_CHOICES)
+        check_choice("normalization", self.normalization, NORMALIZATION_CHOICES)
+        check_choice("positional", self.positional, POSITIONAL_CHOICES)
+        check_choice("attention", self.attention, ATTENTION_CHOICES)
+        check_float("init_mean", self.init_mean)
+        check_float("init_std", self.init_std, 0.0, low_open=True)
+        check_int("seed", self.seed, 0, 2**63 - 1)
+
+    @property
+    def n_params(self) -> int:
+        """Trainable parameters of the built model (weight matrices and LayerNorm scales)."""
+        from nope_interp.model import build_model
+
+        return sum(p.numel() for p in build_model(self).parameters() if p.requires_grad)
+
+
+#: Named model shapes. ``paper``: the paper's nanoGPT shape. ``cpu``: the shape the shipped models use,
+#: chosen by measurement on 2 CPU cores (README, "Trained models that ship"). ``tiny``: tests.
+PRESETS: dict[str, ModelConfig] = {
+    "paper": ModelConfig(n_layers=6, d_model=384, n_heads=6, d_head=64, d_mlp=1536, n_ctx=256),
+    "cpu": ModelConfig(n_layers=3, d_model=128, n_heads=4, d_head=32, d_mlp=512, n_ctx=64),
+    "tiny": ModelConfig(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64, n_ctx=48),
+}
+
+
+def preset(name: str, **overrides: Any) -> ModelConfig:
+    """The preset ``name`` (one of :data:`PRESETS`) with optional field overrides.
+
+    Raises:
+        NopeInterpError: unknown preset name or field, or invalid values.
+    """
+    if name not in PRESETS:
+        raise NopeInterpError(f"unknown preset {name!r}; available presets: {', '.join(PRESETS)}")
+    return PRESETS[name].replace(**overrides)
+
+
+@dataclass(frozen=True)
+class TrainConfig(FrozenConfig):
+    """Training settings (frozen; JSON round-trip via :meth:`to_dict` / :meth:`from_dict`).
+
+    Defaults are the authors' optimiser settings (``docs/method.md``, "Training").
+
+    Attributes:
+        task: task name (see ``tasks.TASK_NAMES``); task_params: overrides such as ``{"n_digits": 3}``.
+        n_train, n_test, data_seed: the task's disjoint splits (paper: 20,000 each).
+        steps: maximum optimizer steps (also the end of the cosine decay).
+        batch_size: examples per step.
+        lr, min_lr_ratio, warmup_steps: linear warmup to ``lr``, cosine decay to ``lr * min_lr_ratio``.
+        weight_decay, beta1, beta2, grad_clip: AdamW and clipping (decay on matrices only).
+        eval_every: steps between evaluations on ``eval_n`` test prompts (greedy exact match).
+        target_acc: early stop once the full test set reaches this exact match (paper: 0.99).
+        checkpoint_every: steps between checkpoints (for ``--resume``).
+        seed: seed of the batch sampler.
+
+    Raises:
+        NopeInterpError: unknown task or task parameter, a non-positive count, a learning rate that is
+            not a positive finite number, a ratio outside [0, 1], a negative or non-finite weight decay,
+            a non-positive or non-finite grad clip.
+    """
+
+    task: str = opt("addition", "task name")
+    task_params: dict[str, int] = opt({}, "task parameters, e.g. {'n_digits': 3}")
+    n_train: int = opt(20_000, "training examples")
+    n_test: int = opt(20_000, "held-out test examples")
+    data_seed: int = opt(0, "seed of the train/test split")
+    steps: int = opt(5_000, "maximum optimizer steps (end of the cosine decay)")
+    batch_size: int = opt(256, "examples per step")
+    lr: float = opt(2.6441e-4, "peak learning rate")
+    min_lr_ratio: float = opt(0.1, "final lr as a fraction of the peak")
+    warmup_steps: int = opt(400, "linear warmup steps")
+    weight_decay: float = opt(0.1, "AdamW weight decay on matrices")
+    beta1: float = opt(0.9, "AdamW beta1")
+    beta2: float = opt(0.99, "AdamW beta2")
+    grad_clip: float = opt(1.0, "gradient-norm clip")
+    eval_every: int = opt(250, "steps between evaluations")
+    eval_n: int = opt(1_000, "test prompts per evaluation")
+    target_acc: float = opt(0.99, "early stop at this test exact match")
+    checkpoint_every: int = opt(250, "steps between checkpoints")
+    seed: int = opt(0, "seed of the batch sampler")
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.task_params, dict):
+            raise NopeInterpError(f"task_params must be a dict, got {self.task_params!r}")
+        tasks_pkg.get_task(self.task, **self.task_params)  # validates the name and parameters
+        for name in ("n_train", "n_test", "steps", "batch_size", "eval_every", "eval_n", "checkpoint_every"):
+            check_int(name, getattr(self, name), 1)
+        for name in ("data_seed", "seed", "warmup_steps"):
+            check_int(name, getattr(self, name), 0, 2**63 - 1)
+        check_float("lr", self.lr, 0.0, 10.0, low_open=True)
+        for name in ("min_lr_ratio", "beta1", "beta2", "target_acc"):
+            check_float(name, getattr(self, name), 0.0, 1.0)
+        check_float("weight_decay", self.weight_decay, 0.0, 1e3)
+        check_float("grad_clip", self.grad_clip, 0.0, 1e9, low_open=True)
+
+    def make_task(self) -> tasks_pkg.Task:
+        """The configured task object."""
+        return tasks_pkg.get_task(self.task, **self.task_params)

@@ -1,0 +1,131 @@
+"""``nope-interp analyze``: adjacency scores at every hook site of one model, with figures.
+
+For each model given (``--run``, ``--pretrained`` or ``--init``): ``n_prompts`` held-out full-length prompts
+of its task, activations at every requested hook site, cosine similarity matrices and both reductions
+of the adjacency score (``docs/method.md``). Writes ``results/analyze/<label>/scores.json`` and
+``figures/analyze/<label>/{cosine,adjacency}.html``.
+"""
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+
+from nope_interp import io
+from nope_interp.analysis import AnalysisResult, analyze_model
+from nope_interp.config import FrozenConfig, check_choices, check_int, opt
+from nope_interp.errors import NopeInterpError
+from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names
+from nope_interp.jobs.common import Log, ModelEntry, emit, progress
+from nope_interp.plotting import plot_adjacency_by_layer, plot_cosine_heatmaps, save_figure
+
+NAME = "analyze"
+HELP = "adjacency scores at every hook site + figures for one model"
+TAKES_MODELS = True
+DEFAULT_MODELS = "none: give --run, --pretrained or --init"
+
+
+@dataclass(frozen=True)
+class AnalyzeConfig(FrozenConfig):
+    """Settings of ``analyze``.
+
+    Raises:
+        NopeInterpError: ``n_prompts`` outside [1, 100000]; an unknown point; a negative seed.
+    """
+
+    n_prompts: int = opt(256, "prompts analysed (the paper used 256)")
+    points: tuple[str, ...] = opt(ACTIVATION_POINTS, f"hook points: {', '.join(ACTIVATION_POINTS)}")
+    prompt_seed: int = opt(1, "seed of the prompt sampler")
+    label: str | None = opt(None, "output label (default from the model source)")
+
+    def __post_init__(self) -> None:
+        check_int("n_prompts", self.n_prompts, 1, 100_000)
+        check_choices("activation point", tuple(self.points), ACTIVATION_POINTS)
+        check_int("prompt_seed", self.prompt_seed, 0, 2**63 - 1)
+
+
+CONFIG = AnalyzeConfig
+
+
+@dataclass(frozen=True)
+class ModelScores:
+    """The analysis of one model: its output label and the adjacency analysis (with provenance in ``meta``)."""
+
+    label: str
+    analysis: AnalysisResult
+
+    def to_dict(self) -> dict[str, Any]:
+        """The contents of ``scores.json``."""
+        return self.analysis.to_dict()
+
+
+@dataclass(frozen=True)
+class AnalyzeResult:
+    """What ``analyze`` measured: one :class:`ModelScores` per model, and the wall time in seconds."""
+
+    config: AnalyzeConfig
+    models: tuple[ModelScores, ...]
+    wall_time_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"config", "models": {label: scores}, "wall_time_s"}``."""
+        return {"config": self.config.to_dict(), "models": {m.label: m.to_dict() for m in self.models},
+                "wall_time_s": self.wall_time_s}
+
+
+def default_models(config: AnalyzeConfig) -> list[ModelEntry]:
+    """``analyze`` has no default model.
+
+    Raises:
+        NopeInterpError: always (the message says which options to give).
+    """
+    raise NopeInterpError("analyze needs one of --run, --pretrained or --init")
+
+
+def run(config: AnalyzeConfig, models: list[ModelEntry] | None = None, *, log: Log = None) -> AnalyzeResult:
+    """Analyse every model of ``models`` on its task (see the module docstring).
+
+    Raises:
+        NopeInterpError: no models; the prompts do not fit a model's ``n_ctx``.
+    """
+    models = default_models(config) if not models else models
+    t0 = time.perf_counter()
+    out = []
+    for entry in progress(models, "analyze", log):
+        label = config.label if config.label and len(models) == 1 else entry.label
+        activation_hook_names(entry.model_cfg.n_layers, tuple(config.points))  # validates before any work
+        emit(log, f"analysing {label}: {config.n_prompts} {entry.task.name} prompts ...")
+        res = analyze_model(entry.model, entry.task, config.n_prompts, seed=config.prompt_seed,
+                            points=tuple(config.points), exclude=entry.train_prompts,
+                            meta={**entry.source, **io.provenance()})
+        row = res.scores["row_mean"]
+        for site in res.sites:
+            emit(log, f"  {site:28s} {row[site]['mean']:.3f} ± {row[site]['std']:.3f}")
+        out.append(ModelScores(label=label, analysis=res))
+    return AnalyzeResult(config=config, models=tuple(out), wall_time_s=round(time.perf_counter() - t0, 1))
+
+
+def plot_cosine(scores: ModelScores) -> go.Figure:
+    """Cosine heatmaps of the example prompt at every site (slider), from a result."""
+    res = scores.analysis
+    return plot_cosine_heatmaps(res.example_sim, res.sites, res.example_prompt,
+                                f"{scores.label}: cosine similarity of {res.example_prompt!r}")
+
+
+def plot_scores(scores: ModelScores) -> go.Figure:
+    """Adjacency score (row mean, mean ± std over prompts) by site, from a result."""
+    return plot_adjacency_by_layer({scores.analysis.task: {scores.label: scores.analysis.scores["row_mean"]}})
+
+
+def write(result: AnalyzeResult, out_root: str | Path = ".") -> list[Path]:
+    """Write ``results/analyze/<label>/scores.json`` and ``figures/analyze/<label>/{cosine,adjacency}.html``
+    for every model; returns the paths."""
+    res_dir, fig_dir = io.job_dirs(out_root, NAME)
+    paths = []
+    for m in result.models:
+        paths += [io.write_json(res_dir / m.label / "scores.json", m.to_dict()),
+                  save_figure(plot_cosine(m), fig_dir / m.label / "cosine.html"),
+                  save_figure(plot_scores(m), fig_dir / m.label / "adjacency.html")]
+    return paths

@@ -1,0 +1,170 @@
+"""What every analysis job shares: the model-source options, the loaded-model record, progress.
+
+The contract of a job module ``nope_interp/jobs/<job>.py`` (see the README, "Adding an analysis"):
+
+* ``NAME`` (the CLI command), ``HELP`` (one line) and ``TAKES_MODELS`` (whether the shared
+  ``--run`` / ``--pretrained`` / ``--init`` options apply);
+* a frozen ``<Job>Config`` (a :class:`~nope_interp.config.FrozenConfig`): its fields are the CLI flags,
+  their help texts the ``--help``; it validates itself;
+* ``default_models(config) -> list[ModelEntry]``: the models used when no source option is given;
+* ``run(config, models=None, *, log=None) -> <Job>Result``: a frozen, typed result with ``to_dict()``;
+  ``log`` receives one line per step, and progress bars are shown when ``log`` is given;
+* ``write(result, out_root) -> list[Path]``: files under ``results/<job>/`` and ``figures/<job>/``
+  (:func:`nope_interp.io.job_dirs`);
+* plot functions that take the result, never a model.
+"""
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from tqdm.auto import tqdm
+from transformer_lens import HookedTransformer
+
+import tasks as tasks_pkg
+from nope_interp.config import FrozenConfig, ModelConfig, check_tasks, opt, preset
+from nope_interp.errors import NopeInterpError
+from nope_interp.model import build_model
+from nope_interp.pretrained import LoadedRun, available_pretrained, available_seed_runs, load_pretrained, load_run
+
+Log = Callable[[str], None] | None
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ModelSource(FrozenConfig):
+    """Which models a job analyses: run directories, shipped models, or one initialised model.
+
+    At most one of ``run``, ``pretrained`` and ``init`` is given; none means the job's default set.
+
+    Raises:
+        NopeInterpError: two sources at once; ``init`` without ``task``; ``with_seeds`` with ``run``;
+            an unknown task, preset or model field.
+    """
+
+    run: tuple[str, ...] = opt((), "run directories (runs/<name>/)")
+    pretrained: tuple[str, ...] = opt((), f"shipped trained models by task: {', '.join(tasks_pkg.TASK_NAMES)}")
+    init: bool = opt(False, "a freshly initialised model (give --task; --preset and --model-* shape it)")
+    task: str | None = opt(None, "task for --init, or to analyse a trained model on another task")
+    n_digits: int | None = opt(None, "task size (default: the paper's)")
+    preset: str = opt("paper", "model preset for --init (paper, cpu, tiny)")
+    with_seeds: bool = opt(False, "also the extra shipped seeds of the --pretrained tasks")
+    model_overrides: dict[str, Any] = opt({}, "ModelConfig fields for --init (the --model-* flags)")
+
+    def __post_init__(self) -> None:
+        given = [n for n, v in (("--run", self.run), ("--pretrained", self.pretrained), ("--init", self.init)) if v]
+        if len(given) > 1:
+            raise NopeInterpError(f"give at most one of --run, --pretrained, --init; got {' and '.join(given)}")
+        if self.pretrained:
+            check_tasks(self.pretrained)
+        if self.task is not None:
+            check_tasks((self.task,))
+        if self.init:
+            if self.task is None:
+                raise NopeInterpError(f"--init needs --task (one of: {', '.join(tasks_pkg.TASK_NAMES)})")
+            preset(self.preset, **self.model_overrides)  # validates preset and overrides
+        if self.with_seeds and self.run:
+            raise NopeInterpError("--with-seeds adds the shipped seeds to --pretrained (or the default); "
+                                  "with --run, list every run directory")
+
+    @property
+    def given(self) -> bool:
+        """True when an explicit source was given (otherwise the job uses its default models)."""
+        return bool(self.run or self.pretrained or self.init)
+
+    @property
+    def task_params(self) -> dict[str, int]:
+        """``{"n_digits": N}`` when ``n_digits`` was given, else ``{}``."""
+        return {} if self.n_digits is None else {"n_digits": self.n_digits}
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One model to analyse, with its task and the prompts it must not be analysed on.
+
+    Attributes:
+        label: a short name for tables and file names (``init-paper-reversal``, a run directory's name,
+            ``pretrained-reversal``).
+        kind: ``"init"``, ``"run"`` or ``"pretrained"``.
+        model: the HookedTransformer (eval mode).
+        model_cfg: its config. task: the task it is analysed on.
+        train_prompts: prompts it was trained on (empty for an initialised model).
+        run: the loaded run for a trained model, else None.
+        source: provenance for result files (``{"init": config}`` or ``{"model_source": path, "model": config}``).
+    """
+
+    label: str
+    kind: str
+    model: HookedTransformer
+    model_cfg: ModelConfig
+    task: tasks_pkg.Task
+    train_prompts: frozenset[str] = frozenset()
+    run: LoadedRun | None = None
+    source: dict[str, Any] = field(default_factory=dict)
+
+
+def entry_from_run(run: LoadedRun, label: str, kind: str = "run", task: tasks_pkg.Task | None = None) -> ModelEntry:
+    """A :class:`ModelEntry` for a loaded run; on another ``task`` no training prompts are excluded."""
+    task = task or run.task
+    train = run.train_prompts if task.name == run.task.name else frozenset()
+    return ModelEntry(label=label, kind=kind, model=run.model, model_cfg=run.model_cfg, task=task,
+                      train_prompts=train, run=run,
+                      source={"model_source": str(run.path), "model": run.model_cfg.to_dict()})
+
+
+def entry_from_init(cfg: ModelConfig, task: tasks_pkg.Task, label: str) -> ModelEntry:
+    """A :class:`ModelEntry` for a freshly initialised model of ``cfg``."""
+    return ModelEntry(label=label, kind="init", model=build_model(cfg), model_cfg=cfg, task=task,
+                      source={"init": cfg.to_dict()})
+
+
+def load_models(source: ModelSource) -> list[ModelEntry]:
+    """The models named by ``source`` ([] when it names none: the job then uses its defaults).
+
+    Raises:
+        NopeInterpError: a missing or corrupt run directory; a task without a shipped model.
+    """
+    task = None if source.task is None else tasks_pkg.get_task(source.task, **source.task_params)
+    if source.init:
+        assert task is not None  # checked by ModelSource
+        cfg = preset(source.preset, **source.model_overrides)
+        tweaks = "".join(f"-{k}{v}" for k, v in sorted(source.model_overrides.items()))
+        return [entry_from_init(cfg, task, f"init-{source.preset}-{task.name}{tweaks}")]
+    entries = []
+    for path in source.run:
+        run = load_run(path)
+        entries.append(entry_from_run(run, run.path.name, "run", task))
+    for name in source.pretrained:
+        entries.append(entry_from_run(load_pretrained(name), f"pretrained-{name}", "pretrained", task))
+        if source.with_seeds:
+            entries += [entry_from_run(load_run(p), p.name, "run", task) for p in available_seed_runs(name)]
+    return entries
+
+
+def shipped_entries(task_names: Iterable[str], with_seeds: bool = False) -> list[ModelEntry]:
+    """The shipped trained model of each task that has one (and its extra seeds with ``with_seeds``)."""
+    entries = []
+    for name in task_names:
+        if name in available_pretrained():
+            entries.append(entry_from_run(load_pretrained(name), f"pretrained-{name}", "pretrained"))
+            if with_seeds:
+                entries += [entry_from_run(load_run(p), p.name, "run") for p in available_seed_runs(name)]
+    return entries
+
+
+def progress(items: Iterable[T], desc: str, log: Log, total: int | None = None) -> Iterator[T]:
+    """Iterate ``items`` with a tqdm bar on stderr when ``log`` is given (a CLI run) and there is more than
+    one item; silently otherwise."""
+    items = list(items)
+    total = len(items) if total is None else total
+    yield from tqdm(items, desc=desc, total=total, disable=log is None or total <= 1, leave=False,
+                    dynamic_ncols=True)
+
+
+def emit(log: Log, line: str) -> None:
+    """Send ``line`` to ``log`` when it is given; ``print`` goes through ``tqdm.write`` so that a progress
+    bar on stderr is not broken."""
+    if log is print:
+        tqdm.write(line)
+    elif log is not None:
+        log(line)

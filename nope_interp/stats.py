@@ -1,0 +1,52 @@
+"""Statistics over seeds (or any small set of repeated measurements): mean, std and a 95% CI.
+
+One implementation for every job that aggregates over seeds. The interval is Student's t for the
+mean of n independent measurements (``scipy.stats.t``): mean +- t_{0.975, n-1} * std / sqrt(n), with
+the sample standard deviation (n - 1 in the denominator). With 3 seeds it is wide, on purpose.
+"""
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from nope_interp.errors import NopeInterpError
+
+
+@dataclass(frozen=True)
+class SeedStats:
+    """Mean, sample std and 95% CI of the mean over ``n_seeds`` values.
+
+    Attributes:
+        mean, std: in the unit of the values (std is 0.0 for one value).
+        ci95_low, ci95_high: Student-t interval of the mean; NaN for one value.
+        n_seeds: number of values (>= 1).
+    """
+
+    mean: float
+    std: float
+    ci95_low: float
+    ci95_high: float
+    n_seeds: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"mean", "std", "ci95_low", "ci95_high", "n_seeds"}``."""
+        return asdict(self)
+
+
+def mean_std_ci(values: Sequence[float]) -> SeedStats:
+    """Mean, sample std and the 95% Student-t confidence interval of the mean of ``values``.
+
+    Raises:
+        NopeInterpError: no values.
+    """
+    from scipy import stats
+
+    vals = [float(v) for v in values]
+    n = len(vals)
+    if n == 0:
+        raise NopeInterpError("mean_std_ci needs at least one value")
+    mean = math.fsum(vals) / n
+    std = math.sqrt(math.fsum((v - mean) ** 2 for v in vals) / (n - 1)) if n > 1 else 0.0
+    half = float(stats.t.ppf(0.975, n - 1) * std / n**0.5) if n > 1 else float("nan")
+    return SeedStats(mean=mean, std=std, ci95_low=mean - half, ci95_high=mean + half, n_seeds=n)
