@@ -1,4 +1,4 @@
-"""Benchmark: the adjacency score on long sequences (issue 6).
+"""Benchmark: the adjacency score on long sequences.
 
 Compares, at n in {256, 1024, 4096} positions and d_model 768 (one random sequence):
   ours   = cosine_similarity_matrix + adjacency_score (sorted count), cosine matrix included;

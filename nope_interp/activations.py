@@ -21,7 +21,7 @@ class Activations:
 
     Attributes:
         acts: ``Float[Tensor, "site batch pos d_model"]`` (float32, on the CPU), one slice per hook
-            point in forward order (the issue's ``layer`` axis: it runs over hook sites).
+            point in forward order (the ``site`` axis runs over hook sites).
         labels: the TransformerLens hook name of each slice, e.g. ``"blocks.0.attn.hook_z"``.
     """
 

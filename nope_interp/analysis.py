@@ -1,6 +1,6 @@
 """The adjacency analysis of one model on one task: prompts -> activations -> cosine matrices -> scores.
 
-Follows paper.md ("Which activations", "Analysis inputs [code]"): 256 test prompts of the task's full
+Follows ``docs/method.md`` ("Definitions", "Analysis inputs"): 256 test prompts of the task's full
 prompt length (no padding), eval mode, every hook site of :data:`~nope_interp.hooks.ACTIVATION_POINTS`,
 both reductions of the adjacency score, mean and spread over sequences.
 """

@@ -11,7 +11,7 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass, field, fields
-from typing import Any, Self
+from typing import Any, TypeVar
 
 import tasks as tasks_pkg
 from nope_interp.errors import NopeInterpError
@@ -62,6 +62,9 @@ def check_tasks(names: tuple[str, ...]) -> None:
     check_choices("task", tuple(names), tasks_pkg.TASK_NAMES)
 
 
+C = TypeVar("C", bound="FrozenConfig")
+
+
 class FrozenConfig:
     """Mixin for frozen dataclass configs: JSON round-trip, validated copies, field help.
 
@@ -73,7 +76,7 @@ class FrozenConfig:
         return json.loads(json.dumps(dataclasses.asdict(self)))  # type: ignore[call-overload]
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Self:
+    def from_dict(cls: type[C], data: dict[str, Any]) -> C:
         """Inverse of :meth:`to_dict`. Raises NopeInterpError on unknown keys or bad values."""
         known = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
         if not isinstance(data, dict):
@@ -92,11 +95,11 @@ class FrozenConfig:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> Self:
+    def from_json(cls: type[C], text: str) -> C:
         """Inverse of :meth:`to_json`."""
         return cls.from_dict(json.loads(text))
 
-    def replace(self, **changes: Any) -> Self:
+    def replace(self: C, **changes: Any) -> C:
         """A copy with some fields changed (validated again). Raises NopeInterpError on unknown fields."""
         known = {f.name for f in fields(self)}  # type: ignore[arg-type]
         bad = sorted(set(changes) - known)

@@ -1,4 +1,4 @@
-"""Greedy decoding and exact-match accuracy (paper.md, "Evaluation [code]").
+"""Greedy decoding and exact-match accuracy (``docs/method.md``, "The four tasks").
 
 The answer is decoded greedily after the prompt (through ``=``) until a newline or
 ``task.max_answer_len + 1`` tokens; a prediction is correct only if the whole answer matches.

@@ -1,6 +1,6 @@
 """Hook names: the one place where TransformerLens hook strings are built.
 
-Hook points analysed by the toolkit (paper.md, "Which activations"): the token embeddings
+Hook points analysed by the toolkit (``docs/method.md``, "Definitions"): the token embeddings
 (``hook_embed``), the residual stream of every layer (``blocks.L.hook_resid_pre/mid/post``) and the
 attention output before the output projection with heads concatenated (``blocks.L.attn.hook_z``,
 what the authors' code analysed). ``pattern``, ``attn_out`` and ``mlp_out`` are named for hooks too.

@@ -1,6 +1,6 @@
 """NoPE ``HookedTransformer``s: the model config, presets, construction and the paper's initialisation.
 
-NoPE route (design.md, "NoPE in TransformerLens 3.9"): TransformerLens has no
+NoPE route (``docs/method.md``, "Models and training"): TransformerLens 3.9 has no
 ``positional_embedding_type="none"``, so a ``"standard"`` model is built and its ``pos_embed.W_pos`` is
 zeroed and frozen (``requires_grad=False``), as in TransformerLens's own NoPE demo. ``hook_pos_embed``
 then outputs exact zeros and no position information enters the residual stream. Our
@@ -86,7 +86,7 @@ def init_weights(model: HookedTransformer, cfg: ModelConfig) -> None:
     ``pos_embed.W_pos`` when ``positional="learned"``, is drawn from N(init_mean, init_std**2) with a local
     ``torch.Generator`` seeded by ``cfg.seed``, in ``named_parameters`` order. Biases are set to zero;
     LayerNorm scales to 1. With ``positional="none"``, ``W_pos`` is zeroed and frozen. With
-    ``biases=False``, all biases are frozen. Source: paper.md "Init" ([code]: all matrices N(0, 0.02)).
+    ``biases=False``, all biases are frozen. Source: ``docs/method.md``, "Models and training" (the authors' code draws all matrices from N(0, 0.02)).
     """
     gen = torch.Generator().manual_seed(cfg.seed)
     with torch.no_grad():

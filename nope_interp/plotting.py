@@ -1,6 +1,7 @@
 """Plotly figures (return ``go.Figure``; never show) and the one helper that writes offline HTML.
 
-Cosine heatmaps use the diverging ``RdBu`` scale fixed to [-1, 1] with midpoint 0 (design.md).
+Cosine heatmaps use the diverging ``RdBu`` scale fixed to [-1, 1] with midpoint 0, so 0 is white and
+the sign of a cosine reads at a glance.
 """
 
 from collections.abc import Mapping, Sequence

@@ -1,6 +1,6 @@
 """Cosine-similarity matrices and the adjacency score (pure functions on tensors).
 
-Definitions (paper.md, "Definitions"):
+Definitions (``docs/method.md``, "Definitions"):
 
 * Self cosine-similarity matrix of a sequence X (pos x d_model): C[i, j] = X_i . X_j / (|X_i| |X_j|).
 * Adjacency score of row k (0-based, k >= 2): over all k(k-1)/2 pairs i < j < k of earlier positions,

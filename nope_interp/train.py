@@ -1,6 +1,6 @@
 """The training loop: AdamW (decay on matrices only), warmup + cosine decay, grad clipping, early stop.
 
-Defaults follow paper.md ("Model and training", [code]): AdamW betas (0.9, 0.99), weight decay 0.1
+Defaults follow the authors' code (``docs/method.md``, "Models and training"): AdamW betas (0.9, 0.99), weight decay 0.1
 on matrices only, grad clip 1.0, peak lr 2.6441e-4, 400 warmup steps, cosine decay to lr/10,
 5,000 steps, batch 256, early stop once test exact match reaches 99%. All are configurable.
 

@@ -1,6 +1,6 @@
 """Addition: ``$123+456=`` -> ``975$`` (the sum least-significant digit first, then ``$``).
 
-Source: paper.md, task table. Operands are uniform in ``[0, 10**n_digits)`` written without zero
+Source: the task table of ``docs/method.md``. Operands are uniform in ``[0, 10**n_digits)`` written without zero
 padding. The authors' raw files hold plain ``a+b=c``; their model saw ``$a+b=`` and the reversed sum,
 which is the format generated here. :meth:`AdditionTask.check_line` accepts both.
 """

@@ -1,14 +1,14 @@
 """What every synthetic task provides: examples, disjoint splits, token batches and an exact-match checker.
 
 A task is a frozen dataclass of its parameters (validated in ``__post_init__``) with methods that draw
-examples from an explicit ``random.Random`` (never the global RNG). Formats follow paper.md's table.
+examples from an explicit ``random.Random`` (never the global RNG). Formats follow the task table of ``docs/method.md``.
 
-Training batches (a documented choice, paper.md "Training batches"): one example per row,
+Training batches (a documented choice, ``docs/method.md`` "Models and training"): one example per row,
 ``prompt + answer + "\\n"``, right-padded with newlines, next-token targets, and a loss mask that is
 True only where the target is an answer character or the final newline (answer-only loss). With
 causal attention, right padding never changes the activations at earlier positions, so no attention
 mask is needed. The authors' packed 256-character windows with loss on every token are not used: on
-these machines per-example sequences with an answer-only loss learned faster (design.md).
+these machines per-example sequences with an answer-only loss learned faster (README, "Trained models that ship").
 """
 
 import random
@@ -81,7 +81,7 @@ class Task(ABC):
     # --- to implement -------------------------------------------------------------------------
     @abstractmethod
     def sample(self, rng: random.Random) -> str:
-        """Draw one prompt (uniformly as paper.md specifies) from ``rng``."""
+        """Draw one prompt (uniformly, as the task table of ``docs/method.md`` specifies) from ``rng``."""
 
     @abstractmethod
     def sample_full_length(self, rng: random.Random) -> str:
@@ -179,7 +179,7 @@ class Task(ABC):
         return list(seen)
 
     def analysis_prompts(self, n: int = 256, seed: int = 0, exclude: frozenset[str] = frozenset()) -> list[str]:
-        """``n`` distinct prompts of the maximal prompt length (paper.md: analysis inputs).
+        """``n`` distinct prompts of the maximal prompt length (``docs/method.md``, "Analysis inputs").
 
         Args:
             n: number of prompts (paper: 256).

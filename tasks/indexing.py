@@ -1,6 +1,6 @@
 """Indexing: ``wherex(631023235,3)=`` -> ``1`` (0-based index of the first occurrence of ``t`` in ``x``).
 
-Source: paper.md, task table. ``x`` is uniform in ``[0, 10**n_digits)`` (paper: 9 digits), written
+Source: the task table of ``docs/method.md``. ``x`` is uniform in ``[0, 10**n_digits)`` (paper: 9 digits), written
 without zero padding; the target ``t`` is one of ``x``'s own characters, drawn uniformly over its
 positions.
 """

@@ -1,6 +1,6 @@
 """Ordering: ``order(74283,87234)=`` -> ``30241`` (for each character of ``s``, its 0-based index in ``x``).
 
-Source: paper.md, task table. ``x`` is uniform over the integers in ``[0, 10**n_digits)`` whose
+Source: the task table of ``docs/method.md``. ``x`` is uniform over the integers in ``[0, 10**n_digits)`` whose
 digits are distinct (paper: up to 5 digits), written without zero padding; ``s`` is a uniformly random
 permutation of ``x``'s characters.
 """

@@ -1,6 +1,6 @@
 """Reversal: ``rev(5632718650825431)=`` -> ``1345280568172365``.
 
-Source: paper.md, task table. ``x`` is uniform in ``[0, 10**n_digits)`` (paper: up to 16 digits),
+Source: the task table of ``docs/method.md``. ``x`` is uniform in ``[0, 10**n_digits)`` (paper: up to 16 digits),
 written without zero padding; the answer is its characters reversed (it may start with zeros).
 """
 

@@ -1,6 +1,6 @@
 """The character vocabulary shared by all four tasks.
 
-Source: the authors' research code (paper.md, "Vocabulary [code]"): 96 printable characters (letters,
+Source: the authors' research code (``docs/method.md``, "The four tasks"): 96 printable characters (letters,
 digits, punctuation, space, newline); no BOS/EOS token; a newline ends an example.
 """
 

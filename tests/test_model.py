@@ -18,7 +18,7 @@ def _run(model, tokens):
 
 @pytest.mark.parametrize("positional", ["none", "learned"])
 def test_one_layer_causal_last_position_invariant_to_permuting_earlier_tokens(M, positional):
-    """NoPE: attention at the last position is a set function of the earlier tokens (design.md)."""
+    """NoPE: attention at the last position is a set function of the earlier tokens (docs/method.md)."""
     cfg = M.preset("tiny", n_layers=1, positional=positional, seed=3)
     model = M.build_model(cfg)
     gen = torch.Generator().manual_seed(0)

@@ -127,7 +127,7 @@ def test_bad_inputs(S):
 
 
 def test_averaging_closed_form_sqrt_i_over_k(S, gen):
-    """Uniform causal averaging of i.i.d. zero-mean vectors: cos(y_i, y_k) -> sqrt(i/k) (paper.md)."""
+    """Uniform causal averaging of i.i.d. zero-mean vectors: cos(y_i, y_k) -> sqrt(i/k) (docs/method.md)."""
     n, d = 12, 4096
     x = torch.randn(n, d, generator=gen, dtype=torch.float64)
     y = x.cumsum(0) / torch.arange(1, n + 1, dtype=torch.float64)[:, None]

@@ -69,8 +69,9 @@ class ModelSource(FrozenConfig):
 
     @property
     def given(self) -> bool:
-        """True when an explicit source was given (otherwise the job uses its default models)."""
-        return bool(self.run or self.pretrained or self.init)
+        """True when an explicit source was given (otherwise the job uses its default models).
+        ``with_seeds`` alone counts: it means every shipped model plus its extra seeds."""
+        return bool(self.run or self.pretrained or self.init or self.with_seeds)
 
     @property
     def task_params(self) -> dict[str, int]:
@@ -130,6 +131,8 @@ def load_models(source: ModelSource) -> list[ModelEntry]:
         cfg = preset(source.preset, **source.model_overrides)
         tweaks = "".join(f"-{k}{v}" for k, v in sorted(source.model_overrides.items()))
         return [entry_from_init(cfg, task, f"init-{source.preset}-{task.name}{tweaks}")]
+    if source.with_seeds and not source.pretrained:
+        return shipped_entries(tasks_pkg.TASK_NAMES, with_seeds=True)
     entries = []
     for path in source.run:
         run = load_run(path)

@@ -1,0 +1,267 @@
+"""Notebook API: analyses of a TransformerLens ``ActivationCache``, returning objects that display themselves.
+
+Run any ``HookedTransformer`` with ``run_with_cache`` and pass the cache:
+
+>>> _, cache = model.run_with_cache(tokens)                    # doctest: +SKIP
+>>> scores = adjacency_scores(cache)    # every cached site of width d_model; a table in Jupyter
+>>> scores.figure()                     # Plotly: score by site, mean ± std over sequences
+>>> cosine_heatmap(cache, "blocks.0.attn.hook_z").figure()
+>>> averaging_check(cache, layer=0)     # needs hook_pattern and hook_z of that layer in the cache
+
+Each result is a frozen dataclass with ``to_dict()``, a text ``repr``, an HTML table in Jupyter
+(``_repr_html_``) and ``figure()``. The method is described in ``docs/method.md``.
+"""
+
+import html
+from dataclasses import dataclass
+from typing import Any
+
+import plotly.graph_objects as go
+import torch
+from jaxtyping import Float
+from torch import Tensor
+from transformer_lens import ActivationCache
+
+from nope_interp.averaging import lower_triangle_spearman, relative_entropy_to_uniform
+from nope_interp.errors import NopeInterpError
+from nope_interp.hooks import hook_name, short_label
+from nope_interp.plotting import plot_adjacency_by_layer, plot_cosine_heatmaps
+from nope_interp.similarity import (
+    REDUCTIONS,
+    adjacency_score,
+    adjacency_score_of_activations,
+    cosine_similarity_matrix,
+    summarize,
+)
+
+#: Hook-name endings of the cached activations that are vectors per position (scored by default).
+VECTOR_SITES = ("hook_embed", "hook_resid_pre", "hook_resid_mid", "hook_resid_post", "attn.hook_z",
+                "hook_attn_out", "hook_mlp_out")
+
+
+def site_activations(cache: ActivationCache, site: str) -> Float[Tensor, "batch pos d"]:
+    """The activations of ``site`` as ``(batch, pos, d)``; ``hook_z`` / ``hook_q`` / ... with heads are
+    flattened (heads concatenated). A cache of a single unbatched prompt gets a batch axis of 1.
+
+    Raises:
+        NopeInterpError: ``site`` is not in the cache (the message lists what is), or has an unusable shape.
+    """
+    if site not in cache.cache_dict:
+        raise NopeInterpError(f"hook {site!r} is not in the cache; cached: {', '.join(cache.cache_dict)}")
+    a = cache[site]
+    if not cache.has_batch_dim:
+        a = a.unsqueeze(0)
+    if a.ndim == 4:
+        a = a.reshape(a.shape[0], a.shape[1], -1)
+    if a.ndim != 3:
+        raise NopeInterpError(f"hook {site!r} has shape {tuple(a.shape)}; expected (batch, pos, d) or with heads")
+    return a
+
+
+def cached_vector_sites(cache: ActivationCache) -> list[str]:
+    """The cached hook names that end in one of :data:`VECTOR_SITES`, in cache (forward) order."""
+    return [k for k in cache.cache_dict if k.endswith(VECTOR_SITES)]
+
+
+def _table(title: str, header: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<b>{html.escape(title)}</b><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+@dataclass(frozen=True)
+class SiteScores:
+    """Adjacency scores of every scored site of a cache.
+
+    Attributes:
+        reduction: ``row_mean`` or ``pooled``. sites: full hook names in forward order.
+        per_sequence: ``{site: Float[Tensor, "batch"]}`` scores in [0, 1] (0.5 = chance, 1 = perfect).
+        n_pos: sequence length.
+    """
+
+    reduction: str
+    sites: tuple[str, ...]
+    per_sequence: dict[str, Tensor]
+    n_pos: int
+
+    def summary(self, site: str) -> dict[str, float]:
+        """``{"mean", "std", "n"}`` over sequences at ``site``."""
+        return summarize(self.per_sequence[site]).to_dict()
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"reduction", "n_pos", "scores": {site: {"mean", "std", "n"}}}``."""
+        return {"reduction": self.reduction, "n_pos": self.n_pos,
+                "scores": {s: self.summary(s) for s in self.sites}}
+
+    def __repr__(self) -> str:
+        lines = [f"adjacency score ({self.reduction}, {self.n_pos} positions), mean ± std over sequences:"]
+        lines += [f"  {s:28s} {self.summary(s)['mean']:.3f} ± {self.summary(s)['std']:.3f}" for s in self.sites]
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        rows = [[s, f"{self.summary(s)['mean']:.3f}", f"{self.summary(s)['std']:.3f}", str(self.summary(s)["n"])]
+                for s in self.sites]
+        return _table(f"Adjacency score ({self.reduction}; 0.5 = chance, 1 = nearer is always more similar)",
+                      ["site", "mean", "std", "sequences"], rows)
+
+    def figure(self, title: str = "Adjacency score by site") -> go.Figure:
+        """Score by site, mean ± std over sequences, with the chance line at 0.5."""
+        return plot_adjacency_by_layer({"cache": {self.reduction: {s: self.summary(s) for s in self.sites}}}, title)
+
+
+def adjacency_scores(cache: ActivationCache, sites: list[str] | None = None,
+                     reduction: str = "row_mean") -> SiteScores:
+    """Adjacency score of every sequence at every site of ``cache`` (default: all cached vector sites).
+
+    Args:
+        cache: from ``model.run_with_cache(tokens)``; sequences of at least 3 positions.
+        sites: full hook names (default :func:`cached_vector_sites`).
+        reduction: ``"row_mean"`` (the paper's) or ``"pooled"`` (the authors' code).
+
+    Raises:
+        NopeInterpError: no scorable site; a site missing from the cache; fewer than 3 positions;
+            near-zero or non-finite vectors (their cosines are undefined).
+    """
+    if reduction not in REDUCTIONS:
+        raise NopeInterpError(f"unknown reduction {reduction!r}; allowed: {', '.join(REDUCTIONS)}")
+    sites = list(sites) if sites is not None else cached_vector_sites(cache)
+    if not sites:
+        raise NopeInterpError(f"no vector site in the cache; cached: {', '.join(cache.cache_dict)}")
+    per = {s: adjacency_score_of_activations(site_activations(cache, s), reduction) for s in sites}
+    return SiteScores(reduction=reduction, sites=tuple(sites), per_sequence=per,
+                      n_pos=site_activations(cache, sites[0]).shape[1])
+
+
+@dataclass(frozen=True)
+class CosineView:
+    """The cosine similarity matrix of one sequence at one site.
+
+    Attributes:
+        site: full hook name. batch_index: which sequence. matrix: ``Float[Tensor, "pos pos"]`` in [-1, 1].
+        tokens: one label per position (characters or token strings), or None.
+        adjacency: its adjacency score (row mean) in [0, 1].
+    """
+
+    site: str
+    batch_index: int
+    matrix: Tensor
+    tokens: tuple[str, ...] | None
+    adjacency: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: site, index, adjacency score and the matrix as nested lists."""
+        return {"site": self.site, "batch_index": self.batch_index, "adjacency": self.adjacency,
+                "matrix": self.matrix.tolist()}
+
+    def __repr__(self) -> str:
+        n = self.matrix.shape[0]
+        return f"CosineView({self.site}, sequence {self.batch_index}, {n}x{n}, adjacency {self.adjacency:.3f})"
+
+    def _repr_html_(self) -> str:
+        return _table("Cosine similarity matrix", ["site", "sequence", "positions", "adjacency (row mean)"],
+                      [[self.site, str(self.batch_index), str(self.matrix.shape[0]), f"{self.adjacency:.3f}"]])
+
+    def figure(self) -> go.Figure:
+        """Interactive heatmap on the diverging scale fixed to [-1, 1]."""
+        labels = "".join(t[:1] or " " for t in self.tokens) if self.tokens else " " * self.matrix.shape[0]
+        return plot_cosine_heatmaps(self.matrix.unsqueeze(0), [self.site], labels,
+                                    f"cosine similarity, sequence {self.batch_index}, adjacency {self.adjacency:.3f}")
+
+
+def cosine_heatmap(cache: ActivationCache, site: str, batch_index: int = 0,
+                   tokens: list[str] | str | None = None) -> CosineView:
+    """The cosine similarity matrix of sequence ``batch_index`` at ``site``, with its adjacency score.
+
+    Raises:
+        NopeInterpError: ``site`` not cached; ``batch_index`` out of range; ``tokens`` of the wrong length.
+    """
+    acts = site_activations(cache, site)
+    if not 0 <= batch_index < acts.shape[0]:
+        raise NopeInterpError(f"batch_index must be in [0, {acts.shape[0] - 1}], got {batch_index}")
+    if tokens is not None and len(tokens) != acts.shape[1]:
+        raise NopeInterpError(f"tokens has {len(tokens)} entries for {acts.shape[1]} positions")
+    x = acts[batch_index]
+    return CosineView(site=site, batch_index=batch_index, matrix=cosine_similarity_matrix(x),
+                      tokens=None if tokens is None else tuple(tokens),
+                      adjacency=float(adjacency_score_of_activations(x)))
+
+
+@dataclass(frozen=True)
+class AveragingCheck:
+    """Does layer ``layer``'s output look like causal averaging? From its attention pattern and ``hook_z``.
+
+    Attributes:
+        layer: the layer. relative_entropy: mean row entropy of the pattern / that of uniform causal
+            attention (1 = uniform), rows >= 1, over heads and sequences, in [0, 1].
+        spearman_pred_obs: mean over sequences of the Spearman correlation (lower triangle) between the
+            cosine matrix predicted from the attention rows (heads concatenated) and the observed one.
+        adjacency_predicted, adjacency_observed: mean adjacency scores (row mean) of both matrices.
+        predicted, observed: the two matrices of the first sequence, ``Float[Tensor, "pos pos"]``.
+    """
+
+    layer: int
+    relative_entropy: float
+    spearman_pred_obs: float
+    adjacency_predicted: float
+    adjacency_observed: float
+    predicted: Tensor
+    observed: Tensor
+
+    def to_dict(self) -> dict[str, Any]:
+        """The scalar measurements."""
+        return {k: getattr(self, k) for k in ("layer", "relative_entropy", "spearman_pred_obs",
+                                              "adjacency_predicted", "adjacency_observed")}
+
+    def __repr__(self) -> str:
+        return ("AveragingCheck(" + ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
+                                              for k, v in self.to_dict().items()) + ")")
+
+    def _repr_html_(self) -> str:
+        return _table(f"Averaging check, layer {self.layer}", ["measurement", "value"],
+                      [[k, f"{v:.3f}" if isinstance(v, float) else str(v)] for k, v in self.to_dict().items()])
+
+    def figure(self) -> go.Figure:
+        """Predicted (from the pattern) and observed cosine matrices of the first sequence, side by side."""
+        from plotly.subplots import make_subplots
+
+        fig = make_subplots(rows=1, cols=2, subplot_titles=["predicted from the attention pattern",
+                                                            f"observed ({short_label(hook_name('z', self.layer))})"])
+        for c, m in enumerate((self.predicted, self.observed), start=1):
+            fig.add_trace(go.Heatmap(z=m.numpy(), zmin=-1, zmax=1, zmid=0, colorscale="RdBu_r", showscale=(c == 2),
+                                     colorbar={"title": "cosine"}), row=1, col=c)
+            fig.update_yaxes(autorange="reversed", row=1, col=c)
+        fig.update_layout(title=f"Layer {self.layer}: predicted vs observed cosine", width=1100, height=560)
+        return fig
+
+
+def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool = True) -> AveragingCheck:
+    """Compare layer ``layer``'s observed ``hook_z`` cosines with those predicted from its attention pattern.
+
+    The prediction assumes i.i.d. zero-mean isotropic value vectors: then the expected inner product of two
+    outputs is the inner product of their attention rows (summed over heads when heads are concatenated);
+    see ``docs/method.md``, "The averaging argument".
+
+    Raises:
+        NopeInterpError: ``blocks.{layer}.attn.hook_pattern`` or ``hook_z`` missing from the cache.
+    """
+    p_name, z_name = hook_name("pattern", layer), hook_name("z", layer)
+    for n in (p_name, z_name):
+        if n not in cache.cache_dict:
+            raise NopeInterpError(f"averaging_check needs {n!r} in the cache; cached: {', '.join(cache.cache_dict)}")
+    pattern = cache[p_name].double().cpu()
+    if not cache.has_batch_dim:
+        pattern = pattern.unsqueeze(0)
+    z = site_activations(cache, z_name).double().cpu()
+    gram = torch.einsum("bhqk,bhpk->bqp", pattern, pattern)
+    d = gram.diagonal(dim1=-2, dim2=-1).sqrt()
+    pred = (gram / (d.unsqueeze(-1) * d.unsqueeze(-2))).clamp(-1, 1)
+    obs = cosine_similarity_matrix(z)
+    rho = [lower_triangle_spearman(pred[b], obs[b]) for b in range(pred.shape[0])]
+    return AveragingCheck(
+        layer=layer, relative_entropy=float(relative_entropy_to_uniform(pattern, causal)[..., 1:].mean()),
+        spearman_pred_obs=float(torch.tensor(rho).nanmean()), adjacency_predicted=float(adjacency_score(pred).mean()),
+        adjacency_observed=float(adjacency_score(obs).mean()), predicted=pred[0], observed=obs[0])
+
+
+__all__ = ["adjacency_scores", "cosine_heatmap", "averaging_check", "site_activations", "cached_vector_sites",
+           "SiteScores", "CosineView", "AveragingCheck"]

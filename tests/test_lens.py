@@ -1,0 +1,113 @@
+"""The notebook API on ActivationCaches: numbers against naive references, displays, errors."""
+
+import numpy as np
+import pytest
+import torch
+
+
+def _naive_row_mean(x: np.ndarray) -> float:
+    """Adjacency score (row mean) of one sequence by the definition: a triple loop over k > j > i."""
+    unit = x / np.linalg.norm(x, axis=-1, keepdims=True)
+    c = unit @ unit.T
+    rows = []
+    for k in range(2, len(x)):
+        pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]
+        rows.append(sum(c[k, i] < c[k, j] for i, j in pairs) / len(pairs))
+    return float(np.mean(rows))
+
+
+@pytest.fixture
+def reversal_cache_of_tiny_model(tiny_model):
+    import tasks
+
+    task = tasks.get_task("reversal")
+    prompts = task.analysis_prompts(6, seed=3)
+    _, cache = tiny_model.run_with_cache(task.prompt_tokens(prompts))
+    return cache, prompts
+
+
+def test_adjacency_scores_match_naive_loop(reversal_cache_of_tiny_model):
+    from nope_interp.lens import adjacency_scores
+
+    cache, _ = reversal_cache_of_tiny_model
+    scores = adjacency_scores(cache, sites=["hook_embed", "blocks.0.attn.hook_z", "blocks.1.hook_resid_post"])
+    for site in scores.sites:
+        acts = cache[site]
+        acts = acts.reshape(acts.shape[0], acts.shape[1], -1).double().numpy()
+        naive = [_naive_row_mean(a) for a in acts]
+        np.testing.assert_allclose(scores.per_sequence[site].numpy(), naive, atol=1e-12)
+        assert scores.summary(site)["mean"] == pytest.approx(np.mean(naive))
+    assert scores.summary("blocks.0.attn.hook_z")["mean"] > 0.8 > scores.summary("hook_embed")["mean"]
+
+
+def test_default_sites_are_the_cached_vector_sites_in_forward_order(reversal_cache_of_tiny_model):
+    from nope_interp.lens import adjacency_scores
+
+    cache, _ = reversal_cache_of_tiny_model
+    sites = adjacency_scores(cache).sites
+    assert sites[0] == "hook_embed" and "blocks.0.attn.hook_pattern" not in sites
+    assert sites.index("blocks.0.attn.hook_z") < sites.index("blocks.1.attn.hook_z")
+
+
+def test_displays_and_figures(reversal_cache_of_tiny_model):
+    import json
+
+    from nope_interp.lens import adjacency_scores, averaging_check, cosine_heatmap
+
+    cache, prompts = reversal_cache_of_tiny_model
+    for obj in (adjacency_scores(cache), cosine_heatmap(cache, "blocks.0.attn.hook_z", 1, prompts[1]),
+                averaging_check(cache, 0)):
+        assert "<table>" in obj._repr_html_()
+        assert len(repr(obj)) > 10
+        assert obj.figure().data
+        json.dumps(obj.to_dict())
+
+
+def test_cosine_heatmap_matrix_and_score(reversal_cache_of_tiny_model):
+    from nope_interp.lens import cosine_heatmap
+
+    cache, _ = reversal_cache_of_tiny_model
+    view = cosine_heatmap(cache, "blocks.0.hook_resid_post", batch_index=2)
+    x = cache["blocks.0.hook_resid_post"][2].double().numpy()
+    unit = x / np.linalg.norm(x, axis=-1, keepdims=True)
+    np.testing.assert_allclose(view.matrix.numpy(), np.clip(unit @ unit.T, -1, 1), atol=1e-12)
+    assert view.adjacency == pytest.approx(_naive_row_mean(x), abs=1e-12)
+
+
+def test_averaging_check_with_uniform_attention_predicts_the_closed_form(tiny_cfg):
+    """Zero query weights make layer-0 attention exactly uniform: relative entropy 1 and the predicted
+    cosines equal sqrt(i/k) (1-based)."""
+    import tasks
+    from nope_interp.averaging import closed_form_uniform_cosine
+    from nope_interp.lens import averaging_check
+    from nope_interp.model import build_model
+
+    model = build_model(tiny_cfg)
+    with torch.no_grad():
+        model.blocks[0].attn.W_Q.zero_()
+    task = tasks.get_task("addition")
+    _, cache = model.run_with_cache(task.prompt_tokens(task.analysis_prompts(4)))
+    check = averaging_check(cache, 0)
+    assert check.relative_entropy == pytest.approx(1.0, abs=1e-6)
+    n = check.predicted.shape[0]
+    torch.testing.assert_close(check.predicted, closed_form_uniform_cosine(n), atol=1e-6, rtol=0)
+    assert check.adjacency_predicted == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("call", ["missing_site", "bad_index", "bad_tokens", "bad_reduction", "no_pattern"])
+def test_bad_input_names_the_problem(reversal_cache_of_tiny_model, tiny_model, call):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.lens import adjacency_scores, averaging_check, cosine_heatmap
+
+    cache, _ = reversal_cache_of_tiny_model
+    calls = {
+        "missing_site": (lambda: adjacency_scores(cache, sites=["blocks.9.hook_resid_post"]), "not in the cache"),
+        "bad_index": (lambda: cosine_heatmap(cache, "hook_embed", batch_index=99), "batch_index"),
+        "bad_tokens": (lambda: cosine_heatmap(cache, "hook_embed", tokens="ab"), "tokens"),
+        "bad_reduction": (lambda: adjacency_scores(cache, reduction="median"), "reduction"),
+        "no_pattern": (lambda: averaging_check(tiny_model.run_with_cache(
+            torch.zeros(1, 5, dtype=torch.long), names_filter="hook_embed")[1], 0), "hook_pattern"),
+    }
+    fn, words = calls[call]
+    with pytest.raises(NopeInterpError, match=words):
+        fn()
