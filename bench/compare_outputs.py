@@ -56,10 +56,14 @@ def diff(a: Any, b: Any, path: str, roots: tuple[str, str], rtol: float, rename:
         return [d for i, (x, y) in enumerate(zip(a, b, strict=True))
                 for d in diff(x, y, f"{path}[{i}]", roots, rtol, rename)]
     if isinstance(a, str) and isinstance(b, str):
-        a, b = a.replace(roots[0], "<root>"), b.replace(roots[1], "<root>")
-        for old, new in rename.items():
-            a = a.replace(old, new)
+        a, b = _renamed(a.replace(roots[0], "<root>"), rename), b.replace(roots[1], "<root>")
     return [] if _close(a, b, rtol) else [f"{path}: {a!r} vs {b!r}"]
+
+
+def _renamed(text: str, rename: dict[str, str]) -> str:
+    for old, new in rename.items():
+        text = text.replace(old, new)
+    return text
 
 
 def compare_csv(pa: Path, pb: Path, roots: tuple[str, str], rtol: float, rename: dict[str, str]) -> list[str]:
@@ -78,7 +82,7 @@ def compare_csv(pa: Path, pb: Path, roots: tuple[str, str], rtol: float, rename:
             if nx is not None and ny is not None:
                 if not _close(nx, ny, rtol):
                     out.append(f"row {i} {k}: {x[k]} vs {y[k]}")
-            elif x[k].replace(roots[0], "<root>") != y[k].replace(roots[1], "<root>"):
+            elif _renamed(x[k].replace(roots[0], "<root>"), rename) != y[k].replace(roots[1], "<root>"):
                 out.append(f"row {i} {k}: {x[k]!r} vs {y[k]!r}")
     return out
 
@@ -88,16 +92,19 @@ def main() -> int:
     parser.add_argument("old")
     parser.add_argument("new")
     parser.add_argument("--rtol", type=float, default=1e-9)
-    parser.add_argument("--rename", nargs="*", default=[], help="OLD=NEW key renamings")
+    parser.add_argument("--rename", nargs="*", action="extend", default=[], help="OLD=NEW key renamings (repeatable)")
+    parser.add_argument("--move", nargs="*", action="extend", default=[],
+                        help="OLD_PATH=NEW_PATH: a result file that moved (relative to the roots)")
     args = parser.parse_args()
     old, new = Path(args.old), Path(args.new)
     rename = dict(r.split("=", 1) for r in args.rename)
+    moves = dict(m.split("=", 1) for m in args.move)
     roots = (str(old.resolve()), str(new.resolve()))
     bad = 0
     files = sorted(p for p in (old / "results").rglob("*") if p.suffix in (".json", ".csv"))
     for pa in files:
         rel = pa.relative_to(old)
-        pb = new / rel
+        pb = new / moves.get(rel.as_posix(), rel.as_posix())
         if not pb.exists():
             print(f"MISSING {rel}")
             bad += 1

@@ -1,4 +1,4 @@
-"""Ablations of the positional structure of the residual stream (issue: does the model *use* it?).
+"""Ablations of the positional structure of the residual stream: does the model *use* it?
 
 The mean decomposition of Song & Zhong (arXiv 2310.04861): over many prompts of one task, the
 positional mean mu[p] is the average activation at position p; the content part is h_p - mu[p]. The
@@ -35,7 +35,7 @@ ResidHook = Callable[..., Float[Tensor, "batch pos d_model"]]
 
 
 def positional_means(acts: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "pos d_model"]:
-    """mu[p]: the mean activation at each position over prompts (float64)."""
+    """mu[p]: the mean activation at each position over prompts (float64); Song & Zhong's positional mean."""
     return acts.double().mean(0)
 
 
@@ -45,7 +45,7 @@ def positional_decomposition(
     """How much of a site's structure is positional: Song & Zhong's mean decomposition h = mu[p] + c.
 
     Splits each activation into its positional mean mu[p] (over prompts) and its content part
-    c = h - mu[p], and measures both (paper.md's adjacency score, row mean):
+    c = h - mu[p], and measures both (the adjacency score of ``docs/method.md``, row mean):
 
     * ``positional_variance_fraction``: sum_p |mu[p] - m|^2 / sum_{b,p} |h[b,p] - m|^2 * batch, with m the
       grand mean: the share of the activation variance explained by position (law of total variance;
@@ -112,7 +112,12 @@ def positional_subspace(mu: Float[Tensor, "pos d_model"], rank: int) -> Float[Te
 
 
 def random_subspace(d_model: int, rank: int, generator: torch.Generator) -> Float[Tensor, "d_model rank"]:
-    """A uniformly random orthonormal basis of ``rank`` directions (QR of a Gaussian matrix)."""
+    """A uniformly random orthonormal basis of ``rank`` directions (QR of a Gaussian matrix, signs fixed by
+    the diagonal of R so that the distribution is Haar; Mezzadri, Notices of the AMS 2007).
+
+    Raises:
+        NopeInterpError: rank outside [0, d_model].
+    """
     if not 0 <= rank <= d_model:
         raise NopeInterpError(f"rank must be in [0, {d_model}], got {rank}")
     q, r = torch.linalg.qr(torch.randn(d_model, max(rank, 1), generator=generator, dtype=torch.float64))
@@ -120,7 +125,7 @@ def random_subspace(d_model: int, rank: int, generator: torch.Generator) -> Floa
 
 
 def project_out(h: Float[Tensor, "... d_model"], basis: Float[Tensor, "d_model rank"]) -> Float[Tensor, "... d_model"]:
-    """h minus its projection onto the span of ``basis`` (orthonormal columns)."""
+    """h minus its orthogonal projection onto the span of ``basis`` (orthonormal columns), in ``h``'s dtype."""
     b = basis.to(h.dtype)
     return h - (h @ b) @ b.T
 

@@ -1,4 +1,4 @@
-"""The averaging effect (paper.md, "The averaging effect"): pure functions on attention patterns.
+"""The averaging effect (``docs/method.md``, "The averaging effect"): pure functions on attention patterns.
 
 In a causal attention layer the output at query position q is the pattern-weighted average of the
 value vectors of positions 0..q. If the values were i.i.d. zero-mean isotropic vectors, the expected
@@ -8,8 +8,9 @@ of the outputs is predicted by the cosine matrix of the attention rows:
     pred[q1, q2] = <A[q1], A[q2]> / (|A[q1]| |A[q2]|)
 
 With uniform causal attention (A[q, k] = 1/(q+1) for k <= q) this is sqrt((i)/(k)) in 1-based
-positions i <= k (the closed form of paper.md), and the per-coordinate variance of the output at
-1-based position k is 1/k times that of the inputs (Chi et al., ACL 2023).
+positions i <= k (the closed form of Zuo, Guerzhoy & Guerzhoy, COLING 2025), and the per-coordinate
+variance of the output at 1-based position k is 1/k times that of the inputs (Chi et al., ACL 2023).
+The measurements that use these functions on models are in :mod:`nope_interp.averaging_checks`.
 """
 
 import math
@@ -61,7 +62,7 @@ def identity_pattern(n_pos: int) -> Float[Tensor, "query_pos key_pos"]:
 
 def closed_form_uniform_cosine(n_pos: int) -> Float[Tensor, "query_pos query_pos"]:
     """cos(y_i, y_k) = sqrt(min(i, k) / max(i, k)) in 1-based positions: uniform causal averaging of
-    i.i.d. zero-mean inputs in the limit of large d_model (paper.md)."""
+    i.i.d. zero-mean inputs in the limit of large d_model (Zuo, Guerzhoy & Guerzhoy, COLING 2025)."""
     pos = torch.arange(1, n_pos + 1, dtype=torch.float64)
     lo, hi = torch.minimum(pos[:, None], pos[None, :]), torch.maximum(pos[:, None], pos[None, :])
     return torch.sqrt(lo / hi)

@@ -54,7 +54,8 @@ def add_config_flags(parser: argparse.ArgumentParser | Any, cls: type, prefix: s
             continue
         default = f.default if f.default is not dataclasses.MISSING else None
         help_text = f.metadata.get("help", "")
-        help_text += "" if is_bool else f" (default: {' '.join(map(str, default)) if many else default})"
+        shown = " ".join(map(str, default)) if many and default is not None else default
+        help_text += "" if is_bool else f" (default: {shown})"
         flag, dest = f"--{prefix}{f.name.replace('_', '-')}", f"{prefix.replace('-', '_')}{f.name}"
         if is_bool:
             parser.add_argument(flag, dest=dest, action="store_true", default=None, help=help_text)

@@ -76,7 +76,7 @@ class FrozenConfig:
         return json.loads(json.dumps(dataclasses.asdict(self)))  # type: ignore[call-overload]
 
     @classmethod
-    def from_dict(cls: type[C], data: dict[str, Any]) -> C:
+    def from_dict(cls: type[C], data: Any) -> C:
         """Inverse of :meth:`to_dict`. Raises NopeInterpError on unknown keys or bad values."""
         known = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
         if not isinstance(data, dict):
@@ -171,13 +171,6 @@ class ModelConfig(FrozenConfig):
         check_float("init_mean", self.init_mean)
         check_float("init_std", self.init_std, 0.0, low_open=True)
         check_int("seed", self.seed, 0, 2**63 - 1)
-
-    @property
-    def n_params(self) -> int:
-        """Trainable parameters of the built model (weight matrices and LayerNorm scales)."""
-        from nope_interp.model import build_model
-
-        return sum(p.numel() for p in build_model(self).parameters() if p.requires_grad)
 
 
 #: Named model shapes. ``paper``: the paper's nanoGPT shape. ``cpu``: the shape the shipped models use,

@@ -1,4 +1,8 @@
-"""Position probes: cosine-similarity features against Chi et al.'s variance (paper.md, result 5).
+"""Position probes: cosine-similarity features against Chi et al.'s variance (``docs/method.md``).
+
+Chi, Fan, Rudnicky and Ramadge ("Latent Positional Information is in the Self-Attention Variance of
+Transformer Language Models Without Positional Embeddings", ACL 2023) read the position of a token off
+the variance of its representation; the features below compare that with cosine-similarity features.
 
 Features per position p of a sequence h (``pos x d_model``) at one hook site:
 
@@ -14,7 +18,8 @@ Features per position p of a sequence h (``pos x d_model``) at one hook site:
 Every feature is computed at the positions p >= W only, so all features share one target set.
 
 Probes (scikit-learn, features standardised): ``mlp``, an MLPRegressor with 4 hidden layers (the
-paper's 4-layer MLP), and ``ridge``, a linear probe. Train/test split by sequence, never by position.
+4-layer MLP probe of ``docs/method.md``), and ``ridge``, a linear probe. Train/test split by sequence,
+never by position.
 Metrics on the held-out sequences: NRMSE = RMSE / standard deviation of the test targets (so predicting
 the test mean scores 1.0), Pearson r, MAE (in positions); each with two chance baselines: predicting the
 training mean, and the same probe trained on targets shuffled across training rows.
@@ -52,7 +57,7 @@ def position_features(
         and ``groups`` (the sequence index of each row, for splitting by sequence).
 
     Raises:
-        NopeInterpError: unknown feature name.
+        NopeInterpError: unknown feature name; ``pos <= PROFILE_WIDTH + 1``.
     """
     if feature not in FEATURES:
         raise NopeInterpError(f"unknown feature {feature!r}; allowed: {', '.join(FEATURES)}")
@@ -87,7 +92,11 @@ def position_features(
 
 def make_probe(kind: str, seed: int):
     """A scikit-learn pipeline: StandardScaler + MLPRegressor (4 hidden layers of 32, early stopping on a
-    10% validation split, at most 150 epochs) or Ridge (alpha 1)."""
+    10% validation split, at most 150 epochs) or Ridge (alpha 1).
+
+    Raises:
+        NopeInterpError: ``kind`` not in :data:`PROBES`.
+    """
     if kind == "mlp":
         reg = MLPRegressor(hidden_layer_sizes=(32, 32, 32, 32), max_iter=150, early_stopping=True,
                            n_iter_no_change=8, tol=1e-4, random_state=seed, learning_rate_init=2e-3)
@@ -121,8 +130,15 @@ def fit_position_probe(
 ) -> dict[str, ProbeScore]:
     """Fit ``probe`` on a split by sequence and score it with its baselines.
 
+    Args:
+        X: features (``rows x n_features``); y: targets (``rows``); groups: sequence id of each row.
+        test_fraction: share of the sequences held out (rounded, at least one).
+
     Returns:
         ``{"probe": ..., "mean_baseline": ..., "shuffled_baseline": ...}``, scores on held-out sequences.
+
+    Raises:
+        NopeInterpError: fewer than 4 sequences; an unknown probe.
     """
     rng = np.random.default_rng(seed)
     seqs = np.unique(groups)
@@ -144,7 +160,12 @@ def probe_sites(
     acts: Float[Tensor, "site batch pos d_model"], labels: Sequence[str], features: Sequence[str] = FEATURES,
     probes: Sequence[str] = PROBES, seeds: Sequence[int] = (0, 1, 2),
 ) -> list[dict[str, object]]:
-    """Every (site, feature, probe, seed): one row with the probe's and baselines' metrics."""
+    """Every (site, feature, probe, seed): one flat row with the probe's and baselines' metrics
+    (``<probe|mean_baseline|shuffled_baseline>_<nrmse|pearson_r|mae>``).
+
+    Raises:
+        NopeInterpError: an unknown feature or probe; too few positions or sequences.
+    """
     rows: list[dict[str, object]] = []
     for s, label in enumerate(labels):
         for feature in features:

@@ -92,32 +92,6 @@ def test_bad_ablation_input(AB):
         AB.positional_subspace(mu, 5)
 
 
-def test_seed_summary_against_scipy():
-    from scipy import stats
-
-    from nope_interp.ablation_job import seed_summary
-
-    def fake(acc_clean, acc_abl, pos):
-        return {"task": "t", "clean": {"exact_match": acc_clean},
-                "sites": {"s": {"project_out": {"exact_match": acc_abl}}},
-                "rank_curve": {"points": [{"rank": 1, "positional": pos, "random_mean": 0.9}]}}
-
-    out = seed_summary([fake(1.0, 0.2, 0.1), fake(0.9, 0.3, 0.0), fake(1.0, 0.0, 0.2)])["t"]
-    losses = [0.8, 0.6, 1.0]
-    s = out["accuracy_loss"]["s"]["project_out"]
-    m, se = sum(losses) / 3, stats.sem(losses)
-    lo, hi = stats.t.interval(0.95, 2, loc=m, scale=se)
-    assert s["mean"] == pytest.approx(m) and s["ci95_low"] == pytest.approx(lo) and s["ci95_high"] == pytest.approx(hi)
-    assert s["n_seeds"] == 3 and out["rank_curve"]["1"]["positional"]["mean"] == pytest.approx(0.1)
-    # decomposition: averaged over seeds where every run has it; a run that reported an error drops the site
-    keys = ("positional_variance_fraction", "adjacency_full", "adjacency_positional", "adjacency_content")
-    runs = [fake(1.0, 0.2, 0.1), fake(0.9, 0.3, 0.0)]
-    runs[0]["decomposition"] = {"s": dict.fromkeys(keys, 0.8), "u": dict.fromkeys(keys, 0.5)}
-    runs[1]["decomposition"] = {"s": dict.fromkeys(keys, 0.6), "u": {"error": "fewer than 3 positions"}}
-    dec = seed_summary(runs)["t"]["decomposition"]
-    assert list(dec) == ["s"] and dec["s"]["adjacency_positional"]["mean"] == pytest.approx(0.7)
-
-
 def test_positional_decomposition_separates_position_from_content(AB):
     import numpy as np
 

@@ -101,34 +101,6 @@ def test_bad_intervention_input(tiny_model):
     assert_no_hooks(tiny_model)
 
 
-def test_averaging_report_fields(A):
-    import tasks
-    from nope_interp.averaging_report import averaging_report
-    from nope_interp.model import build_model, preset
-
-    rep = averaging_report(build_model(preset("cpu", d_model=256, d_head=64)), tasks.get_task("reversal"), 16)
-    l0 = rep["layers"][0]
-    assert l0["z_identity_max_abs_err"] < 1e-5
-    assert l0["relative_entropy"] > 0.95  # small init weights: nearly uniform attention
-    assert l0["heads_concat"]["spearman_pred_obs"] > 0.5 and l0["closed_form_mae"] < 0.2
-    assert len(l0["heads"]) == 4 and len(l0["variance_ratio"]) == rep["n_pos"] == 22
-
-
-def test_init_grid_runs_and_summarises():
-    from nope_interp.init_grid import GridConfig, plot_grid, run_init_grid, summarize_grid
-    from nope_interp.io import to_csv
-
-    cfg = GridConfig(means=(0.0,), stds=(0.02, 0.2), depths=(2,), widths=(48,), seeds=2, n_prompts=8,
-                     task_names=("addition",))
-    rows = run_init_grid(cfg)
-    assert len(rows) == (2 + 1) * 2  # (init points + size points) x seeds
-    assert all(0 <= r["z_L0"] <= 1 and 0 <= r["l0_relative_entropy"] <= 1 for r in rows)
-    summary = summarize_grid(rows)
-    assert {r["n_seeds"] for r in summary} == {2}
-    assert to_csv(rows).splitlines()[0].startswith("grid,task,n_layers")
-    assert len(plot_grid(summary, "init").data) == 1
-
-
 def test_relative_entropy_of_bidirectional_uniform_is_one(A):
     n = 7
     uniform_bi = torch.full((n, n), 1 / n, dtype=torch.float64)

@@ -45,7 +45,7 @@ def test_analyze_a_run_and_an_initialised_model(main, tiny_run, tmp_path, capsys
     figs = tmp_path / "figures" / "analyze" / "init-tiny-indexing"
     assert sorted(p.name for p in figs.iterdir()) == ["adjacency.html", "cosine.html", "plotly.min.js"]
     out = capsys.readouterr().out
-    assert "blocks.0.attn.hook_z" in out and "figures:" in out
+    assert "blocks.0.attn.hook_z" in out and "outputs:" in out and "cosine.html" in out
 
 
 def test_shipped_models_load_in_one_call_and_by_name():
@@ -63,10 +63,10 @@ def test_demo_on_one_task(main, tmp_path):
     status = main(["demo", "--tasks", "reversal", "--n-prompts", "16", "--eval-n", "50", "--init-preset", "tiny",
                    "--out-root", str(tmp_path)])
     assert status == 0
-    summary = json.loads((tmp_path / "results" / "summary.json").read_text())
+    summary = json.loads((tmp_path / "results" / "demo" / "summary.json").read_text())
     assert list(summary["tasks"]) == ["reversal"]
     assert 0 <= summary["tasks"]["reversal"]["test_acc_remeasured"] <= 1
-    md = (tmp_path / "results" / "summary.md").read_text()
+    md = (tmp_path / "results" / "demo" / "summary.md").read_text()
     assert "| reversal |" in md and "about 0.5 (chance)" in md
     names = {p.name for p in (tmp_path / "figures" / "demo").iterdir()}
     assert {"adjacency_by_layer.html", "cosine_reversal_initialised.html", "cosine_reversal_trained.html"} <= names
@@ -77,8 +77,8 @@ BAD = [
     (["train", "--task", "addition", "--preset", "huge"], "unknown preset 'huge'; available presets: paper, cpu, tiny"),
     (["train", "--task", "reversal", "--preset", "tiny", "--model-n-ctx", "20"],
      "n_ctx=20 is too small for task 'reversal': its examples need n_ctx >= 39"),
-    (["train", "--task", "addition", "--model-d-model", "-5"], "d_model must be a positive integer"),
-    (["train", "--task", "addition", "--steps", "0"], "steps must be a positive integer"),
+    (["train", "--task", "addition", "--model-d-model", "-5"], "d_model must be an integer in [1, 1000000], got -5"),
+    (["train", "--task", "addition", "--steps", "0"], "steps must be an integer in [1, 1000000000], got 0"),
     (["train", "--task", "addition", "--n-digits", "0"], "n_digits must be an integer in [1, 18]"),
     (["analyze", "--init", "--task", "addition", "--preset", "tiny", "--points", "resid_final"],
      "unknown activation point 'resid_final'; allowed: embed, resid_pre, z, resid_mid, resid_post"),
@@ -194,18 +194,21 @@ def test_ablate_command(main, tiny_run, tmp_path):
     assert not (tmp_path / "x").exists()
 
 
-def test_demo_retrain_reruns_the_shipped_command(tiny_run, tmp_path, monkeypatch):
-    """--retrain trains again with the exact recorded command (here a tiny model standing in as shipped)."""
+def test_demo_retrain_reruns_the_shipped_recipe(tiny_run, tmp_path, monkeypatch):
+    """--retrain trains again with the shipped model's configs (here a tiny model standing in as shipped)."""
     import shutil
 
+    import nope_interp.jobs.demo as demo
     import nope_interp.pretrained as pretrained
-    from nope_interp.demo import run_demo
 
     fake = tmp_path / "pretrained" / "addition"
     shutil.copytree(tiny_run, fake)
     monkeypatch.setattr(pretrained, "PRETRAINED_DIR", tmp_path / "pretrained")
-    summary = run_demo(tmp_path / "out", ["addition"], n_prompts=8, eval_n=10, retrain=True,
-                       runs_dir=tmp_path / "runs", init_preset="tiny", progress=False)
+    cfg = demo.DemoConfig(tasks=("addition",), n_prompts=8, eval_n=10, retrain=True, runs_dir=str(tmp_path / "runs"),
+                          init_preset="tiny", device="cpu")
+    result = demo.run(cfg)
+    demo.write(result, tmp_path / "out")
+    summary = json.loads((tmp_path / "out" / "results" / "demo" / "summary.json").read_text())
     retrained = json.loads((tmp_path / "runs" / "addition-retrain" / "config.json").read_text())
     shipped = json.loads((fake / "config.json").read_text())
     assert retrained["model"] == shipped["model"] and retrained["train"] == shipped["train"]

@@ -30,14 +30,17 @@ def test_adjacency_scores_match_naive_loop(reversal_cache_of_tiny_model):
     from nope_interp.lens import adjacency_scores
 
     cache, _ = reversal_cache_of_tiny_model
-    scores = adjacency_scores(cache, sites=["hook_embed", "blocks.0.attn.hook_z", "blocks.1.hook_resid_post"])
+    # sites after attention: every vector differs, so no exact ties (the embeddings of repeated characters
+    # are identical vectors whose cosines tie only up to the matmul's rounding)
+    scores = adjacency_scores(cache, sites=["blocks.0.attn.hook_z", "blocks.0.hook_resid_post",
+                                            "blocks.1.hook_resid_post"])
     for site in scores.sites:
         acts = cache[site]
         acts = acts.reshape(acts.shape[0], acts.shape[1], -1).double().numpy()
         naive = [_naive_row_mean(a) for a in acts]
         np.testing.assert_allclose(scores.per_sequence[site].numpy(), naive, atol=1e-12)
         assert scores.summary(site)["mean"] == pytest.approx(np.mean(naive))
-    assert scores.summary("blocks.0.attn.hook_z")["mean"] > 0.8 > scores.summary("hook_embed")["mean"]
+    assert scores.summary("blocks.0.attn.hook_z")["mean"] > 0.8
 
 
 def test_default_sites_are_the_cached_vector_sites_in_forward_order(reversal_cache_of_tiny_model):

@@ -103,33 +103,3 @@ def test_init_draws_every_matrix_from_the_configured_normal_with_a_local_generat
     assert seen == set(M.WEIGHT_MATRICES)
     again = M.build_model(cfg)
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), again.parameters(), strict=True))
-
-
-def test_config_json_round_trip_and_presets(M):
-    for name, cfg in M.PRESETS.items():
-        assert M.ModelConfig.from_json(cfg.to_json()) == cfg, name
-        json.loads(cfg.to_json())
-    paper = M.preset("paper")
-    assert (paper.n_layers, paper.d_model, paper.n_heads, paper.d_mlp) == (6, 384, 6, 1536)
-    assert paper.positional == "none" and paper.attention == "causal"
-    assert (paper.init_mean, paper.init_std) == (0.0, 0.02)
-
-
-@pytest.mark.parametrize("kwargs,match", [
-    ({"n_layers": 0}, "n_layers"), ({"d_head": 7}, "n_heads \\* d_head"), ({"positional": "alibi"}, "positional"),
-    ({"attention": "sideways"}, "attention"), ({"init_std": -1.0}, "init_std"), ({"act_fn": "tanh"}, "act_fn"),
-])
-def test_bad_model_config(M, kwargs, match):
-    from nope_interp.errors import NopeInterpError
-
-    with pytest.raises(NopeInterpError, match=match):
-        M.preset("tiny", **kwargs)
-
-
-def test_unknown_preset_or_field(M):
-    from nope_interp.errors import NopeInterpError
-
-    with pytest.raises(NopeInterpError, match="available presets: paper, cpu, tiny"):
-        M.preset("huge")
-    with pytest.raises(NopeInterpError, match="unknown ModelConfig field"):
-        M.preset("tiny", n_layer=3)

@@ -1,0 +1,331 @@
+"""Measurements that could prove the averaging-effect explanation wrong (the model-holding part).
+
+The pure math lives in :mod:`nope_interp.averaging`; this module runs a model and measures. For each
+layer and head, from one cache: the exact ``hook_z = pattern @ v`` identity; the cosine matrix
+predicted from the attention pattern alone (:func:`~nope_interp.averaging.attention_row_cosine`)
+against the observed cosine matrix of ``hook_z`` (Spearman rank correlation, adjacency scores of both);
+how uniform the attention is (entropy relative to uniform); how close the observed cosines are to the
+closed form sqrt(i/k); and the per-position variance against the 1/k of Chi et al. ("Latent Positional
+Information is in the Self-Attention Variance of Transformer Language Models Without Positional
+Embeddings", ACL 2023). Then counterfactuals: one layer's pattern replaced by uniform, identity or
+entropy-matched random attention, with the adjacency score at every site and the task accuracy. The
+method is described in ``docs/method.md`` ("The averaging effect").
+"""
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+from transformer_lens import HookedTransformer
+
+import tasks as tasks_pkg
+from nope_interp.analysis import analyze_model
+from nope_interp.averaging import (
+    PATTERN_KINDS,
+    attention_row_cosine,
+    closed_form_uniform_cosine,
+    lower_triangle_spearman,
+    pattern_weighted_values,
+    per_position_variance,
+    relative_entropy_to_uniform,
+    vector_spearman,
+)
+from nope_interp.errors import NopeInterpError
+from nope_interp.evaluate import exact_match_accuracy
+from nope_interp.hooks import hook_name
+from nope_interp.interventions import replaced_pattern
+from nope_interp.similarity import adjacency_score, cosine_similarity_matrix
+
+
+@dataclass(frozen=True)
+class PredictedVsObserved:
+    """The cosine matrix predicted from the attention pattern against the observed one (means over prompts).
+
+    Attributes:
+        spearman_pred_obs: Spearman rank correlation of the strictly-lower-triangle entries of the
+            predicted and observed matrices, in [-1, 1] (NaN prompts skipped; NaN if all are NaN).
+        adjacency_predicted, adjacency_observed: adjacency score (row mean) of each matrix, in [0, 1].
+    """
+
+    spearman_pred_obs: float
+    adjacency_predicted: float
+    adjacency_observed: float
+
+    def to_dict(self) -> dict[str, float]:
+        """``{"spearman_pred_obs", "adjacency_predicted", "adjacency_observed"}``."""
+        return {"spearman_pred_obs": self.spearman_pred_obs, "adjacency_predicted": self.adjacency_predicted,
+                "adjacency_observed": self.adjacency_observed}
+
+
+@dataclass(frozen=True)
+class LayerAveraging:
+    """The averaging-effect measurements of one attention layer.
+
+    Attributes:
+        layer: 0-based layer.
+        z_identity_max_abs_err: max |pattern @ v - hook_z| (float32 round-off, about 1e-7).
+        heads_concat: :class:`PredictedVsObserved` of ``hook_z`` with heads concatenated (prediction:
+            the heads' row Gram matrices summed, i.e. equal-variance heads).
+        heads: one :class:`PredictedVsObserved` per head.
+        relative_entropy: attention-row entropy over the entropy of uniform attention, mean over rows
+            >= 1, heads and prompts (1 = uniform, 0 = one-hot).
+        relative_entropy_by_row: the same per query row 1..pos-1 (mean over heads and prompts).
+        closed_form_mae: mean |cos - sqrt(i/k)| over the lower triangle of the heads-concatenated
+            ``hook_z`` cosine matrices.
+        variance_ratio: per-position variance of the heads-concatenated ``hook_z`` divided by position
+            0's, mean over prompts (one value per position).
+        variance_vs_1_over_k_spearman, variance_vs_1_over_k_mae: ``variance_ratio`` against 1/k
+            (1-based k): Spearman rank correlation and mean absolute difference.
+    """
+
+    layer: int
+    z_identity_max_abs_err: float
+    heads_concat: PredictedVsObserved
+    heads: tuple[PredictedVsObserved, ...]
+    relative_entropy: float
+    relative_entropy_by_row: tuple[float, ...]
+    closed_form_mae: float
+    variance_ratio: tuple[float, ...]
+    variance_vs_1_over_k_spearman: float
+    variance_vs_1_over_k_mae: float
+
+    @property
+    def site(self) -> str:
+        """The hook whose cosines are measured: ``blocks.<layer>.attn.hook_z``."""
+        return hook_name("z", self.layer)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict with the attribute names as keys (tuples become lists)."""
+        return {
+            "layer": self.layer,
+            "z_identity_max_abs_err": self.z_identity_max_abs_err,
+            "heads_concat": self.heads_concat.to_dict(),
+            "heads": [h.to_dict() for h in self.heads],
+            "relative_entropy": self.relative_entropy,
+            "relative_entropy_by_row": list(self.relative_entropy_by_row),
+            "closed_form_mae": self.closed_form_mae,
+            "variance_ratio": list(self.variance_ratio),
+            "variance_vs_1_over_k_spearman": self.variance_vs_1_over_k_spearman,
+            "variance_vs_1_over_k_mae": self.variance_vs_1_over_k_mae,
+        }
+
+
+@dataclass(frozen=True)
+class AveragingReport:
+    """Per-layer averaging-effect measurements of one model on one task.
+
+    Attributes:
+        task: task name. n_prompts: prompts measured. n_pos: tokens per prompt.
+        layers: one :class:`LayerAveraging` per layer, in order.
+    """
+
+    task: str
+    n_prompts: int
+    n_pos: int
+    layers: tuple[LayerAveraging, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"task", "n_prompts", "n_pos", "layers": [...]}``."""
+        return {"task": self.task, "n_prompts": self.n_prompts, "n_pos": self.n_pos,
+                "layers": [lay.to_dict() for lay in self.layers]}
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One attention condition of a counterfactual: ``"clean"`` or a replacement kind.
+
+    Attributes:
+        kind: ``"clean"`` or one of :data:`~nope_interp.averaging.PATTERN_KINDS`.
+        scores: adjacency score (row mean, mean over prompts, in [0, 1]) by full hook name, in forward order.
+        exact_match: greedy exact match on the evaluation examples in [0, 1], or None if none were given.
+    """
+
+    kind: str
+    scores: Mapping[str, float]
+    exact_match: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"scores": {hook: score}, "exact_match"}``."""
+        return {"scores": dict(self.scores), "exact_match": self.exact_match}
+
+
+@dataclass(frozen=True)
+class CounterfactualReport:
+    """Adjacency scores (and accuracy) with one layer's attention pattern left alone or replaced.
+
+    Attributes:
+        task: task name. layer: the layer whose pattern is replaced. n_prompts: prompts per condition.
+        conditions: ``"clean"`` first, then one :class:`Condition` per replacement kind.
+    """
+
+    task: str
+    layer: int
+    n_prompts: int
+    conditions: tuple[Condition, ...]
+
+    def condition(self, kind: str) -> Condition:
+        """The condition ``kind``.
+
+        Raises:
+            NopeInterpError: no condition of that kind was measured.
+        """
+        for c in self.conditions:
+            if c.kind == kind:
+                return c
+        raise NopeInterpError(f"no condition {kind!r}; measured: {', '.join(c.kind for c in self.conditions)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"task", "layer", "n_prompts", "conditions": {kind: {"scores", "exact_match"}}}``."""
+        return {"task": self.task, "layer": self.layer, "n_prompts": self.n_prompts,
+                "conditions": {c.kind: c.to_dict() for c in self.conditions}}
+
+
+@dataclass(frozen=True)
+class CosineExample:
+    """Predicted and observed cosine matrices of one layer on one prompt (for a figure).
+
+    Attributes:
+        task: task name. prompt: the prompt (one token per character). layer: 0-based layer.
+        predicted: Float[Tensor, "pos pos"], cosine of the attention rows (heads summed), float64, in [-1, 1].
+        observed: Float[Tensor, "pos pos"], cosine matrix of the heads-concatenated ``hook_z``.
+    """
+
+    task: str
+    prompt: str
+    layer: int
+    predicted: Float[Tensor, "pos pos"]
+    observed: Float[Tensor, "pos pos"]
+
+
+def _mean(values: Sequence[float]) -> float:
+    vals = [v for v in values if not math.isnan(v)]
+    return sum(vals) / len(vals) if vals else math.nan
+
+
+def _heads_summed_cosine(pattern: Float[Tensor, "*batch n_heads query_pos key_pos"],
+                         ) -> Float[Tensor, "*batch query_pos query_pos"]:
+    """E<y_i, y_k> = sum_h <A_h[i], A_h[k]> for heads with equal-variance i.i.d. values, as a cosine."""
+    a = pattern.double()
+    spec = "bhqk,bhpk->bqp" if a.ndim == 4 else "hqk,hpk->qp"
+    gram = torch.einsum(spec, a, a)
+    d = gram.diagonal(dim1=-2, dim2=-1).sqrt()
+    return (gram / (d.unsqueeze(-1) * d.unsqueeze(-2))).clamp(-1, 1)
+
+
+def _predicted_vs_observed(pattern: Tensor, z: Tensor) -> PredictedVsObserved:
+    """pattern: batch q k (or batch head q k, summed over heads); z: batch q d. Means over sequences."""
+    pred = _heads_summed_cosine(pattern) if pattern.ndim == 4 else attention_row_cosine(pattern)
+    obs = cosine_similarity_matrix(z)
+    rho = [lower_triangle_spearman(pred[b], obs[b]) for b in range(pred.shape[0])]
+    return PredictedVsObserved(spearman_pred_obs=_mean(rho), adjacency_predicted=float(adjacency_score(pred).mean()),
+                               adjacency_observed=float(adjacency_score(obs).mean()))
+
+
+@torch.no_grad()
+def averaging_report(
+    model: HookedTransformer, task: tasks_pkg.Task, n_prompts: int = 64, seed: int = 1,
+    exclude: frozenset[str] = frozenset(),
+) -> AveragingReport:
+    """Per-layer (and per-head) averaging-effect measurements on full-length prompts of ``task``.
+
+    Args:
+        model: the model (any attention direction; the entropy is relative to the allowed keys).
+        task: the task whose ``analysis_prompts(n_prompts, seed, exclude)`` are measured.
+        n_prompts: prompts (one forward pass over all of them).
+        seed: seed of the prompt sampler. exclude: prompts not to use (e.g. training prompts).
+
+    Returns:
+        An :class:`AveragingReport` (fields documented in :class:`LayerAveraging`).
+
+    Raises:
+        NopeInterpError: prompts shorter than 3 tokens (no rank correlation); TaskError: too many prompts asked.
+    """
+    prompts = task.analysis_prompts(n_prompts, seed, exclude)
+    tokens = task.prompt_tokens(prompts).to(model.cfg.device)
+    n_layers = model.cfg.n_layers
+    names = {hook_name(p, layer) for layer in range(n_layers) for p in ("pattern", "z", "v")}
+    _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names, return_type=None)
+    n_pos = tokens.shape[1]
+    causal = model.cfg.attention_dir == "causal"
+    closed = closed_form_uniform_cosine(n_pos)
+    low = torch.tril_indices(n_pos, n_pos, offset=-1)
+    inv_k = 1.0 / torch.arange(1, n_pos + 1, dtype=torch.float64)
+    layers = []
+    for layer in range(n_layers):
+        pattern = cache[hook_name("pattern", layer)].cpu()
+        z = cache[hook_name("z", layer)].cpu()
+        v = cache[hook_name("v", layer)].cpu()
+        z_cat = z.flatten(-2)
+        obs_cat = cosine_similarity_matrix(z_cat)
+        var = per_position_variance(z_cat)
+        var_ratio = (var / var[:, :1]).mean(0)
+        rel_entropy = relative_entropy_to_uniform(pattern, causal)[..., 1:]
+        layers.append(LayerAveraging(
+            layer=layer,
+            z_identity_max_abs_err=float((pattern_weighted_values(pattern, v) - z).abs().max()),
+            heads_concat=_predicted_vs_observed(pattern, z_cat),
+            heads=tuple(_predicted_vs_observed(pattern[:, h], z[:, :, h]) for h in range(pattern.shape[1])),
+            relative_entropy=float(rel_entropy.mean()),
+            relative_entropy_by_row=tuple(rel_entropy.mean((0, 1)).tolist()),
+            closed_form_mae=float((obs_cat[:, low[0], low[1]] - closed[low[0], low[1]]).abs().mean()),
+            variance_ratio=tuple(var_ratio.tolist()),
+            variance_vs_1_over_k_spearman=vector_spearman(var_ratio, inv_k),
+            variance_vs_1_over_k_mae=float((var_ratio - inv_k).abs().mean()),
+        ))
+    return AveragingReport(task=task.name, n_prompts=len(prompts), n_pos=n_pos, layers=tuple(layers))
+
+
+def counterfactual_report(
+    model: HookedTransformer, task: tasks_pkg.Task, layer: int = 0, kinds: Sequence[str] = PATTERN_KINDS,
+    n_prompts: int = 64, seed: int = 1, eval_examples: Sequence[tasks_pkg.Example] | None = None,
+    exclude: frozenset[str] = frozenset(),
+) -> CounterfactualReport:
+    """Adjacency scores at every site (and exact match) with layer ``layer``'s attention pattern left
+    alone (``"clean"``) or replaced by each of ``kinds`` (:func:`nope_interp.interventions.replaced_pattern`).
+
+    Args:
+        model: the model; its hooks are removed again even if a condition raises.
+        task: the task analysed (``analysis_prompts(n_prompts, seed, exclude)``, default hook sites).
+        layer: the layer whose ``hook_pattern`` is replaced. kinds: replacement kinds (``PATTERN_KINDS``).
+        seed: seed of the prompts and of the random replacement.
+        eval_examples: if given, greedy exact match on them under each condition; else ``exact_match`` is None.
+
+    Returns:
+        A :class:`CounterfactualReport` with ``"clean"`` first, then ``kinds`` in order.
+
+    Raises:
+        NopeInterpError: an unknown kind or a layer out of range.
+    """
+    conditions = []
+    for kind in ("clean", *kinds):
+        if kind == "clean":
+            res = analyze_model(model, task, n_prompts, seed, exclude=exclude)
+            acc = exact_match_accuracy(model, task, eval_examples) if eval_examples else None
+        else:
+            with replaced_pattern(model, layer, kind, seed=seed):
+                res = analyze_model(model, task, n_prompts, seed, exclude=exclude)
+                acc = exact_match_accuracy(model, task, eval_examples) if eval_examples else None
+        conditions.append(Condition(kind=kind, scores={s: v["mean"] for s, v in res.scores["row_mean"].items()},
+                                    exact_match=acc))
+    return CounterfactualReport(task=task.name, layer=layer, n_prompts=n_prompts, conditions=tuple(conditions))
+
+
+@torch.no_grad()
+def cosine_example(model: HookedTransformer, task: tasks_pkg.Task, layer: int = 0, seed: int = 1) -> CosineExample:
+    """The predicted (from the attention pattern, heads summed, i.i.d. values) and the observed cosine
+    matrix of ``hook_z`` at ``layer`` on one full-length prompt (``task.analysis_prompts(1, seed)``).
+
+    Raises:
+        NopeInterpError: ``layer`` out of range.
+    """
+    prompt = task.analysis_prompts(1, seed=seed)[0]
+    names = {hook_name("pattern", layer, model.cfg.n_layers), hook_name("z", layer)}
+    tokens = task.prompt_tokens([prompt]).to(model.cfg.device)
+    _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names, return_type=None)
+    pred = _heads_summed_cosine(cache[hook_name("pattern", layer)][0].cpu())
+    obs = cosine_similarity_matrix(cache[hook_name("z", layer)][0].cpu().flatten(-2))
+    return CosineExample(task=task.name, prompt=prompt, layer=layer, predicted=pred, observed=obs)

@@ -1,0 +1,699 @@
+"""``nope-interp ablate``: accuracy and loss lost when the positional structure is scrambled or removed.
+
+For each trained model and its task: estimate the positional means mu at each ablated site on held-out
+full-length prompts (disjoint from the training prompts and from the evaluation prompts), then apply
+each ablation of :mod:`nope_interp.ablations` at that site and measure exact match (greedy decoding),
+answer-token loss (teacher forcing) and the adjacency score at every site, against the clean baseline.
+Before ablating, each site is split into positional mean and content part
+(:func:`nope_interp.ablations.positional_decomposition`: variance share and adjacency of each part; the
+mean decomposition of Song & Zhong, arXiv 2310.04861). The rank curve: exact match with the top-r
+positional subspace projected out, beside the same with random subspaces of rank r (several draws:
+mean and spread). Runs of the same task (the shipped seeds) are summarised by mean, std and 95% CI
+(:func:`nope_interp.stats.mean_std_ci`). The method is described in ``docs/method.md``.
+
+Writes ``results/ablate/{ablate.json, ablate.csv, ablate_seeds.csv, ablate_seeds.md,
+ablate_decomposition.csv}`` and ``figures/ablate/ablations.html`` (plus ``ablations_seeds.html`` when
+some task has two or more runs).
+"""
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+import torch
+from jaxtyping import Float
+from plotly.subplots import make_subplots
+from torch import Tensor
+from transformer_lens import HookedTransformer
+
+import tasks as tasks_pkg
+from nope_interp import io
+from nope_interp.ablations import (
+    ABLATIONS,
+    ResidHook,
+    ablation_hook,
+    positional_decomposition,
+    positional_means,
+    positional_subspace,
+    random_subspace,
+)
+from nope_interp.analysis import analyze_model
+from nope_interp.config import FrozenConfig, check_int, opt
+from nope_interp.errors import NopeInterpError
+from nope_interp.evaluate import answer_loss, exact_match_accuracy
+from nope_interp.hooks import hook_name, short_label
+from nope_interp.jobs.common import Log, ModelEntry, emit, progress, shipped_entries
+from nope_interp.plotting import save_figure
+from nope_interp.stats import SeedStats, mean_std_ci
+
+NAME = "ablate"
+HELP = "scramble or remove the positional structure; measure accuracy lost"
+TAKES_MODELS = True
+DEFAULT_MODELS = "the four shipped models; --with-seeds adds their extra shipped seeds"
+
+#: The ablations, in table order (those of :mod:`nope_interp.ablations`).
+KINDS = ABLATIONS
+#: One colour per ablation kind, shared by the per-run and the seed figures.
+KIND_COLORS = dict(zip(KINDS, ["#d62728", "#ff7f0e", "#1f77b4", "#aec7e8", "#7f7f7f", "#2ca02c"], strict=True))
+#: The scores of a site's position/content decomposition that are averaged over seeds.
+DECOMPOSITION_KEYS = ("positional_variance_fraction", "adjacency_full", "adjacency_positional", "adjacency_content")
+#: Seeds of the prompt samplers: evaluation prompts, prompts for mu, prompts for the adjacency scores.
+EVAL_SEED, MU_SEED, ANALYSIS_SEED = 11, 12, 3
+
+
+@dataclass(frozen=True)
+class AblateConfig(FrozenConfig):
+    """Settings of ``ablate``.
+
+    Raises:
+        NopeInterpError: an empty or negative ``layers``; an unknown or empty ``kinds``; ``rank`` or a
+            ``ranks`` entry negative, or ``ranks`` empty; ``n_random``, ``n_eval`` or ``n_analysis`` below 1;
+            ``n_mu`` below 2.
+    """
+
+    layers: tuple[int, ...] | None = opt(None, "ablate blocks.L.hook_resid_pre for these L (default: every layer "
+                                               "after the first, plus the last resid_post)")
+    kinds: tuple[str, ...] | None = opt(None, f"ablations (default all): {', '.join(KINDS)}")
+    rank: int = opt(4, "rank of project_out in the per-site table")
+    ranks: tuple[int, ...] = opt((0, 1, 2, 4, 8, 16), "ranks of the rank curve (ranks above pos - 1 are skipped)")
+    n_random: int = opt(3, "random-subspace draws per rank")
+    n_eval: int = opt(200, "full-length test prompts scored")
+    n_mu: int = opt(256, "prompts to estimate the positional means")
+    n_analysis: int = opt(48, "prompts for the adjacency scores under each ablation")
+
+    def __post_init__(self) -> None:
+        if self.layers is not None:
+            if not self.layers:
+                raise NopeInterpError("layers must not be empty (None: the default sites)")
+            for layer in self.layers:
+                check_int("layers", layer, 0, 10_000)
+        if self.kinds is not None:
+            if not self.kinds:
+                raise NopeInterpError(f"kinds must not be empty (None: all); allowed: {', '.join(KINDS)}")
+            for k in self.kinds:
+                if k not in KINDS:
+                    raise NopeInterpError(f"kinds: unknown ablation {k!r}; allowed: {', '.join(KINDS)}")
+        check_int("rank", self.rank, 0, 100_000)
+        if not self.ranks:
+            raise NopeInterpError("ranks must not be empty")
+        for r in self.ranks:
+            check_int("ranks", r, 0, 100_000)
+        check_int("n_random", self.n_random, 1, 10_000)
+        check_int("n_eval", self.n_eval, 1, 10**6)
+        check_int("n_mu", self.n_mu, 2, 10**6)
+        check_int("n_analysis", self.n_analysis, 1, 100_000)
+
+    @property
+    def kinds_used(self) -> tuple[str, ...]:
+        """The ablations run: ``kinds``, or all of :data:`KINDS` when it is None."""
+        return KINDS if self.kinds is None else tuple(self.kinds)
+
+
+CONFIG = AblateConfig
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One model measured clean or under one ablation.
+
+    Attributes:
+        exact_match: fraction in [0, 1] of the evaluation prompts whose greedy answer is entirely right.
+        answer_loss: mean cross-entropy over the answer tokens (nats, >= 0), teacher-forced.
+        adjacency: row-mean adjacency score in [0, 1] (mean over prompts) at every hook site, by full hook
+            name; empty where it was not measured.
+    """
+
+    exact_match: float
+    answer_loss: float
+    adjacency: Mapping[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"exact_match", "answer_loss", "adjacency": {site: score}}``."""
+        return {"exact_match": self.exact_match, "answer_loss": self.answer_loss, "adjacency": dict(self.adjacency)}
+
+
+@dataclass(frozen=True)
+class Decomposition:
+    """A site of the clean model split into positional mean and content part
+    (:func:`nope_interp.ablations.positional_decomposition`), or why that could not be done.
+
+    Attributes:
+        site: full hook name.
+        positional_variance_fraction: share in [0, 1] of the activation variance explained by position.
+        adjacency_full, adjacency_positional, adjacency_content: adjacency scores in [0, 1] of h, of the
+            positional means mu and of the content h - mu.
+        dropped_positions: positions left out (content zero in some prompt). n_prompts: prompts used.
+        error: why the decomposition is missing (a degenerate model), else None; the scores are then NaN.
+    """
+
+    site: str
+    positional_variance_fraction: float = math.nan
+    adjacency_full: float = math.nan
+    adjacency_positional: float = math.nan
+    adjacency_content: float = math.nan
+    dropped_positions: tuple[int, ...] = ()
+    n_prompts: int = 0
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the decomposition was computed."""
+        return self.error is None
+
+    def value(self, key: str) -> float:
+        """One of the :data:`DECOMPOSITION_KEYS` scores."""
+        if key not in DECOMPOSITION_KEYS:
+            raise NopeInterpError(f"unknown decomposition key {key!r}; allowed: {', '.join(DECOMPOSITION_KEYS)}")
+        return float(getattr(self, key))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The scores, ``dropped_positions`` and ``n_prompts``; or ``{"error": message}``."""
+        if self.error is not None:
+            return {"error": self.error}
+        return {**{k: getattr(self, k) for k in DECOMPOSITION_KEYS},
+                "dropped_positions": list(self.dropped_positions), "n_prompts": self.n_prompts}
+
+
+@dataclass(frozen=True)
+class SiteAblation:
+    """Every ablation at one site: the clean decomposition there and a measurement per ablation kind."""
+
+    site: str
+    decomposition: Decomposition
+    ablations: Mapping[str, Measurement]
+
+
+@dataclass(frozen=True)
+class RankPoint:
+    """One point of the rank curve.
+
+    Attributes:
+        rank: dimensions projected out. positional: exact match in [0, 1] with the top-``rank`` positional
+            subspace removed. random_draws: exact match with a random subspace of that rank removed, one
+            per draw; random_mean, random_std: their mean and sample std (0.0 for one draw).
+    """
+
+    rank: int
+    positional: float
+    random_mean: float
+    random_std: float
+    random_draws: tuple[float, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"rank", "positional", "random_mean", "random_std", "random_draws"}``."""
+        return {"rank": self.rank, "positional": self.positional, "random_mean": self.random_mean,
+                "random_std": self.random_std, "random_draws": list(self.random_draws)}
+
+
+@dataclass(frozen=True)
+class RankCurve:
+    """The rank curve at ``site``: ``points`` for the ranks <= ``max_rank`` (the centred means span at most
+    min(pos - 1, d_model) directions); ``skipped_ranks`` were asked for but exceed it."""
+
+    site: str
+    points: tuple[RankPoint, ...]
+    max_rank: int
+    skipped_ranks: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"site", "points": [...], "max_rank", "skipped_ranks"}``."""
+        return {"site": self.site, "points": [p.to_dict() for p in self.points], "max_rank": self.max_rank,
+                "skipped_ranks": list(self.skipped_ranks)}
+
+
+@dataclass(frozen=True)
+class RunAblation:
+    """Every ablation of one model.
+
+    Attributes:
+        label: the model's label (:attr:`ModelEntry.label`). run: its directory (None for an initialised
+            model). run_name: the name in tables (``shipped`` for a shipped model, else the directory name).
+        model_seed: the model's init seed. task: task name. n_eval, n_mu: prompts evaluated and used for mu.
+        rank: rank of ``project_out`` in the site table. clean: the unablated model.
+        sites: the ablated sites in order. rank_curve: the rank curve at the first site.
+    """
+
+    label: str
+    run: str | None
+    run_name: str
+    model_seed: int
+    task: str
+    n_eval: int
+    n_mu: int
+    rank: int
+    clean: Measurement
+    sites: tuple[SiteAblation, ...]
+    rank_curve: RankCurve
+
+    def site(self, name: str) -> SiteAblation:
+        """The ablations at site ``name``. Raises NopeInterpError if it was not ablated."""
+        for s in self.sites:
+            if s.site == name:
+                return s
+        raise NopeInterpError(f"site {name!r} was not ablated; ablated: {', '.join(s.site for s in self.sites)}")
+
+    def accuracy_lost(self, site: str, kind: str) -> float:
+        """Clean exact match minus exact match under ablation ``kind`` at ``site`` (in [-1, 1])."""
+        return self.clean.exact_match - self.site(site).ablations[kind].exact_match
+
+    def to_dict(self) -> dict[str, Any]:
+        """The run's entry of ``ablate.json`` (``results[i]``)."""
+        return {"task": self.task, "n_eval": self.n_eval, "n_mu": self.n_mu, "rank": self.rank,
+                "clean": self.clean.to_dict(),
+                "sites": {s.site: {k: m.to_dict() for k, m in s.ablations.items()} for s in self.sites},
+                "decomposition": {s.site: s.decomposition.to_dict() for s in self.sites},
+                "rank_curve": self.rank_curve.to_dict(), "run": self.run, "model_seed": self.model_seed}
+
+    def table_rows(self) -> list[dict[str, Any]]:
+        """``ablate.csv`` rows: the clean model, then one per site and ablation (deltas against clean)."""
+        clean = self.clean
+        rows = [{"run": self.run, "task": self.task, "site": "-", "ablation": "clean",
+                 "exact_match": clean.exact_match, "accuracy_loss": 0.0, "answer_loss": clean.answer_loss,
+                 "loss_increase": 0.0}]
+        for s in self.sites:
+            for kind, m in s.ablations.items():
+                rows.append({"run": self.run, "task": self.task, "site": s.site, "ablation": kind,
+                             "exact_match": m.exact_match, "accuracy_loss": clean.exact_match - m.exact_match,
+                             "answer_loss": m.answer_loss, "loss_increase": m.answer_loss - clean.answer_loss})
+        return rows
+
+    def decomposition_rows(self) -> list[dict[str, Any]]:
+        """``ablate_decomposition.csv`` rows: one per site (its scores, or its ``error``)."""
+        return [{"run": self.run, "task": self.task, "site": s.site,
+                 **{k: (" ".join(map(str, v)) if isinstance(v, list) else v)
+                    for k, v in s.decomposition.to_dict().items()}}
+                for s in self.sites]
+
+
+@dataclass(frozen=True)
+class SiteLossStats:
+    """Accuracy lost at ``site`` over seeds: a :class:`SeedStats` per ablation kind."""
+
+    site: str
+    by_kind: Mapping[str, SeedStats]
+
+
+@dataclass(frozen=True)
+class SeedRankPoint:
+    """Exact match at one rank of the rank curve over seeds: positional subspace and random (the mean over
+    draws of each run) removed."""
+
+    rank: int
+    positional: SeedStats
+    random: SeedStats
+
+
+@dataclass(frozen=True)
+class SeedDecomposition:
+    """The clean decomposition of ``site`` over seeds (only sites where every run has one)."""
+
+    site: str
+    positional_variance_fraction: SeedStats
+    adjacency_full: SeedStats
+    adjacency_positional: SeedStats
+    adjacency_content: SeedStats
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{key: stats}`` for the :data:`DECOMPOSITION_KEYS`."""
+        return {k: getattr(self, k).to_dict() for k in DECOMPOSITION_KEYS}
+
+
+@dataclass(frozen=True)
+class TaskSeedSummary:
+    """The runs of one task summarised over seeds (mean, sample std, 95% Student-t CI).
+
+    Attributes:
+        task: task name. runs: the run directories (None for an initialised model); run_names: their names.
+        clean_exact_match: of the unablated models. accuracy_loss: per site present in every run.
+        rank_curve: per rank present in every run. decomposition: per site decomposed in every run.
+    """
+
+    task: str
+    runs: tuple[str | None, ...]
+    run_names: tuple[str, ...]
+    clean_exact_match: SeedStats
+    accuracy_loss: tuple[SiteLossStats, ...]
+    rank_curve: tuple[SeedRankPoint, ...]
+    decomposition: tuple[SeedDecomposition, ...]
+
+    @property
+    def n_seeds(self) -> int:
+        """Number of runs."""
+        return self.clean_exact_match.n_seeds
+
+    def to_dict(self) -> dict[str, Any]:
+        """The task's entry of ``seed_summary`` in ``ablate.json``."""
+        return {"runs": list(self.runs), "clean_exact_match": self.clean_exact_match.to_dict(),
+                "accuracy_loss": {s.site: {k: st.to_dict() for k, st in s.by_kind.items()} for s in self.accuracy_loss},
+                "rank_curve": {str(p.rank): {"positional": p.positional.to_dict(), "random": p.random.to_dict()}
+                               for p in self.rank_curve},
+                "decomposition": {d.site: d.to_dict() for d in self.decomposition}}
+
+
+@dataclass(frozen=True)
+class AblateResult:
+    """What ``ablate`` measured: one :class:`RunAblation` per model, the per-task seed summary and the
+    wall time in seconds."""
+
+    config: AblateConfig
+    runs: tuple[RunAblation, ...]
+    seed_summary: tuple[TaskSeedSummary, ...]
+    wall_time_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """The contents of ``ablate.json`` (without provenance): ``{"results": [...], "seed_summary": {task: ...}}``."""
+        return {"results": [r.to_dict() for r in self.runs],
+                "seed_summary": {s.task: s.to_dict() for s in self.seed_summary}}
+
+
+def default_sites(n_layers: int) -> list[str]:
+    """``hook_resid_pre`` of every layer after the first (where the adjacency pattern exists), and the last
+    ``hook_resid_post``."""
+    return [hook_name("resid_pre", layer) for layer in range(1, n_layers)] + [hook_name("resid_post", n_layers - 1)]
+
+
+def ablation_sites(config: AblateConfig, n_layers: int) -> list[str]:
+    """The sites ablated in a model of ``n_layers`` layers: ``blocks.L.hook_resid_pre`` for the ``layers`` of
+    ``config``, else :func:`default_sites`.
+
+    Raises:
+        NopeInterpError: a layer outside [0, n_layers).
+    """
+    if config.layers is None:
+        return default_sites(n_layers)
+    return [hook_name("resid_pre", layer, n_layers=n_layers) for layer in config.layers]
+
+
+def default_models(config: AblateConfig) -> list[ModelEntry]:
+    """The shipped trained model of every task."""
+    return shipped_entries(tasks_pkg.TASK_NAMES)
+
+
+@torch.no_grad()
+def _site_acts(model: HookedTransformer, task: tasks_pkg.Task, prompts: list[str],
+               site: str) -> Float[Tensor, "batch pos d_model"]:
+    _, cache = model.run_with_cache(task.prompt_tokens(prompts), names_filter=site, return_type=None)
+    return cache[site]
+
+
+def _measure(model: HookedTransformer, task: tasks_pkg.Task, examples: Sequence[tasks_pkg.Example],
+             n_analysis: int, hooks: list[tuple[str, ResidHook]], with_scores: bool = True) -> Measurement:
+    """Exact match, answer loss and (``with_scores``) the adjacency scores with ``hooks`` attached."""
+    with model.hooks(fwd_hooks=hooks):
+        acc = exact_match_accuracy(model, task, examples)
+        with torch.no_grad():
+            loss = float(answer_loss(model, task.training_batch(list(examples))))
+        scores = analyze_model(model, task, n_analysis, seed=ANALYSIS_SEED).scores["row_mean"] if with_scores else {}
+    return Measurement(exact_match=acc, answer_loss=loss, adjacency={s: v["mean"] for s, v in scores.items()})
+
+
+def _decompose(site: str, acts: Float[Tensor, "batch pos d_model"]) -> Decomposition:
+    try:
+        d = positional_decomposition(acts)
+    except NopeInterpError as err:  # a degenerate model: report it, do not lose the ablations
+        return Decomposition(site=site, error=str(err))
+    return Decomposition(site=site, **{k: d[k] for k in DECOMPOSITION_KEYS},
+                         dropped_positions=tuple(d["dropped_positions"]), n_prompts=d["n_prompts"])
+
+
+def ablate_model(entry: ModelEntry, config: AblateConfig, *, seed: int = 0, log: Log = None) -> RunAblation:
+    """Every ablation at every site of ``config``, plus the rank curve at the first site, for one model.
+
+    Evaluation prompts (``n_eval``) and the prompts for mu (``n_mu``) are drawn from the task's full-length
+    prompts outside ``entry.train_prompts`` and disjoint from each other; ``seed`` seeds the permutations,
+    random subspaces and prompt swaps.
+
+    Raises:
+        NopeInterpError: a layer outside the model; ``rank`` above min(pos - 1, d_model); too few distinct
+            full-length prompts; prompts longer than the model's ``n_ctx``.
+    """
+    model, task = entry.model, entry.task
+    sites = ablation_sites(config, model.cfg.n_layers)
+    rank_site = sites[0]
+    n_prompt = task.max_prompt_len
+    eval_prompts = task.analysis_prompts(config.n_eval, seed=EVAL_SEED, exclude=entry.train_prompts)
+    examples = [task.example(p) for p in eval_prompts]
+    mu_prompts = task.analysis_prompts(config.n_mu, seed=MU_SEED, exclude=entry.train_prompts | frozenset(eval_prompts))
+    gen = torch.Generator().manual_seed(seed)
+    t0 = time.perf_counter()
+    clean = _measure(model, task, examples, config.n_analysis, [])
+    site_results = []
+    for site in sites:
+        acts = _site_acts(model, task, mu_prompts, site)
+        mu = positional_means(acts)
+        dec = _decompose(site, acts)
+        per: dict[str, Measurement] = {}
+        for kind in config.kinds_used:
+            perm = torch.randperm(n_prompt, generator=gen)
+            if kind == "project_out":
+                basis = positional_subspace(mu, config.rank)
+            elif kind == "project_out_random":
+                basis = random_subspace(mu.shape[1], config.rank, gen)
+            else:
+                basis = None
+            hook = ablation_hook(kind, mu, perm=perm, basis=basis, generator=gen)
+            per[kind] = _measure(model, task, examples, config.n_analysis, [(site, hook)])
+        site_results.append(SiteAblation(site=site, decomposition=dec, ablations=per))
+        emit(log, f"{task.name} {site}: decomposition not computed: {dec.error}" if not dec.ok else
+             f"{task.name} {site}: position explains {dec.positional_variance_fraction:.2f} of the variance; "
+             f"adjacency full {dec.adjacency_full:.2f}, positional mean {dec.adjacency_positional:.2f}, "
+             f"content {dec.adjacency_content:.2f}")
+        emit(log, f"{task.name} {site}: " + ", ".join(f"{k} {v.exact_match:.3f}" for k, v in per.items())
+             + f" (clean {clean.exact_match:.3f}; {time.perf_counter() - t0:.0f}s)")
+    mu = positional_means(_site_acts(model, task, mu_prompts, rank_site))
+    max_rank = min(mu.shape[0] - 1, mu.shape[1])  # the centred means span at most pos - 1 directions
+    points = []
+    for r in [r for r in config.ranks if r <= max_rank]:
+        hook = ablation_hook("project_out", mu, basis=positional_subspace(mu, r))
+        pos = _measure(model, task, examples, config.n_analysis, [(rank_site, hook)], with_scores=False)
+        rand = []
+        for _ in range(config.n_random):
+            hook = ablation_hook("project_out_random", mu, basis=random_subspace(mu.shape[1], r, gen))
+            rand.append(_measure(model, task, examples, config.n_analysis, [(rank_site, hook)],
+                                 with_scores=False).exact_match)
+        rt = torch.tensor(rand, dtype=torch.float64)
+        points.append(RankPoint(rank=r, positional=pos.exact_match, random_mean=float(rt.mean()),
+                                random_std=float(rt.std()) if len(rand) > 1 else 0.0, random_draws=tuple(rand)))
+    curve = RankCurve(site=rank_site, points=tuple(points), max_rank=max_rank,
+                      skipped_ranks=tuple(r for r in config.ranks if r > max_rank))
+    emit(log, f"{task.name} rank curve at {rank_site}: " + ", ".join(
+        f"r={p.rank}: {p.positional:.3f} vs random {p.random_mean:.3f}" for p in points))
+    return RunAblation(label=entry.label, run=None if entry.run is None else str(entry.run.path),
+                       run_name=entry.label if entry.run is None else entry.run.name,
+                       model_seed=entry.model_cfg.seed, task=task.name, n_eval=len(examples), n_mu=len(mu_prompts),
+                       rank=config.rank, clean=clean, sites=tuple(site_results), rank_curve=curve)
+
+
+def seed_summary(runs: Sequence[RunAblation]) -> tuple[TaskSeedSummary, ...]:
+    """Across the runs of each task (seeds): mean, std and 95% CI (:func:`nope_interp.stats.mean_std_ci`)
+    of the clean exact match, of the accuracy lost per site and ablation, of exact match on the rank curve
+    (positional, and the random mean of each run) and of the clean decomposition per site. Only sites,
+    ablations and ranks present in every run of the task count; a site whose decomposition failed in
+    some run is left out of the decomposition. The CI is Student's t over seeds, so with 3 seeds it is wide.
+    Tasks are in order of first appearance."""
+    by_task: dict[str, list[RunAblation]] = {}
+    for r in runs:
+        by_task.setdefault(r.task, []).append(r)
+    out = []
+    for task, rs in by_task.items():
+        site_maps = [{s.site: s for s in r.sites} for r in rs]
+        losses, decs = [], []
+        for s in rs[0].sites:
+            if not all(s.site in m for m in site_maps):
+                continue
+            losses.append(SiteLossStats(site=s.site, by_kind={
+                kind: mean_std_ci([r.clean.exact_match - m[s.site].ablations[kind].exact_match
+                                   for r, m in zip(rs, site_maps, strict=True)])
+                for kind in s.ablations if all(kind in m[s.site].ablations for m in site_maps)}))
+        for s in rs[0].sites:
+            if all(s.site in m and m[s.site].decomposition.ok for m in site_maps):
+                decs.append(SeedDecomposition(site=s.site, **{
+                    k: mean_std_ci([m[s.site].decomposition.value(k) for m in site_maps]) for k in DECOMPOSITION_KEYS}))
+        curve = []
+        for i, p in enumerate(rs[0].rank_curve.points):
+            if all(len(r.rank_curve.points) > i and r.rank_curve.points[i].rank == p.rank for r in rs):
+                curve.append(SeedRankPoint(rank=p.rank,
+                                           positional=mean_std_ci([r.rank_curve.points[i].positional for r in rs]),
+                                           random=mean_std_ci([r.rank_curve.points[i].random_mean for r in rs])))
+        out.append(TaskSeedSummary(task=task, runs=tuple(r.run for r in rs), run_names=tuple(r.run_name for r in rs),
+                                   clean_exact_match=mean_std_ci([r.clean.exact_match for r in rs]),
+                                   accuracy_loss=tuple(losses), rank_curve=tuple(curve), decomposition=tuple(decs)))
+    return tuple(out)
+
+
+def run(config: AblateConfig, models: list[ModelEntry] | None = None, *, log: Log = None) -> AblateResult:
+    """Ablate every model of ``models`` (default :func:`default_models`) on its task and summarise over seeds
+    (see the module docstring).
+
+    Raises:
+        NopeInterpError: no models; a layer outside a model (checked before any work); see :func:`ablate_model`.
+    """
+    models = default_models(config) if not models else list(models)
+    if not models:
+        raise NopeInterpError("no models to ablate: no shipped model found; give --run or --pretrained")
+    for entry in models:
+        ablation_sites(config, entry.model_cfg.n_layers)  # validates before any work
+    emit(log, f"ablating {len(models)} model(s): " + ", ".join(
+        f"{e.task.name}:{e.label if e.run is None else e.run.path.name}" for e in models))
+    t0 = time.perf_counter()
+    runs = tuple(ablate_model(entry, config, log=log) for entry in progress(models, "ablate", log))
+    return AblateResult(config=config, runs=runs, seed_summary=seed_summary(runs),
+                        wall_time_s=round(time.perf_counter() - t0, 1))
+
+
+def plot_ablations(runs: Sequence[RunAblation]) -> go.Figure:
+    """Per run: accuracy lost by site and ablation (bars), and the rank curve with its random band
+    (mean ± std over draws)."""
+    runs = list(runs)
+    fig = make_subplots(rows=len(runs), cols=2, column_widths=[0.6, 0.4],
+                        subplot_titles=[t for r in runs for t in
+                                        (f"{r.task} ({r.run_name}): exact match lost",
+                                         f"{r.task} ({r.run_name}): rank curve at {short_label(r.rank_curve.site)}")],
+                        vertical_spacing=0.4 / max(2, len(runs)))
+    for i, res in enumerate(runs, start=1):
+        sites = [s.site for s in res.sites]
+        for kind in res.sites[0].ablations:
+            fig.add_trace(go.Bar(x=[short_label(s) for s in sites], y=[res.accuracy_lost(s, kind) for s in sites],
+                                 name=kind, legendgroup=kind, showlegend=(i == 1), marker_color=KIND_COLORS[kind]),
+                          row=i, col=1)
+        pts = res.rank_curve.points
+        x = [p.rank for p in pts]
+        hi = [p.random_mean + p.random_std for p in pts]
+        lo = [p.random_mean - p.random_std for p in pts]
+        fig.add_trace(go.Scatter(x=x + x[::-1], y=hi + lo[::-1], mode="lines", fill="toself",
+                                 fillcolor="rgba(120,120,120,0.25)",
+                                 line={"width": 0}, name="random r removed (mean ± std)", legendgroup="band",
+                                 showlegend=(i == 1)), row=i, col=2)
+        fig.add_trace(go.Scatter(x=x, y=[p.random_mean for p in pts], mode="lines", line={"color": "gray"},
+                                 showlegend=False), row=i, col=2)
+        fig.add_trace(go.Scatter(x=x, y=[p.positional for p in pts], mode="lines+markers",
+                                 line={"color": "#1f77b4"}, name="top-r positional removed",
+                                 legendgroup="pos", showlegend=(i == 1)), row=i, col=2)
+        fig.update_yaxes(title_text="accuracy lost", row=i, col=1)
+        fig.update_yaxes(title_text="exact match", range=[-0.02, 1.02], row=i, col=2)
+        fig.update_xaxes(title_text="rank r", row=i, col=2)
+    fig.update_layout(barmode="group", title="Ablating the positional structure of the residual stream",
+                      height=200 + 360 * len(runs), width=1250)
+    return fig
+
+
+def _fmt(st: SeedStats) -> str:
+    if st.n_seeds < 2:
+        return f"{st.mean:.3f}"
+    return f"{st.mean:.3f} ± {st.std:.3f} [{st.ci95_low:.2f}, {st.ci95_high:.2f}]"
+
+
+def seed_markdown(summaries: Sequence[TaskSeedSummary], runs: Sequence[RunAblation] = ()) -> str:
+    """The seed summary as Markdown tables: per task, the accuracy lost (mean ± std [95% CI]) by site and
+    ablation, the rank curve (positional vs random) and the position/content decomposition; with ``runs``,
+    also each run's own exact match (clean and under every ablation) per site, which is what to read when
+    the runs' clean accuracies differ a lot."""
+    lines = ["# Ablations over seeds", "",
+             "mean ± sample std [95% Student-t CI of the mean] over the runs of each task; accuracy lost = clean "
+             "exact match - ablated exact match.", ""]
+    for e in summaries:
+        n = e.n_seeds
+        lines += [f"## {e.task} ({n} run{'s' if n != 1 else ''}; clean exact match {_fmt(e.clean_exact_match)})", ""]
+        lines += ["runs: " + ", ".join(e.run_names), ""]
+        kinds = list(e.accuracy_loss[0].by_kind) if e.accuracy_loss else []
+        lines += ["| site | " + " | ".join(kinds) + " |", "|---" * (len(kinds) + 1) + "|"]
+        lines += [f"| {s.site} | " + " | ".join(_fmt(s.by_kind[k]) for k in kinds) + " |" for s in e.accuracy_loss]
+        lines += ["", "| rank r | exact match, positional removed | exact match, random removed |", "|---|---|---|"]
+        lines += [f"| {p.rank} | {_fmt(p.positional)} | {_fmt(p.random)} |" for p in e.rank_curve]
+        task_runs = [r for r in runs if r.task == e.task]
+        if task_runs:
+            kinds_run = list(task_runs[0].sites[0].ablations) if task_runs[0].sites else []
+            lines += ["", "Exact match of each run:", "",
+                      "| run | site | clean | " + " | ".join(kinds_run) + " |", "|---" * (len(kinds_run) + 3) + "|"]
+            for r in task_runs:
+                lines += [f"| {r.run_name} | {s.site} | {r.clean.exact_match:.3f} | "
+                          + " | ".join(f"{s.ablations[k].exact_match:.3f}" if k in s.ablations else ""
+                                       for k in kinds_run) + " |"
+                          for s in r.sites]
+        if e.decomposition:
+            lines += ["", "| site | " + " | ".join(DECOMPOSITION_KEYS) + " |",
+                      "|---" * (len(DECOMPOSITION_KEYS) + 1) + "|"]
+            lines += [f"| {d.site} | " + " | ".join(_fmt(getattr(d, k)) for k in DECOMPOSITION_KEYS) + " |"
+                      for d in e.decomposition]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot_seed_summary(summaries: Sequence[TaskSeedSummary]) -> go.Figure:
+    """Per task, over seeds: mean accuracy lost by site and ablation with 95% CI error bars; the rank
+    curve (mean exact match, bars = std over seeds) for the positional and the random subspace; and the
+    clean model's decomposition per site (adjacency of h, of the positional mean mu and of the content
+    h - mu, and the share of variance explained by position; bars = std over seeds)."""
+    summaries = list(summaries)
+    titles = []
+    for e in summaries:
+        titles += [f"{e.task}: exact match lost ({e.n_seeds} seeds, mean, 95% CI)",
+                   f"{e.task}: rank curve (mean ± std)", f"{e.task}: position vs content (clean)"]
+    fig = make_subplots(rows=len(summaries), cols=3, column_widths=[0.45, 0.27, 0.28], subplot_titles=titles,
+                        vertical_spacing=0.4 / max(2, len(summaries)), horizontal_spacing=0.06)
+    dec_colors = dict(zip(DECOMPOSITION_KEYS, ["#9467bd", "#8c564b", "#17becf", "#bcbd22"], strict=True))
+    dec_labels = dict(zip(DECOMPOSITION_KEYS, ["variance share of mu", "adjacency of h", "adjacency of mu",
+                                               "adjacency of h - mu"], strict=True))
+    shown: set[str] = set()
+
+    def bar(x: list[str], st: list[SeedStats], name: str, color: str, half: str, row: int, col: int) -> None:
+        err = [(s.ci95_high - s.mean) if half == "ci" else s.std for s in st]
+        err = [0.0 if e != e else e for e in err]  # one seed: no interval
+        fig.add_trace(go.Bar(x=x, y=[s.mean for s in st], name=name, legendgroup=name,
+                             showlegend=name not in shown, marker_color=color,
+                             error_y={"type": "data", "array": err, "visible": True}), row=row, col=col)
+        shown.add(name)
+
+    for i, e in enumerate(summaries, start=1):
+        labels = [short_label(s.site) for s in e.accuracy_loss]
+        for kind in (e.accuracy_loss[0].by_kind if e.accuracy_loss else ()):
+            bar(labels, [s.by_kind[kind] for s in e.accuracy_loss], kind, KIND_COLORS[kind], "ci", i, 1)
+        ranks = [p.rank for p in e.rank_curve]
+        for which, color, dash in (("positional", "#1f77b4", None), ("random", "gray", "dash")):
+            st = [getattr(p, which) for p in e.rank_curve]
+            name = "top-r positional out" if which == "positional" else "random r out"
+            fig.add_trace(go.Scatter(x=ranks, y=[s.mean for s in st], mode="lines+markers", name=name,
+                                     legendgroup=which, showlegend=name not in shown,
+                                     line={"color": color, "dash": dash},
+                                     error_y={"type": "data", "array": [s.std for s in st], "visible": True}),
+                          row=i, col=2)
+            shown.add(name)
+        for key in DECOMPOSITION_KEYS if e.decomposition else ():
+            bar([short_label(d.site) for d in e.decomposition], [getattr(d, key) for d in e.decomposition],
+                dec_labels[key], dec_colors[key], "std", i, 3)
+        fig.update_yaxes(title_text="accuracy lost", row=i, col=1)
+        fig.update_yaxes(title_text="exact match", range=[-0.05, 1.05], row=i, col=2)
+        fig.add_hline(y=0.5, line_dash="dot", line_color="black", row=i, col=3)  # chance adjacency
+        fig.update_yaxes(title_text="score / share (dots: chance adjacency)", range=[0, 1.05], row=i, col=3)
+        fig.update_xaxes(title_text="rank r", row=i, col=2)
+    fig.update_layout(barmode="group", title="Ablations over seeds (same recipe, other --seed/--model-seed)",
+                      height=220 + 380 * len(summaries), width=1620, legend={"font": {"size": 11}})
+    return fig
+
+
+def write(result: AblateResult, out_root: str | Path = ".") -> list[Path]:
+    """Write ``results/ablate/{ablate.json, ablate.csv, ablate_seeds.csv, ablate_seeds.md,
+    ablate_decomposition.csv}``, ``figures/ablate/ablations.html`` and (when some task has 2 or more runs)
+    ``ablations_seeds.html`` (else an older one is removed); returns the paths."""
+    res_dir, fig_dir = io.job_dirs(out_root, NAME)
+    rows = [row for r in result.runs for row in r.table_rows()]
+    seed_rows = [{"task": e.task, "site": s.site, "ablation": kind, **st.to_dict()}
+                 for e in result.seed_summary for s in e.accuracy_loss for kind, st in s.by_kind.items()]
+    dec_rows = [row for r in result.runs for row in r.decomposition_rows()]
+    paths = [io.write_json(res_dir / "ablate.json", {**result.to_dict(), **io.provenance()}),
+             io.atomic_write_text(res_dir / "ablate.csv", io.to_csv(rows)),
+             io.atomic_write_text(res_dir / "ablate_seeds.csv", io.to_csv(seed_rows)),
+             io.atomic_write_text(res_dir / "ablate_seeds.md", seed_markdown(result.seed_summary, result.runs)),
+             io.atomic_write_text(res_dir / "ablate_decomposition.csv", io.to_csv(dec_rows)),
+             save_figure(plot_ablations(result.runs), fig_dir / "ablations.html")]
+    multi = [e for e in result.seed_summary if e.n_seeds > 1]
+    seeds_fig = fig_dir / "ablations_seeds.html"
+    if multi:
+        paths.append(save_figure(plot_seed_summary(multi), seeds_fig))
+    else:
+        seeds_fig.unlink(missing_ok=True)  # never leave a figure from an earlier call beside these results
+    return paths

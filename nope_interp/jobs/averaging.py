@@ -1,0 +1,267 @@
+"""``nope-interp averaging``: the averaging-effect checks on initialised, trained and control models.
+
+For each task: a freshly initialised NoPE model of the paper's shape, a bidirectional NoPE control of
+the same shape (initialised; no causal averaging) and the shipped trained model (when the task has
+one). Each is measured with :func:`~nope_interp.averaging_checks.averaging_report` (pattern-predicted vs
+observed cosines, attention entropy, the sqrt(i/k) closed form, the 1/k variance of Chi et al., ACL
+2023) and :func:`~nope_interp.averaging_checks.counterfactual_report` (layer 0's pattern replaced by
+uniform, identity or entropy-matched random attention; exact match on ``eval_n`` test examples for the
+trained model). Method: ``docs/method.md`` ("The averaging effect"). Writes
+``results/averaging/averaging.{json,csv}`` and ``figures/averaging/*.html``.
+"""
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+import tasks as tasks_pkg
+from nope_interp import io
+from nope_interp.averaging_checks import (
+    AveragingReport,
+    CosineExample,
+    CounterfactualReport,
+    averaging_report,
+    cosine_example,
+    counterfactual_report,
+)
+from nope_interp.config import FrozenConfig, check_int, check_tasks, opt, preset
+from nope_interp.errors import NopeInterpError
+from nope_interp.hooks import short_label
+from nope_interp.jobs.common import Log, ModelEntry, emit, entry_from_init, entry_from_run, progress
+from nope_interp.plotting import save_figure
+from nope_interp.pretrained import available_pretrained, load_pretrained
+
+NAME = "averaging"
+HELP = "test the averaging-effect explanation against attention patterns"
+TAKES_MODELS = False
+DEFAULT_MODELS = ("per task: an initialised paper-shape model, a bidirectional control and the shipped "
+                  "trained model")
+
+#: The layer whose attention pattern the counterfactuals replace and the figures show.
+LAYER = 0
+
+
+@dataclass(frozen=True)
+class AveragingConfig(FrozenConfig):
+    """Settings of ``averaging``.
+
+    Raises:
+        NopeInterpError: an unknown or empty task list; ``n_prompts`` outside [3, 100000] (a rank
+            correlation needs 3 positions and the report needs several prompts); ``eval_n`` below 1.
+    """
+
+    tasks: tuple[str, ...] = opt(tasks_pkg.TASK_NAMES, "tasks to measure")
+    n_prompts: int = opt(64, "prompts per model (at least 3)")
+    eval_n: int = opt(500, "test examples for the exact match under each intervention (trained models)")
+
+    def __post_init__(self) -> None:
+        check_tasks(tuple(self.tasks))
+        check_int("n_prompts", self.n_prompts, 3, 100_000)
+        check_int("eval_n", self.eval_n, 1)
+
+
+CONFIG = AveragingConfig
+
+
+@dataclass(frozen=True)
+class ModelAveraging:
+    """Every measurement of one model on one task.
+
+    Attributes:
+        label: ``initialised``, ``bidirectional_control``, ``trained`` (or the label of a given model).
+        kind: ``"init"``, ``"pretrained"`` or ``"run"`` (:class:`~nope_interp.jobs.common.ModelEntry`).
+        causal: whether the model's attention is causal (figures are drawn for causal models only).
+        averaging: the per-layer measurements. counterfactual: layer ``LAYER``'s pattern replaced.
+        example: predicted and observed cosine matrices of layer ``LAYER`` on one prompt (for the figure).
+    """
+
+    label: str
+    kind: str
+    causal: bool
+    averaging: AveragingReport
+    counterfactual: CounterfactualReport
+    example: CosineExample
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"averaging": ..., "counterfactual": ...}`` (the example matrices are figure-only)."""
+        return {"averaging": self.averaging.to_dict(), "counterfactual": self.counterfactual.to_dict()}
+
+
+@dataclass(frozen=True)
+class TaskAveraging:
+    """The models measured on one task, in order."""
+
+    task: str
+    models: tuple[ModelAveraging, ...]
+
+    def model(self, label: str) -> ModelAveraging | None:
+        """The model ``label``, or None if it was not measured (e.g. no shipped trained model)."""
+        return next((m for m in self.models if m.label == label), None)
+
+
+@dataclass(frozen=True)
+class AveragingResult:
+    """What ``averaging`` measured, per task, with provenance and the wall time in seconds."""
+
+    config: AveragingConfig
+    tasks: tuple[TaskAveraging, ...]
+    provenance: dict[str, str | None]
+    wall_time_s: float
+
+    def task(self, name: str) -> TaskAveraging:
+        """The measurements of task ``name``.
+
+        Raises:
+            NopeInterpError: the task was not measured.
+        """
+        for t in self.tasks:
+            if t.task == name:
+                return t
+        raise NopeInterpError(f"task {name!r} was not measured; measured: {', '.join(t.task for t in self.tasks)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The contents of ``averaging.json``: ``{"n_prompts", "eval_n", "tasks": {task: {label: model}},
+        <provenance>, "wall_time_s"}``."""
+        return {"n_prompts": self.config.n_prompts, "eval_n": self.config.eval_n,
+                "tasks": {t.task: {m.label: m.to_dict() for m in t.models} for t in self.tasks},
+                **self.provenance, "wall_time_s": self.wall_time_s}
+
+    def csv_rows(self) -> list[dict[str, Any]]:
+        """The rows of ``averaging.csv``: per task and model, one row per layer (heads concatenated), then
+        one row per counterfactual condition (``adjacency@<hook>`` columns)."""
+        rows: list[dict[str, Any]] = []
+        for t in self.tasks:
+            for m in t.models:
+                for lay in m.averaging.layers:
+                    rows.append({"task": t.task, "model": m.label, "layer": lay.layer,
+                                 "spearman_pred_obs": lay.heads_concat.spearman_pred_obs,
+                                 "adjacency_predicted": lay.heads_concat.adjacency_predicted,
+                                 "adjacency_observed": lay.heads_concat.adjacency_observed,
+                                 "relative_entropy": lay.relative_entropy, "closed_form_mae": lay.closed_form_mae,
+                                 "variance_vs_1_over_k_spearman": lay.variance_vs_1_over_k_spearman,
+                                 "z_identity_max_abs_err": lay.z_identity_max_abs_err})
+                for cond in m.counterfactual.conditions:
+                    rows.append({"task": t.task, "model": m.label, "condition": cond.kind,
+                                 "exact_match": cond.exact_match,
+                                 **{f"adjacency@{s}": v for s, v in cond.scores.items()}})
+        return rows
+
+
+def task_models(task_name: str) -> list[ModelEntry]:
+    """The default models of one task: ``initialised`` (paper shape), ``bidirectional_control`` (paper shape,
+    bidirectional attention) and ``trained`` (the shipped model, if the task has one)."""
+    task = tasks_pkg.get_task(task_name)
+    entries = [entry_from_init(preset("paper"), task, "initialised"),
+               entry_from_init(preset("paper", attention="bidirectional"), task, "bidirectional_control")]
+    if task_name in available_pretrained():
+        entries.append(entry_from_run(load_pretrained(task_name), "trained", "pretrained"))
+    return entries
+
+
+def default_models(config: AveragingConfig) -> list[ModelEntry]:
+    """:func:`task_models` of every task of ``config`` (``run`` builds them one task at a time instead)."""
+    return [e for name in config.tasks for e in task_models(name)]
+
+
+def _eval_examples(entry: ModelEntry, n: int) -> list[tasks_pkg.Example] | None:
+    """The first ``n`` test examples of a trained model's own task, else None."""
+    if entry.run is None or entry.run.task != entry.task:
+        return None
+    return list(entry.run.splits.test[:n])
+
+
+def run(config: AveragingConfig, models: list[ModelEntry] | None = None, *, log: Log = None) -> AveragingResult:
+    """Measure every model of every task (see the module docstring).
+
+    Args:
+        config: the settings.
+        models: None (the CLI: :func:`task_models` of each configured task, built one task at a time) or
+            models to measure instead, grouped by their task in order of appearance.
+        log: receives one line per model.
+
+    Raises:
+        NopeInterpError: a model whose prompts do not fit its ``n_ctx``.
+    """
+    t0 = time.perf_counter()
+    if models:
+        names = list(dict.fromkeys(e.task.name for e in models))
+        groups = {n: [e for e in models if e.task.name == n] for n in names}
+    else:
+        names = list(config.tasks)
+        groups = {}
+    out = []
+    for name in progress(names, "averaging", log):
+        entries = groups[name] if groups else task_models(name)
+        measured = []
+        for entry in entries:
+            task, model = entry.task, entry.model
+            rep = averaging_report(model, task, config.n_prompts)
+            cf = counterfactual_report(model, task, LAYER, n_prompts=config.n_prompts,
+                                       eval_examples=_eval_examples(entry, config.eval_n))
+            measured.append(ModelAveraging(label=entry.label, kind=entry.kind,
+                                           causal=entry.model_cfg.attention == "causal", averaging=rep,
+                                           counterfactual=cf, example=cosine_example(model, task, LAYER)))
+            l0 = rep.layers[0]
+            emit(log, f"{name} {entry.label}: L0 entropy {l0.relative_entropy:.3f}, predicted-vs-observed "
+                      f"spearman {l0.heads_concat.spearman_pred_obs:.3f}, sqrt(i/k) MAE {l0.closed_form_mae:.3f} "
+                      f"({time.perf_counter() - t0:.0f}s)")
+        out.append(TaskAveraging(task=name, models=tuple(measured)))
+    return AveragingResult(config=config, tasks=tuple(out), provenance=io.provenance(),
+                           wall_time_s=round(time.perf_counter() - t0, 1))
+
+
+def plot_predicted_vs_observed(example: CosineExample, title: str = "") -> go.Figure:
+    """Side-by-side heatmaps for one prompt: the cosine matrix predicted from the layer's attention pattern
+    (heads summed, i.i.d. values) and the observed cosine matrix of ``hook_z``; scale [-1, 1]."""
+    axis = [f"{i}:{c}" for i, c in enumerate(example.prompt)]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["predicted from the attention pattern", "observed (hook_z)"])
+    for c, m in enumerate((example.predicted, example.observed), start=1):
+        fig.add_trace(go.Heatmap(z=m.numpy(), x=axis, y=axis, zmin=-1, zmax=1, zmid=0, colorscale="RdBu_r",
+                                 showscale=(c == 2), colorbar={"title": "cosine"}), row=1, col=c)
+        fig.update_yaxes(autorange="reversed", row=1, col=c)
+    fig.update_layout(title=title or f"{example.task}, layer {example.layer}: predicted vs observed cosine",
+                      width=1300, height=650)
+    return fig
+
+
+def plot_counterfactuals(result: AveragingResult) -> go.Figure:
+    """Adjacency score by site for each pattern condition, one panel per task (trained models only)."""
+    panels = [(t.task, m) for t in result.tasks for m in t.models if m.kind != "init"]
+    fig = make_subplots(rows=max(1, len(panels)), cols=1, subplot_titles=[name for name, _ in panels],
+                        vertical_spacing=0.45 / max(2, len(panels)))
+    colors = {"clean": "#1f77b4", "uniform": "#2ca02c", "identity": "#d62728", "random_matched": "#9467bd"}
+    for r, (_, m) in enumerate(panels, start=1):
+        for cond in m.counterfactual.conditions:
+            sites = list(cond.scores)
+            acc = cond.exact_match
+            label = cond.kind if acc is None else f"{cond.kind} (exact match {acc:.3f})"
+            fig.add_trace(go.Scatter(x=[short_label(s) for s in sites], y=[cond.scores[s] for s in sites],
+                                     mode="lines+markers", name=label, line={"color": colors.get(cond.kind)}),
+                          row=r, col=1)
+        fig.update_yaxes(range=[0, 1.05], title_text="adjacency", row=r, col=1)
+    fig.update_xaxes(tickangle=-60, tickfont={"size": 9})
+    fig.update_layout(title=f"Layer-{LAYER} attention replaced: adjacency score at every later site (trained models)",
+                      height=200 + 330 * len(panels), width=1100)
+    return fig
+
+
+def write(result: AveragingResult, out_root: str | Path = ".") -> list[Path]:
+    """Write ``results/averaging/averaging.{json,csv}``, ``figures/averaging/predicted_vs_observed_<task>_<label>.html``
+    for every causal model and ``figures/averaging/counterfactual_attention.html`` (when a trained model was
+    measured); returns the paths."""
+    res_dir, fig_dir = io.job_dirs(out_root, NAME)
+    paths = [io.write_json(res_dir / "averaging.json", result.to_dict()),
+             io.atomic_write_text(res_dir / "averaging.csv", io.to_csv(result.csv_rows()))]
+    for t in result.tasks:
+        for m in t.models:
+            if m.causal:
+                title = f"{t.task}, {m.label} model, layer {m.example.layer}"
+                paths.append(save_figure(plot_predicted_vs_observed(m.example, title),
+                                         fig_dir / f"predicted_vs_observed_{t.task}_{m.label}.html"))
+    if any(m.kind != "init" for t in result.tasks for m in t.models):
+        paths.append(save_figure(plot_counterfactuals(result), fig_dir / "counterfactual_attention.html"))
+    return paths

@@ -1,0 +1,295 @@
+"""``nope-interp probe``: position probes on cosine-similarity features and on Chi et al.'s variance.
+
+For each model (by default, for each task of ``tasks``: a freshly initialised model of ``default_preset``
+and the shipped trained model), ``n_prompts`` held-out full-length prompts of its task, activations at
+each hook site, and for every (site, feature, probe, seed) a probe of the token position trained and
+scored on held-out sequences, with two chance baselines (:mod:`nope_interp.probing`; the method is in
+``docs/method.md``; the variance feature is from Chi et al., "Latent Positional Information is in the
+Self-Attention Variance of Transformer Language Models Without Positional Embeddings", ACL 2023).
+
+Writes ``results/probe/probe.json`` and ``probe.csv`` (one row per model, task, site, feature, probe and
+seed) and ``figures/probe/nrmse_by_site_<probe>.html`` (NRMSE by site for each feature, the chance line
+at 1.0 and the shuffled-target baseline).
+"""
+
+import dataclasses
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+import tasks as tasks_pkg
+from nope_interp import io
+from nope_interp.activations import collect_activations
+from nope_interp.config import PRESETS, FrozenConfig, check_choice, check_choices, check_int, check_tasks, opt, preset
+from nope_interp.errors import NopeInterpError
+from nope_interp.hooks import hook_name, short_label
+from nope_interp.jobs.common import Log, ModelEntry, emit, entry_from_init, progress, shipped_entries
+from nope_interp.plotting import save_figure
+from nope_interp.probing import FEATURES, PROBES, ProbeScore, fit_position_probe, position_features
+
+NAME = "probe"
+HELP = "position probes: cosine-similarity features vs Chi et al.'s variance"
+TAKES_MODELS = True
+DEFAULT_MODELS = "for each of --tasks, an initialised model of --default-preset and the shipped trained model"
+
+#: Defaults of the fields whose default depends on ``quick``: (normal, quick).
+N_PROMPTS_DEFAULT = (64, 48)
+SEEDS_DEFAULT = (2, 1)
+PROBES_QUICK = ("ridge",)
+#: Text of the ``normaliser`` entry of ``probe.json``.
+NORMALISER = "NRMSE = RMSE / std of the held-out targets"
+
+
+@dataclass(frozen=True)
+class ProbeConfig(FrozenConfig):
+    """Settings of ``probe``. ``n_prompts``, ``seeds`` and ``probes`` default to None: 64 prompts, 2 seeds and
+    both probes, or with ``quick`` 48 prompts, 1 seed and ridge only; a value given explicitly always wins.
+    The effective values are :attr:`prompts_used`, :attr:`seeds_used`, :attr:`features_used` and
+    :attr:`probes_used`.
+
+    Raises:
+        NopeInterpError: an unknown task, preset, feature or probe; ``n_prompts`` outside [8, 100000];
+            ``seeds`` outside [1, 1000]; an empty ``sites``.
+    """
+
+    tasks: tuple[str, ...] = opt(tasks_pkg.TASK_NAMES, "tasks of the default models")
+    default_preset: str = opt("paper", f"preset of the default initialised models: {', '.join(PRESETS)}")
+    n_prompts: int | None = opt(None, "held-out prompts per model (default 64; 48 with --quick)")
+    sites: tuple[str, ...] | None = opt(
+        None, "full hook names (default: hook_embed, attn.hook_z and hook_resid_post of the first and last layer)")
+    features: tuple[str, ...] | None = opt(None, f"features (default all): {', '.join(FEATURES)}")
+    probes: tuple[str, ...] | None = opt(None, f"probes (default both; ridge with --quick): {', '.join(PROBES)}")
+    seeds: int | None = opt(None, "split/probe seeds 0..N-1 (default 2; 1 with --quick)")
+    quick: bool = opt(False, "ridge only, 1 seed, 48 prompts (explicit flags win)")
+
+    def __post_init__(self) -> None:
+        check_tasks(tuple(self.tasks))
+        check_choice("default_preset", self.default_preset, tuple(PRESETS))
+        if self.n_prompts is not None:
+            check_int("n_prompts", self.n_prompts, 8, 100_000)
+        if self.seeds is not None:
+            check_int("seeds", self.seeds, 1, 1000)
+        if self.features is not None:
+            check_choices("feature", tuple(self.features), FEATURES)
+        if self.probes is not None:
+            check_choices("probe", tuple(self.probes), PROBES)
+        if self.sites is not None and not self.sites:
+            raise NopeInterpError("sites must not be empty (omit it for the default sites)")
+
+    @property
+    def prompts_used(self) -> int:
+        """Prompts per model: ``n_prompts``, else 64 (48 with ``quick``)."""
+        return self.n_prompts if self.n_prompts is not None else N_PROMPTS_DEFAULT[self.quick]
+
+    @property
+    def seeds_used(self) -> tuple[int, ...]:
+        """Split/probe seeds ``0 .. seeds-1`` (``seeds`` default 2, 1 with ``quick``)."""
+        return tuple(range(self.seeds if self.seeds is not None else SEEDS_DEFAULT[self.quick]))
+
+    @property
+    def features_used(self) -> tuple[str, ...]:
+        """``features``, else every feature of :data:`nope_interp.probing.FEATURES`."""
+        return tuple(self.features) if self.features is not None else FEATURES
+
+    @property
+    def probes_used(self) -> tuple[str, ...]:
+        """``probes``, else both (ridge only with ``quick``)."""
+        if self.probes is not None:
+            return tuple(self.probes)
+        return PROBES_QUICK if self.quick else PROBES
+
+
+CONFIG = ProbeConfig
+
+
+@dataclass(frozen=True)
+class ProbeRow:
+    """One fitted probe: which model, task, site, feature, probe kind and seed, and its held-out scores.
+
+    Attributes:
+        task: task name. model: the model's label (``initialised``, ``trained``, a run directory's name,
+            ``initialised (<preset>)``).
+        site: full TransformerLens hook name. feature: one of :data:`~nope_interp.probing.FEATURES`.
+        probe: ``mlp`` or ``ridge``. seed: the split/probe seed.
+        score, mean_baseline, shuffled_baseline: held-out :class:`~nope_interp.probing.ProbeScore` of the
+            probe, of predicting the training mean, and of the probe trained on shuffled targets.
+    """
+
+    task: str
+    model: str
+    site: str
+    feature: str
+    probe: str
+    seed: int
+    score: ProbeScore
+    mean_baseline: ProbeScore
+    shuffled_baseline: ProbeScore
+
+    def to_dict(self) -> dict[str, Any]:
+        """A flat row: the keys above, then ``<probe|mean_baseline|shuffled_baseline>_<nrmse|pearson_r|mae>``."""
+        out: dict[str, Any] = {"task": self.task, "model": self.model, "site": self.site, "feature": self.feature,
+                               "probe": self.probe, "seed": self.seed}
+        for name, sc in (("probe", self.score), ("mean_baseline", self.mean_baseline),
+                         ("shuffled_baseline", self.shuffled_baseline)):
+            out.update({f"{name}_nrmse": sc.nrmse, f"{name}_pearson_r": sc.pearson_r, f"{name}_mae": sc.mae})
+        return out
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What ``probe`` measured: the settings used, one :class:`ProbeRow` per fitted probe, provenance and
+    the wall time in seconds."""
+
+    config: ProbeConfig
+    n_prompts: int
+    features: tuple[str, ...]
+    probes: tuple[str, ...]
+    seeds: tuple[int, ...]
+    rows: tuple[ProbeRow, ...]
+    provenance: dict[str, str | None]
+    wall_time_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """The contents of ``probe.json``: settings, ``normaliser``, ``rows``, provenance, ``wall_time_s``."""
+        return {"n_prompts": self.n_prompts, "features": list(self.features), "probes": list(self.probes),
+                "seeds": list(self.seeds), "normaliser": NORMALISER, "rows": [r.to_dict() for r in self.rows],
+                **self.provenance, "wall_time_s": self.wall_time_s}
+
+
+def default_sites(n_layers: int) -> list[str]:
+    """``hook_embed``, then ``attn.hook_z`` and ``hook_resid_post`` of the first and the last layer."""
+    sites = [hook_name("embed"), hook_name("z", 0), hook_name("resid_post", 0)]
+    if n_layers > 1:
+        sites += [hook_name("z", n_layers - 1), hook_name("resid_post", n_layers - 1)]
+    return sites
+
+
+def default_models(config: ProbeConfig) -> list[ModelEntry]:
+    """For each task of ``config.tasks``: a freshly initialised model of ``config.default_preset`` (label
+    ``initialised``) and, where one is shipped, the trained model (label ``trained``).
+
+    Raises:
+        NopeInterpError: a shipped model that is missing or corrupt.
+    """
+    cfg = preset(config.default_preset)
+    entries = []
+    for name in config.tasks:
+        entries.append(entry_from_init(cfg, tasks_pkg.get_task(name), "initialised"))
+        entries += [dataclasses.replace(e, label="trained") for e in shipped_entries([name])]
+    return entries
+
+
+def model_label(entry: ModelEntry) -> str:
+    """The ``model`` column of a row: ``trained`` for a shipped model, ``initialised (<preset>[-<overrides>])``
+    for a model from :func:`~nope_interp.jobs.common.load_models` with ``--init`` (label
+    ``init-<preset>-<task>[-<overrides>]``), otherwise the entry's label (a run directory's name)."""
+    if entry.kind == "pretrained":
+        return "trained"
+    prefix = "init-"
+    if entry.kind == "init" and entry.label.startswith(prefix):
+        return f"initialised ({entry.label.removeprefix(prefix).replace(f'-{entry.task.name}', '', 1)})"
+    return entry.label
+
+
+def probe_entry(config: ProbeConfig, entry: ModelEntry) -> list[ProbeRow]:
+    """Every (site, feature, probe, seed) row for one model on its task (sites, features, probes and seeds
+    as in ``config``), on ``config.prompts_used`` held-out prompts (prompt seed 1, training prompts excluded).
+
+    Raises:
+        NopeInterpError: a site that the model has no activation for; prompts longer than ``n_ctx``.
+    """
+    task = entry.task
+    sites = list(config.sites or default_sites(entry.model_cfg.n_layers))
+    acts = collect_activations(entry.model, task.prompt_tokens(
+        task.analysis_prompts(config.prompts_used, 1, entry.train_prompts)))
+    missing = [s for s in sites if s not in acts.labels]
+    if missing:
+        raise NopeInterpError(f"unknown site(s) {missing}; allowed: {', '.join(acts.labels)}")
+    label = model_label(entry)
+    rows = []
+    for site in sites:
+        site_acts = acts.acts[acts.labels.index(site)]
+        for feature in config.features_used:
+            X, y, groups = position_features(site_acts, feature)
+            for probe in config.probes_used:
+                for seed in config.seeds_used:
+                    res = fit_position_probe(X, y, groups, probe, seed)
+                    rows.append(ProbeRow(task=task.name, model=label, site=site, feature=feature, probe=probe,
+                                         seed=seed, score=res["probe"], mean_baseline=res["mean_baseline"],
+                                         shuffled_baseline=res["shuffled_baseline"]))
+    return rows
+
+
+def run(config: ProbeConfig, models: list[ModelEntry] | None = None, *, log: Log = None) -> ProbeResult:
+    """Probe every model of ``models`` (default :func:`default_models`) on its task (see the module docstring).
+
+    Raises:
+        NopeInterpError: an unknown site; prompts that do not fit a model's ``n_ctx``.
+    """
+    models = default_models(config) if not models else models
+    t0 = time.perf_counter()
+    rows: list[ProbeRow] = []
+    for entry in progress(models, "probe", log):
+        new = probe_entry(config, entry)
+        rows += new
+        emit(log, f"{entry.task.name} {model_label(entry)}: {len(new)} probes ({time.perf_counter() - t0:.0f}s)")
+    return ProbeResult(config=config, n_prompts=config.prompts_used, features=config.features_used,
+                       probes=config.probes_used, seeds=config.seeds_used, rows=tuple(rows),
+                       provenance=io.provenance(), wall_time_s=round(time.perf_counter() - t0, 1))
+
+
+_FEATURE_COLORS = dict(zip(FEATURES, ["#d62728", "#ff7f0e", "#1f77b4", "#2ca02c", "#7f7f7f", "#9467bd"], strict=True))
+
+
+def plot_probe_nrmse(result: ProbeResult, probe: str = "mlp") -> go.Figure:
+    """NRMSE (mean over seeds) by site, a line per feature, a panel per (task, model), with the
+    shuffled-target baseline (dotted) and chance (predicting the mean) at 1.0.
+
+    Raises:
+        NopeInterpError: ``result`` has no rows of ``probe``.
+    """
+    panels: dict[tuple[str, str], dict[str, dict[str, list[float]]]] = defaultdict(lambda: defaultdict(dict))
+    shuffled: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in result.rows:
+        if r.probe != probe:
+            continue
+        key = (r.task, r.model)
+        panels[key][r.feature].setdefault(r.site, []).append(r.score.nrmse)
+        shuffled[key][r.site].append(r.shuffled_baseline.nrmse)
+    if not panels:
+        raise NopeInterpError(f"no rows for probe {probe!r}; the result has: {', '.join(result.probes)}")
+    keys = sorted(panels)
+    fig = make_subplots(rows=len(keys), cols=1, subplot_titles=[f"{t}, {m}" for t, m in keys],
+                        vertical_spacing=0.4 / max(2, len(keys)))
+    for i, key in enumerate(keys, start=1):
+        for feature, by_site in panels[key].items():
+            fig.add_trace(go.Scatter(x=[short_label(s) for s in by_site],
+                                     y=[sum(v) / len(v) for v in by_site.values()], mode="lines+markers",
+                                     name=feature, legendgroup=feature, showlegend=(i == 1),
+                                     line={"color": _FEATURE_COLORS[feature]}), row=i, col=1)
+        sh = shuffled[key]
+        fig.add_trace(go.Scatter(x=[short_label(s) for s in sh], y=[sum(v) / len(v) for v in sh.values()],
+                                 mode="lines", name="shuffled-target probe", legendgroup="shuffled",
+                                 showlegend=(i == 1), line={"color": "black", "dash": "dot"}), row=i, col=1)
+        fig.add_hline(y=1.0, line_dash="dash", line_color="gray", row=i, col=1)
+        fig.update_yaxes(title_text="NRMSE", range=[0, 1.4], row=i, col=1)
+    fig.update_layout(title=f"Position probes ({probe}): NRMSE on held-out sequences (1.0 = predicting the mean)",
+                      height=180 + 300 * len(keys), width=1000)
+    return fig
+
+
+def write(result: ProbeResult, out_root: str | Path = ".") -> list[Path]:
+    """Write ``results/probe/probe.json``, ``results/probe/probe.csv`` and
+    ``figures/probe/nrmse_by_site_<probe>.html`` for every probe kind; returns the paths."""
+    res_dir, fig_dir = io.job_dirs(out_root, NAME)
+    rows = [r.to_dict() for r in result.rows]
+    paths = [io.write_json(res_dir / "probe.json", result.to_dict()),
+             io.atomic_write_text(res_dir / "probe.csv", io.to_csv(rows))]
+    for probe in result.probes:
+        paths.append(save_figure(plot_probe_nrmse(result, probe), fig_dir / f"nrmse_by_site_{probe}.html"))
+    return paths

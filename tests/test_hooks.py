@@ -1,0 +1,37 @@
+"""Hook names: built in one place, full TransformerLens names, one short label for figures."""
+
+import pytest
+
+
+@pytest.mark.parametrize("point,layer,name", [
+    ("embed", None, "hook_embed"), ("z", 0, "blocks.0.attn.hook_z"), ("v", 2, "blocks.2.attn.hook_v"),
+    ("resid_pre", 1, "blocks.1.hook_resid_pre"), ("pattern", 3, "blocks.3.attn.hook_pattern"),
+])
+def test_hook_name_matches_transformer_lens(tiny_model, point, layer, name):
+    from nope_interp.hooks import hook_name
+
+    assert hook_name(point, layer) == name
+    if layer is None or layer < tiny_model.cfg.n_layers:
+        assert name in tiny_model.hook_dict
+
+
+@pytest.mark.parametrize("name,label", [
+    ("blocks.0.attn.hook_z", "L0 z"), ("blocks.12.hook_resid_post", "L12 resid_post"), ("hook_embed", "embed"),
+])
+def test_short_label(name, label):
+    from nope_interp.hooks import short_label
+
+    assert short_label(name) == label
+
+
+def test_bad_points_and_layers():
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.hooks import activation_hook_names, hook_name
+
+    with pytest.raises(NopeInterpError, match="unknown hook point 'q'"):
+        hook_name("q", 0)
+    with pytest.raises(NopeInterpError, match="out of range"):
+        hook_name("z", 2, n_layers=2)
+    with pytest.raises(NopeInterpError, match="has no layer"):
+        hook_name("embed", 0)
+    assert activation_hook_names(1, ("embed", "z")) == ["hook_embed", "blocks.0.attn.hook_z"]

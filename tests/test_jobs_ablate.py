@@ -1,0 +1,222 @@
+"""The ``ablate`` job: config validation, one run on a tiny model checked against direct computations,
+the seed summary against scipy, and the files it writes."""
+
+import json
+import math
+
+import pytest
+import torch
+from conftest import assert_no_hooks
+
+KEYS = ("positional_variance_fraction", "adjacency_full", "adjacency_positional", "adjacency_content")
+SITES = ["blocks.1.hook_resid_pre", "blocks.1.hook_resid_post"]
+
+
+@pytest.fixture(scope="module")
+def AJ():
+    from nope_interp.jobs import ablate
+
+    return ablate
+
+
+@pytest.fixture(scope="module")
+def tiny_addition_entry():
+    """An initialised tiny model (2 layers; init std 0.2 so that its logits depend on the input) on 2-digit
+    addition, as a ModelEntry."""
+    import tasks
+    from nope_interp.config import preset
+    from nope_interp.jobs.common import entry_from_init
+
+    task = tasks.get_task("addition", n_digits=2)
+    return entry_from_init(preset("tiny", seed=3, init_std=0.2), task, "tiny-addition")
+
+
+@pytest.fixture(scope="module")
+def tiny_config(AJ):
+    """Small counts; rank 0 so that the per-site ``project_out`` removes nothing."""
+    return AJ.AblateConfig(kinds=("shuffle_positional", "project_out", "shuffle_vectors"), rank=0, ranks=(0, 2, 99),
+                           n_random=2, n_eval=6, n_mu=16, n_analysis=4)
+
+
+@pytest.fixture(scope="module")
+def tiny_ablation(AJ, tiny_config, tiny_addition_entry):
+    """The result of ``ablate.run`` on the tiny model."""
+    lines = []
+    result = AJ.run(tiny_config, [tiny_addition_entry], log=lines.append)
+    return result, lines
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("layers", (-1,)), ("layers", ()), ("kinds", ("zero",)), ("kinds", ()), ("rank", -1), ("ranks", ()),
+    ("ranks", (0, -2)), ("n_random", 0), ("n_eval", 0), ("n_mu", 1), ("n_analysis", 0),
+])
+def test_bad_config_names_the_field(AJ, field, value):
+    from nope_interp.errors import NopeInterpError
+
+    with pytest.raises(NopeInterpError, match=field) as err:
+        AJ.AblateConfig(**{field: value})
+    assert "\n" not in str(err.value)
+
+
+def test_config_round_trip_and_defaults(AJ):
+    cfg = AJ.AblateConfig(layers=(1,), kinds=("swap_prompts",))
+    assert AJ.AblateConfig.from_json(cfg.to_json()) == cfg
+    default = AJ.AblateConfig()
+    assert default.kinds_used == AJ.KINDS and default.ranks == (0, 1, 2, 4, 8, 16)
+    assert (default.rank, default.n_random, default.n_eval, default.n_mu) == (4, 3, 200, 256)
+
+
+def test_sites(AJ):
+    assert AJ.default_sites(3) == ["blocks.1.hook_resid_pre", "blocks.2.hook_resid_pre", "blocks.2.hook_resid_post"]
+    assert AJ.default_sites(1) == ["blocks.0.hook_resid_post"]
+    sites = AJ.ablation_sites(AJ.AblateConfig(layers=(0, 2)), 3)
+    assert sites == ["blocks.0.hook_resid_pre", "blocks.2.hook_resid_pre"]
+
+
+def test_a_layer_outside_the_model_fails_before_any_work(AJ, tiny_addition_entry):
+    from nope_interp.errors import NopeInterpError
+
+    lines = []
+    with pytest.raises(NopeInterpError, match="out of range"):
+        AJ.run(AJ.AblateConfig(layers=(7,)), [tiny_addition_entry], log=lines.append)
+    assert lines == []
+
+
+def test_run_matches_direct_computations(AJ, tiny_ablation, tiny_config, tiny_addition_entry):
+    from nope_interp.ablations import positional_decomposition
+    from nope_interp.evaluate import answer_loss, exact_match_accuracy
+
+    result, lines = tiny_ablation
+    (r,) = result.runs
+    model, task = tiny_addition_entry.model, tiny_addition_entry.task
+    assert_no_hooks(model)
+    assert r.task == "addition" and [s.site for s in r.sites] == SITES and r.run is None
+    assert r.run_name == "tiny-addition" and r.model_seed == 3 and (r.n_eval, r.n_mu) == (6, 16)
+    # the clean measurement, recomputed by hand on the same prompts (seed 11, no training prompts)
+    examples = [task.example(p) for p in task.analysis_prompts(6, seed=11)]
+    assert r.clean.exact_match == exact_match_accuracy(model, task, examples)
+    with torch.no_grad():
+        loss = float(answer_loss(model, task.training_batch(examples)))
+    assert r.clean.answer_loss == pytest.approx(loss, rel=1e-6)
+    assert set(r.clean.adjacency) >= set(SITES) and all(0.0 <= v <= 1.0 for v in r.clean.adjacency.values())
+    # rank 0 removes nothing: the same loss and adjacency as the clean model; the shuffles change them
+    for s in r.sites:
+        same = s.ablations["project_out"]
+        assert same.answer_loss == pytest.approx(r.clean.answer_loss, rel=1e-6)
+        assert same.adjacency == pytest.approx(r.clean.adjacency, rel=1e-6)
+        assert s.ablations["shuffle_positional"].answer_loss != pytest.approx(r.clean.answer_loss, rel=1e-4)
+        assert s.ablations["shuffle_vectors"].adjacency != pytest.approx(r.clean.adjacency, rel=1e-3)
+        assert r.accuracy_lost(s.site, "shuffle_vectors") == (
+            r.clean.exact_match - s.ablations["shuffle_vectors"].exact_match)
+    # the decomposition: positional_decomposition of the cached activations on the mu prompts (seed 12)
+    eval_prompts = frozenset(task.analysis_prompts(6, seed=11))
+    mu_prompts = task.analysis_prompts(16, seed=12, exclude=eval_prompts)
+    _, cache = model.run_with_cache(task.prompt_tokens(mu_prompts), names_filter=SITES[0])
+    want = positional_decomposition(cache[SITES[0]])
+    got = r.site(SITES[0]).decomposition
+    assert got.ok and all(got.value(k) == pytest.approx(want[k], rel=1e-9) for k in KEYS)
+    assert list(got.dropped_positions) == want["dropped_positions"]
+    # the rank curve at the first site: rank 0 equals clean; 99 exceeds pos - 1 and is skipped
+    curve = r.rank_curve
+    assert curve.site == SITES[0] and [p.rank for p in curve.points] == [0, 2] and curve.skipped_ranks == (99,)
+    assert curve.max_rank == task.max_prompt_len - 1
+    assert curve.points[0].positional == r.clean.exact_match
+    for p in curve.points:
+        assert len(p.random_draws) == 2 and p.random_mean == pytest.approx(sum(p.random_draws) / 2)
+    assert any("rank curve at blocks.1.hook_resid_pre" in line for line in lines)
+
+
+def test_to_dict_is_json_with_the_old_layout(AJ, tiny_ablation):
+    result, _ = tiny_ablation
+    data = json.loads(json.dumps(result.to_dict()))
+    assert list(data) == ["results", "seed_summary"]
+    (r,) = data["results"]
+    assert list(r) == ["task", "n_eval", "n_mu", "rank", "clean", "sites", "decomposition", "rank_curve", "run",
+                       "model_seed"]
+    assert list(r["sites"]) == SITES and list(r["sites"][SITES[0]]) == ["shuffle_positional", "project_out",
+                                                                           "shuffle_vectors"]
+    assert list(r["decomposition"][SITES[0]]) == [*KEYS, "dropped_positions", "n_prompts"]
+    assert list(r["rank_curve"]["points"][0]) == ["rank", "positional", "random_mean", "random_std", "random_draws"]
+    summary = data["seed_summary"]["addition"]
+    assert list(summary) == ["runs", "clean_exact_match", "accuracy_loss", "rank_curve", "decomposition"]
+    assert summary["clean_exact_match"]["n_seeds"] == 1 and list(summary["rank_curve"]) == ["0", "2"]
+
+
+def test_write_files_and_the_seed_figure(AJ, tiny_ablation, tmp_path):
+    result, _ = tiny_ablation
+    paths = AJ.write(result, tmp_path)
+    res_dir, fig_dir = tmp_path / "results" / "ablate", tmp_path / "figures" / "ablate"
+    names = ("ablate.json", "ablate.csv", "ablate_seeds.csv", "ablate_seeds.md", "ablate_decomposition.csv")
+    assert paths == [res_dir / n for n in names] + [fig_dir / "ablations.html"]
+    assert all(p.stat().st_size > 0 for p in paths)
+    saved = json.loads((res_dir / "ablate.json").read_text())
+    assert "nope_interp_version" in saved and saved["results"][0]["clean"] == result.runs[0].clean.to_dict()
+    csv_text = (res_dir / "ablate.csv").read_text().splitlines()
+    assert csv_text[0] == "run,task,site,ablation,exact_match,accuracy_loss,answer_loss,loss_increase"
+    assert len(csv_text) == 1 + 1 + 2 * 3
+    assert "adjacency_content" in (res_dir / "ablate_decomposition.csv").read_text()
+    assert not (fig_dir / "ablations_seeds.html").exists()
+    # the same run twice counts as two seeds (zero spread): seed figure, ± in the Markdown, one row per run
+    runs = result.runs * 2
+    twice = AJ.AblateResult(config=result.config, runs=runs, seed_summary=AJ.seed_summary(runs), wall_time_s=0.0)
+    paths = AJ.write(twice, tmp_path)
+    assert fig_dir / "ablations_seeds.html" in paths and (fig_dir / "ablations_seeds.html").exists()
+    (summary,) = twice.seed_summary
+    assert summary.n_seeds == 2 and summary.clean_exact_match.std == 0.0
+    assert {d.site for d in summary.decomposition} == set(SITES)
+    md = (res_dir / "ablate_seeds.md").read_text()
+    clean = f"{result.runs[0].clean.exact_match:.3f}"
+    assert "## addition (2 runs" in md and "| blocks.1.hook_resid_pre | " in md and "± 0.000" in md
+    assert md.count(f"| tiny-addition | blocks.1.hook_resid_pre | {clean} | ") == 2
+    # back to one run: the stale seed figure is removed
+    AJ.write(result, tmp_path)
+    assert not (fig_dir / "ablations_seeds.html").exists()
+
+
+def _fake_run(AJ, clean, ablated, pos, decs=None):
+    """A RunAblation of task "t" with site "s" (and "u" when ``decs`` is given: ``{site: value or error}``)."""
+    decs = decs or {"s": None}
+    sites = tuple(
+        AJ.SiteAblation(site=site, decomposition=(AJ.Decomposition(site=site, error=value) if isinstance(value, str)
+                                                   else AJ.Decomposition(site=site, **dict.fromkeys(KEYS, value or 0.5),
+                                                                         n_prompts=2)),
+                        ablations={"project_out": AJ.Measurement(exact_match=ablated, answer_loss=1.0)})
+        for site, value in decs.items())
+    curve = AJ.RankCurve(site="s", points=(AJ.RankPoint(rank=1, positional=pos, random_mean=0.9, random_std=0.0,
+                                                        random_draws=(0.9,)),), max_rank=3, skipped_ranks=())
+    return AJ.RunAblation(label="x", run="runs/x", run_name="x", model_seed=0, task="t", n_eval=10, n_mu=10, rank=1,
+                          clean=AJ.Measurement(exact_match=clean, answer_loss=0.5), sites=sites, rank_curve=curve)
+
+
+def test_seed_summary_against_scipy(AJ):
+    from scipy import stats
+
+    (out,) = AJ.seed_summary([_fake_run(AJ, 1.0, 0.2, 0.1), _fake_run(AJ, 0.9, 0.3, 0.0),
+                              _fake_run(AJ, 1.0, 0.0, 0.2)])
+    losses = [0.8, 0.6, 1.0]
+    s = out.accuracy_loss[0].by_kind["project_out"]
+    m, se = sum(losses) / 3, stats.sem(losses)
+    lo, hi = stats.t.interval(0.95, 2, loc=m, scale=se)
+    assert s.mean == pytest.approx(m) and s.ci95_low == pytest.approx(lo) and s.ci95_high == pytest.approx(hi)
+    assert s.n_seeds == 3 and out.rank_curve[0].positional.mean == pytest.approx(0.1)
+    assert out.rank_curve[0].positional.std == pytest.approx(0.1)
+    # decomposition: averaged over seeds where every run has it; a run that reported an error drops the site
+    runs = [_fake_run(AJ, 1.0, 0.2, 0.1, {"s": 0.8, "u": 0.5}),
+            _fake_run(AJ, 0.9, 0.3, 0.0, {"s": 0.6, "u": "fewer than 3 positions"})]
+    (two,) = AJ.seed_summary(runs)
+    assert [d.site for d in two.decomposition] == ["s"]
+    assert two.decomposition[0].adjacency_positional.mean == pytest.approx(0.7)
+    assert list(two.to_dict()["decomposition"]) == ["s"]
+    assert two.to_dict()["rank_curve"]["1"]["random"]["mean"] == pytest.approx(0.9)
+    # one run: no interval
+    (one,) = AJ.seed_summary(runs[:1])
+    assert one.clean_exact_match.std == 0.0 and math.isnan(one.clean_exact_match.ci95_low)
+    assert AJ.seed_markdown([one]).count("1 run;") == 1
+
+
+def test_default_models_are_the_shipped_ones(AJ):
+    from nope_interp.pretrained import available_pretrained
+
+    entries = AJ.default_models(AJ.AblateConfig())
+    assert [e.label for e in entries] == [f"pretrained-{t}" for t in available_pretrained()]
+    assert all(e.run is not None and e.run.name == "shipped" and e.train_prompts for e in entries)

@@ -1,0 +1,84 @@
+"""The analyze job: config, run on tiny models, files written, scores equal to the core pipeline."""
+
+import json
+
+import pytest
+
+
+@pytest.fixture
+def tiny_init_reversal_entry():
+    import tasks
+    from nope_interp.config import preset
+    from nope_interp.jobs.common import entry_from_init
+
+    return entry_from_init(preset("tiny", seed=2), tasks.get_task("reversal"), "tiny-reversal")
+
+
+def test_run_equals_analyze_model_and_writes_files(tiny_init_reversal_entry, tmp_path):
+    from nope_interp.analysis import analyze_model
+    from nope_interp.jobs import analyze
+
+    cfg = analyze.AnalyzeConfig(n_prompts=12, points=("embed", "z"), prompt_seed=4)
+    result = analyze.run(cfg, [tiny_init_reversal_entry])
+    ref = analyze_model(tiny_init_reversal_entry.model, tiny_init_reversal_entry.task, 12, seed=4, points=("embed", "z"))
+    assert result.models[0].analysis.scores == ref.scores
+    paths = analyze.write(result, tmp_path)
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in paths) == [
+        "figures/analyze/tiny-reversal/adjacency.html", "figures/analyze/tiny-reversal/cosine.html",
+        "results/analyze/tiny-reversal/scores.json"]
+    scores = json.loads((tmp_path / "results/analyze/tiny-reversal/scores.json").read_text())
+    assert scores["sites"] == ["hook_embed", "blocks.0.attn.hook_z", "blocks.1.attn.hook_z"]
+    assert scores["init"]["seed"] == 2 and "git_commit" in scores
+    json.dumps(result.to_dict())
+
+
+def test_label_applies_to_a_single_model(tiny_init_reversal_entry):
+    from nope_interp.jobs import analyze
+
+    result = analyze.run(analyze.AnalyzeConfig(n_prompts=4, label="mine"), [tiny_init_reversal_entry])
+    assert result.models[0].label == "mine"
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"n_prompts": 0}, "n_prompts"), ({"points": ("resid_final",)}, "unknown activation point 'resid_final'"),
+    ({"prompt_seed": -1}, "prompt_seed"),
+])
+def test_bad_config(kwargs, match):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.analyze import AnalyzeConfig
+
+    with pytest.raises(NopeInterpError, match=match):
+        AnalyzeConfig(**kwargs)
+
+
+def test_no_models_is_an_error():
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs import analyze
+
+    with pytest.raises(NopeInterpError, match="--run, --pretrained or --init"):
+        analyze.run(analyze.AnalyzeConfig())
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"run": ("a",), "init": True}, "at most one"), ({"init": True}, "--init needs --task"),
+    ({"pretrained": ("sorting",)}, "unknown task 'sorting'"), ({"run": ("a",), "with_seeds": True}, "--with-seeds"),
+    ({"init": True, "task": "addition", "preset": "huge"}, "unknown preset"),
+])
+def test_bad_model_source(kwargs, match):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.common import ModelSource
+
+    with pytest.raises(NopeInterpError, match=match):
+        ModelSource(**kwargs)
+
+
+def test_model_sources_resolve_to_entries():
+    from nope_interp.jobs.common import ModelSource, load_models
+
+    (init,) = load_models(ModelSource(init=True, task="addition", preset="tiny", model_overrides={"init_std": 0.2}))
+    assert init.label == "init-tiny-addition-init_std0.2" and init.kind == "init" and not init.train_prompts
+    (shipped,) = load_models(ModelSource(pretrained=("reversal",)))
+    assert shipped.label == "pretrained-reversal" and len(shipped.train_prompts) == 20_000
+    assert shipped.run is not None and shipped.run.name == "shipped"
+    (other_task,) = load_models(ModelSource(pretrained=("reversal",), task="addition"))
+    assert other_task.task.name == "addition" and not other_task.train_prompts

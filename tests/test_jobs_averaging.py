@@ -1,0 +1,198 @@
+"""The ``averaging`` job and its measurements (nope_interp.jobs.averaging, nope_interp.averaging_checks)."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from conftest import assert_no_hooks
+
+
+@pytest.fixture
+def job():
+    from nope_interp.jobs import averaging
+
+    return averaging
+
+
+@pytest.fixture
+def checks():
+    import nope_interp.averaging_checks as checks
+
+    return checks
+
+
+@pytest.fixture
+def addition_task():
+    import tasks
+
+    return tasks.get_task("addition")
+
+
+@pytest.fixture
+def tiny_entries(tiny_cfg, addition_task):
+    """Three tiny models on addition: causal init, bidirectional init, and one labelled as a trained run."""
+    from nope_interp.jobs.common import ModelEntry, entry_from_init
+    from nope_interp.model import build_model
+
+    bidir = tiny_cfg.replace(attention="bidirectional")
+    trained_cfg = tiny_cfg.replace(seed=3)
+    return [entry_from_init(tiny_cfg, addition_task, "initialised"),
+            entry_from_init(bidir, addition_task, "bidirectional_control"),
+            ModelEntry(label="trained", kind="run", model=build_model(trained_cfg), model_cfg=trained_cfg,
+                       task=addition_task)]
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("n_prompts", 2, "n_prompts must be an integer in \\[3, 100000\\]"),
+    ("eval_n", 0, "eval_n must be an integer"),
+    ("tasks", ("sorting",), "unknown task 'sorting'"),
+    ("tasks", (), "must not be empty"),
+])
+def test_config_rejects_bad_values(job, field, value, message):
+    from nope_interp.errors import NopeInterpError
+
+    with pytest.raises(NopeInterpError, match=message):
+        job.AveragingConfig(**{field: value})
+
+
+def test_config_defaults_and_json_round_trip(job):
+    cfg = job.AveragingConfig()
+    assert cfg.tasks == ("addition", "reversal", "indexing", "ordering") and cfg.n_prompts == 64
+    assert cfg.eval_n == 500 and job.TAKES_MODELS is False and job.CONFIG is job.AveragingConfig
+    other = cfg.replace(tasks=("reversal",), n_prompts=5)
+    assert job.AveragingConfig.from_json(other.to_json()) == other
+
+
+def test_averaging_report_against_a_direct_computation(checks, tiny_model, addition_task):
+    """Head 0 of layer 1: the pattern-predicted cosines and their Spearman correlation with the observed
+    ones, and the sqrt(i/k) error, recomputed with numpy/scipy loops from the same cache."""
+    from scipy.stats import spearmanr
+
+    rep = checks.averaging_report(tiny_model, addition_task, 6)
+    assert rep.task == "addition" and rep.n_prompts == 6 and len(rep.layers) == 2
+    tokens = addition_task.prompt_tokens(addition_task.analysis_prompts(6, 1))
+    assert rep.n_pos == tokens.shape[1]
+    _, cache = tiny_model.run_with_cache(tokens)
+    pattern = cache["blocks.1.attn.hook_pattern"].double().numpy()
+    z = cache["blocks.1.attn.hook_z"].double().numpy()
+
+    def cos(m):
+        n = m / np.linalg.norm(m, axis=-1, keepdims=True)
+        return n @ n.T
+
+    low = np.tril_indices(rep.n_pos, -1)
+    rho = [spearmanr(cos(pattern[b, 0])[low], cos(z[b, :, 0])[low]).statistic for b in range(6)]
+    lay = rep.layers[1]
+    assert lay.site == "blocks.1.attn.hook_z"
+    assert lay.heads[0].spearman_pred_obs == pytest.approx(np.mean(rho), abs=1e-6)
+    i = np.arange(1, rep.n_pos + 1)
+    closed = np.sqrt(np.minimum.outer(i, i) / np.maximum.outer(i, i))
+    mae = np.mean([np.abs(cos(z[b].reshape(rep.n_pos, -1))[low] - closed[low]) for b in range(6)])
+    assert lay.closed_form_mae == pytest.approx(mae, abs=1e-5)
+    assert lay.z_identity_max_abs_err < 1e-5 and len(lay.heads) == 2
+    assert lay.variance_ratio[0] == pytest.approx(1.0) and len(lay.variance_ratio) == rep.n_pos
+    assert len(lay.relative_entropy_by_row) == rep.n_pos - 1
+
+
+def test_averaging_report_of_a_small_init_is_near_uniform(checks):
+    import tasks
+    from nope_interp.model import build_model, preset
+
+    rep = checks.averaging_report(build_model(preset("cpu", d_model=256, d_head=64)), tasks.get_task("reversal"), 16)
+    l0 = rep.layers[0]
+    assert l0.z_identity_max_abs_err < 1e-5
+    assert l0.relative_entropy > 0.95  # small init weights: nearly uniform attention
+    assert l0.heads_concat.spearman_pred_obs > 0.5 and l0.closed_form_mae < 0.2
+    assert len(l0.heads) == 4 and len(l0.variance_ratio) == rep.n_pos == 22
+    d = rep.to_dict()
+    assert list(d) == ["task", "n_prompts", "n_pos", "layers"]
+    assert d["layers"][0]["heads_concat"]["spearman_pred_obs"] == l0.heads_concat.spearman_pred_obs
+
+
+def test_counterfactual_report_conditions(checks, tiny_model, addition_task):
+    from nope_interp.analysis import analyze_model
+
+    examples = addition_task.splits(50, 10, 0).test
+    cf = checks.counterfactual_report(tiny_model, addition_task, layer=0, n_prompts=4, eval_examples=examples)
+    assert [c.kind for c in cf.conditions] == ["clean", "uniform", "identity", "random_matched"]
+    clean = analyze_model(tiny_model, addition_task, 4, 1).scores["row_mean"]
+    assert dict(cf.condition("clean").scores) == {s: v["mean"] for s, v in clean.items()}
+    assert all(0.0 <= c.exact_match <= 1.0 for c in cf.conditions)
+    # identity attention at layer 0: hook_z of each position is its own value vector, no averaging
+    assert cf.condition("identity").scores["blocks.0.attn.hook_z"] < cf.condition("uniform").scores[
+        "blocks.0.attn.hook_z"]
+    assert_no_hooks(tiny_model)
+    no_eval = checks.counterfactual_report(tiny_model, addition_task, n_prompts=4, kinds=("uniform",))
+    assert [c.exact_match for c in no_eval.conditions] == [None, None]
+    assert json.loads(json.dumps(no_eval.to_dict()))["conditions"]["uniform"]["exact_match"] is None
+    from nope_interp.errors import NopeInterpError
+
+    with pytest.raises(NopeInterpError, match="no condition 'identity'"):
+        no_eval.condition("identity")
+
+
+def test_cosine_example_matches_the_cache(checks, tiny_model, addition_task):
+    from nope_interp.similarity import cosine_similarity_matrix
+
+    ex = checks.cosine_example(tiny_model, addition_task, 1)
+    assert ex.prompt == addition_task.analysis_prompts(1, seed=1)[0] and ex.layer == 1
+    _, cache = tiny_model.run_with_cache(addition_task.prompt_tokens([ex.prompt]))
+    torch.testing.assert_close(ex.observed, cosine_similarity_matrix(cache["blocks.1.attn.hook_z"][0].flatten(-2)))
+    # the prediction: cosine of the attention rows concatenated over heads
+    rows = cache["blocks.1.attn.hook_pattern"][0].double().permute(1, 0, 2).flatten(-2)
+    torch.testing.assert_close(ex.predicted, cosine_similarity_matrix(rows).double().clamp(-1, 1))
+    assert ex.predicted.shape == (len(ex.prompt), len(ex.prompt))
+
+
+def test_run_and_write_on_tiny_models(job, tiny_entries, tmp_path):
+    lines = []
+    cfg = job.AveragingConfig(tasks=("addition",), n_prompts=4, eval_n=5)
+    result = job.run(cfg, tiny_entries, log=lines.append)
+    assert len(lines) == 3 and lines[0].startswith("addition initialised: L0 entropy")
+    t = result.task("addition")
+    assert [m.label for m in t.models] == ["initialised", "bidirectional_control", "trained"]
+    assert [m.causal for m in t.models] == [True, False, True]
+    assert t.model("trained").counterfactual.condition("clean").exact_match is None  # no run: no test split
+    d = json.loads(json.dumps(result.to_dict()))
+    assert list(d) == ["n_prompts", "eval_n", "tasks", "nope_interp_version", "git_commit", "wall_time_s"]
+    assert set(d["tasks"]["addition"]["trained"]) == {"averaging", "counterfactual"}
+    # the bidirectional control attends to every key: relative entropy against log(pos) for all rows
+    assert t.model("bidirectional_control").averaging.layers[0].relative_entropy > 0.9
+
+    paths = job.write(result, tmp_path)
+    assert all(p.exists() for p in paths)
+    res_dir, fig_dir = tmp_path / "results" / "averaging", tmp_path / "figures" / "averaging"
+    assert sorted(p.name for p in res_dir.iterdir()) == ["averaging.csv", "averaging.json"]
+    assert sorted(p.name for p in fig_dir.glob("*.html")) == [
+        "counterfactual_attention.html", "predicted_vs_observed_addition_initialised.html",
+        "predicted_vs_observed_addition_trained.html"]
+    assert json.loads((res_dir / "averaging.json").read_text())["tasks"] == d["tasks"]
+    import csv
+
+    rows = list(csv.DictReader((res_dir / "averaging.csv").open()))
+    assert len(rows) == 3 * (2 + 4)  # per model: one row per layer, one per condition
+    first = t.model("initialised").averaging.layers[0]
+    assert rows[0]["layer"] == "0" and float(rows[0]["closed_form_mae"]) == pytest.approx(first.closed_form_mae)
+    assert rows[2]["condition"] == "clean" and rows[2]["adjacency@blocks.0.attn.hook_z"]
+
+
+def test_plots_take_results(job, tiny_entries):
+    cfg = job.AveragingConfig(tasks=("addition",), n_prompts=4, eval_n=5)
+    result = job.run(cfg, tiny_entries[:1] + tiny_entries[2:])
+    ex = result.task("addition").model("initialised").example
+    fig = job.plot_predicted_vs_observed(ex)
+    np.testing.assert_allclose(fig.data[0].z, ex.predicted.numpy())
+    np.testing.assert_allclose(fig.data[1].z, ex.observed.numpy())
+    cf = job.plot_counterfactuals(result)
+    assert len(cf.data) == 4 and cf.data[0].name == "clean"  # the trained model's four conditions
+    assert cf.data[0].x[0] == "embed" and not math.isnan(cf.data[0].y[0])
+
+
+def test_default_models_of_a_task(job):
+    entries = job.task_models("reversal")
+    assert [e.label for e in entries] == ["initialised", "bidirectional_control", "trained"]
+    assert [e.model_cfg.attention for e in entries[:2]] == ["causal", "bidirectional"]
+    assert entries[0].model_cfg.n_layers == 6 and entries[0].model_cfg.d_model == 384
+    assert entries[2].kind == "pretrained" and entries[2].run is not None

@@ -1,0 +1,137 @@
+"""The ``probe`` job: config, model selection and labels, run + write, the figure."""
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+
+@pytest.fixture
+def probe_job():
+    from nope_interp.jobs import probe
+
+    return probe
+
+
+@pytest.fixture
+def tiny_reversal_entry(tiny_cfg):
+    """A freshly initialised tiny-preset model on the reversal task, labelled as in the default set."""
+    import tasks
+    from nope_interp.jobs.common import entry_from_init
+
+    return entry_from_init(tiny_cfg, tasks.get_task("reversal"), "initialised")
+
+
+@pytest.fixture
+def small_config(probe_job):
+    """Two features, ridge only, one seed, 16 prompts: a few seconds on a tiny model."""
+    return probe_job.ProbeConfig(n_prompts=16, features=("variance", "raw"), probes=("ridge",), seeds=1)
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"n_prompts": 7}, "n_prompts"), ({"n_prompts": 100_001}, "n_prompts"), ({"seeds": 0}, "seeds"),
+    ({"features": ("entropy",)}, "feature"), ({"features": ()}, "feature"), ({"probes": ("forest",)}, "probe"),
+    ({"tasks": ("sorting",)}, "task"), ({"default_preset": "huge"}, "default_preset"), ({"sites": ()}, "sites"),
+])
+def test_bad_config_names_the_field(probe_job, kwargs, field):
+    from nope_interp.errors import NopeInterpError
+
+    with pytest.raises(NopeInterpError, match=field):
+        probe_job.ProbeConfig(**kwargs)
+
+
+def test_quick_defaults_and_explicit_values_win(probe_job):
+    from nope_interp.probing import FEATURES, PROBES
+
+    normal, quick = probe_job.ProbeConfig(), probe_job.ProbeConfig(quick=True)
+    assert (normal.prompts_used, normal.seeds_used, normal.probes_used) == (64, (0, 1), PROBES)
+    assert (quick.prompts_used, quick.seeds_used, quick.probes_used) == (48, (0,), ("ridge",))
+    assert normal.features_used == quick.features_used == FEATURES
+    given = probe_job.ProbeConfig(quick=True, n_prompts=16, seeds=3, probes=("mlp",))
+    assert (given.prompts_used, given.seeds_used, given.probes_used) == (16, (0, 1, 2), ("mlp",))
+    assert probe_job.ProbeConfig.from_json(given.to_json()) == given
+
+
+def test_default_sites_are_full_hook_names(probe_job):
+    assert probe_job.default_sites(1) == ["hook_embed", "blocks.0.attn.hook_z", "blocks.0.hook_resid_post"]
+    assert probe_job.default_sites(3)[3:] == ["blocks.2.attn.hook_z", "blocks.2.hook_resid_post"]
+
+
+def test_default_models_and_labels(probe_job):
+    from nope_interp.config import preset
+    from nope_interp.jobs.common import ModelSource, load_models
+
+    entries = probe_job.default_models(probe_job.ProbeConfig(tasks=("reversal",), default_preset="tiny"))
+    assert [(e.label, e.kind, e.task.name) for e in entries] == [
+        ("initialised", "init", "reversal"), ("trained", "pretrained", "reversal")]
+    assert entries[0].model_cfg == preset("tiny") and entries[1].train_prompts
+    assert [probe_job.model_label(e) for e in entries] == ["initialised", "trained"]
+
+    init = load_models(ModelSource(init=True, task="indexing", preset="tiny"))[0]
+    assert probe_job.model_label(init) == "initialised (tiny)"
+    tweaked = load_models(ModelSource(init=True, task="indexing", preset="tiny", model_overrides={"init_std": 0.2}))[0]
+    assert probe_job.model_label(tweaked) == "initialised (tiny-init_std0.2)"
+    assert probe_job.model_label(dataclasses.replace(init, kind="run", label="my-run")) == "my-run"
+    # --pretrained gives kind "pretrained", label "pretrained-<task>": the row says "trained" as before
+    assert probe_job.model_label(dataclasses.replace(entries[1], label="pretrained-reversal")) == "trained"
+
+
+def test_run_matches_the_pure_probing_functions_and_writes_files(probe_job, small_config, tiny_reversal_entry,
+                                                                  tmp_path):
+    from nope_interp.activations import collect_activations
+    from nope_interp.probing import probe_sites
+
+    result = probe_job.run(small_config, [tiny_reversal_entry])
+    sites = probe_job.default_sites(2)
+    assert len(result.rows) == len(sites) * 2 and result.n_prompts == 16 and result.seeds == (0,)
+    assert [r.site for r in result.rows[::2]] == sites
+
+    # reference: the pure functions of nope_interp.probing on the same prompts
+    task = tiny_reversal_entry.task
+    acts = collect_activations(tiny_reversal_entry.model, task.prompt_tokens(task.analysis_prompts(16, 1)))
+    ref = probe_sites(acts.acts[[acts.labels.index(s) for s in sites]], sites, ("variance", "raw"), ("ridge",), (0,))
+    got = [r.to_dict() for r in result.rows]
+    stripped = [{k: v for k, v in g.items() if k not in ("task", "model")} for g in got]
+    assert json.dumps(stripped) == json.dumps(ref)  # same numbers, NaN included
+    assert all(g["task"] == "reversal" and g["model"] == "initialised" for g in got)
+    # every sequence has the same positions, so predicting the training mean is exactly chance
+    assert all(r.mean_baseline.nrmse == pytest.approx(1.0) and math.isnan(r.mean_baseline.pearson_r)
+               for r in result.rows)
+    # the raw vector at the first layer's output carries position in a NoPE model; embeddings do not
+    raw = {r.site: r.score.nrmse for r in result.rows if r.feature == "raw"}
+    assert raw["hook_embed"] > 0.8 and raw["blocks.0.hook_resid_post"] < raw["hook_embed"]
+
+    data = json.loads(json.dumps(result.to_dict()))
+    assert set(data) >= {"n_prompts", "features", "probes", "seeds", "normaliser", "rows", "git_commit"}
+    assert data["features"] == ["variance", "raw"] and len(data["rows"]) == len(result.rows)
+
+    paths = probe_job.write(result, tmp_path)
+    names = sorted(str(p.relative_to(tmp_path)) for p in paths)
+    assert names == ["figures/probe/nrmse_by_site_ridge.html", "results/probe/probe.csv", "results/probe/probe.json"]
+    assert all(p.exists() for p in paths)
+    assert (tmp_path / "results/probe/probe.csv").read_text().splitlines()[0].startswith(
+        "task,model,site,feature,probe,seed,probe_nrmse,probe_pearson_r,probe_mae,mean_baseline_nrmse")
+
+
+def test_unknown_site_is_refused_before_probing(probe_job, tiny_reversal_entry):
+    from nope_interp.errors import NopeInterpError
+
+    cfg = probe_job.ProbeConfig(n_prompts=8, sites=("blocks.7.hook_resid_post",), probes=("ridge",), seeds=1)
+    with pytest.raises(NopeInterpError, match="unknown site.*allowed: hook_embed"):
+        probe_job.run(cfg, [tiny_reversal_entry])
+
+
+def test_plot_has_a_panel_per_model_and_refuses_a_missing_probe(probe_job, small_config, tiny_reversal_entry):
+    from nope_interp.errors import NopeInterpError
+
+    other = dataclasses.replace(tiny_reversal_entry, label="my-run", kind="run")
+    result = probe_job.run(small_config.replace(sites=("hook_embed", "blocks.1.hook_resid_post")),
+                           [tiny_reversal_entry, other])
+    fig = probe_job.plot_probe_nrmse(result, "ridge")
+    assert [a.text for a in fig.layout.annotations] == ["reversal, initialised", "reversal, my-run"]
+    # per panel: one line per feature and the shuffled baseline; x axes use the short site labels
+    assert len(fig.data) == 2 * 3 and list(fig.data[0].x) == ["embed", "L1 resid_post"]
+    assert fig.data[0].y[0] == pytest.approx(result.rows[0].score.nrmse)
+    with pytest.raises(NopeInterpError, match="no rows for probe 'mlp'"):
+        probe_job.plot_probe_nrmse(result, "mlp")

@@ -1,0 +1,36 @@
+"""Seed statistics against a hand computation and scipy's own interval."""
+
+import math
+
+import pytest
+
+
+def test_mean_std_ci_against_hand_computation():
+    from nope_interp.stats import mean_std_ci
+
+    s = mean_std_ci([1.0, 2.0, 6.0])
+    assert s.mean == pytest.approx(3.0) and s.n_seeds == 3
+    assert s.std == pytest.approx(math.sqrt(((1 - 3) ** 2 + (2 - 3) ** 2 + (6 - 3) ** 2) / 2))
+    half = 4.302652729911275 * s.std / math.sqrt(3)  # t_{0.975, 2}
+    assert (s.ci95_low, s.ci95_high) == pytest.approx((3 - half, 3 + half))
+
+
+def test_mean_std_ci_equals_scipy_interval():
+    from scipy import stats
+
+    from nope_interp.stats import mean_std_ci
+
+    vals = [0.2, 0.25, 0.31, 0.18, 0.4]
+    s = mean_std_ci(vals)
+    lo, hi = stats.t.interval(0.95, len(vals) - 1, loc=stats.tmean(vals), scale=stats.sem(vals))
+    assert (s.ci95_low, s.ci95_high) == pytest.approx((lo, hi))
+
+
+def test_one_value_and_no_value():
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.stats import mean_std_ci
+
+    s = mean_std_ci([0.7])
+    assert s.mean == 0.7 and s.std == 0.0 and math.isnan(s.ci95_low) and s.to_dict()["n_seeds"] == 1
+    with pytest.raises(NopeInterpError, match="at least one value"):
+        mean_std_ci([])
