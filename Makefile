@@ -1,4 +1,5 @@
 # Two commands a new user needs: `make demo` and `make test`. Each creates .venv on first use.
+# `make notebooks` adds JupyterLab (the `notebook` extra) and opens notebooks/.
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
@@ -8,7 +9,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: venv demo test reproduce clean-venv
+.PHONY: venv demo test notebooks reproduce clean-venv
 
 $(BIN)/nope-interp: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +31,10 @@ demo: venv
 test: venv
 	$(BIN)/ruff check nope_interp tasks tests bench
 	NOPE_FAST=1 $(BIN)/python -m pytest -q tests notebooks --nbmake --nbmake-timeout=900
+
+notebooks: venv
+	$(BIN)/python -m pip install --quiet -e ".[notebook]"
+	$(BIN)/jupyter lab notebooks/
 
 reproduce: venv
 	$(BIN)/nope-interp demo --retrain

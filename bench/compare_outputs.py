@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 IGNORED = {"git_commit", "nope_interp_version", "wall_time_s", "torch_threads"}
+ALLOW_NEW_KEYS = False  # set by --allow-new-keys: keys added by the new code (new config fields) are not differences
 
 
 def _num(x: str) -> float | None:
@@ -45,7 +46,7 @@ def diff(a: Any, b: Any, path: str, roots: tuple[str, str], rtol: float, rename:
         a = {rename.get(k, k): v for k, v in a.items() if k not in IGNORED}
         b = {k: v for k, v in b.items() if k not in IGNORED}
         out = [f"{path}: key {k!r} only in the old output" for k in a if k not in b]
-        out += [f"{path}: key {k!r} only in the new output" for k in b if k not in a]
+        out += [f"{path}: key {k!r} only in the new output" for k in b if k not in a and not ALLOW_NEW_KEYS]
         for k in a:
             if k in b:
                 out += diff(a[k], b[k], f"{path}.{k}", roots, rtol, rename)
@@ -93,10 +94,13 @@ def main() -> int:
     parser.add_argument("new")
     parser.add_argument("--rtol", type=float, default=1e-9)
     parser.add_argument("--rename", nargs="*", action="extend", default=[], help="OLD=NEW key renamings (repeatable)")
+    parser.add_argument("--allow-new-keys", action="store_true", help="keys only in the new output are additions")
     parser.add_argument("--move", nargs="*", action="extend", default=[],
                         help="OLD_PATH=NEW_PATH: a result file that moved (relative to the roots)")
     args = parser.parse_args()
     old, new = Path(args.old), Path(args.new)
+    global ALLOW_NEW_KEYS
+    ALLOW_NEW_KEYS = args.allow_new_keys
     rename = dict(r.split("=", 1) for r in args.rename)
     moves = dict(m.split("=", 1) for m in args.move)
     roots = (str(old.resolve()), str(new.resolve()))

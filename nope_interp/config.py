@@ -135,6 +135,10 @@ class ModelConfig(FrozenConfig):
             (paper: N(0, 0.02); grid mean {0, 4, 8} x std {0.002, 0.02, 0.2}; see ``docs/method.md``).
         biases: if False (default, nanoGPT ``bias=False``), all biases are zero and frozen.
         seed: seed of the local generator used by the init (the global RNG is never touched).
+        tied_embeddings: the unembedding is the transpose of the token embedding (``W_U = W_E.T``),
+            one parameter, as in nanoGPT (the authors' model). Default off.
+        dropout: probability in [0, 1) of dropout on the embeddings, every attention output and every
+            MLP output, in train mode only (nanoGPT's placement; the authors used 0.2). Default 0.
 
     Raises:
         NopeInterpError: a size outside [1, 1e6], ``n_heads * d_head != d_model``, an unknown choice, a
@@ -156,6 +160,8 @@ class ModelConfig(FrozenConfig):
     init_std: float = opt(0.02, "std of the normal init of every weight matrix (> 0)")
     biases: bool = opt(False, "trainable biases (default off, as nanoGPT bias=False)")
     seed: int = opt(0, "seed of the init")
+    tied_embeddings: bool = opt(False, "tie the unembedding to the token embedding (W_U = W_E.T), as nanoGPT")
+    dropout: float = opt(0.0, "dropout on embeddings, attention and MLP outputs in train mode, in [0, 1)")
 
     def __post_init__(self) -> None:
         for name in ("n_layers", "d_model", "n_heads", "d_head", "d_mlp", "n_ctx", "d_vocab"):
@@ -171,12 +177,20 @@ class ModelConfig(FrozenConfig):
         check_float("init_mean", self.init_mean)
         check_float("init_std", self.init_std, 0.0, low_open=True)
         check_int("seed", self.seed, 0, 2**63 - 1)
+        if not isinstance(self.tied_embeddings, bool):
+            raise NopeInterpError(f"tied_embeddings must be true or false, got {self.tied_embeddings!r}")
+        check_float("dropout", self.dropout, 0.0, 1.0)
+        if self.dropout >= 1.0:
+            raise NopeInterpError(f"dropout must be in [0, 1), got {self.dropout!r}")
 
 
-#: Named model shapes. ``paper``: the paper's nanoGPT shape. ``cpu``: the shape the shipped models use,
+#: Named model shapes. ``paper``: the paper's nanoGPT shape. ``paper-recipe``: the same with the authors'
+#: architecture options on (tied embeddings, dropout 0.2). ``cpu``: the shape the shipped models use,
 #: chosen by measurement on 2 CPU cores (README, "Trained models that ship"). ``tiny``: tests.
 PRESETS: dict[str, ModelConfig] = {
     "paper": ModelConfig(n_layers=6, d_model=384, n_heads=6, d_head=64, d_mlp=1536, n_ctx=256),
+    "paper-recipe": ModelConfig(n_layers=6, d_model=384, n_heads=6, d_head=64, d_mlp=1536, n_ctx=256,
+                                tied_embeddings=True, dropout=0.2),
     "cpu": ModelConfig(n_layers=3, d_model=128, n_heads=4, d_head=32, d_mlp=512, n_ctx=64),
     "tiny": ModelConfig(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64, n_ctx=48),
 }

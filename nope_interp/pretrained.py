@@ -13,8 +13,8 @@ from transformer_lens import HookedTransformer
 
 import tasks as tasks_pkg
 from nope_interp import io
-from nope_interp.errors import NopeInterpError
 from nope_interp.config import ModelConfig, TrainConfig
+from nope_interp.errors import NopeInterpError
 from nope_interp.model import build_model, check_nope
 
 PRETRAINED_DIR = Path(__file__).parent / "pretrained"

@@ -23,12 +23,13 @@ from transformer_lens import HookedTransformer
 
 import tasks as tasks_pkg
 from nope_interp import io
-from nope_interp.errors import NopeInterpError
 from nope_interp.config import ModelConfig, TrainConfig
+from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import answer_loss, exact_match_accuracy
 from nope_interp.model import build_model, check_nope
 
-__all__ = ["TrainConfig", "TrainResult", "train", "finalize", "answer_loss", "lr_at", "make_optimizer", "resolve_device"]
+__all__ = ["TrainConfig", "TrainResult", "train", "finalize", "answer_loss", "lr_at", "make_optimizer",
+           "resolve_device"]
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ def test_run_equals_analyze_model_and_writes_files(tiny_init_reversal_entry, tmp
 
     cfg = analyze.AnalyzeConfig(n_prompts=12, points=("embed", "z"), prompt_seed=4)
     result = analyze.run(cfg, [tiny_init_reversal_entry])
-    ref = analyze_model(tiny_init_reversal_entry.model, tiny_init_reversal_entry.task, 12, seed=4, points=("embed", "z"))
+    entry = tiny_init_reversal_entry
+    ref = analyze_model(entry.model, entry.task, 12, seed=4, points=("embed", "z"))
     assert result.models[0].analysis.scores == ref.scores
     paths = analyze.write(result, tmp_path)
     assert sorted(p.relative_to(tmp_path).as_posix() for p in paths) == [
