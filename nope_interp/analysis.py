@@ -40,10 +40,11 @@ class AnalysisResult:
     example_prompt: str
     example_sim: Float[Tensor, "site pos pos"]
     meta: dict[str, Any] = field(default_factory=dict)
+    protocol: str = "full"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (scores per reduction and site, not the per-sequence tensors)."""
-        return {"task": self.task, "n_prompts": self.n_prompts, "sites": list(self.sites),
+        return {"task": self.task, "n_prompts": self.n_prompts, "protocol": self.protocol, "sites": list(self.sites),
                 "scores": self.scores, "example_prompt": self.example_prompt, **self.meta}
 
 
@@ -55,6 +56,8 @@ def analyze_model(
     points: tuple[str, ...] = ACTIVATION_POINTS,
     exclude: frozenset[str] = frozenset(),
     meta: dict[str, Any] | None = None,
+    protocol: str = "full",
+    window: int = 64,
 ) -> AnalysisResult:
     """Cosine matrices and adjacency scores of ``model`` on ``n_prompts`` full-length prompts of ``task``.
 
@@ -65,15 +68,20 @@ def analyze_model(
         points: hook points to analyse.
         exclude: prompts not to use (pass the training prompts of a trained model).
         meta: extra fields for :meth:`AnalysisResult.to_dict`.
+        protocol: input protocol, one of ``tasks.PROTOCOLS`` (``docs/method.md``, "Analysis inputs"):
+            ``full`` (default), ``authors`` or ``window`` (``window`` characters of concatenated lines).
 
     Raises:
-        NopeInterpError: the prompts do not fit ``n_ctx``; unknown points.
+        NopeInterpError: the inputs do not fit ``n_ctx``; unknown points or protocol.
     """
-    if task.max_prompt_len > model.cfg.n_ctx:
+    if protocol not in tasks_pkg.PROTOCOLS:
+        raise NopeInterpError(f"unknown protocol {protocol!r}; allowed: {', '.join(tasks_pkg.PROTOCOLS)}")
+    length = {"full": task.max_prompt_len, "authors": tasks_pkg.authors_length(task), "window": window}[protocol]
+    if length > model.cfg.n_ctx:
         raise NopeInterpError(
-            f"n_ctx={model.cfg.n_ctx} is too small for {task.name!r} prompts of {task.max_prompt_len} tokens"
+            f"n_ctx={model.cfg.n_ctx} is too small for {task.name!r} {protocol} inputs of {length} tokens"
         )
-    prompts = task.analysis_prompts(n_prompts, seed, exclude)
+    prompts = tasks_pkg.protocol_inputs(task, protocol, n_prompts, seed, exclude, window)
     acts = collect_activations(model, task.prompt_tokens(prompts), points)
     sim = cosine_similarity_matrix(acts.acts)  # site batch pos pos
     per_sequence = {r: adjacency_score(sim, r) for r in REDUCTIONS}
@@ -82,4 +90,4 @@ def analyze_model(
     }
     return AnalysisResult(task=task.name, sites=acts.labels, n_prompts=len(prompts), scores=scores,
                           per_sequence=per_sequence, example_prompt=prompts[0], example_sim=sim[:, 0],
-                          meta=dict(meta or {}))
+                          meta=dict(meta or {}), protocol=protocol)

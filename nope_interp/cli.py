@@ -75,9 +75,9 @@ def config_kwargs(args: argparse.Namespace, cls: type, prefix: str = "") -> dict
 
 
 def _jobs() -> tuple[Any, ...]:
-    from nope_interp.jobs import ablate, analyze, averaging, demo, init_grid, probe
+    from nope_interp.jobs import ablate, analyze, averaging, demo, init_grid, probe, trajectory
 
-    return (analyze, demo, averaging, init_grid, probe, ablate)
+    return (analyze, demo, averaging, init_grid, probe, ablate, trajectory)
 
 
 def _build_parser() -> argparse.ArgumentParser:

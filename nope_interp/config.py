@@ -114,6 +114,7 @@ class FrozenConfig:
 
 
 POSITIONAL_CHOICES = ("none", "learned", "rotary")
+OBJECTIVES = ("answer_only", "packed")
 ATTENTION_CHOICES = ("causal", "bidirectional")
 ACT_FN_CHOICES = ("gelu", "gelu_new", "relu", "silu")
 NORMALIZATION_CHOICES = ("LN", "LNPre", "RMS", "RMSPre")
@@ -224,9 +225,13 @@ class TrainConfig(FrozenConfig):
         target_acc: early stop once the full test set reaches this exact match (paper: 0.99).
         checkpoint_every: steps between checkpoints (for ``--resume``).
         seed: seed of the batch sampler.
+        objective: ``answer_only`` (one example per row, loss on the answer tokens) or ``packed`` (the
+            authors': random ``window``-token windows of the newline-joined, shuffled training lines, loss on
+            every position; evaluated with a leading newline, as every example but the first follows one).
+        window: window length in tokens of the packed objective (authors: 256); at most the model's n_ctx.
 
     Raises:
-        NopeInterpError: unknown task or task parameter, a non-positive count, a learning rate that is
+        NopeInterpError: unknown task, task parameter or objective, a non-positive count, a learning rate that is
             not a positive finite number, a ratio outside [0, 1], a negative or non-finite weight decay,
             a non-positive or non-finite grad clip.
     """
@@ -250,6 +255,8 @@ class TrainConfig(FrozenConfig):
     target_acc: float = opt(0.99, "early stop at this test exact match")
     checkpoint_every: int = opt(250, "steps between checkpoints")
     seed: int = opt(0, "seed of the batch sampler")
+    objective: str = opt("answer_only", f"training objective: {', '.join(OBJECTIVES)}")
+    window: int = opt(256, "tokens per window of the packed objective (at most n_ctx)")
 
     def __post_init__(self) -> None:
         if not isinstance(self.task_params, dict):
@@ -264,6 +271,14 @@ class TrainConfig(FrozenConfig):
             check_float(name, getattr(self, name), 0.0, 1.0)
         check_float("weight_decay", self.weight_decay, 0.0, 1e3)
         check_float("grad_clip", self.grad_clip, 0.0, 1e9, low_open=True)
+        check_choice("objective", self.objective, OBJECTIVES)
+        check_int("window", self.window, 1, 1_000_000)
+
+    @property
+    def eval_prefix(self) -> str:
+        """Text put before every prompt when this run's model is evaluated: ``"\\n"`` for ``packed``
+        (in training every example but the first follows a newline), ``""`` for ``answer_only``."""
+        return "\n" if self.objective == "packed" else ""
 
     def make_task(self) -> tasks_pkg.Task:
         """The configured task object."""

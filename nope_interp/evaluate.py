@@ -41,8 +41,14 @@ def greedy_decode(
     return tokens[:, prompt_tokens.shape[1] :].cpu()
 
 
-def predict(model: HookedTransformer, task: Task, prompts: Sequence[str], batch_size: int = 1024) -> list[str]:
-    """The model's greedy answer to each prompt (text before the first newline)."""
+def predict(model: HookedTransformer, task: Task, prompts: Sequence[str], batch_size: int = 1024,
+            prefix: str = "") -> list[str]:
+    """The model's greedy answer to each prompt (text before the first newline).
+
+    Args:
+        prefix: text put before every prompt (``"\\n"`` for a model trained on packed windows, where
+            every example follows a newline); not part of the answer.
+    """
     groups: dict[int, list[int]] = defaultdict(list)
     for i, p in enumerate(prompts):
         groups[len(p)].append(i)
@@ -50,7 +56,7 @@ def predict(model: HookedTransformer, task: Task, prompts: Sequence[str], batch_
     for idx in groups.values():
         for start in range(0, len(idx), batch_size):
             chunk = idx[start : start + batch_size]
-            toks = torch.tensor([encode(prompts[i]) for i in chunk], dtype=torch.long)
+            toks = torch.tensor([encode(prefix + prompts[i]) for i in chunk], dtype=torch.long)
             new = greedy_decode(model, toks, task.max_answer_len + 1)
             for i, row in zip(chunk, new, strict=True):
                 out[i] = decode(row).split(EOS)[0]
@@ -58,12 +64,17 @@ def predict(model: HookedTransformer, task: Task, prompts: Sequence[str], batch_
 
 
 def exact_match_accuracy(
-    model: HookedTransformer, task: Task, examples: Sequence[Example], batch_size: int = 1024
+    model: HookedTransformer, task: Task, examples: Sequence[Example], batch_size: int = 1024, prefix: str = ""
 ) -> float:
-    """Fraction in [0, 1] of ``examples`` whose greedy answer equals the whole answer."""
+    """Fraction in [0, 1] of ``examples`` whose greedy answer equals the whole answer (``prefix`` as in
+    :func:`predict`).
+
+    Raises:
+        NopeInterpError: no examples; prompts that do not fit the model's ``n_ctx``.
+    """
     if not examples:
         raise NopeInterpError("exact_match_accuracy needs at least one example")
-    preds = predict(model, task, [ex.prompt for ex in examples], batch_size)
+    preds = predict(model, task, [ex.prompt for ex in examples], batch_size, prefix)
     return sum(p == ex.answer for p, ex in zip(preds, examples, strict=True)) / len(examples)
 
 

@@ -1,7 +1,8 @@
 """Files on disk: atomic writes, JSON, safetensors weights, the run-directory layout, provenance.
 
 A run directory ``runs/<name>/`` holds ``config.json`` (model, task, training, the command),
-``model.safetensors`` (final or latest weights), ``checkpoint.pt`` (weights + optimizer + step, for
+``model.safetensors`` (final or latest weights), ``checkpoints/step_NNNNNN.safetensors`` (weights only, at
+the log-spaced steps of :func:`nope_interp.train.log_spaced_steps`), ``checkpoint.pt`` (weights + optimizer + step, for
 ``--resume``), ``metrics.jsonl`` (one JSON object per evaluation) and ``summary.json`` (when finished).
 Every write goes to a temporary file in the same directory and is renamed into place, so an
 interrupted write never leaves a half-written file.
@@ -27,6 +28,8 @@ WEIGHTS_FILE = "model.safetensors"
 CHECKPOINT_FILE = "checkpoint.pt"
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
+#: Weights kept at log-spaced steps (``step_000250.safetensors``), for the adjacency-through-training job.
+TRAJECTORY_DIR = "checkpoints"
 
 
 def _atomic(path: Path, write: Callable[[str], None]) -> Path:

@@ -29,7 +29,7 @@ from nope_interp.evaluate import answer_loss, exact_match_accuracy
 from nope_interp.model import build_model, check_nope
 
 __all__ = ["TrainConfig", "TrainResult", "train", "finalize", "answer_loss", "lr_at", "make_optimizer",
-           "resolve_device"]
+           "resolve_device", "log_spaced_steps", "trajectory_path"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,21 @@ class TrainResult:
     test_acc: float
     stopped_early: bool
     wall_time_s: float
+
+
+def log_spaced_steps(max_step: int) -> list[int]:
+    """The steps whose weights a run keeps for the adjacency-through-training job: 0 (the init), 25 * 2**k
+    for k = 0, 1, ... up to ``max_step`` (25, 50, 100, ..., 12800, 25600, ...), and ``max_step``.
+    About log2(max_step / 25) + 2 files of weights (2.5 MB each for the ``cpu`` preset)."""
+    steps = [0]
+    while (nxt := 25 * 2 ** (len(steps) - 1)) < max_step:
+        steps.append(nxt)
+    return [*steps, max_step] if max_step > 0 else steps
+
+
+def trajectory_path(run_dir: str | Path, step: int) -> Path:
+    """Where the weights of ``step`` are kept: ``run_dir/checkpoints/step_NNNNNN.safetensors``."""
+    return Path(run_dir) / io.TRAJECTORY_DIR / f"step_{step:06d}.safetensors"
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -80,8 +95,24 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def _check_fits(model_cfg: ModelConfig, task: tasks_pkg.Task) -> None:
-    need = task.max_prompt_len + task.max_answer_len + 1
+def _cpu_name() -> str:
+    """The CPU model name (from /proc/cpuinfo on Linux, else the platform's processor string)."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _check_fits(model_cfg: ModelConfig, task: tasks_pkg.Task, cfg: TrainConfig) -> None:
+    need = len(cfg.eval_prefix) + task.max_prompt_len + task.max_answer_len + 1
+    if cfg.objective == "packed" and cfg.window > model_cfg.n_ctx:
+        raise NopeInterpError(f"window={cfg.window} is longer than the model's n_ctx={model_cfg.n_ctx}; "
+                              f"use --window <= {model_cfg.n_ctx} or a larger --model-n-ctx")
     if model_cfg.n_ctx < need:
         raise NopeInterpError(
             f"n_ctx={model_cfg.n_ctx} is too small for task {task.name!r}: its examples need n_ctx >= {need}"
@@ -117,7 +148,7 @@ def train(
     """
     run_dir = Path(run_dir)
     task = cfg.make_task()
-    _check_fits(model_cfg, task)
+    _check_fits(model_cfg, task, cfg)
     device = resolve_device(device)
     config = {
         "model": model_cfg.to_dict(),
@@ -131,15 +162,26 @@ def train(
         if not ckpt_path.is_file():
             raise NopeInterpError(f"--resume given but no checkpoint in {run_dir} (expected {ckpt_path.name})")
         old = io.read_json(run_dir / io.CONFIG_FILE, "run config")
-        if old.get("model") != config["model"] or old.get("train") != config["train"]:
+        # compare as configs, so a run written before a config gained a field (with its default) resumes
+        same = (ModelConfig.from_dict(old.get("model", {})) == model_cfg
+                and TrainConfig.from_dict(old.get("train", {})) == cfg)
+        if not same:
             raise NopeInterpError(f"--resume: the model/train settings differ from those stored in {run_dir}")
         config["command"] = old.get("command", config["command"])
     elif run_dir.exists() and any(run_dir.iterdir()):
         raise NopeInterpError(f"run directory {run_dir} is not empty; use --resume or choose another --name")
 
     splits = task.splits(cfg.n_train, cfg.n_test, cfg.data_seed)
-    data = task.training_batch(splits.train)
+    packed = cfg.objective == "packed"
+    if packed:
+        stream = tasks_pkg.packed_stream(splits.train, cfg.data_seed)
+    else:
+        data = task.training_batch(splits.train)
     eval_examples = splits.test[: cfg.eval_n]
+    prefix = cfg.eval_prefix
+
+    def accuracy(examples: Any) -> float:
+        return exact_match_accuracy(model, task, examples, prefix=prefix)
 
     model = build_model(model_cfg, device=device)
     opt = make_optimizer(model, cfg)
@@ -160,15 +202,22 @@ def train(
         )
         io.save_weights(run_dir / io.WEIGHTS_FILE, model.state_dict())
 
+    keep = set(log_spaced_steps(cfg.steps))
+    if start_step == 0:
+        io.save_weights(trajectory_path(run_dir, 0), model.state_dict())
     t0 = time.perf_counter()
     stopped_early, step, full_acc = False, start_step, None
     bar = tqdm(total=cfg.steps, initial=start_step, disable=not progress, desc=f"train {task.name}", unit="step")
     running = None
     while step < cfg.steps:
         gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
-        idx = torch.randint(0, data.tokens.shape[0], (cfg.batch_size,), generator=gen)
-        width = int(data.loss_mask[idx].any(0).nonzero().max()) + 1
-        batch = tasks_pkg.Batch(data.tokens[idx, :width], data.targets[idx, :width], data.loss_mask[idx, :width])
+        if packed:
+            batch = tasks_pkg.packed_batch(stream, cfg.window, cfg.batch_size, gen)
+        else:
+            idx = torch.randint(0, data.tokens.shape[0], (cfg.batch_size,), generator=gen)
+            width = int(data.loss_mask[idx].any(0).nonzero().max()) + 1
+            batch = tasks_pkg.Batch(data.tokens[idx, :width], data.targets[idx, :width],
+                                    data.loss_mask[idx, :width])
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg)
         model.train()
@@ -184,16 +233,18 @@ def train(
         bar.update(1)
         wall = wall_before + time.perf_counter() - t0
         if step % cfg.eval_every == 0 or step == cfg.steps:
-            acc = exact_match_accuracy(model, task, eval_examples)
+            acc = accuracy(eval_examples)
             best_acc = max(best_acc, acc)
             record = {"step": step, "loss": running, "lr": lr_at(step - 1, cfg), "eval_acc": acc,
                       "eval_n": len(eval_examples), "wall_time_s": round(wall, 2)}
             if acc >= cfg.target_acc:
-                full_acc = exact_match_accuracy(model, task, splits.test)
+                full_acc = accuracy(splits.test)
                 record["test_acc"] = full_acc
                 stopped_early = full_acc >= cfg.target_acc
             io.append_jsonl(run_dir / io.METRICS_FILE, record)
             bar.set_postfix(loss=f"{running:.4f}", acc=f"{acc:.3f}")
+        if step in keep or stopped_early:
+            io.save_weights(trajectory_path(run_dir, step), model.state_dict())
         if step % cfg.checkpoint_every == 0 or stopped_early or step == cfg.steps:
             save_checkpoint(step, wall_before + time.perf_counter() - t0)
         if stopped_early:
@@ -203,12 +254,13 @@ def train(
     wall = wall_before + time.perf_counter() - t0
     save_checkpoint(step, wall)
     # the whole test set was just scored if training stopped early at the target
-    test_acc = full_acc if stopped_early else exact_match_accuracy(model, task, splits.test)
+    test_acc = full_acc if stopped_early else accuracy(splits.test)
     summary = {
         "task": task.name, "steps": step, "test_acc": test_acc, "n_test": len(splits.test),
         "target_acc": cfg.target_acc, "reached_target": test_acc >= cfg.target_acc,
         "stopped_early": stopped_early, "train_wall_time_s": round(wall, 1), "device": device,
-        "torch_threads": torch.get_num_threads(), **io.provenance(),
+        "torch_threads": torch.get_num_threads(), "cpu": _cpu_name(), "objective": cfg.objective,
+        "eval_prefix": prefix, **io.provenance(),
     }
     io.write_json(run_dir / io.SUMMARY_FILE, summary)
     return TrainResult(run_dir=run_dir, steps=step, test_acc=test_acc, stopped_early=stopped_early, wall_time_s=wall)
@@ -236,7 +288,7 @@ def finalize(run_dir: str | Path, device: str = "cpu") -> dict[str, Any]:
     io.save_weights(run_dir / io.WEIGHTS_FILE, model.state_dict())
     task = cfg.make_task()
     splits = task.splits(cfg.n_train, cfg.n_test, cfg.data_seed)
-    test_acc = exact_match_accuracy(model, task, splits.test)
+    test_acc = exact_match_accuracy(model, task, splits.test, prefix=cfg.eval_prefix)
     summary = {
         "task": task.name, "steps": ckpt["step"], "test_acc": test_acc, "n_test": len(splits.test),
         "target_acc": cfg.target_acc, "reached_target": test_acc >= cfg.target_acc, "stopped_early": False,

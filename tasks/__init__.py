@@ -4,7 +4,22 @@ Use :func:`get_task` with a name from :data:`TASK_NAMES`; see :mod:`tasks.base` 
 """
 
 from tasks.addition import AdditionTask
-from tasks.base import Batch, Example, Splits, Task, TaskError
+from tasks.base import (
+    AUTHORS_LENGTH,
+    PROTOCOLS,
+    Batch,
+    Example,
+    Splits,
+    Task,
+    TaskError,
+    authors_inputs,
+    authors_length,
+    held_out_lines,
+    packed_batch,
+    packed_stream,
+    protocol_inputs,
+    window_inputs,
+)
 from tasks.indexing import IndexingTask
 from tasks.ordering import OrderingTask
 from tasks.reversal import ReversalTask
@@ -38,7 +53,9 @@ def get_task(name: str, **params: object) -> Task:
 
 
 __all__ = [
-    "TASK_NAMES", "get_task", "Task", "TaskError", "Example", "Splits", "Batch",
+    "TASK_NAMES", "get_task", "Task", "TaskError", "Example", "Splits", "Batch", "packed_stream", "packed_batch",
+    "PROTOCOLS", "AUTHORS_LENGTH", "authors_length", "authors_inputs", "window_inputs", "held_out_lines",
+    "protocol_inputs",
     "AdditionTask", "ReversalTask", "IndexingTask", "OrderingTask",
     "VOCAB", "D_VOCAB", "EOS", "encode", "decode", "UnknownCharacterError",
 ]

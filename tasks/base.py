@@ -3,12 +3,15 @@
 A task is a frozen dataclass of its parameters (validated in ``__post_init__``) with methods that draw
 examples from an explicit ``random.Random`` (never the global RNG). Formats follow the task table of ``docs/method.md``.
 
-Training batches (a documented choice, ``docs/method.md`` "Models and training"): one example per row,
-``prompt + answer + "\\n"``, right-padded with newlines, next-token targets, and a loss mask that is
-True only where the target is an answer character or the final newline (answer-only loss). With
-causal attention, right padding never changes the activations at earlier positions, so no attention
-mask is needed. The authors' packed 256-character windows with loss on every token are not used: on
-these machines per-example sequences with an answer-only loss learned faster (README, "Trained models that ship").
+Training batches, two objectives (``docs/method.md``, "Models and training"):
+
+* answer-only (:meth:`Task.training_batch`): one example per row, ``prompt + answer + "\\n"``,
+  right-padded with newlines, next-token targets, and a loss mask that is True only where the target is
+  an answer character or the final newline. With causal attention, right padding never changes the
+  activations at earlier positions, so no attention mask is needed.
+* packed, the authors' (:func:`packed_stream`, :func:`packed_batch`): the shuffled training lines joined
+  by newlines into one stream; each row is a random fixed-length window of it, with the loss on every
+  position.
 """
 
 import random
@@ -235,3 +238,125 @@ class Task(ABC):
         from dataclasses import asdict
 
         return asdict(self)
+
+
+def packed_stream(examples: "list[Example] | tuple[Example, ...]", seed: int) -> Int[Tensor, " n"]:
+    """The token stream of the packed objective: the examples' lines in an order shuffled by
+    ``random.Random(seed)``, each followed by a newline, concatenated (the authors' training file).
+
+    Raises:
+        TaskError: no examples.
+    """
+    if not examples:
+        raise TaskError("packed_stream needs at least one example")
+    lines = [ex.prompt + ex.answer + EOS for ex in examples]
+    random.Random(seed).shuffle(lines)
+    return torch.tensor(encode("".join(lines)), dtype=torch.long)
+
+
+def packed_batch(stream: Int[Tensor, " n"], window: int, batch_size: int, generator: torch.Generator) -> Batch:
+    """``batch_size`` windows of ``window`` tokens at uniformly random offsets of ``stream`` (drawn with
+    ``generator``), their next-token targets, and a loss mask that is True everywhere (loss on every
+    position, no padding).
+
+    Raises:
+        TaskError: ``window`` < 1, or the stream is not longer than ``window``.
+    """
+    _check_int("window", window, 1, 10**7)
+    if stream.numel() <= window:
+        raise TaskError(f"the packed stream has {stream.numel()} tokens; a window of {window} needs more")
+    starts = torch.randint(0, stream.numel() - window, (batch_size,), generator=generator)
+    idx = starts[:, None] + torch.arange(window + 1)
+    rows = stream[idx]
+    return Batch(tokens=rows[:, :-1], targets=rows[:, 1:], loss_mask=torch.ones(batch_size, window, dtype=torch.bool))
+
+
+#: Input protocols of the analyses: ``full`` (full-length held-out prompts, ours), ``authors`` (test lines
+#: cut to a fixed length and left-padded with newlines, as the authors' analysis code) and ``window``
+#: (windows of the concatenated test lines, as a packed model was trained).
+PROTOCOLS = ("full", "authors", "window")
+#: The authors' fixed analysis length per task (characters), for the paper's task sizes.
+AUTHORS_LENGTH = {"addition": 9, "reversal": 22, "ordering": 19, "indexing": 19}
+
+
+def authors_length(task: Task) -> int:
+    """The fixed length of the ``authors`` protocol: the authors' value for the paper's task size, else the
+    task's longest prompt."""
+    default = type(task)()
+    return AUTHORS_LENGTH[task.name] if task == default else task.max_prompt_len
+
+
+def held_out_lines(task: Task, n: int, seed: int, exclude: frozenset[str] = frozenset()) -> list[str]:
+    """``n`` lines ``prompt + answer`` of distinct prompts of every length, none of them in ``exclude``
+    (a stand-in for the test file that the ``authors`` and ``window`` protocols read).
+
+    Raises:
+        TaskError: not enough distinct prompts outside ``exclude``.
+    """
+    prompts = [p for p in task.distinct_prompts(min(task.n_distinct_prompts(), n + len(exclude)), seed)
+               if p not in exclude][:n]
+    if len(prompts) < n:
+        raise TaskError(f"only {len(prompts)} held-out {task.name} prompts available, {n} asked for")
+    return [task.example(p).line for p in prompts]
+
+
+def authors_inputs(task: Task, n: int, seed: int = 0, exclude: frozenset[str] = frozenset(),
+                   window_chars: int = 1024) -> list[str]:
+    """``n`` analysis inputs built as the authors' analysis code built them.
+
+    Random ``window_chars``-character windows of the newline-joined held-out lines are split into lines;
+    each line is cut to :func:`authors_length` characters and left-padded with newlines when shorter;
+    lines shorter than a quarter of that length are dropped, and addition lines must start with ``$``.
+    The inputs may contain answer characters and may be cut mid-prompt, as theirs did.
+
+    Raises:
+        TaskError: ``n`` < 1.
+    """
+    _check_int("n", n, 1, 10**7)
+    length = authors_length(task)
+    rng = random.Random(seed)
+    text = EOS.join(held_out_lines(task, max(4 * n, 2000), seed, exclude)) + EOS
+    out: list[str] = []
+    while len(out) < n:
+        start = rng.randrange(max(1, len(text) - window_chars))
+        for line in text[start : start + window_chars].split(EOS):
+            if len(line) < length // 4 or (task.name == "addition" and not line.startswith("$")):
+                continue
+            out.append(line[:length].rjust(length, EOS))
+            if len(out) == n:
+                break
+    return out
+
+
+def window_inputs(task: Task, n: int, window: int, seed: int = 0, exclude: frozenset[str] = frozenset()) -> list[str]:
+    """``n`` windows of ``window`` characters at random offsets of the newline-joined held-out lines (what a
+    model trained on packed windows sees).
+
+    Raises:
+        TaskError: ``n`` or ``window`` < 1.
+    """
+    _check_int("n", n, 1, 10**7)
+    _check_int("window", window, 1, 10**7)
+    rng = random.Random(seed)
+    lines = held_out_lines(task, max(2 * n, (2 * window) // max(1, task.max_seq_len) + 2), seed, exclude)
+    text = EOS.join(lines) + EOS
+    while len(text) <= window:
+        text += text
+    return [text[s : s + window] for s in (rng.randrange(len(text) - window) for _ in range(n))]
+
+
+def protocol_inputs(task: Task, protocol: str, n: int, seed: int = 0, exclude: frozenset[str] = frozenset(),
+                    window: int = 64) -> list[str]:
+    """``n`` analysis inputs of equal length under ``protocol`` (one of :data:`PROTOCOLS`): ``full`` is
+    :meth:`Task.analysis_prompts`, ``authors`` :func:`authors_inputs`, ``window`` :func:`window_inputs`.
+
+    Raises:
+        TaskError: unknown protocol (the message lists them); too few inputs available.
+    """
+    if protocol == "full":
+        return task.analysis_prompts(n, seed, exclude)
+    if protocol == "authors":
+        return authors_inputs(task, n, seed, exclude)
+    if protocol == "window":
+        return window_inputs(task, n, window, seed, exclude)
+    raise TaskError(f"unknown protocol {protocol!r}; allowed: {', '.join(PROTOCOLS)}")

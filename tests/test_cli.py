@@ -74,7 +74,8 @@ def test_demo_on_one_task(main, tmp_path):
 
 BAD = [
     (["train", "--task", "sorting"], "unknown task 'sorting'; available tasks: addition, reversal, indexing, ordering"),
-    (["train", "--task", "addition", "--preset", "huge"], "unknown preset 'huge'; available presets: paper, cpu, tiny"),
+    (["train", "--task", "addition", "--preset", "huge"],
+     "unknown preset 'huge'; available presets: paper, paper-recipe, cpu, tiny"),
     (["train", "--task", "reversal", "--preset", "tiny", "--model-n-ctx", "20"],
      "n_ctx=20 is too small for task 'reversal': its examples need n_ctx >= 39"),
     (["train", "--task", "addition", "--model-d-model", "-5"], "d_model must be an integer in [1, 1000000], got -5"),
@@ -83,11 +84,19 @@ BAD = [
     (["analyze", "--init", "--task", "addition", "--preset", "tiny", "--points", "resid_final"],
      "unknown activation point 'resid_final'; allowed: embed, resid_pre, z, resid_mid, resid_post"),
     (["analyze", "--run", "{tmp}/missing"], "run directory not found"),
-    (["analyze", "--pretrained", "sorting"], "no shipped model for 'sorting'; available:"),
+    (["analyze", "--pretrained", "sorting"], "unknown task 'sorting'; allowed: addition, reversal, indexing, ordering"),
     (["analyze", "--init", "--task", "reversal", "--preset", "tiny", "--model-n-ctx", "10"],
-     "n_ctx=10 is too small for 'reversal' prompts of 22 tokens"),
+     "n_ctx=10 is too small for 'reversal' full inputs of 22 tokens"),
     (["demo", "--tasks", "sorting"], "unknown task 'sorting'"),
-    (["demo", "--init-preset", "huge"], "unknown preset 'huge'"),
+    (["demo", "--init-preset", "huge"], "init_preset must be one of paper, paper-recipe, cpu, tiny, got 'huge'"),
+    (["train", "--task", "addition", "--objective", "every_token"], "objective must be one of answer_only, packed"),
+    (["train", "--task", "addition", "--lr", "nan"], "lr must be a finite number"),
+    (["train", "--task", "addition", "--model-dropout", "1.0"], "dropout must be in [0, 1)"),
+    (["train", "--task", "addition", "--preset", "tiny", "--objective", "packed", "--window", "100"],
+     "window=100 is longer than the model's n_ctx=48"),
+    (["analyze", "--init", "--task", "addition", "--protocol", "padded"],
+     "protocol must be one of full, authors, window"),
+    (["trajectory", "--pretrained", "reversal"], "kept no weights"),
 ]
 
 

@@ -17,12 +17,12 @@ def C():
 def _all_configs():
     """Every config class of the toolkit with a valid instance (the job configs at their defaults)."""
     from nope_interp.config import PRESETS, TrainConfig
-    from nope_interp.jobs import ablate, analyze, averaging, demo, init_grid, probe
+    from nope_interp.jobs import ablate, analyze, averaging, demo, init_grid, probe, trajectory
     from nope_interp.jobs.common import ModelSource
 
     out = [(f"preset {name}", cfg) for name, cfg in PRESETS.items()]
     out += [("TrainConfig", TrainConfig()), ("ModelSource", ModelSource(pretrained=("reversal",)))]
-    out += [(job.NAME, job.CONFIG()) for job in (analyze, demo, averaging, init_grid, probe, ablate)]
+    out += [(job.NAME, job.CONFIG()) for job in (analyze, demo, averaging, init_grid, probe, ablate, trajectory)]
     return out
 
 
@@ -45,7 +45,7 @@ def test_presets(C):
     assert (paper.n_layers, paper.d_model, paper.n_heads, paper.d_mlp) == (6, 384, 6, 1536)
     assert paper.positional == "none" and paper.attention == "causal"
     assert (paper.init_mean, paper.init_std) == (0.0, 0.02)
-    with pytest.raises(C.NopeInterpError, match="available presets: paper, cpu, tiny"):
+    with pytest.raises(C.NopeInterpError, match="available presets: paper, paper-recipe, cpu, tiny"):
         C.preset("huge")
     with pytest.raises(C.NopeInterpError, match="unknown ModelConfig field"):
         C.preset("tiny", n_layer=3)

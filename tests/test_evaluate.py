@@ -29,7 +29,7 @@ def test_exact_match_counts_whole_answers(tiny_model, monkeypatch):
 
     task = tasks.get_task("addition")
     exs = [tasks.Example("$1+2=", "3$"), tasks.Example("$5+5=", "01$"), tasks.Example("$9+9=", "81$")]
-    monkeypatch.setattr(E, "predict", lambda model, task, prompts, batch_size=1024: ["3$", "01", "81$"])
+    monkeypatch.setattr(E, "predict", lambda model, task, prompts, batch_size=1024, prefix="": ["3$", "01", "81$"])
     assert E.exact_match_accuracy(tiny_model, task, exs) == pytest.approx(2 / 3)
 
 
@@ -39,3 +39,20 @@ def test_decode_refuses_to_overflow_n_ctx(tiny_model):
 
     with pytest.raises(NopeInterpError, match="n_ctx=48 is too small"):
         greedy_decode(tiny_model, torch.zeros(1, 40, dtype=torch.long), 10)
+
+
+def test_prefix_goes_before_every_prompt_and_is_not_part_of_the_answer(tiny_cfg):
+    """predict(prefix="\\n") equals decoding "\\n" + prompt by hand."""
+    import torch
+
+    import tasks
+    from nope_interp.evaluate import greedy_decode, predict
+    from nope_interp.model import build_model
+
+    model = build_model(tiny_cfg.replace(seed=9))
+    task = tasks.get_task("addition", n_digits=2)
+    prompts = ["$12+34=", "$5+67="]
+    got = predict(model, task, prompts, prefix="\n")
+    for p, g in zip(prompts, got, strict=True):
+        new = greedy_decode(model, torch.tensor([tasks.encode("\n" + p)]), task.max_answer_len + 1)[0]
+        assert g == tasks.decode(new).split("\n")[0]

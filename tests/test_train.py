@@ -54,10 +54,12 @@ def test_same_seed_same_weights(tiny_train, tmp_path):
     assert any(not torch.equal(wa[k], _weights(c.run_dir)[k]) for k in wa)
 
 
-def test_resume_continues_from_checkpoint_to_identical_weights(tiny_train, tmp_path, monkeypatch):
+@pytest.mark.parametrize("objective", ["answer_only", "packed"])
+def test_resume_continues_from_checkpoint_to_identical_weights(tiny_train, tmp_path, monkeypatch, objective):
     import nope_interp.train as T
 
     model_cfg, cfg = tiny_train
+    cfg = cfg.replace(objective=objective, window=12)
     torch.set_num_threads(1)
     full = T.train(model_cfg, cfg, tmp_path / "full", progress=False, command="x")
 
@@ -81,7 +83,10 @@ def test_run_directory_contents(tiny_train, tmp_path):
     model_cfg, cfg = tiny_train
     r = train(model_cfg, cfg, tmp_path / "run", progress=False, command="nope-interp train --task addition")
     files = sorted(p.name for p in r.run_dir.iterdir())
-    assert files == ["checkpoint.pt", "config.json", "metrics.jsonl", "model.safetensors", "summary.json"]
+    assert files == ["checkpoint.pt", "checkpoints", "config.json", "metrics.jsonl", "model.safetensors",
+                     "summary.json"]
+    kept = sorted(p.name for p in (r.run_dir / "checkpoints").iterdir())
+    assert kept == ["step_000000.safetensors", "step_000012.safetensors"]  # log-spaced: 0, then the last step
     config = json.loads((r.run_dir / "config.json").read_text())
     assert config["command"] == "nope-interp train --task addition"
     assert config["model"] == model_cfg.to_dict() and config["train"] == cfg.to_dict()
@@ -144,3 +149,73 @@ def test_finalize_a_stopped_run(tiny_train, tmp_path, monkeypatch):
     summary = T.finalize(tmp_path / "r")
     assert summary["steps"] == 8 and summary["finished_schedule"] is False and summary["n_test"] == 50
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["test_acc"] == summary["test_acc"]
+
+
+def test_packed_stream_holds_every_training_line_once_in_a_seeded_order():
+    import tasks
+
+    task = tasks.get_task("addition", n_digits=2)
+    examples = task.splits(40, 5, 0).train
+    stream = tasks.decode(tasks.packed_stream(examples, seed=3))
+    lines = stream.split("\n")
+    assert lines[-1] == "" and sorted(lines[:-1]) == sorted(ex.line for ex in examples)
+    assert lines[:-1] != [ex.line for ex in examples]  # shuffled
+    assert tasks.decode(tasks.packed_stream(examples, seed=3)) == stream
+
+
+def test_packed_batch_windows_are_substrings_with_shifted_targets_and_full_loss():
+    import tasks
+
+    stream = torch.arange(50) % 96
+    b = tasks.packed_batch(stream, 7, 5, torch.Generator().manual_seed(0))
+    assert b.tokens.shape == (5, 7) and b.loss_mask.all()
+    assert torch.equal(b.targets[:, :-1], b.tokens[:, 1:])
+    for row, tgt in zip(b.tokens, b.targets, strict=True):
+        start = int(row[0])
+        assert torch.equal(row, stream[start : start + 7]) and int(tgt[-1]) == int(stream[start + 7])
+    again = tasks.packed_batch(stream, 7, 5, torch.Generator().manual_seed(0))
+    assert torch.equal(again.tokens, b.tokens)
+    with pytest.raises(tasks.TaskError, match="window"):
+        tasks.packed_batch(stream, 50, 2, torch.Generator())
+
+
+def test_packed_training_records_its_objective_and_refuses_a_window_longer_than_n_ctx(tiny_train, tmp_path):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.train import train
+
+    model_cfg, cfg = tiny_train
+    with pytest.raises(NopeInterpError, match="window=32 is longer than the model's n_ctx=16"):
+        train(model_cfg, cfg.replace(objective="packed", window=32), tmp_path / "x", progress=False)
+    assert not (tmp_path / "x").exists()
+    r = train(model_cfg, cfg.replace(objective="packed", window=16, steps=4), tmp_path / "p", progress=False)
+    summary = json.loads((r.run_dir / "summary.json").read_text())
+    assert summary["objective"] == "packed" and summary["eval_prefix"] == "\n" and summary["cpu"]
+    with pytest.raises(NopeInterpError, match="objective must be one of answer_only, packed"):
+        cfg.replace(objective="every_token")
+
+
+def test_a_run_written_before_new_config_fields_still_resumes(tiny_train, tmp_path):
+    """config.json from before objective/window/tied_embeddings/dropout existed: --resume still works."""
+    from nope_interp.train import train
+
+    model_cfg, cfg = tiny_train
+    train(model_cfg, cfg.replace(steps=4), tmp_path / "old", progress=False)
+    path = tmp_path / "old" / "config.json"
+    config = json.loads(path.read_text())
+    for key in ("objective", "window"):
+        config["train"].pop(key)
+    for key in ("tied_embeddings", "dropout"):
+        config["model"].pop(key)
+    path.write_text(json.dumps(config))
+    (tmp_path / "old" / "summary.json").unlink()
+    r = train(model_cfg, cfg.replace(steps=4), tmp_path / "old", resume=True, progress=False)
+    assert r.steps == 4
+
+
+def test_log_spaced_steps():
+    from nope_interp.train import log_spaced_steps
+
+    assert log_spaced_steps(12) == [0, 12]
+    assert log_spaced_steps(100) == [0, 25, 50, 100]
+    assert log_spaced_steps(1000) == [0, 25, 50, 100, 200, 400, 800, 1000]
+    assert len(log_spaced_steps(40_000)) == 13

@@ -13,9 +13,10 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.analysis import AnalysisResult, analyze_model
-from nope_interp.config import FrozenConfig, check_choices, check_int, opt
+from nope_interp.config import FrozenConfig, check_choice, check_choices, check_int, opt
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names
 from nope_interp.jobs.common import Log, ModelEntry, emit, progress
@@ -39,9 +40,13 @@ class AnalyzeConfig(FrozenConfig):
     points: tuple[str, ...] = opt(ACTIVATION_POINTS, f"hook points: {', '.join(ACTIVATION_POINTS)}")
     prompt_seed: int = opt(1, "seed of the prompt sampler")
     label: str | None = opt(None, "output label (default from the model source)")
+    protocol: str = opt("full", f"analysis inputs: {', '.join(tasks_pkg.PROTOCOLS)} (docs/method.md)")
+    window: int = opt(64, "characters per input of the window protocol")
 
     def __post_init__(self) -> None:
         check_int("n_prompts", self.n_prompts, 1, 100_000)
+        check_choice("protocol", self.protocol, tasks_pkg.PROTOCOLS)
+        check_int("window", self.window, 3, 1_000_000)
         check_choices("activation point", tuple(self.points), ACTIVATION_POINTS)
         check_int("prompt_seed", self.prompt_seed, 0, 2**63 - 1)
 
@@ -96,10 +101,11 @@ def run(config: AnalyzeConfig, models: list[ModelEntry] | None = None, *, log: L
     for entry in progress(models, "analyze", log):
         label = config.label if config.label and len(models) == 1 else entry.label
         activation_hook_names(entry.model_cfg.n_layers, tuple(config.points))  # validates before any work
-        emit(log, f"analysing {label}: {config.n_prompts} {entry.task.name} prompts ...")
+        emit(log, f"analysing {label}: {config.n_prompts} {entry.task.name} inputs ({config.protocol} protocol) ...")
         res = analyze_model(entry.model, entry.task, config.n_prompts, seed=config.prompt_seed,
                             points=tuple(config.points), exclude=entry.train_prompts,
-                            meta={**entry.source, **io.provenance()})
+                            meta={**entry.source, **io.provenance()}, protocol=config.protocol,
+                            window=config.window)
         row = res.scores["row_mean"]
         for site in res.sites:
             emit(log, f"  {site:28s} {row[site]['mean']:.3f} ± {row[site]['std']:.3f}")
@@ -111,12 +117,14 @@ def plot_cosine(scores: ModelScores) -> go.Figure:
     """Cosine heatmaps of the example prompt at every site (slider), from a result."""
     res = scores.analysis
     return plot_cosine_heatmaps(res.example_sim, res.sites, res.example_prompt,
-                                f"{scores.label}: cosine similarity of {res.example_prompt!r}")
+                                f"{scores.label} ({res.protocol} inputs): cosine similarity of {res.example_prompt!r}")
 
 
 def plot_scores(scores: ModelScores) -> go.Figure:
     """Adjacency score (row mean, mean ± std over prompts) by site, from a result."""
-    return plot_adjacency_by_layer({scores.analysis.task: {scores.label: scores.analysis.scores["row_mean"]}})
+    res = scores.analysis
+    return plot_adjacency_by_layer({res.task: {scores.label: res.scores["row_mean"]}},
+                                   f"Adjacency score by layer ({res.protocol} inputs)")
 
 
 def write(result: AnalyzeResult, out_root: str | Path = ".") -> list[Path]:

@@ -17,7 +17,17 @@ import plotly.graph_objects as go
 import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.analysis import AnalysisResult, analyze_model
-from nope_interp.config import PRESETS, FrozenConfig, ModelConfig, check_choice, check_int, check_tasks, opt, preset
+from nope_interp.config import (
+    PRESETS,
+    FrozenConfig,
+    ModelConfig,
+    check_choice,
+    check_choices,
+    check_int,
+    check_tasks,
+    opt,
+    preset,
+)
 from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import exact_match_accuracy
 from nope_interp.jobs.common import Log, ModelEntry, emit, entry_from_run, progress
@@ -57,9 +67,16 @@ class DemoConfig(FrozenConfig):
     runs_dir: str = opt("runs", "where --retrain writes its runs (<runs-dir>/<task>-retrain/)")
     device: str = opt("auto", "device for --retrain: auto, cpu or cuda[:N]")
     init_preset: str = opt("paper", "shape of the initialised models")
+    protocols: tuple[str, ...] = opt(("full", "authors"),
+                                     f"analysis inputs to compare, full first: {', '.join(tasks_pkg.PROTOCOLS)}")
+    window: int = opt(64, "characters per input of the window protocol")
 
     def __post_init__(self) -> None:
         check_tasks(tuple(self.tasks))
+        check_choices("protocol", tuple(self.protocols), tasks_pkg.PROTOCOLS)
+        if self.protocols[0] != "full":
+            raise NopeInterpError(f"protocols must start with full (the main tables), got {self.protocols}")
+        check_int("window", self.window, 3, 1_000_000)
         check_int("n_prompts", self.n_prompts, 1, 100_000)
         check_int("eval_n", self.eval_n, 1, 10**7)
         check_choice("init_preset", self.init_preset, tuple(PRESETS))
@@ -94,7 +111,10 @@ class TaskDemo:
     """The demo's measurements on one task.
 
     Attributes:
-        task: task name. analyses: ``{"initialised" | "step0" | "trained": AnalysisResult}``.
+        task: task name. analyses: ``{"initialised" | "step0" | "trained": AnalysisResult}`` on full-length
+            prompts. other_protocols: ``{protocol: {kind: AnalysisResult}}`` for the other input protocols.
+        exact_match_on_inputs: ``{protocol: exact match}`` of the trained model on the analysed inputs
+            themselves, where an answer is defined (``full``: the analysed prompts).
         labels: the legend label of each analysed model (shape included).
         trained_model: the trained model's config. train_command, model_source: provenance.
         test_acc_shipped, n_test_shipped, train_steps, train_wall_time_s: from the run's summary (may be None).
@@ -113,10 +133,15 @@ class TaskDemo:
     train_wall_time_s: float | None
     test_acc_remeasured: float
     n_test_remeasured: int
+    other_protocols: dict[str, dict[str, AnalysisResult]]
+    exact_match_on_inputs: dict[str, float]
 
     def to_dict(self) -> dict[str, Any]:
         """The task's entry of ``summary.json``."""
         return {**{k: self.analyses[k].to_dict() for k in MODEL_KINDS},
+                "other_protocols": {p: {k: r.to_dict() for k, r in by.items()}
+                                    for p, by in self.other_protocols.items()},
+                "exact_match_on_inputs": self.exact_match_on_inputs,
                 "trained_model": self.trained_model.to_dict(), "train_command": self.train_command,
                 "test_acc_shipped": self.test_acc_shipped, "n_test_shipped": self.n_test_shipped,
                 "train_steps": self.train_steps, "train_wall_time_s": self.train_wall_time_s,
@@ -196,7 +221,16 @@ def run(config: DemoConfig, models: list[ModelEntry] | None = None, *, log: Log 
         step0_res = analyze_model(build_model(entry.model_cfg), task, n, seed=1, exclude=entry.train_prompts)
         trained_res = analyze_model(entry.model, task, n, seed=1, exclude=entry.train_prompts)
         test = run_.splits.test[: config.eval_n]
-        acc = exact_match_accuracy(entry.model, task, test)
+        prefix = run_.train_cfg.eval_prefix
+        acc = exact_match_accuracy(entry.model, task, test, prefix=prefix)
+        others: dict[str, dict[str, AnalysisResult]] = {}
+        for protocol in config.protocols[1:]:
+            others[protocol] = {
+                kind: analyze_model(model, task, n, seed=1, exclude=entry.train_prompts, protocol=protocol,
+                                    window=config.window)
+                for kind, model in (("initialised", build_model(init_cfg)), ("trained", entry.model))}
+        analysed = [task.example(p) for p in task.analysis_prompts(n, 1, entry.train_prompts)]
+        on_inputs = {"full": exact_match_accuracy(entry.model, task, analysed, prefix=prefix)}
         m = entry.model_cfg
         analyses = {"initialised": init_res, "step0": step0_res, "trained": trained_res}
         per_task.append(TaskDemo(
@@ -207,7 +241,8 @@ def run(config: DemoConfig, models: list[ModelEntry] | None = None, *, log: Log 
             trained_model=m, train_command=run_.command, model_source=str(run_.path),
             test_acc_shipped=run_.summary.get("test_acc"), n_test_shipped=run_.summary.get("n_test"),
             train_steps=run_.summary.get("steps"), train_wall_time_s=run_.summary.get("train_wall_time_s"),
-            test_acc_remeasured=acc, n_test_remeasured=len(test)))
+            test_acc_remeasured=acc, n_test_remeasured=len(test), other_protocols=others,
+            exact_match_on_inputs=on_inputs))
         for kind in MODEL_KINDS:
             claims += _claims(task.name, kind, analyses[kind])
         z = "blocks.0.attn.hook_z"
@@ -267,6 +302,25 @@ def render_summary(summary: dict[str, Any]) -> str:
             cells = [f"{c[site]['mean']:.3f} ± {c[site]['std']:.3f}" if site in c else "-" for c in cols]
             lines.append(f"| `{site}` | " + " | ".join(cells) + " |")
         lines += ["", f"Trained with: `{t['train_command']}`", ""]
+    others = [(name, t) for name, t in summary["tasks"].items() if t.get("other_protocols")]
+    if others:
+        z = "blocks.0.attn.hook_z"
+        lines += ["## Other input protocols", "",
+                  "Row-mean adjacency at `hook_embed` and `" + z + "` under each protocol (`full`: full-length "
+                  "held-out prompts; `authors`: test lines cut to a fixed length and left-padded with newlines, as "
+                  "the authors' analysis code; `window`: windows of concatenated test lines; see docs/method.md). "
+                  "A model trained on single unpadded prompts never saw the other inputs: its trained-model "
+                  "scores there are measured off-distribution.", "",
+                  "| task | protocol | initialised embed | initialised L0 hook_z | trained embed | trained L0 hook_z |",
+                  "|---|---|---|---|---|---|"]
+        for name, t in others:
+            rows = [("full", {k: t[k] for k in ("initialised", "trained")}), *t["other_protocols"].items()]
+            for protocol, by in rows:
+                cells = [f"{by[k]['scores']['row_mean'][s]['mean']:.3f}" for k in ("initialised", "trained")
+                         for s in ("hook_embed", z)]
+                lines.append(f"| {name} | {protocol} | " + " | ".join(cells) + " |")
+        lines += ["", "Trained models' exact match on the very prompts analysed (full protocol): "
+                  + ", ".join(f"{name} {t['exact_match_on_inputs']['full']:.3f}" for name, t in others), ""]
     lines += ["## Figures", ""] + [f"- `{p}`" for p in summary["figures"]]
     lines += ["", f"Demo wall time: {summary['wall_time_s']} s. Commit: {summary.get('git_commit')}.", ""]
     return "\n".join(lines)

@@ -1,0 +1,183 @@
+"""``nope-interp trajectory``: adjacency through training. Does training keep, build or erode the pattern?
+
+For each run directory: the weights kept at log-spaced steps (``checkpoints/step_NNNNNN.safetensors``,
+written by the trainer; :func:`nope_interp.train.log_spaced_steps`) are loaded one at a time and analysed
+like ``analyze`` (row-mean adjacency at every site, mean over prompts), beside the run's evaluation
+accuracy (``metrics.jsonl``). Writes ``results/trajectory/<run>.{json,csv}`` and
+``figures/trajectory/<run>.html`` (score vs step, a line per site, the chance line; accuracy vs step).
+"""
+
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+import tasks as tasks_pkg
+from nope_interp import io
+from nope_interp.analysis import analyze_model
+from nope_interp.config import FrozenConfig, check_choice, check_choices, check_int, opt
+from nope_interp.errors import NopeInterpError
+from nope_interp.hooks import ACTIVATION_POINTS, short_label
+from nope_interp.jobs.common import Log, ModelEntry, emit, progress
+from nope_interp.model import build_model
+from nope_interp.plotting import save_figure
+
+NAME = "trajectory"
+HELP = "adjacency score at every site through training (weights kept at log-spaced steps)"
+TAKES_MODELS = True
+DEFAULT_MODELS = "none: give --run with run directories trained by this version"
+_STEP_FILE = re.compile(r"step_(\d+)\.safetensors")
+
+
+@dataclass(frozen=True)
+class TrajectoryConfig(FrozenConfig):
+    """Settings of ``trajectory``.
+
+    Raises:
+        NopeInterpError: counts out of range; an unknown point or protocol.
+    """
+
+    n_prompts: int = opt(64, "prompts analysed at every kept step")
+    points: tuple[str, ...] = opt(("embed", "z", "resid_post"), f"hook points: {', '.join(ACTIVATION_POINTS)}")
+    protocol: str = opt("full", f"analysis inputs: {', '.join(tasks_pkg.PROTOCOLS)}")
+    prompt_seed: int = opt(1, "seed of the prompt sampler (the same prompts at every step)")
+
+    def __post_init__(self) -> None:
+        check_int("n_prompts", self.n_prompts, 1, 100_000)
+        check_choices("activation point", tuple(self.points), ACTIVATION_POINTS)
+        check_choice("protocol", self.protocol, tasks_pkg.PROTOCOLS)
+        check_int("prompt_seed", self.prompt_seed, 0, 2**63 - 1)
+
+
+CONFIG = TrajectoryConfig
+
+
+@dataclass(frozen=True)
+class RunTrajectory:
+    """One run through training.
+
+    Attributes:
+        label: the run's name. task: its task. objective: its training objective.
+        steps: the kept steps, ascending. sites: full hook names.
+        scores: ``{site: (score at each step)}``, row-mean adjacency in [0, 1], mean over prompts.
+        eval_steps, eval_acc: the run's evaluation accuracy (exact match in [0, 1]) by step.
+    """
+
+    label: str
+    task: str
+    objective: str
+    steps: tuple[int, ...]
+    sites: tuple[str, ...]
+    scores: dict[str, tuple[float, ...]]
+    eval_steps: tuple[int, ...]
+    eval_acc: tuple[float, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields."""
+        return {"label": self.label, "task": self.task, "objective": self.objective, "steps": list(self.steps),
+                "sites": list(self.sites), "scores": {s: list(v) for s, v in self.scores.items()},
+                "eval_steps": list(self.eval_steps), "eval_acc": list(self.eval_acc)}
+
+    def rows(self) -> list[dict[str, Any]]:
+        """CSV rows: one per kept step, a column per site."""
+        return [{"step": st, **{s: self.scores[s][i] for s in self.sites}} for i, st in enumerate(self.steps)]
+
+
+@dataclass(frozen=True)
+class TrajectoryResult:
+    """Every run's trajectory, the config and the wall time in seconds."""
+
+    config: TrajectoryConfig
+    runs: tuple[RunTrajectory, ...]
+    wall_time_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"config", "runs": [...], "wall_time_s"}``."""
+        return {"config": self.config.to_dict(), "runs": [r.to_dict() for r in self.runs],
+                "wall_time_s": self.wall_time_s}
+
+
+def kept_steps(run_dir: str | Path) -> dict[int, Path]:
+    """``{step: weights file}`` of the weights a run kept, ascending ({} when it kept none)."""
+    folder = Path(run_dir) / io.TRAJECTORY_DIR
+    found = {int(m.group(1)): p for p in folder.glob("step_*.safetensors") if (m := _STEP_FILE.fullmatch(p.name))}
+    return dict(sorted(found.items()))
+
+
+def default_models(config: TrajectoryConfig) -> list[ModelEntry]:
+    """``trajectory`` has no default model.
+
+    Raises:
+        NopeInterpError: always (the message says which option to give).
+    """
+    raise NopeInterpError("trajectory needs --run with one or more run directories")
+
+
+def run(config: TrajectoryConfig, models: list[ModelEntry] | None = None, *, log: Log = None) -> TrajectoryResult:
+    """Score every site at every kept step of every run in ``models``.
+
+    Raises:
+        NopeInterpError: a model that is not a run directory, or a run that kept no weights.
+    """
+    models = default_models(config) if not models else models
+    t0 = time.perf_counter()
+    out = []
+    for entry in models:
+        if entry.run is None:
+            raise NopeInterpError(f"{entry.label} is not a trained run; trajectory needs --run directories")
+        steps = kept_steps(entry.run.path)
+        if not steps:
+            raise NopeInterpError(f"{entry.run.path} kept no weights in {io.TRAJECTORY_DIR}/ (trained before "
+                                  "this version, or a shipped model): retrain it to trace it")
+        scores: dict[str, list[float]] = {}
+        model = build_model(entry.model_cfg)
+        for step, path in progress(steps.items(), f"trajectory {entry.label}", log):
+            model.load_state_dict(io.load_weights(path))
+            res = analyze_model(model, entry.task, config.n_prompts, seed=config.prompt_seed,
+                                points=tuple(config.points), exclude=entry.train_prompts, protocol=config.protocol)
+            for site in res.sites:
+                scores.setdefault(site, []).append(res.scores["row_mean"][site]["mean"])
+            emit(log, f"{entry.label} step {step}: " + ", ".join(
+                f"{short_label(s)} {v[-1]:.3f}" for s, v in scores.items()))
+        metrics = io.read_jsonl(entry.run.path / io.METRICS_FILE)
+        out.append(RunTrajectory(
+            label=entry.label, task=entry.task.name, objective=entry.run.train_cfg.objective, steps=tuple(steps),
+            sites=tuple(scores), scores={s: tuple(v) for s, v in scores.items()},
+            eval_steps=tuple(r["step"] for r in metrics), eval_acc=tuple(r["eval_acc"] for r in metrics)))
+    return TrajectoryResult(config=config, runs=tuple(out), wall_time_s=round(time.perf_counter() - t0, 1))
+
+
+def plot_trajectory(run_traj: RunTrajectory, protocol: str = "full") -> go.Figure:
+    """Left: adjacency score vs step (log axis; step 0 drawn at 1), a line per site, chance at 0.5.
+    Right: evaluation exact match vs step."""
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.65, 0.35],
+                        subplot_titles=[f"adjacency score (row mean, {protocol} inputs)", "eval exact match"])
+    x = [max(1, s) for s in run_traj.steps]
+    for site in run_traj.sites:
+        fig.add_trace(go.Scatter(x=x, y=list(run_traj.scores[site]), mode="lines+markers", name=short_label(site),
+                                 customdata=list(run_traj.steps), hovertemplate="step %{customdata}: %{y:.3f}"),
+                      row=1, col=1)
+    fig.add_hline(y=0.5, line_dash="dot", line_color="gray", row=1, col=1)
+    fig.add_trace(go.Scatter(x=[max(1, s) for s in run_traj.eval_steps], y=list(run_traj.eval_acc),
+                             mode="lines", name="eval exact match", line={"color": "black"}), row=1, col=2)
+    fig.update_xaxes(type="log", title_text="step (0 drawn at 1)")
+    fig.update_yaxes(range=[0, 1.05])
+    fig.update_layout(title=f"{run_traj.label} ({run_traj.task}, {run_traj.objective} objective): "
+                            "adjacency through training", width=1300, height=520)
+    return fig
+
+
+def write(result: TrajectoryResult, out_root: str | Path = ".") -> list[Path]:
+    """Write ``results/trajectory/<run>.json`` and ``.csv`` and ``figures/trajectory/<run>.html``."""
+    res_dir, fig_dir = io.job_dirs(out_root, NAME)
+    paths = []
+    for r in result.runs:
+        paths += [io.write_json(res_dir / f"{r.label}.json", {**r.to_dict(), "config": result.config.to_dict(),
+                                                              **io.provenance()}),
+                  io.atomic_write_text(res_dir / f"{r.label}.csv", io.to_csv(r.rows())),
+                  save_figure(plot_trajectory(r, result.config.protocol), fig_dir / f"{r.label}.html")]
+    return paths
