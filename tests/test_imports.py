@@ -20,7 +20,7 @@ LAYERS: list[set[str]] = [
      "nope_interp.probing"},
     {"nope_interp.evaluate", "nope_interp.activations", "nope_interp.plotting", "nope_interp.interventions"},
     {"nope_interp.train", "nope_interp.analysis", "nope_interp.pretrained", "nope_interp.lens",
-     "nope_interp.averaging_checks"},
+     "nope_interp.averaging_checks", "nope_interp.diagnostics"},
     {"nope_interp.jobs", "nope_interp.jobs.common"},
     {"nope_interp.jobs.analyze", "nope_interp.jobs.demo", "nope_interp.jobs.averaging", "nope_interp.jobs.init_grid",
      "nope_interp.jobs.probe", "nope_interp.jobs.ablate", "nope_interp.jobs.trajectory"},

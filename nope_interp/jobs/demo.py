@@ -28,6 +28,7 @@ from nope_interp.config import (
     opt,
     preset,
 )
+from nope_interp.diagnostics import diagnose
 from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import exact_match_accuracy
 from nope_interp.jobs.common import Log, ModelEntry, emit, entry_from_run, progress
@@ -115,6 +116,8 @@ class TaskDemo:
             prompts. other_protocols: ``{protocol: {kind: AnalysisResult}}`` for the other input protocols.
         exact_match_on_inputs: ``{protocol: exact match}`` of the trained model on the analysed inputs
             themselves, where an answer is defined (``full``: the analysed prompts).
+        diagnostics: ``{kind: nope_interp.diagnostics.diagnose(...)}`` on the analysed full-length prompts:
+            which mechanism is at work (attention entropy, positional share, value geometry).
         labels: the legend label of each analysed model (shape included).
         trained_model: the trained model's config. train_command, model_source: provenance.
         test_acc_shipped, n_test_shipped, train_steps, train_wall_time_s: from the run's summary (may be None).
@@ -135,13 +138,14 @@ class TaskDemo:
     n_test_remeasured: int
     other_protocols: dict[str, dict[str, AnalysisResult]]
     exact_match_on_inputs: dict[str, float]
+    diagnostics: dict[str, dict[str, float]]
 
     def to_dict(self) -> dict[str, Any]:
         """The task's entry of ``summary.json``."""
         return {**{k: self.analyses[k].to_dict() for k in MODEL_KINDS},
                 "other_protocols": {p: {k: r.to_dict() for k, r in by.items()}
                                     for p, by in self.other_protocols.items()},
-                "exact_match_on_inputs": self.exact_match_on_inputs,
+                "exact_match_on_inputs": self.exact_match_on_inputs, "diagnostics": self.diagnostics,
                 "trained_model": self.trained_model.to_dict(), "train_command": self.train_command,
                 "test_acc_shipped": self.test_acc_shipped, "n_test_shipped": self.n_test_shipped,
                 "train_steps": self.train_steps, "train_wall_time_s": self.train_wall_time_s,
@@ -231,6 +235,10 @@ def run(config: DemoConfig, models: list[ModelEntry] | None = None, *, log: Log 
                 for kind, model in (("initialised", build_model(init_cfg)), ("trained", entry.model))}
         analysed = [task.example(p) for p in task.analysis_prompts(n, 1, entry.train_prompts)]
         on_inputs = {"full": exact_match_accuracy(entry.model, task, analysed, prefix=prefix)}
+        tokens = task.prompt_tokens([ex.prompt for ex in analysed])
+        diagnostics = {kind: diagnose(model, task, tokens) for kind, model in
+                       (("initialised", build_model(init_cfg)), ("step0", build_model(entry.model_cfg)),
+                        ("trained", entry.model))} if len(analysed) > 1 else {}
         m = entry.model_cfg
         analyses = {"initialised": init_res, "step0": step0_res, "trained": trained_res}
         per_task.append(TaskDemo(
@@ -242,7 +250,7 @@ def run(config: DemoConfig, models: list[ModelEntry] | None = None, *, log: Log 
             test_acc_shipped=run_.summary.get("test_acc"), n_test_shipped=run_.summary.get("n_test"),
             train_steps=run_.summary.get("steps"), train_wall_time_s=run_.summary.get("train_wall_time_s"),
             test_acc_remeasured=acc, n_test_remeasured=len(test), other_protocols=others,
-            exact_match_on_inputs=on_inputs))
+            exact_match_on_inputs=on_inputs, diagnostics=diagnostics))
         for kind in MODEL_KINDS:
             claims += _claims(task.name, kind, analyses[kind])
         z = "blocks.0.attn.hook_z"
@@ -321,6 +329,21 @@ def render_summary(summary: dict[str, Any]) -> str:
                 lines.append(f"| {name} | {protocol} | " + " | ".join(cells) + " |")
         lines += ["", "Trained models' exact match on the very prompts analysed (full protocol): "
                   + ", ".join(f"{name} {t['exact_match_on_inputs']['full']:.3f}" for name, t in others), ""]
+    diag = [(name, t) for name, t in summary["tasks"].items() if t.get("diagnostics")]
+    if diag:
+        lines += ["## Which mechanism? Layer-0 diagnostics", "",
+                  "Relative entropy of layer-0 attention (1 = uniform: averaging is possible; near 0: attention "
+                  "collapsed), the share of the second moment of `blocks.0.attn.hook_z` held by the per-position "
+                  "mean (1 = purely positional), the spread of the digits' layer-0 value vectors around their "
+                  "centroid (relative to its norm; small = collapsed) and the delimiters' value norm relative to "
+                  "the digits' (see nope_interp/diagnostics.py).", "",
+                  "| task | model | L0 attention entropy | positional share of L0 hook_z | digit value spread "
+                  "| delimiter / digit value norm |", "|---|---|---|---|---|---|"]
+        for name, t in diag:
+            for kind, d in t["diagnostics"].items():
+                lines.append(f"| {name} | {kind} | {d['l0_attention_entropy']:.3f} | {d['l0_z_positional_share']:.3f} "
+                             f"| {d['digit_value_spread']:.3f} | {d['delimiter_value_norm_ratio']:.2f} |")
+        lines.append("")
     lines += ["## Figures", ""] + [f"- `{p}`" for p in summary["figures"]]
     lines += ["", f"Demo wall time: {summary['wall_time_s']} s. Commit: {summary.get('git_commit')}.", ""]
     return "\n".join(lines)
