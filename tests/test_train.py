@@ -219,3 +219,17 @@ def test_log_spaced_steps():
     assert log_spaced_steps(100) == [0, 25, 50, 100]
     assert log_spaced_steps(1000) == [0, 25, 50, 100, 200, 400, 800, 1000]
     assert len(log_spaced_steps(40_000)) == 13
+
+
+def test_the_gpu_paper_recipe_script_runs_at_a_tiny_size_and_resumes(tmp_path):
+    """bench/paper_recipe_gpu.py --tiny: the GPU script's code path on a CPU, packed objective, tied + dropout."""
+    import runpy
+
+    script = runpy.run_path(str(__import__("pathlib").Path(__file__).parent.parent / "bench" / "paper_recipe_gpu.py"))
+    assert script["main"](["--out", str(tmp_path), "--tiny", "--tasks", "addition", "--device", "cpu"]) == 0
+    summary = json.loads((tmp_path / "addition" / "summary.json").read_text())
+    config = json.loads((tmp_path / "addition" / "config.json").read_text())
+    assert summary["objective"] == "packed" and config["model"]["tied_embeddings"] and config["model"]["dropout"] == 0.2
+    assert script["main"](["--out", str(tmp_path), "--tiny", "--tasks", "addition", "--device", "cpu"]) == 0
+    paper_model, paper_train = script["configs"](False, "ordering")
+    assert (paper_model.n_layers, paper_model.d_model, paper_train.window, paper_train.batch_size) == (6, 384, 256, 256)
