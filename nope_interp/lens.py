@@ -106,7 +106,8 @@ class SiteScores:
 
     def figure(self, title: str = "Adjacency score by site") -> go.Figure:
         """Score by site, mean ± std over sequences, with the chance line at 0.5."""
-        return plot_adjacency_by_layer({"cache": {self.reduction: {s: self.summary(s) for s in self.sites}}}, title)
+        panel = {f"{self.reduction}, mean ± std over sequences": {s: self.summary(s) for s in self.sites}}
+        return plot_adjacency_by_layer({f"{self.n_pos} positions": panel}, title)
 
 
 def adjacency_scores(cache: ActivationCache, sites: list[str] | None = None,

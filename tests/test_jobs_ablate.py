@@ -220,3 +220,17 @@ def test_default_models_are_the_shipped_ones(AJ):
     entries = AJ.default_models(AJ.AblateConfig())
     assert [e.label for e in entries] == [f"pretrained-{t}" for t in available_pretrained()]
     assert all(e.run is not None and e.run.name == "shipped" and e.train_prompts for e in entries)
+
+
+def test_a_packed_run_is_refused_before_any_work(tmp_path):
+    from nope_interp.config import TrainConfig, preset
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs import ablate
+    from nope_interp.jobs.common import ModelSource, load_models
+    from nope_interp.train import train
+
+    cfg = TrainConfig(task="addition", task_params={"n_digits": 2}, n_train=100, n_test=20, steps=2, batch_size=4,
+                      warmup_steps=1, eval_every=2, eval_n=5, checkpoint_every=2, objective="packed", window=16)
+    train(preset("tiny", n_ctx=16), cfg, tmp_path / "p", progress=False, command="x")
+    with pytest.raises(NopeInterpError, match="packed objective"):
+        ablate.run(ablate.AblateConfig(), load_models(ModelSource(run=(str(tmp_path / "p"),))))

@@ -530,13 +530,18 @@ def run(config: AblateConfig, models: list[ModelEntry] | None = None, *, log: Lo
     (see the module docstring).
 
     Raises:
-        NopeInterpError: no models; a layer outside a model (checked before any work); see :func:`ablate_model`.
+        NopeInterpError: no models; a layer outside a model or a run not trained with the answer_only objective
+            (checked before any work); see :func:`ablate_model`.
     """
     models = default_models(config) if not models else list(models)
     if not models:
         raise NopeInterpError("no models to ablate: no shipped model found; give --run or --pretrained")
     for entry in models:
         ablation_sites(config, entry.model_cfg.n_layers)  # validates before any work
+        if entry.run is not None and entry.run.train_cfg.objective != "answer_only":
+            raise NopeInterpError(f"{entry.label} was trained with the {entry.run.train_cfg.objective} objective; "
+                                  "ablate supports answer_only runs (its hooks act on prompt positions 0..P-1, "
+                                  "and a packed model is evaluated after a leading newline)")
     emit(log, f"ablating {len(models)} model(s): " + ", ".join(
         f"{e.task.name}:{e.label if e.run is None else e.run.path.name}" for e in models))
     t0 = time.perf_counter()

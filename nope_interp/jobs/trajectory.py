@@ -161,13 +161,14 @@ def plot_trajectory(run_traj: RunTrajectory, protocol: str = "full") -> go.Figur
         fig.add_trace(go.Scatter(x=x, y=list(run_traj.scores[site]), mode="lines+markers", name=short_label(site),
                                  customdata=list(run_traj.steps), hovertemplate="step %{customdata}: %{y:.3f}"),
                       row=1, col=1)
-    fig.add_hline(y=0.5, line_dash="dot", line_color="gray", row=1, col=1)
+    fig.add_hline(y=0.5, line_dash="dot", line_color="gray", annotation_text="chance", row=1, col=1)
     fig.add_trace(go.Scatter(x=[max(1, s) for s in run_traj.eval_steps], y=list(run_traj.eval_acc),
                              mode="lines", name="eval exact match", line={"color": "black"}), row=1, col=2)
     fig.update_xaxes(type="log", title_text="step (0 drawn at 1)")
     fig.update_yaxes(range=[0, 1.05])
     fig.update_layout(title=f"{run_traj.label} ({run_traj.task}, {run_traj.objective} objective): "
-                            "adjacency through training", width=1300, height=520)
+                            "adjacency through training", width=1150, height=560,
+                      legend={"orientation": "h", "yanchor": "top", "y": -0.22, "x": 0})
     return fig
 
 
