@@ -40,11 +40,12 @@ def _flag_type(tp: Any) -> tuple[Any, bool, bool]:
 
 
 def add_config_flags(parser: argparse.ArgumentParser | Any, cls: type, prefix: str = "",
-                     only: Sequence[str] | None = None, skip: Sequence[str] = ()) -> None:
+                     only: Sequence[str] | None = None, skip: Sequence[str] = (), defaults_from: str = "") -> None:
     """Add one flag per field of the dataclass ``cls`` (``--<prefix><field-name>``), help from the field.
 
     Every flag defaults to None, so :func:`config_kwargs` passes on only what the user gave and the
-    config's own defaults apply. Dict-typed fields are skipped.
+    config's own defaults apply. Dict-typed fields are skipped. ``defaults_from`` (e.g. "the preset")
+    replaces the shown default where another source decides it.
     """
     for f in dataclasses.fields(cls):
         if f.name in skip or (only is not None and f.name not in only):
@@ -55,7 +56,10 @@ def add_config_flags(parser: argparse.ArgumentParser | Any, cls: type, prefix: s
         default = f.default if f.default is not dataclasses.MISSING else None
         help_text = f.metadata.get("help", "")
         shown = " ".join(map(str, default)) if many and default is not None else default
-        help_text += "" if is_bool else f" (default: {shown})"
+        if defaults_from:
+            help_text += f" (default: from {defaults_from})"
+        elif not is_bool and "default" not in help_text:
+            help_text += f" (default: {shown})"
         flag, dest = f"--{prefix}{f.name.replace('_', '-')}", f"{prefix.replace('-', '_')}{f.name}"
         if is_bool:
             parser.add_argument(flag, dest=dest, action="store_true", default=None, help=help_text)
@@ -84,7 +88,7 @@ def _build_parser() -> argparse.ArgumentParser:
     from nope_interp.config import PRESETS, ModelConfig, TrainConfig
     from nope_interp.jobs.common import ModelSource
 
-    parser = argparse.ArgumentParser(prog="nope-interp", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="nope-interp", description=__doc__.splitlines()[0].replace("``", ""))
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("train", help="train a NoPE model on a task; writes runs/<name>/")
@@ -99,7 +103,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu or cuda[:N]")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_config_flags(p, ModelConfig, prefix="model-", only=MODEL_FLAGS)
+    add_config_flags(p, ModelConfig, prefix="model-", only=MODEL_FLAGS, defaults_from="--preset")
     add_config_flags(p, TrainConfig, skip=_TRAIN_SKIP)
 
     for job in _jobs():
@@ -108,7 +112,7 @@ def _build_parser() -> argparse.ArgumentParser:
         if job.TAKES_MODELS:
             group = p.add_argument_group("models (default: " + job.DEFAULT_MODELS + ")")
             add_config_flags(group, ModelSource, skip=_SOURCE_SKIP)
-            add_config_flags(group, ModelConfig, prefix="model-", only=MODEL_FLAGS)
+            add_config_flags(group, ModelConfig, prefix="model-", only=MODEL_FLAGS, defaults_from="--preset")
         p.add_argument("--out-root", default=".",
                        help=f"writes results/{job.NAME.replace('-', '_')}/ and figures/{job.NAME.replace('-', '_')}/ "
                             "under this folder (default .)")

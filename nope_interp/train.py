@@ -163,10 +163,12 @@ def train(
             raise NopeInterpError(f"--resume given but no checkpoint in {run_dir} (expected {ckpt_path.name})")
         old = io.read_json(run_dir / io.CONFIG_FILE, "run config")
         # compare as configs, so a run written before a config gained a field (with its default) resumes
-        same = (ModelConfig.from_dict(old.get("model", {})) == model_cfg
-                and TrainConfig.from_dict(old.get("train", {})) == cfg)
-        if not same:
-            raise NopeInterpError(f"--resume: the model/train settings differ from those stored in {run_dir}")
+        stored = {**ModelConfig.from_dict(old.get("model", {})).to_dict(),
+                  **TrainConfig.from_dict(old.get("train", {})).to_dict()}
+        given = {**model_cfg.to_dict(), **cfg.to_dict()}
+        differ = [f"{k} (stored {stored[k]!r}, given {given[k]!r})" for k in given if stored.get(k) != given[k]]
+        if differ:
+            raise NopeInterpError(f"--resume: settings differ from those stored in {run_dir}: {', '.join(differ)}")
         config["command"] = old.get("command", config["command"])
     elif run_dir.exists() and any(run_dir.iterdir()):
         raise NopeInterpError(f"run directory {run_dir} is not empty; use --resume or choose another --name")

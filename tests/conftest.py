@@ -32,3 +32,16 @@ def assert_no_hooks(model) -> None:
         if isinstance(mod, HookPoint):
             assert not mod._forward_hooks, f"forward hook left on {name}"
             assert not mod._backward_hooks, f"backward hook left on {name}"
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """A finished 6-step run of a tiny addition model, trained through the CLI (runs/t)."""
+    from nope_interp.cli import main
+
+    root = tmp_path_factory.mktemp("runs")
+    argv = ["train", "--task", "addition", "--n-digits", "2", "--preset", "tiny", "--model-n-ctx", "16",
+            "--steps", "6", "--batch-size", "8", "--n-train", "100", "--n-test", "20", "--eval-every", "3",
+            "--eval-n", "10", "--warmup-steps", "2", "--runs-dir", str(root), "--name", "t", "--no-progress"]
+    assert main(argv) == 0
+    return root / "t"

@@ -12,18 +12,6 @@ def main():
     return main
 
 
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    from nope_interp.cli import main
-
-    root = tmp_path_factory.mktemp("runs")
-    argv = ["train", "--task", "addition", "--n-digits", "2", "--preset", "tiny", "--model-n-ctx", "16",
-            "--steps", "6", "--batch-size", "8", "--n-train", "100", "--n-test", "20", "--eval-every", "3",
-            "--eval-n", "10", "--warmup-steps", "2", "--runs-dir", str(root), "--name", "t", "--no-progress"]
-    assert main(argv) == 0
-    return root / "t"
-
-
 def _files(path):
     return sorted(str(p.relative_to(path)) for p in path.rglob("*")) if path.exists() else []
 
@@ -46,17 +34,6 @@ def test_analyze_a_run_and_an_initialised_model(main, tiny_run, tmp_path, capsys
     assert sorted(p.name for p in figs.iterdir()) == ["adjacency.html", "cosine.html", "plotly.min.js"]
     out = capsys.readouterr().out
     assert "blocks.0.attn.hook_z" in out and "outputs:" in out and "cosine.html" in out
-
-
-def test_shipped_models_load_in_one_call_and_by_name():
-    from nope_interp.pretrained import available_pretrained, load_pretrained
-
-    assert available_pretrained() == ["addition", "reversal", "indexing", "ordering"]
-    for name in available_pretrained():
-        run = load_pretrained(name)
-        assert run.task.name == name and run.command.startswith("nope-interp train --task " + name)
-        assert (run.path / "model.safetensors").stat().st_size <= 10 * 2**20
-        assert 0 <= run.summary["test_acc"] <= 1 and run.summary["n_test"] == 20_000
 
 
 def test_demo_on_one_task(main, tmp_path):
@@ -233,26 +210,3 @@ def test_train_finalize_writes_a_summary(main, tiny_run, tmp_path, capsys):
     assert main(["train", "--task", "addition", "--finalize", "--runs-dir", str(tmp_path), "--name", "stopped"]) == 0
     assert json.loads((run / "summary.json").read_text())["steps"] == 6
     assert "test exact match" in capsys.readouterr().out
-
-
-def test_shipped_seeds_share_the_shipped_recipe_and_ship_as_seed(tiny_run, tmp_path, monkeypatch):
-    """Every extra seed differs from its task's shipped model only in --seed/--model-seed."""
-    import nope_interp.pretrained as pretrained
-
-    found = 0
-    for task in pretrained.available_pretrained():
-        shipped = json.loads((pretrained.PRETRAINED_DIR / task / "config.json").read_text())
-        for path in pretrained.available_seed_runs(task):
-            cfg = json.loads((path / "config.json").read_text())
-            seed = cfg["model"]["seed"]
-            assert path.name == f"{task}-s{seed}" and seed != shipped["model"]["seed"]
-            assert {**cfg["model"], "seed": 0} == {**shipped["model"], "seed": 0}
-            assert {**cfg["train"], "seed": 0} == {**shipped["train"], "seed": 0}
-            assert json.loads((path / "summary.json").read_text())["n_test"] == 20_000
-            found += 1
-    assert found >= 2  # reversal-s1 and reversal-s2 at least
-    monkeypatch.setattr(pretrained, "SEEDS_DIR", tmp_path / "seeds")
-    dest = pretrained.ship(tiny_run, as_seed=True)
-    assert dest == tmp_path / "seeds" / "addition-s0" and pretrained.available_seed_runs("addition") == [dest]
-    with pytest.raises(pretrained.NopeInterpError, match="unknown task"):
-        pretrained.available_seed_runs("sorting")

@@ -83,3 +83,10 @@ def test_model_sources_resolve_to_entries():
     assert shipped.run is not None and shipped.run.name == "shipped"
     (other_task,) = load_models(ModelSource(pretrained=("reversal",), task="addition"))
     assert other_task.task.name == "addition" and not other_task.train_prompts
+
+
+def test_another_protocol_gets_its_own_label(tiny_init_reversal_entry):
+    from nope_interp.jobs import analyze
+
+    result = analyze.run(analyze.AnalyzeConfig(n_prompts=4, protocol="authors"), [tiny_init_reversal_entry])
+    assert result.models[0].label == "tiny-reversal-authors" and result.models[0].analysis.protocol == "authors"

@@ -151,3 +151,43 @@ def test_analysis_prompts_have_the_full_prompt_length(T, name, length):
     assert task.prompt_tokens(prompts).shape == (64, length)
     with pytest.raises(T.TaskError, match="one length"):
         task.prompt_tokens(["$1+2=", "$12+3="])
+
+
+def test_authors_inputs_are_cut_left_padded_and_filtered():
+    import tasks
+
+    for name, length in tasks.AUTHORS_LENGTH.items():
+        task = tasks.get_task(name)
+        inputs = tasks.authors_inputs(task, 40, seed=3)
+        assert len(inputs) == 40 and {len(x) for x in inputs} == {length}
+        for x in inputs:
+            body = x.lstrip("\n")
+            assert len(body) >= length // 4 and "\n" not in body   # one line, padded on the left only
+            if name == "addition":
+                assert body.startswith("$")
+    small = tasks.get_task("reversal", n_digits=4)
+    assert tasks.authors_length(small) == small.max_prompt_len
+
+
+def test_window_inputs_are_windows_of_held_out_lines():
+    import tasks
+
+    task = tasks.get_task("addition")
+    train = frozenset(ex.prompt for ex in task.splits(200, 0, 0).train)
+    windows = tasks.window_inputs(task, 5, 40, seed=1, exclude=train)
+    assert [len(w) for w in windows] == [40] * 5
+    for w in windows:
+        for line in w.split("\n")[1:-1]:   # whole lines inside the window
+            ex = task.parse_line(line)
+            assert ex.prompt not in train
+
+
+def test_protocol_inputs_dispatch_and_errors():
+    import pytest
+
+    import tasks
+
+    task = tasks.get_task("ordering")
+    assert tasks.protocol_inputs(task, "full", 3, seed=1) == task.analysis_prompts(3, 1)
+    with pytest.raises(tasks.TaskError, match="unknown protocol 'padded'; allowed: full, authors, window"):
+        tasks.protocol_inputs(task, "padded", 3)

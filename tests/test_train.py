@@ -233,3 +233,13 @@ def test_the_gpu_paper_recipe_script_runs_at_a_tiny_size_and_resumes(tmp_path):
     assert script["main"](["--out", str(tmp_path), "--tiny", "--tasks", "addition", "--device", "cpu"]) == 0
     paper_model, paper_train = script["configs"](False, "ordering")
     assert (paper_model.n_layers, paper_model.d_model, paper_train.window, paper_train.batch_size) == (6, 384, 256, 256)
+
+
+def test_resume_with_other_settings_names_every_differing_field(tiny_train, tmp_path):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.train import train
+
+    model_cfg, cfg = tiny_train
+    train(model_cfg, cfg.replace(steps=4), tmp_path / "r", progress=False)
+    with pytest.raises(NopeInterpError, match=r"steps \(stored 4, given 8\), lr \(stored 0.003, given 0.001\)"):
+        train(model_cfg, cfg.replace(steps=8, lr=1e-3), tmp_path / "r", resume=True, progress=False)

@@ -100,6 +100,8 @@ def run(config: AnalyzeConfig, models: list[ModelEntry] | None = None, *, log: L
     out = []
     for entry in progress(models, "analyze", log):
         label = config.label if config.label and len(models) == 1 else entry.label
+        if config.protocol != "full" and not config.label:
+            label += f"-{config.protocol}"  # outputs of the protocols never overwrite each other
         activation_hook_names(entry.model_cfg.n_layers, tuple(config.points))  # validates before any work
         emit(log, f"analysing {label}: {config.n_prompts} {entry.task.name} inputs ({config.protocol} protocol) ...")
         res = analyze_model(entry.model, entry.task, config.n_prompts, seed=config.prompt_seed,
