@@ -16,7 +16,7 @@ import tasks as tasks_pkg
 from nope_interp.activations import collect_activations
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS
-from nope_interp.similarity import REDUCTIONS, adjacency_score, cosine_similarity_matrix, summarize
+from nope_interp.similarity import REDUCTIONS, ScoreSummary, adjacency_score, cosine_similarity_matrix, summarize
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,18 @@ class AnalysisResult:
     example_sim: Float[Tensor, "site pos pos"]
     meta: dict[str, Any] = field(default_factory=dict)
     protocol: str = "full"
+
+    def score(self, site: str, reduction: str = "row_mean") -> ScoreSummary:
+        """The typed summary (mean, std, n over sequences) at ``site``; ``scores`` holds the same as JSON.
+
+        Raises:
+            NopeInterpError: a site that was not analysed, or an unknown reduction.
+        """
+        if reduction not in self.scores:
+            raise NopeInterpError(f"unknown reduction {reduction!r}; allowed: {', '.join(self.scores)}")
+        if site not in self.scores[reduction]:
+            raise NopeInterpError(f"site {site!r} was not analysed; analysed: {', '.join(self.sites)}")
+        return ScoreSummary(**self.scores[reduction][site])
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (scores per reduction and site, not the per-sequence tensors)."""

@@ -43,3 +43,17 @@ def test_unknown_protocol_and_inputs_longer_than_n_ctx(tiny_model):
         analyze_model(tiny_model, task, 4, protocol="padded")
     with pytest.raises(NopeInterpError, match="window inputs of 100 tokens"):
         analyze_model(tiny_model, task, 4, protocol="window", window=100)
+
+
+def test_typed_score_accessor_equals_the_json_scores(tiny_model):
+    import tasks
+    from nope_interp.analysis import analyze_model
+    from nope_interp.errors import NopeInterpError
+
+    res = analyze_model(tiny_model, tasks.get_task("addition"), 5, points=("embed", "z"))
+    s = res.score("blocks.0.attn.hook_z", "pooled")
+    assert (s.mean, s.std, s.n) == tuple(res.scores["pooled"]["blocks.0.attn.hook_z"][k] for k in ("mean", "std", "n"))
+    with pytest.raises(NopeInterpError, match="was not analysed"):
+        res.score("blocks.0.hook_resid_post")
+    with pytest.raises(NopeInterpError, match="unknown reduction"):
+        res.score("hook_embed", "median")
