@@ -20,6 +20,14 @@ def tiny_model(tiny_cfg):
 
 
 @pytest.fixture
+def addition_task():
+    """The addition task at the paper's size."""
+    import tasks
+
+    return tasks.get_task("addition")
+
+
+@pytest.fixture
 def gen():
     return torch.Generator().manual_seed(1234)
 

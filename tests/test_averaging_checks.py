@@ -15,13 +15,6 @@ def checks():
     return checks
 
 
-@pytest.fixture
-def addition_task():
-    import tasks
-
-    return tasks.get_task("addition")
-
-
 def test_averaging_report_against_a_direct_computation(checks, tiny_model, addition_task):
     """Head 0 of layer 1: the pattern-predicted cosines and their Spearman correlation with the observed
     ones, and the sqrt(i/k) error, recomputed with numpy/scipy loops from the same cache."""

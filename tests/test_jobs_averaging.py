@@ -1,4 +1,4 @@
-"""The ``averaging`` job and its measurements (nope_interp.jobs.averaging, nope_interp.averaging_checks)."""
+"""The ``averaging`` job (nope_interp.jobs.averaging); its measurements are tested in test_averaging_checks.py."""
 
 import json
 import math
@@ -12,20 +12,6 @@ def job():
     from nope_interp.jobs import averaging
 
     return averaging
-
-
-@pytest.fixture
-def checks():
-    import nope_interp.averaging_checks as checks
-
-    return checks
-
-
-@pytest.fixture
-def addition_task():
-    import tasks
-
-    return tasks.get_task("addition")
 
 
 @pytest.fixture
