@@ -37,6 +37,11 @@ def configs(tiny: bool, task: str) -> tuple:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Train every task in ``--tasks`` (skipping finished runs, resuming started ones); returns 0.
+
+    Raises:
+        NopeInterpError: an unavailable ``--device``; a run directory with other settings.
+    """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="folder for the four run directories")
     parser.add_argument("--tasks", nargs="+", default=list(TASK_NAMES))
