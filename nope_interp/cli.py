@@ -10,13 +10,14 @@ prints; it holds no analysis and writes no file. Bad input prints one line,
 
 import argparse
 import dataclasses
+import re
 import shlex
 import sys
 import types
 import typing
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from nope_interp.errors import NopeInterpError
 from tasks import TASK_NAMES, TaskError
@@ -26,6 +27,49 @@ MODEL_FLAGS = ("n_layers", "d_model", "n_heads", "d_head", "d_mlp", "n_ctx", "ac
                "positional", "attention", "init_mean", "init_std", "seed", "tied_embeddings", "dropout")
 _TRAIN_SKIP = ("task", "task_params")
 _SOURCE_SKIP = ("model_overrides",)
+
+
+_ASCII_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_ASCII_FLOAT = re.compile(r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:e[+-]?[0-9]+)?|nan|inf|infinity)",
+                          re.ASCII | re.IGNORECASE)
+
+
+def ascii_int(text: str) -> int:
+    """argparse type: an integer written with the ASCII digits 0-9 and an optional sign.
+
+    Python's ``int`` also reads other scripts' digits (``"\u0663"`` is 3), ``"1_000"`` and padded
+    spaces; none of them is a flag value here.
+
+    Raises:
+        argparse.ArgumentTypeError: anything else (argparse reports it as a one-line error, exit status 2).
+    """
+    if not _ASCII_INT.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"must be an integer written with the digits 0-9, got {text!r}")
+    return int(text)
+
+
+def ascii_float(text: str) -> float:
+    """argparse type: a decimal number in ASCII (``0.1``, ``-2``, ``1e-4``; ``nan``/``inf`` are read and
+    then refused by the config's range checks, which name the field).
+
+    Raises:
+        argparse.ArgumentTypeError: anything else (other scripts' digits, ``"1_0"``, words).
+    """
+    if not _ASCII_FLOAT.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"must be a number written with the digits 0-9 (e.g. 0.1, 1e-4), got {text!r}")
+    return float(text)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line on stderr, ``nope-interp: error: ...``, with exit
+    status 2 (argparse's own prints the whole usage first). Sub-commands inherit it."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``message`` on one line (pointing at ``--help``) and exit with status 2."""
+        self.exit(2, f"nope-interp: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
+_ARG_TYPES = {int: ascii_int, float: ascii_float}
 
 
 def _flag_type(tp: Any) -> tuple[Any, bool, bool]:
@@ -64,7 +108,7 @@ def add_config_flags(parser: argparse.ArgumentParser | Any, cls: type, prefix: s
         if is_bool:
             parser.add_argument(flag, dest=dest, action="store_true", default=None, help=help_text)
         else:
-            parser.add_argument(flag, dest=dest, type=elem if elem in (int, float) else str,
+            parser.add_argument(flag, dest=dest, type=_ARG_TYPES.get(elem, str),
                                 nargs="+" if many else None, default=None, help=help_text)
 
 
@@ -79,21 +123,21 @@ def config_kwargs(args: argparse.Namespace, cls: type, prefix: str = "") -> dict
 
 
 def _jobs() -> tuple[Any, ...]:
-    from nope_interp.jobs import ablate, analyze, averaging, demo, init_grid, probe, trajectory
+    from nope_interp.jobs import ablate, analyze, averaging, compare, demo, init_grid, probe, trajectory
 
-    return (analyze, demo, averaging, init_grid, probe, ablate, trajectory)
+    return (analyze, demo, averaging, init_grid, probe, ablate, trajectory, compare)
 
 
 def _build_parser() -> argparse.ArgumentParser:
     from nope_interp.config import PRESETS, ModelConfig, TrainConfig
     from nope_interp.jobs.common import ModelSource
 
-    parser = argparse.ArgumentParser(prog="nope-interp", description=__doc__.splitlines()[0].replace("``", ""))
+    parser = OneLineParser(prog="nope-interp", description=__doc__.splitlines()[0].replace("``", ""))
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("train", help="train a NoPE model on a task; writes runs/<name>/")
     p.add_argument("--task", required=True, help=f"one of: {', '.join(TASK_NAMES)}")
-    p.add_argument("--n-digits", type=int, default=None, help="task size (default: the paper's)")
+    p.add_argument("--n-digits", type=ascii_int, default=None, help="task size (default: the paper's)")
     p.add_argument("--preset", default="cpu", help=f"model preset: {', '.join(PRESETS)} (default cpu)")
     p.add_argument("--name", default=None, help="run name (default: <task>-<preset>-s<seed>)")
     p.add_argument("--runs-dir", default="runs", help="parent of the run directory (default runs/)")
@@ -101,7 +145,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--finalize", action="store_true",
                    help="no training: score a stopped run's last checkpoint on the test set, write summary.json")
     p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu or cuda[:N]")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--threads", type=ascii_int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_config_flags(p, ModelConfig, prefix="model-", only=MODEL_FLAGS, defaults_from="--preset")
     add_config_flags(p, TrainConfig, skip=_TRAIN_SKIP)
@@ -169,7 +213,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``nope-interp`` console script. Returns the exit status (0, or 2 on bad input)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as stop:  # --help (0) or a one-line usage error (2)
+        return stop.code if isinstance(stop.code, int) else 2
     try:
         if args.command == "train":
             return _cmd_train(args, argv)

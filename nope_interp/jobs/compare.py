@@ -1,0 +1,321 @@
+"""``nope-interp compare``: initialised vs trained over seeds, per task and recipe, under each input protocol.
+
+The comparison the paper's trained-model claim needs. Models are grouped by task and *recipe* (objective,
+shape, learning rate, tied embeddings, dropout: :func:`recipe_of`); within a group each model is one seed.
+For every model the job analyses its own step-0 weights (same config and init seed, before any update:
+the initialised model of that seed) and its trained weights, on the same held-out prompts, under each
+input protocol (``full``: full-length prompts; ``authors``: the authors' fixed-length left-padded inputs;
+see ``docs/method.md``, "Analysis inputs"). Per group, site and protocol it reports the row-mean
+adjacency score as mean, std and 95% CI over seeds (:func:`nope_interp.stats.mean_std_ci`), the layer-0
+diagnostics (:func:`nope_interp.diagnostics.diagnose`), each seed's test exact match, and a verdict per
+claim (the claims and ranges of the demo, ``nope_interp.jobs.demo.CLAIMS``) with how many seeds fall in
+the claimed range. Writes ``results/compare/compare.{json,md,csv}`` and ``figures/compare/compare.html``.
+"""
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+
+import tasks as tasks_pkg
+from nope_interp import io
+from nope_interp.analysis import analyze_model
+from nope_interp.config import FrozenConfig, check_choices, check_int, opt
+from nope_interp.diagnostics import diagnose
+from nope_interp.errors import NopeInterpError
+from nope_interp.jobs.common import Log, ModelEntry, emit, progress, shipped_entries
+from nope_interp.jobs.demo import CLAIMS, FIRST_ATTENTION_SITES
+from nope_interp.model import build_model
+from nope_interp.plotting import plot_adjacency_by_layer, save_figure
+from nope_interp.stats import mean_std_ci
+
+NAME = "compare"
+HELP = "initialised vs trained over seeds, per task and recipe, under each input protocol, with verdicts"
+TAKES_MODELS = True
+DEFAULT_MODELS = "every shipped model and its extra seeds"
+#: The two models analysed per seed.
+KINDS = ("initialised", "trained")
+#: Test exact match the paper trains to.
+TARGET_ACC = 0.99
+
+
+@dataclass(frozen=True)
+class CompareConfig(FrozenConfig):
+    """Settings of ``compare``.
+
+    Raises:
+        NopeInterpError: counts out of range; an unknown protocol; protocols not starting with ``full``.
+    """
+
+    n_prompts: int = opt(256, "analysis prompts per model (the paper used 256)")
+    protocols: tuple[str, ...] = opt(("full", "authors"),
+                                     f"analysis inputs, full first: {', '.join(tasks_pkg.PROTOCOLS)}")
+    window: int = opt(64, "characters per input of the window protocol")
+    prompt_seed: int = opt(1, "seed of the prompt sampler (the same prompts for every model of a task)")
+
+    def __post_init__(self) -> None:
+        check_int("n_prompts", self.n_prompts, 2, 100_000)
+        check_choices("protocol", tuple(self.protocols), tasks_pkg.PROTOCOLS)
+        if not self.protocols or self.protocols[0] != "full":
+            raise NopeInterpError(f"protocols must start with full (the main table), got {self.protocols}")
+        check_int("window", self.window, 3, 1_000_000)
+        check_int("prompt_seed", self.prompt_seed, 0, 2**63 - 1)
+
+
+CONFIG = CompareConfig
+
+
+def recipe_of(entry: ModelEntry) -> str:
+    """The recipe a trained model belongs to, e.g. ``"answer_only, 3x128, lr 0.003"`` (plus
+    ``", tied"`` and ``", dropout 0.1"`` when on). Models of one recipe differ only in seeds (and in when
+    they stopped early). An entry without a run is ``"init, LxD"``."""
+    m = entry.model_cfg
+    if entry.run is None:
+        return f"init, {m.n_layers}x{m.d_model}"
+    t = entry.run.train_cfg
+    out = f"{t.objective}, {m.n_layers}x{m.d_model}, lr {t.lr:g}, {t.steps} steps max"
+    if m.tied_embeddings:
+        out += ", tied"
+    if m.dropout:
+        out += f", dropout {m.dropout:g}"
+    return out
+
+
+@dataclass(frozen=True)
+class SeedRecord:
+    """One trained model of a group: ``label``, init ``seed``, ``test_acc`` (shipped summary; None if
+    unknown), ``steps`` trained, ``scores[protocol][kind][site]`` (row-mean, mean over prompts) and
+    ``diagnostics[kind]`` (full protocol)."""
+
+    label: str
+    seed: int
+    test_acc: float | None
+    steps: int | None
+    scores: dict[str, dict[str, dict[str, float]]]
+    diagnostics: dict[str, dict[str, float]]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields."""
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One claim checked on one group: the mean over seeds against the claimed range [``low``, ``high``],
+    and how many seeds fall in it."""
+
+    task: str
+    recipe: str
+    protocol: str
+    kind: str
+    site: str
+    claim: str
+    mean: float
+    std: float
+    n_in_range: int
+    n_seeds: int
+    verdict: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields."""
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class GroupComparison:
+    """Every seed of one (task, recipe), with the statistics over seeds.
+
+    Attributes:
+        stats: ``stats[protocol][kind][site]`` = :class:`~nope_interp.stats.SeedStats` as a dict.
+        diagnostics: ``diagnostics[kind][name]`` = mean over seeds. n_at_target: seeds at >= 99%.
+    """
+
+    task: str
+    recipe: str
+    seeds: tuple[SeedRecord, ...]
+    stats: dict[str, dict[str, dict[str, dict[str, float]]]]
+    diagnostics: dict[str, dict[str, float]]
+    n_at_target: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields."""
+        return {"task": self.task, "recipe": self.recipe, "seeds": [s.to_dict() for s in self.seeds],
+                "stats": self.stats, "diagnostics": self.diagnostics, "n_at_target": self.n_at_target}
+
+
+@dataclass(frozen=True)
+class CompareResult:
+    """The groups and the verdicts."""
+
+    config: CompareConfig
+    groups: tuple[GroupComparison, ...]
+    verdicts: tuple[Verdict, ...]
+    wall_time_s: float
+    provenance: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The contents of ``compare.json``."""
+        return {"config": self.config.to_dict(), "groups": [g.to_dict() for g in self.groups],
+                "verdicts": [v.to_dict() for v in self.verdicts], "wall_time_s": self.wall_time_s,
+                **self.provenance}
+
+
+def default_models(config: CompareConfig) -> list[ModelEntry]:
+    """Every shipped trained model and its extra seeds."""
+    return shipped_entries(tasks_pkg.TASK_NAMES, with_seeds=True)
+
+
+def _seed_record(entry: ModelEntry, config: CompareConfig) -> SeedRecord:
+    task, n = entry.task, config.n_prompts
+    models = {"initialised": build_model(entry.model_cfg), "trained": entry.model}
+    scores: dict[str, dict[str, dict[str, float]]] = {}
+    for protocol in config.protocols:
+        scores[protocol] = {}
+        for kind, model in models.items():
+            res = analyze_model(model, task, n, seed=config.prompt_seed, exclude=entry.train_prompts,
+                                protocol=protocol, window=config.window)
+            scores[protocol][kind] = {s: v["mean"] for s, v in res.scores["row_mean"].items()}
+    prompts = [task.example(p).prompt for p in task.analysis_prompts(n, config.prompt_seed, entry.train_prompts)]
+    tokens = task.prompt_tokens(prompts)
+    diagnostics = {kind: diagnose(model, task, tokens) for kind, model in models.items()}
+    summary = entry.run.summary if entry.run is not None else {}
+    return SeedRecord(label=entry.label, seed=entry.model_cfg.seed, test_acc=summary.get("test_acc"),
+                      steps=summary.get("steps"), scores=scores, diagnostics=diagnostics)
+
+
+def _group(task: str, recipe: str, seeds: list[SeedRecord], protocols: tuple[str, ...]) -> GroupComparison:
+    stats = {p: {k: {site: mean_std_ci([s.scores[p][k][site] for s in seeds]).to_dict()
+                     for site in seeds[0].scores[p][k]} for k in KINDS} for p in protocols}
+    diag = {k: {name: sum(s.diagnostics[k][name] for s in seeds) / len(seeds) for name in seeds[0].diagnostics[k]}
+            for k in KINDS}
+    n_ok = sum(1 for s in seeds if s.test_acc is not None and s.test_acc >= TARGET_ACC)
+    return GroupComparison(task=task, recipe=recipe, seeds=tuple(seeds), stats=stats, diagnostics=diag,
+                           n_at_target=n_ok)
+
+
+def verdicts(group: GroupComparison) -> list[Verdict]:
+    """The claims checked on ``group``: the token embeddings at chance, and the first causal attention
+    layer's sites at 0.8-1.0, for the initialised and the trained models under every protocol. The
+    verdict is on the mean over seeds (``agrees`` inside the claimed range, else ``DISAGREES``);
+    ``n_in_range`` counts the seeds that are inside."""
+    out = []
+    for protocol, by_kind in group.stats.items():
+        for kind in KINDS:
+            checks = [("hook_embed", *CLAIMS["embed"])]
+            checks += [(s, *CLAIMS["first_attn"]) for s in FIRST_ATTENTION_SITES if s in by_kind[kind]]
+            for site, low, high, text in checks:
+                st = by_kind[kind][site]
+                inside = sum(1 for s in group.seeds if low <= s.scores[protocol][kind][site] <= high)
+                out.append(Verdict(task=group.task, recipe=group.recipe, protocol=protocol, kind=kind, site=site,
+                                   claim=text, mean=st["mean"], std=st["std"], n_in_range=inside,
+                                   n_seeds=len(group.seeds),
+                                   verdict="agrees" if low <= st["mean"] <= high else "DISAGREES"))
+    return out
+
+
+def run(config: CompareConfig, models: list[ModelEntry] | None = None, *, log: Log = None) -> CompareResult:
+    """Analyse every model's step-0 and trained weights and aggregate over seeds per (task, recipe).
+
+    Raises:
+        NopeInterpError: an initialised model among ``models`` (give trained runs: each one's step-0
+            weights are its initialised twin); inputs that do not fit a model's ``n_ctx``.
+    """
+    t0 = time.perf_counter()
+    models = default_models(config) if not models else models
+    if any(e.run is None for e in models):
+        raise NopeInterpError("compare takes trained runs (--run, --pretrained, --with-seeds); each run's "
+                              "initialised twin is built from its own config")
+    emit(log, f"compare: {len(models)} trained models, {config.n_prompts} prompts, protocols "
+              f"{', '.join(config.protocols)}")
+    by_group: dict[tuple[str, str], list[SeedRecord]] = defaultdict(list)
+    for entry in progress(models, "compare", log):
+        t1 = time.perf_counter()
+        record = _seed_record(entry, config)
+        by_group[(entry.task.name, recipe_of(entry))].append(record)
+        z = record.scores["full"]
+        site = "blocks.0.attn.hook_z"
+        emit(log, f"{entry.label}: L0 hook_z {z['initialised'].get(site, float('nan')):.3f} (step 0) -> "
+                  f"{z['trained'].get(site, float('nan')):.3f} (trained) ({time.perf_counter() - t1:.0f}s)")
+    groups = tuple(_group(task, recipe, seeds, config.protocols) for (task, recipe), seeds in by_group.items())
+    return CompareResult(config=config, groups=groups, verdicts=tuple(v for g in groups for v in verdicts(g)),
+                         wall_time_s=round(time.perf_counter() - t0, 1), provenance=io.provenance())
+
+
+def _fmt(st: dict[str, float]) -> str:
+    return f"{st['mean']:.3f} ± {st['std']:.3f}"
+
+
+def render_markdown(result: dict[str, Any]) -> str:
+    """The Markdown report from the ``compare.json`` dict: models per group, scores over seeds, verdicts."""
+    cfg = result["config"]
+    z = "blocks.0.attn.hook_z"
+    lines = ["# Initialised vs trained NoPE models over seeds", "",
+             f"Row-mean adjacency score, mean over {cfg['n_prompts']} held-out prompts per model, then mean ± "
+             "std over the seeds of each recipe. `initialised` is each seed's own step-0 weights. Protocols: "
+             f"{', '.join(cfg['protocols'])} (docs/method.md, \"Analysis inputs\").", "",
+             "## Models", "", "| task | recipe | seeds: test exact match (steps) | at 99% |", "|---|---|---|---|"]
+    for g in result["groups"]:
+        accs = ", ".join(f"{s['label']} {'n/a' if s['test_acc'] is None else format(s['test_acc'], '.4f')}"
+                         f" ({s['steps']})" for s in g["seeds"])
+        lines.append(f"| {g['task']} | {g['recipe']} | {accs} | {g['n_at_target']} of {len(g['seeds'])} |")
+    lines += ["", "## Scores at `hook_embed` and layer 0 (mean ± std over seeds)", "",
+              "| task | recipe | protocol | init embed | init L0 hook_z | trained embed | trained L0 hook_z "
+              "| trained L0 resid_post |", "|---|---|---|---|---|---|---|---|"]
+    for g in result["groups"]:
+        for p, by in g["stats"].items():
+            cells = [_fmt(by[k][s]) if s in by[k] else "-" for k, s in
+                     (("initialised", "hook_embed"), ("initialised", z), ("trained", "hook_embed"), ("trained", z),
+                      ("trained", "blocks.0.hook_resid_post"))]
+            lines.append(f"| {g['task']} | {g['recipe']} | {p} | " + " | ".join(cells) + " |")
+    lines += ["", "## Layer-0 diagnostics of the trained models (mean over seeds, full protocol)", "",
+              "| task | recipe | L0 attention entropy | positional share of L0 hook_z | digit value spread "
+              "| delimiter / digit value norm |", "|---|---|---|---|---|---|"]
+    for g in result["groups"]:
+        d = g["diagnostics"]["trained"]
+        lines.append(f"| {g['task']} | {g['recipe']} | {d['l0_attention_entropy']:.3f} | "
+                     f"{d['l0_z_positional_share']:.3f} | {d['digit_value_spread']:.3f} | "
+                     f"{d['delimiter_value_norm_ratio']:.2f} |")
+    lines += ["", "## Verdicts", "", "Verdict on the mean over seeds; `seeds in range` counts the seeds inside "
+              "the claimed range.", "",
+              "| task | recipe | protocol | model | site | claim | mean ± std | seeds in range | verdict |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for v in result["verdicts"]:
+        lines.append(f"| {v['task']} | {v['recipe']} | {v['protocol']} | {v['kind']} | `{v['site']}` | {v['claim']} "
+                     f"| {v['mean']:.3f} ± {v['std']:.3f} | {v['n_in_range']} of {v['n_seeds']} | {v['verdict']} |")
+    lines += ["", f"Wall time: {result['wall_time_s']} s. Commit: {result.get('git_commit')}.", ""]
+    return "\n".join(lines)
+
+
+def csv_rows(result: CompareResult) -> list[dict[str, Any]]:
+    """One row per (task, recipe, protocol, kind, site): mean, std, 95% CI over seeds and n_seeds."""
+    return [{"task": g.task, "recipe": g.recipe, "protocol": p, "model": k, "site": site, **st}
+            for g in result.groups for p, by in g.stats.items() for k in KINDS for site, st in by[k].items()]
+
+
+def plot_compare(result: CompareResult, protocol: str = "full") -> go.Figure:
+    """Adjacency score by site, mean ± std over seeds: a panel per task, a line per (recipe, model).
+
+    Raises:
+        NopeInterpError: ``protocol`` was not measured.
+    """
+    if protocol not in result.config.protocols:
+        raise NopeInterpError(f"protocol {protocol!r} was not measured; measured: {', '.join(result.config.protocols)}")
+    panels: dict[str, dict[str, dict[str, dict[str, float]]]] = defaultdict(dict)
+    for g in result.groups:
+        for k in KINDS:
+            panels[g.task][f"{k}: {g.recipe} (n={len(g.seeds)})"] = g.stats[protocol][k]
+    return plot_adjacency_by_layer(dict(panels), f"Adjacency score by site over seeds ({protocol} inputs): "
+                                                 "initialised (step 0) vs trained, mean ± std over seeds")
+
+
+def write(result: CompareResult, out_root: str | Path = ".") -> list[Path]:
+    """Write ``results/compare/compare.{json,md,csv}`` and ``figures/compare/compare_<protocol>.html``."""
+    res_dir, fig_dir = io.job_dirs(out_root, NAME)
+    figures = [save_figure(plot_compare(result, p), fig_dir / f"compare_{p}.html") for p in result.config.protocols]
+    data = {**result.to_dict(), "figures": [str(p) for p in figures]}
+    return [io.write_json(res_dir / "compare.json", data),
+            io.atomic_write_text(res_dir / "compare.md", render_markdown(data)),
+            io.atomic_write_text(res_dir / "compare.csv", io.to_csv(csv_rows(result))), *figures]

@@ -1,0 +1,85 @@
+"""compare: groups by recipe, statistics over seeds equal to analysing each model, verdicts, files."""
+
+import json
+import statistics
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def tiny_runs(tmp_path_factory):
+    """Two seeds of one answer-only recipe and one packed run, tiny addition models."""
+    from nope_interp.config import TrainConfig, preset
+    from nope_interp.train import train
+
+    root = tmp_path_factory.mktemp("compare")
+    base = dict(task="addition", task_params={"n_digits": 2}, n_train=200, n_test=40, steps=20, batch_size=16,
+                lr=3e-3, warmup_steps=5, eval_every=20, eval_n=20, checkpoint_every=20)
+    runs = []
+    for seed in (0, 1):
+        runs.append(root / f"a-s{seed}")
+        train(preset("tiny", n_ctx=24, seed=seed), TrainConfig(**base, seed=seed), runs[-1], progress=False,
+              command="x")
+    runs.append(root / "packed")
+    train(preset("tiny", n_ctx=24), TrainConfig(**{**base, "objective": "packed", "window": 24}), runs[-1],
+          progress=False, command="x")
+    return runs
+
+
+def test_groups_statistics_and_verdicts(tiny_runs, tmp_path):
+    from nope_interp.analysis import analyze_model
+    from nope_interp.jobs import compare
+    from nope_interp.jobs.common import ModelSource, load_models
+    from nope_interp.model import build_model
+
+    entries = load_models(ModelSource(run=tuple(str(r) for r in tiny_runs)))
+    cfg = compare.CompareConfig(n_prompts=6, protocols=("full", "authors"))
+    result = compare.run(cfg, entries)
+    recipes = sorted(g.recipe for g in result.groups)
+    assert len(recipes) == 2 and recipes[0].startswith("answer_only, 2x32, lr 0.003")
+    assert recipes[1].startswith("packed, 2x32")
+    group = next(g for g in result.groups if g.recipe.startswith("answer_only"))
+    assert [s.seed for s in group.seeds] == [0, 1]
+    # independent reference: analyse each seed's trained and step-0 weights, then mean and stdev
+    z = "blocks.0.attn.hook_z"
+    for protocol in ("full", "authors"):
+        trained, init = [], []
+        for e in entries[:2]:
+            kw = dict(seed=1, exclude=e.train_prompts, protocol=protocol)
+            trained.append(analyze_model(e.model, e.task, 6, **kw).scores["row_mean"][z]["mean"])
+            init.append(analyze_model(build_model(e.model_cfg), e.task, 6, **kw).scores["row_mean"][z]["mean"])
+        st = group.stats[protocol]
+        assert st["trained"][z]["mean"] == pytest.approx(statistics.mean(trained), abs=1e-12)
+        assert st["trained"][z]["std"] == pytest.approx(statistics.stdev(trained), abs=1e-12)
+        assert st["initialised"][z]["mean"] == pytest.approx(statistics.mean(init), abs=1e-12)
+        assert st["trained"][z]["n_seeds"] == 2
+    # verdicts: one per (protocol, kind, claimed site); in-range counts agree with the per-seed scores
+    vs = [v for v in result.verdicts if v.recipe == group.recipe]
+    assert {(v.protocol, v.kind) for v in vs} == {(p, k) for p in ("full", "authors") for k in compare.KINDS}
+    for v in vs:
+        low, high, _ = compare.CLAIMS["embed" if v.site == "hook_embed" else "first_attn"]
+        per_seed = [s.scores[v.protocol][v.kind][v.site] for s in group.seeds]
+        assert v.n_in_range == sum(low <= x <= high for x in per_seed)
+        assert v.verdict == ("agrees" if low <= statistics.mean(per_seed) <= high else "DISAGREES")
+    paths = compare.write(result, tmp_path)
+    assert {p.name for p in paths} == {"compare.json", "compare.md", "compare.csv", "compare_full.html",
+                                       "compare_authors.html"}
+    data = json.loads((tmp_path / "results" / "compare" / "compare.json").read_text())
+    assert len(data["groups"]) == 2 and data["config"]["protocols"] == ["full", "authors"]
+    md = (tmp_path / "results" / "compare" / "compare.md").read_text()
+    assert "## Verdicts" in md and group.recipe in md
+
+
+def test_bad_config_and_initialised_models_are_refused():
+    from nope_interp.config import preset
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs import compare
+    from nope_interp.jobs.common import entry_from_init
+    from tasks import get_task
+
+    for kw in ({"protocols": ("authors",)}, {"protocols": ("full", "nope")}, {"n_prompts": 1}, {"window": 1}):
+        with pytest.raises(NopeInterpError):
+            compare.CompareConfig(**kw)
+    entry = entry_from_init(preset("tiny"), get_task("addition", n_digits=2), "init")
+    with pytest.raises(NopeInterpError, match="trained runs"):
+        compare.run(compare.CompareConfig(n_prompts=4), [entry])
