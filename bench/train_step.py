@@ -2,10 +2,14 @@
 
 The plain model: token embedding, pre-LayerNorm blocks with fused attention
 (``torch.nn.functional.scaled_dot_product_attention``, causal), GELU MLP, no biases, no positions, and
-an unembedding: the same parameter count as ours (minus TransformerLens's frozen zero biases). Both take
-AdamW steps on the same batch (64 sequences x 24 tokens). Prints the ratio ours / plain (targets: at most
-1.3 at the cpu preset, 1.1 at the paper preset), and with --compile the ``torch.compile`` path of ours.
-Usage: .venv/bin/python bench/train_step.py [--presets cpu paper] [--compile] [--device cpu|cuda]
+an unembedding: the same parameter count as ours (minus TransformerLens's frozen zero biases). All take
+AdamW steps on the same batch: 64 sequences of 24 tokens (the answer-only objective's prompts) and of
+``--packed-len`` tokens (the packed objective's windows). Columns: ``hooked`` = the HookedTransformer's own
+forward with PyTorch's default AdamW (the trainer before the fast path); ``trainer`` = what
+``nope-interp train`` runs now (:func:`nope_interp.fast_forward.fast_logits` and
+:func:`nope_interp.train.make_optimizer`); ``plain`` = the reference. Target: trainer / plain <= 1.15 at
+both presets and both lengths. With --compile, also ``torch.compile`` of the hooked model.
+Usage: .venv/bin/python bench/train_step.py [--presets cpu paper] [--packed-len 64] [--compile] [--device cpu|cuda]
 """
 
 import argparse
@@ -50,8 +54,8 @@ class PlainNoPE(nn.Module):
         return self.unembed(self.ln_f(x))
 
 
-def _time_steps(model: nn.Module, forward, tokens, targets, steps: int, device: str) -> float:
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+def _time_steps(model: nn.Module, forward, tokens, targets, steps: int, device: str, opt=None) -> float:
+    opt = opt or torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
     times = []
     for i in range(steps + 3):
         if device.startswith("cuda"):
@@ -70,35 +74,47 @@ def _time_steps(model: nn.Module, forward, tokens, targets, steps: int, device: 
 
 
 def main() -> None:
+    from nope_interp.config import TrainConfig
+    from nope_interp.fast_forward import fast_logits
     from nope_interp.model import build_model, preset
+    from nope_interp.train import make_optimizer
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", nargs="+", default=["cpu", "paper"])
+    parser.add_argument("--packed-len", type=int, default=64, help="tokens per packed window (0: skip)")
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--compile", action="store_true", help="also time torch.compile of our model")
+    parser.add_argument("--compile", action="store_true", help="also time torch.compile of the hooked model")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
-    print(f"training-step benchmark, batch 64 x 24 tokens, device {args.device}, threads {torch.get_num_threads()}")
-    print(f"{'preset':>7} {'ours ms':>8} {'plain ms':>9} {'ours/plain':>11} {'compiled ms':>12}")
+    print(f"training-step benchmark, batch 64, device {args.device}, threads {torch.get_num_threads()}")
+    print(f"{'preset':>7} {'tokens':>6} {'hooked ms':>9} {'trainer ms':>10} {'plain ms':>9} {'hooked/plain':>12} "
+          f"{'trainer/plain':>13} {'compiled ms':>12}")
+    lengths = [24] + ([args.packed_len] if args.packed_len else [])
     for name in args.presets:
         cfg = preset(name)
-        gen = torch.Generator().manual_seed(0)
-        tokens = torch.randint(0, cfg.d_vocab, (64, 24), generator=gen).to(args.device)
-        targets = torch.randint(0, cfg.d_vocab, (64, 24), generator=gen).to(args.device)
-        ours = build_model(cfg, device=args.device)
-        ours.train()
-        t_ours = _time_steps(ours, partial(ours, return_type="logits"), tokens, targets, args.steps, args.device)
-        torch.manual_seed(0)
-        plain = PlainNoPE(cfg).to(args.device)
-        t_plain = _time_steps(plain, plain, tokens, targets, args.steps, args.device)
-        compiled = "-"
-        if args.compile:
-            t0 = time.perf_counter()
-            fast = torch.compile(ours)
-            t_comp = _time_steps(ours, partial(fast, return_type="logits"), tokens, targets, args.steps, args.device)
-            compiled = f"{t_comp * 1000:.1f} (+{time.perf_counter() - t0:.0f}s)"
-        print(f"{name:>7} {t_ours * 1000:>8.1f} {t_plain * 1000:>9.1f} {t_ours / t_plain:>10.2f}x {compiled:>12}",
-              flush=True)
+        for seq in lengths:
+            gen = torch.Generator().manual_seed(0)
+            tokens = torch.randint(0, cfg.d_vocab, (64, seq), generator=gen).to(args.device)
+            targets = torch.randint(0, cfg.d_vocab, (64, seq), generator=gen).to(args.device)
+            ours = build_model(cfg, device=args.device)
+            ours.train()
+            t_hooked = _time_steps(ours, partial(ours, return_type="logits"), tokens, targets, args.steps, args.device)
+            ours = build_model(cfg, device=args.device)
+            ours.train()
+            t_trainer = _time_steps(ours, partial(fast_logits, ours), tokens, targets, args.steps, args.device,
+                                    make_optimizer(ours, TrainConfig(lr=1e-4)))
+            torch.manual_seed(0)
+            plain = PlainNoPE(cfg).to(args.device)
+            t_plain = _time_steps(plain, plain, tokens, targets, args.steps, args.device)
+            compiled = "-"
+            if args.compile:
+                t0 = time.perf_counter()
+                fast = torch.compile(ours)
+                t_comp = _time_steps(ours, partial(fast, return_type="logits"), tokens, targets, args.steps,
+                                     args.device)
+                compiled = f"{t_comp * 1000:.1f} (+{time.perf_counter() - t0:.0f}s)"
+            print(f"{name:>7} {seq:>6} {t_hooked * 1000:>9.1f} {t_trainer * 1000:>10.1f} {t_plain * 1000:>9.1f} "
+                  f"{t_hooked / t_plain:>11.2f}x {t_trainer / t_plain:>12.2f}x {compiled:>12}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,140 @@
+"""A hook-free forward pass for training: the function a ``HookedTransformer`` computes, done faster.
+
+Training calls the model tens of thousands of times and never reads an activation, so it does not need
+TransformerLens's hook points, its per-head ``einsum`` attention or the permanent dropout hooks. This
+module computes the same logits from the same parameters (read from the model, so optimiser steps, tying
+and ``state_dict`` are untouched) with one fused Q/K/V matrix product per layer and PyTorch's fused
+``scaled_dot_product_attention``. Dropout (when the model was built with it) is applied at the same three
+places in the same order as the permanent hooks of :func:`nope_interp.model.build_model` (token
+embeddings, then each block's attention output and MLP output), so with the same RNG state the two
+paths draw the same masks. Every analysis keeps using the hooked model; only the trainer uses this path.
+
+Equal to ``model(tokens)`` up to float rounding (tested in ``tests/test_fast_forward.py`` against the
+hooked model for every supported option). Supported: positional ``none`` (NoPE) and ``learned``;
+attention ``causal`` and ``bidirectional``; normalisation ``LN``, ``LNPre``, ``RMS``, ``RMSPre``;
+activations ``gelu``, ``gelu_new``, ``relu``, ``silu``; tied or untied embeddings. Anything else
+(rotary positions, grouped-query attention, parallel blocks, local attention, ...) is reported by
+:func:`unsupported_reason` and the trainer falls back to the hooked forward.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float, Int
+from torch import Tensor
+from transformer_lens import HookedTransformer
+
+from nope_interp.errors import NopeInterpError
+from nope_interp.model import TiedUnembed
+
+__all__ = ["fast_logits", "unsupported_reason"]
+
+_ACTIVATIONS = {
+    "gelu": F.gelu,
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "relu": F.relu,
+    "silu": F.silu,
+}
+_NORMS = ("LN", "LNPre", "RMS", "RMSPre", None)
+
+
+def unsupported_reason(model: HookedTransformer) -> str | None:
+    """Why :func:`fast_logits` cannot compute ``model``'s forward pass, or None when it can.
+
+    Checks the TransformerLens config options the fast path does not implement.
+    """
+    c = model.cfg
+    checks = [
+        (c.positional_embedding_type != "standard", f"positional_embedding_type={c.positional_embedding_type!r}"),
+        (c.normalization_type not in _NORMS, f"normalization_type={c.normalization_type!r}"),
+        (c.act_fn not in _ACTIVATIONS, f"act_fn={c.act_fn!r}"),
+        (c.attention_dir not in ("causal", "bidirectional"), f"attention_dir={c.attention_dir!r}"),
+        (bool(getattr(c, "attn_types", None)), "local attention (attn_types)"),
+        (getattr(c, "n_key_value_heads", None) not in (None, c.n_heads), "grouped-query attention"),
+        (bool(getattr(c, "parallel_attn_mlp", False)), "parallel attention and MLP"),
+        (bool(getattr(c, "attn_only", False)), "attention-only blocks"),
+        (bool(getattr(c, "gated_mlp", False)), "gated MLP"),
+        (not getattr(c, "use_attn_scale", True), "use_attn_scale=False"),
+        (getattr(c, "attn_scale", math.sqrt(c.d_head)) != math.sqrt(c.d_head), "a custom attn_scale"),
+        (bool(getattr(c, "use_local_attn", False)), "local attention"),
+        (getattr(c, "final_rms", False), "final_rms"),
+        (bool(getattr(c, "use_qk_norm", False)), "QK normalisation"),
+        (getattr(c, "output_logits_soft_cap", -1.0) > 0, "logit soft-capping"),
+        (getattr(c, "attn_scores_soft_cap", -1.0) > 0, "attention soft-capping"),
+    ]
+    reasons = [why for bad, why in checks if bad]
+    return ", ".join(reasons) if reasons else None
+
+
+def _norm(x: Tensor, module: torch.nn.Module, kind: str | None, eps: float) -> Tensor:
+    """TransformerLens's LayerNorm / RMSNorm (and their ``Pre`` variants without weights) as fused kernels."""
+    if kind is None:
+        return x
+    weight = module.w if kind in ("LN", "RMS") else None
+    if kind.startswith("LN"):
+        return F.layer_norm(x, (x.shape[-1],), weight, module.b if kind == "LN" else None, eps)
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)
+
+
+def _dropout_p(model: HookedTransformer) -> float:
+    """The dropout probability of the permanent hooks (0.0 when the model has none)."""
+    return float(getattr(model, "nope_dropout", 0.0))
+
+
+def fast_logits(
+    model: HookedTransformer, tokens: Int[Tensor, "batch pos"], dropout: float | None = None
+) -> Float[Tensor, "batch pos d_vocab"]:
+    """Logits of ``model`` on ``tokens`` without hooks: the same values as ``model(tokens)`` up to float
+    rounding, with gradients to the model's own parameters.
+
+    Args:
+        model: a ``HookedTransformer`` built by :func:`nope_interp.model.build_model` (or any with
+            supported options). Hooks added by the user are NOT run on this path.
+        tokens: token ids in ``[0, d_vocab)``, at most ``n_ctx`` positions.
+        dropout: dropout probability in [0, 1) applied (in train mode only) after the token embedding
+            and each block's attention and MLP output; default: the model's own (``model.nope_dropout``,
+            set by ``build_model``; 0.0 if absent).
+
+    Raises:
+        NopeInterpError: the model uses an option the fast path does not implement
+            (:func:`unsupported_reason`); tokens longer than ``n_ctx``.
+    """
+    why = unsupported_reason(model)
+    if why is not None:
+        raise NopeInterpError(f"fast_logits does not support {why}; use model(tokens)")
+    c = model.cfg
+    b, p = tokens.shape
+    if p > c.n_ctx:
+        raise NopeInterpError(f"tokens have {p} positions, more than n_ctx={c.n_ctx}")
+    p_drop = _dropout_p(model) if dropout is None else dropout
+    train = model.training and p_drop > 0
+
+    def drop(x: Tensor) -> Tensor:
+        return F.dropout(x, p_drop, training=True) if train else x
+
+    x = drop(model.embed.W_E[tokens])
+    w_pos = model.pos_embed.W_pos
+    if w_pos.requires_grad or bool(torch.any(w_pos != 0)):
+        x = x + w_pos[:p]
+    act = _ACTIVATIONS[c.act_fn]
+    h, dh = c.n_heads, c.d_head
+    for block in model.blocks:
+        attn = block.attn
+        normed = _norm(x, block.ln1, c.normalization_type, c.eps)
+        w_qkv = torch.cat([attn.W_Q, attn.W_K, attn.W_V], 0).permute(1, 0, 2).reshape(c.d_model, 3 * h * dh)
+        b_qkv = torch.cat([attn.b_Q, attn.b_K, attn.b_V], 0).reshape(3 * h * dh)
+        qkv = torch.addmm(b_qkv, normed.reshape(b * p, c.d_model), w_qkv).view(b, p, 3, h, dh)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        z = F.scaled_dot_product_attention(q, k, v, is_causal=c.attention_dir == "causal")
+        z = z.transpose(1, 2).reshape(b * p, h * dh)
+        attn_out = torch.addmm(attn.b_O, z, attn.W_O.reshape(h * dh, c.d_model)).view(b, p, c.d_model)
+        x = x + drop(attn_out)
+        normed = _norm(x, block.ln2, c.normalization_type, c.eps)
+        mlp = block.mlp
+        hidden = act(torch.addmm(mlp.b_in, normed.reshape(b * p, c.d_model), mlp.W_in))
+        x = x + drop(torch.addmm(mlp.b_out, hidden, mlp.W_out).view(b, p, c.d_model))
+    x = _norm(x, model.ln_final, c.normalization_type, c.eps)
+    if isinstance(model.unembed, TiedUnembed):
+        return F.linear(x, model.embed.W_E, model.unembed.b_U)
+    return x @ model.unembed.W_U + model.unembed.b_U

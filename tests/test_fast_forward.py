@@ -1,0 +1,80 @@
+"""The trainer's hook-free forward equals the hooked model: logits, gradients and dropout masks."""
+
+import pytest
+import torch
+
+OPTIONS = [{}, {"normalization": "RMS"}, {"normalization": "LNPre"}, {"normalization": "RMSPre"},
+           {"act_fn": "gelu_new"}, {"act_fn": "relu"}, {"act_fn": "silu"}, {"positional": "learned"},
+           {"tied_embeddings": True}, {"attention": "bidirectional"}, {"biases": True},
+           {"n_layers": 3, "n_heads": 4, "d_head": 8}]
+
+
+def _perturbed(cfg):
+    """A model whose weights are moved off their init (so biases, LN weights and W_pos all matter)."""
+    from nope_interp.model import build_model
+
+    model = build_model(cfg)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(0.1 * torch.randn(p.shape, generator=gen))
+    return model
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "default")
+def test_logits_and_gradients_equal_the_hooked_model(options):
+    from nope_interp.config import preset
+    from nope_interp.fast_forward import fast_logits, unsupported_reason
+
+    model = _perturbed(preset("tiny", **options))
+    assert unsupported_reason(model) is None
+    tokens = torch.randint(0, 96, (3, 13), generator=torch.Generator().manual_seed(0))
+    for length in (1, 5, 13):
+        ref = model(tokens[:, :length], return_type="logits")
+        got = fast_logits(model, tokens[:, :length])
+        torch.testing.assert_close(got, ref, atol=2e-5, rtol=1e-5)
+    params = [p for p in model.parameters() if p.requires_grad]
+    grads_ref = torch.autograd.grad(model(tokens, return_type="logits").square().mean(), params)
+    grads = torch.autograd.grad(fast_logits(model, tokens).square().mean(), params)
+    for a, b in zip(grads, grads_ref, strict=True):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
+
+
+def test_dropout_draws_the_same_masks_as_the_hooks_and_only_in_train_mode():
+    from nope_interp.config import preset
+    from nope_interp.fast_forward import fast_logits
+
+    model = _perturbed(preset("tiny", dropout=0.3))
+    tokens = torch.randint(0, 96, (4, 9), generator=torch.Generator().manual_seed(0))
+    model.train()
+    torch.manual_seed(5)
+    ref = model(tokens, return_type="logits")
+    torch.manual_seed(5)
+    got = fast_logits(model, tokens)
+    torch.testing.assert_close(got, ref, atol=2e-5, rtol=1e-5)
+    torch.manual_seed(6)
+    assert not torch.allclose(fast_logits(model, tokens), ref)  # other masks: dropout is on
+    model.eval()
+    torch.testing.assert_close(fast_logits(model, tokens), model(tokens, return_type="logits"), atol=2e-5,
+                               rtol=1e-5)
+    assert torch.equal(fast_logits(model, tokens), fast_logits(model, tokens))  # eval: deterministic
+
+
+def test_unsupported_models_are_named_and_the_loss_falls_back():
+    from nope_interp.config import preset
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.evaluate import answer_loss
+    from nope_interp.fast_forward import fast_logits, unsupported_reason
+    from nope_interp.model import build_model
+    from tasks import Batch
+
+    model = build_model(preset("tiny", positional="rotary"))
+    assert "rotary" in unsupported_reason(model)
+    with pytest.raises(NopeInterpError, match="rotary"):
+        fast_logits(model, torch.zeros(1, 3, dtype=torch.long))
+    tokens = torch.randint(0, 96, (2, 6), generator=torch.Generator().manual_seed(0))
+    batch = Batch(tokens, tokens.roll(-1, 1), torch.ones(2, 6, dtype=torch.bool))
+    assert answer_loss(model, batch, fast=True) == answer_loss(model, batch)
+    with pytest.raises(NopeInterpError, match="n_ctx"):
+        fast_logits(build_model(preset("tiny")), torch.zeros(1, 49, dtype=torch.long))
