@@ -119,7 +119,8 @@ class TaskDemo:
         diagnostics: ``{kind: nope_interp.diagnostics.diagnose(...)}`` on the analysed full-length prompts:
             which mechanism is at work (attention entropy, positional share, value geometry).
         labels: the legend label of each analysed model (shape included).
-        trained_model: the trained model's config. train_command, model_source: provenance.
+        trained_model: the trained model's config. objective: its training objective (``answer_only`` or
+            ``packed``). train_command, model_source: provenance.
         test_acc_shipped, n_test_shipped, train_steps, train_wall_time_s: from the run's summary (may be None).
         test_acc_remeasured: exact match in [0, 1] on ``n_test_remeasured`` held-out test prompts.
     """
@@ -128,6 +129,7 @@ class TaskDemo:
     analyses: dict[str, AnalysisResult]
     labels: dict[str, str]
     trained_model: ModelConfig
+    objective: str
     train_command: str
     model_source: str
     test_acc_shipped: float | None
@@ -146,7 +148,8 @@ class TaskDemo:
                 "other_protocols": {p: {k: r.to_dict() for k, r in by.items()}
                                     for p, by in self.other_protocols.items()},
                 "exact_match_on_inputs": self.exact_match_on_inputs, "diagnostics": self.diagnostics,
-                "trained_model": self.trained_model.to_dict(), "train_command": self.train_command,
+                "trained_model": self.trained_model.to_dict(), "objective": self.objective,
+                "train_command": self.train_command,
                 "test_acc_shipped": self.test_acc_shipped, "n_test_shipped": self.n_test_shipped,
                 "train_steps": self.train_steps, "train_wall_time_s": self.train_wall_time_s,
                 "test_acc_remeasured": self.test_acc_remeasured, "n_test_remeasured": self.n_test_remeasured,
@@ -246,7 +249,8 @@ def run(config: DemoConfig, models: list[ModelEntry] | None = None, *, log: Log 
             labels={"initialised": f"initialised ({config.init_preset}, {init_cfg.n_layers}x{init_cfg.d_model})",
                     "step0": f"same shape, step 0 ({m.n_layers}x{m.d_model})",
                     "trained": f"trained ({m.n_layers}x{m.d_model})"},
-            trained_model=m, train_command=run_.command, model_source=str(run_.path),
+            trained_model=m, objective=run_.train_cfg.objective, train_command=run_.command,
+            model_source=str(run_.path),
             test_acc_shipped=run_.summary.get("test_acc"), n_test_shipped=run_.summary.get("n_test"),
             train_steps=run_.summary.get("steps"), train_wall_time_s=run_.summary.get("train_wall_time_s"),
             test_acc_remeasured=acc, n_test_remeasured=len(test), other_protocols=others,
@@ -283,14 +287,14 @@ def render_summary(summary: dict[str, Any]) -> str:
              f"Adjacency score = row mean (paper's definition) over {summary['n_prompts']} held-out full-length "
              "prompts per task, mean ± std over sequences. The `pooled` reduction (authors' code) is in "
              "summary.json.", "", "## Trained models", "",
-             "| task | shape (layers x d_model) | steps | train time (min) | test exact match (shipped, n) "
-             "| re-measured (n) | reaches 99% (full test set)? |", "|---|---|---|---|---|---|---|"]
+             "| task | objective | shape (layers x d_model) | steps | train time (min) | test exact match (shipped, n) "
+             "| re-measured (n) | reaches 99% (full test set)? |", "|---|---|---|---|---|---|---|---|"]
     for name, t in summary["tasks"].items():
         m = t["trained_model"]
         shipped = t["test_acc_shipped"]
         wall = t["train_wall_time_s"]
         lines.append(
-            f"| {name} | {m['n_layers']}x{m['d_model']} | {t['train_steps']} | "
+            f"| {name} | {t.get('objective', 'answer_only')} | {m['n_layers']}x{m['d_model']} | {t['train_steps']} | "
             f"{'' if wall is None else f'{wall / 60:.1f}'} | "
             f"{'n/a' if shipped is None else f'{shipped:.4f}'} ({t['n_test_shipped']}) | "
             f"{t['test_acc_remeasured']:.4f} ({t['n_test_remeasured']}) | "
