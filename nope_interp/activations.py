@@ -4,6 +4,7 @@
 concatenated, as the authors' code analysed it; every other point already has width ``d_model``.
 """
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -13,6 +14,7 @@ from transformer_lens import HookedTransformer
 
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names
+from nope_interp.model import check_tokens
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,49 @@ class Activations:
         return self.acts[self.labels.index(label)]
 
 
+def _checked(model: HookedTransformer, tokens: Tensor) -> Tensor:
+    tokens = check_tokens(model, tokens)
+    if tokens.shape[1] > model.cfg.n_ctx:
+        raise NopeInterpError(f"sequences of {tokens.shape[1]} tokens exceed the model's n_ctx={model.cfg.n_ctx}")
+    return tokens
+
+
+def iter_activations(
+    model: HookedTransformer,
+    tokens: Int[Tensor, "batch pos"],
+    points: tuple[str, ...] = ACTIVATION_POINTS,
+    batch_size: int = 512,
+) -> Iterator[Activations]:
+    """:func:`collect_activations` one chunk of at most ``batch_size`` sequences at a time, in order.
+
+    Memory holds one chunk's activations (``site x batch_size x pos x d_model`` float32), however many
+    sequences ``tokens`` has. The tokens are checked (and the points resolved) before the first forward pass.
+
+    Raises:
+        NopeInterpError: as :func:`collect_activations`; ``batch_size`` < 1.
+    """
+    tokens = _checked(model, tokens)
+    if batch_size < 1:
+        raise NopeInterpError(f"batch_size must be >= 1, got {batch_size}")
+    names = activation_hook_names(model.cfg.n_layers, points)
+    return _iter_chunks(model, tokens, names, batch_size)
+
+
+def _iter_chunks(model: HookedTransformer, tokens: Tensor, names: list[str], batch_size: int) -> Iterator[Activations]:
+    for start in range(0, tokens.shape[0], batch_size):
+        toks = tokens[start : start + batch_size].to(model.cfg.device)
+        with torch.no_grad():
+            _, cache = model.run_with_cache(toks, names_filter=lambda n: n in names, return_type=None)
+        per = []
+        for n in names:
+            a = cache[n]
+            if a.ndim == 4:  # hook_z: batch pos n_heads d_head -> batch pos d_model
+                a = a.reshape(a.shape[0], a.shape[1], -1)
+            per.append(a.float().cpu())
+        del cache
+        yield Activations(acts=torch.stack(per), labels=tuple(names))
+
+
 @torch.no_grad()
 def collect_activations(
     model: HookedTransformer,
@@ -46,28 +91,16 @@ def collect_activations(
 
     Args:
         model: any HookedTransformer with ``n_heads * d_head == d_model``.
-        tokens: a batch of equal-length sequences (no padding), ``pos <= n_ctx``.
+        tokens: a batch of equal-length sequences (no padding) of ids in ``[0, d_vocab)``, ``1 <= pos <= n_ctx``.
         points: a subset of :data:`~nope_interp.hooks.ACTIVATION_POINTS`.
-        batch_size: sequences per forward pass (bounds memory).
+        batch_size: sequences per forward pass (bounds the forward pass's memory; the result holds all of
+            them: use :func:`iter_activations` to stream).
 
     Raises:
-        NopeInterpError: unknown point; sequences longer than ``n_ctx``.
+        NopeInterpError: unknown point; sequences longer than ``n_ctx``; ``tokens`` that are not a 2-D
+            integer tensor with at least one sequence and position, or hold an id outside ``[0, d_vocab)``
+            (:func:`~nope_interp.model.check_tokens`).
     """
-    if tokens.ndim != 2:
-        raise NopeInterpError(f"tokens must be 2-D (batch, pos), got shape {tuple(tokens.shape)}")
-    if tokens.shape[1] > model.cfg.n_ctx:
-        raise NopeInterpError(f"sequences of {tokens.shape[1]} tokens exceed the model's n_ctx={model.cfg.n_ctx}")
-    names = activation_hook_names(model.cfg.n_layers, points)
-    chunks = []
-    for start in range(0, tokens.shape[0], batch_size):
-        toks = tokens[start : start + batch_size].to(model.cfg.device)
-        _, cache = model.run_with_cache(toks, names_filter=lambda n: n in names, return_type=None)
-        per = []
-        for n in names:
-            a = cache[n]
-            if a.ndim == 4:  # hook_z: batch pos n_heads d_head -> batch pos d_model
-                a = a.reshape(a.shape[0], a.shape[1], -1)
-            per.append(a.float().cpu())
-        chunks.append(torch.stack(per))
-        del cache
-    return Activations(acts=torch.cat(chunks, dim=1), labels=tuple(names))
+    chunks = [a.acts for a in iter_activations(model, tokens, points, batch_size)]
+    return Activations(acts=torch.cat(chunks, dim=1),
+                       labels=tuple(activation_hook_names(model.cfg.n_layers, points)))

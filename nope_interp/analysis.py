@@ -8,15 +8,27 @@ both reductions of the adjacency score, mean and spread over sequences.
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from jaxtyping import Float
 from torch import Tensor
 from transformer_lens import HookedTransformer
 
 import tasks as tasks_pkg
-from nope_interp.activations import collect_activations
+from nope_interp.activations import iter_activations
 from nope_interp.errors import NopeInterpError
-from nope_interp.hooks import ACTIVATION_POINTS
-from nope_interp.similarity import REDUCTIONS, ScoreSummary, adjacency_score, cosine_similarity_matrix, summarize
+from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names
+from nope_interp.similarity import (
+    REDUCTIONS,
+    ScoreSummary,
+    adjacency_scores_of_activations,
+    cosine_similarity_matrix,
+    summarize,
+)
+
+#: Memory bound (bytes) of one chunk of prompts' cached activations in :func:`analyze_model`.
+DEFAULT_CHUNK_BYTES = 2**27
+#: At most this many prompts per chunk (one forward pass each), as :func:`~nope_interp.activations.collect_activations`.
+MAX_CHUNK_PROMPTS = 512
 
 
 @dataclass(frozen=True)
@@ -70,6 +82,7 @@ def analyze_model(
     meta: dict[str, Any] | None = None,
     protocol: str = "full",
     window: int = 64,
+    max_bytes: int = DEFAULT_CHUNK_BYTES,
 ) -> AnalysisResult:
     """Cosine matrices and adjacency scores of ``model`` on ``n_prompts`` full-length prompts of ``task``.
 
@@ -82,9 +95,13 @@ def analyze_model(
         meta: extra fields for :meth:`AnalysisResult.to_dict`.
         protocol: input protocol, one of ``tasks.PROTOCOLS`` (``docs/method.md``, "Analysis inputs"):
             ``full`` (default), ``authors`` or ``window`` (``window`` characters of concatenated lines).
+        max_bytes: memory bound of one chunk of prompts' cached activations (:func:`analysis_chunk_size`).
+            Prompts are run, and scored site by site, one chunk at a time, so peak memory does not grow
+            with ``n_prompts`` (only the per-sequence scores do: 16 bytes per prompt and site).
 
     Raises:
-        NopeInterpError: the inputs do not fit ``n_ctx``; unknown points or protocol.
+        NopeInterpError: the inputs do not fit ``n_ctx``; unknown points or protocol; activations with
+            NaN or inf entries (non-finite weights), or near-zero vectors, at a site (the message names it).
     """
     if protocol not in tasks_pkg.PROTOCOLS:
         raise NopeInterpError(f"unknown protocol {protocol!r}; allowed: {', '.join(tasks_pkg.PROTOCOLS)}")
@@ -94,12 +111,32 @@ def analyze_model(
             f"n_ctx={model.cfg.n_ctx} is too small for {task.name!r} {protocol} inputs of {length} tokens"
         )
     prompts = tasks_pkg.protocol_inputs(task, protocol, n_prompts, seed, exclude, window)
-    acts = collect_activations(model, task.prompt_tokens(prompts), points)
-    sim = cosine_similarity_matrix(acts.acts)  # site batch pos pos
-    per_sequence = {r: adjacency_score(sim, r) for r in REDUCTIONS}
+    labels = tuple(activation_hook_names(model.cfg.n_layers, points))
+    chunk = analysis_chunk_size(len(labels), length, model.cfg.d_model, max_bytes)
+    per_chunk: dict[str, list[Tensor]] = {r: [] for r in REDUCTIONS}
+    example_sim = None
+    for start in range(0, len(prompts), chunk):  # one chunk of prompts in memory at a time
+        tokens = task.prompt_tokens(prompts[start : start + chunk])
+        acts = next(iter_activations(model, tokens, points, batch_size=chunk))
+        if example_sim is None:
+            example_sim = cosine_similarity_matrix(acts.acts[:, 0])  # site pos pos
+        scores_by_site = [adjacency_scores_of_activations(acts.acts[i], REDUCTIONS, what=f"activations at {site}")
+                          for i, site in enumerate(labels)]  # one site's float64 copies at a time
+        del acts
+        for r in REDUCTIONS:
+            per_chunk[r].append(torch.stack([sc[r] for sc in scores_by_site]))
+    per_sequence = {r: torch.cat(per_chunk[r], dim=1) for r in REDUCTIONS}
     scores = {
-        r: {site: summarize(per_sequence[r][i]).to_dict() for i, site in enumerate(acts.labels)} for r in REDUCTIONS
+        r: {site: summarize(per_sequence[r][i]).to_dict() for i, site in enumerate(labels)} for r in REDUCTIONS
     }
-    return AnalysisResult(task=task.name, sites=acts.labels, n_prompts=len(prompts), scores=scores,
-                          per_sequence=per_sequence, example_prompt=prompts[0], example_sim=sim[:, 0],
+    return AnalysisResult(task=task.name, sites=labels, n_prompts=len(prompts), scores=scores,
+                          per_sequence=per_sequence, example_prompt=prompts[0], example_sim=example_sim,
                           meta=dict(meta or {}), protocol=protocol)
+
+
+def analysis_chunk_size(n_sites: int, n_pos: int, d_model: int, max_bytes: int = DEFAULT_CHUNK_BYTES) -> int:
+    """Prompts per chunk of :func:`analyze_model`: as many as keep one chunk's cached activations
+    (``n_sites x chunk x n_pos x d_model`` float32) within ``max_bytes``, at least 1 and at most
+    :data:`MAX_CHUNK_PROMPTS`."""
+    per_prompt = max(1, n_sites * n_pos * d_model * 4)
+    return max(1, min(MAX_CHUNK_PROMPTS, max_bytes // per_prompt))

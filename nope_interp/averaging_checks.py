@@ -38,7 +38,7 @@ from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import exact_match_accuracy
 from nope_interp.hooks import hook_name
 from nope_interp.interventions import replaced_pattern
-from nope_interp.similarity import adjacency_score, cosine_similarity_matrix
+from nope_interp.similarity import adjacency_score, check_finite, cosine_similarity_matrix
 
 
 @dataclass(frozen=True)
@@ -242,7 +242,8 @@ def averaging_report(
         An :class:`AveragingReport` (fields documented in :class:`LayerAveraging`).
 
     Raises:
-        NopeInterpError: prompts shorter than 3 tokens (no rank correlation); TaskError: too many prompts asked.
+        NopeInterpError: prompts shorter than 3 tokens (no rank correlation); NaN or inf entries in a layer's
+            ``hook_z`` (the message names the site); TaskError: too many prompts asked.
     """
     prompts = task.analysis_prompts(n_prompts, seed, exclude)
     tokens = task.prompt_tokens(prompts).to(model.cfg.device)
@@ -260,6 +261,7 @@ def averaging_report(
         z = cache[hook_name("z", layer)].cpu()
         v = cache[hook_name("v", layer)].cpu()
         z_cat = z.flatten(-2)
+        check_finite(z_cat, f"activations at {hook_name('z', layer)}")
         obs_cat = cosine_similarity_matrix(z_cat)
         var = per_position_variance(z_cat)
         var_ratio = (var / var[:, :1]).mean(0)

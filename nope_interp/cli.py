@@ -166,15 +166,18 @@ def _build_parser() -> argparse.ArgumentParser:
 def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
     import torch
 
-    from nope_interp.config import ModelConfig, TrainConfig, preset
+    from nope_interp.config import ModelConfig, TrainConfig, check_name, preset
     from nope_interp.train import finalize, train
 
     if args.threads is not None:
         if args.threads < 1:
             raise NopeInterpError(f"--threads must be a positive integer, got {args.threads}")
         torch.set_num_threads(args.threads)
+    if args.name is not None:
+        check_name("--name", args.name)
     if args.finalize:
         name = args.name or f"{args.task}-{args.preset}-s0"
+        check_name("run name", name)
         summary = finalize(Path(args.runs_dir) / name)
         print(f"test exact match {summary['test_acc']:.4f} at step {summary['steps']}; "
               f"summary: {Path(args.runs_dir) / name / 'summary.json'}")
@@ -184,6 +187,7 @@ def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
     train_kw = {k: v for k, v in config_kwargs(args, TrainConfig).items() if k not in _TRAIN_SKIP}
     cfg = TrainConfig(task=args.task, task_params=task_params, **train_kw)
     name = args.name or f"{args.task}-{args.preset}-s{model_cfg.seed}"
+    check_name("run name", name)
     run_dir = Path(args.runs_dir) / name
     result = train(model_cfg, cfg, run_dir, resume=args.resume, device=args.device,
                    command=shlex.join(["nope-interp", *argv]), progress=not args.no_progress)
@@ -193,17 +197,24 @@ def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def _cmd_job(job: Any, args: argparse.Namespace) -> int:
+    from nope_interp import io
     from nope_interp.config import ModelConfig
     from nope_interp.jobs.common import ModelSource, load_models
 
     cfg = job.CONFIG(**config_kwargs(args, job.CONFIG))
+    res_dir, fig_dir = io.job_dirs(args.out_root, job.NAME.replace("-", "_"))
+    for folder in (res_dir, fig_dir):  # before any work: a file or a read-only folder fails here
+        io.check_writable_dir(folder, "--out-root output folder")
+    if getattr(cfg, "retrain", False):  # demo --retrain writes runs under --runs-dir
+        io.check_writable_dir(cfg.runs_dir, "--runs-dir")
     models = None
     if job.TAKES_MODELS:
         source = ModelSource(**config_kwargs(args, ModelSource),
                              model_overrides=config_kwargs(args, ModelConfig, prefix="model-"))
         models = load_models(source) if source.given else None
-    result = job.run(cfg, models, log=print)
-    paths = job.write(result, args.out_root)
+    with io.exclusive(res_dir, "--out-root output folder"):  # one writer per job and --out-root at a time
+        result = job.run(cfg, models, log=print)
+        paths = job.write(result, args.out_root)
     wall = getattr(result, "wall_time_s", None)
     print(("" if wall is None else f"done in {wall:.0f}s\n") + "outputs:\n" + "\n".join(f"  {p}" for p in paths))
     return 0

@@ -8,8 +8,12 @@ method behind the defaults is described in ``docs/method.md``.
 """
 
 import dataclasses
+import functools
 import json
 import math
+import re
+import types
+import typing
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
@@ -49,7 +53,11 @@ def check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
 
 
 def check_choices(name: str, values: tuple[str, ...], allowed: tuple[str, ...]) -> None:
-    """Raise NopeInterpError unless ``values`` is non-empty and every entry is one of ``allowed``."""
+    """Raise NopeInterpError unless ``values`` is a non-empty sequence (not a single string) and every
+    entry is one of ``allowed``."""
+    if isinstance(values, (str, bytes)):
+        raise NopeInterpError(f"{name} must be a list of names (e.g. [{allowed[0]!r}]), got the single string "
+                              f"{values!r}; allowed: {', '.join(allowed)}")
     if not values:
         raise NopeInterpError(f"{name} must not be empty; allowed: {', '.join(allowed)}")
     for v in values:
@@ -62,14 +70,129 @@ def check_tasks(names: tuple[str, ...]) -> None:
     check_choices("task", tuple(names), tasks_pkg.TASK_NAMES)
 
 
+#: What a user-given name that becomes a folder or file name (a run name, an output label) may be: one path
+#: component of ASCII letters, digits, ``.``, ``_``, ``+`` and ``-``, not starting with ``.`` or ``-``.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]{0,199}", re.ASCII)
+
+
+def check_name(name: str, value: Any) -> None:
+    """Raise NopeInterpError unless ``value`` is a safe single path component (:data:`NAME_PATTERN`):
+    1-200 characters of ``A-Z a-z 0-9 . _ + -``, not starting with ``.`` or ``-`` (so never ``..``,
+    a path with ``/``, a hidden file or an option-like word)."""
+    if not isinstance(value, str) or not NAME_PATTERN.fullmatch(value):
+        raise NopeInterpError(f"{name} must be one folder name of 1-200 characters from A-Z a-z 0-9 . _ + - "
+                              f"(not starting with . or -), got {value!r}")
+
+
 C = TypeVar("C", bound="FrozenConfig")
+
+
+def _type_words(tp: Any) -> str:
+    """How a field's annotation reads in an error message (``a list of integers``, ``true or false``)."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (types.UnionType, typing.Union):
+        return " or ".join("null" if a is type(None) else _type_words(a) for a in args)
+    if origin is tuple:
+        return f"a list of {_type_words(args[0]).removeprefix('a ').removeprefix('an ')}s"
+    if origin is dict:
+        values = f" of {_type_words(args[1]).split(' ', 1)[-1]}s" if len(args) == 2 and args[1] is not Any else ""
+        return "a JSON object" + values
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(tp, str(tp))
+
+
+def _conform(tp: Any, value: Any) -> tuple[bool, Any]:
+    """``(ok, value)``: whether ``value`` fits the annotation ``tp``; lists become tuples for tuple types."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return True, value
+    if origin in (types.UnionType, typing.Union):
+        for a in args:
+            ok, conformed = (value is None, None) if a is type(None) else _conform(a, value)
+            if ok:
+                return True, conformed
+        return False, value
+    if origin is tuple:  # tuple[X, ...]; a str is a sequence too, but never a list of names
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+            return False, value
+        items = [_conform(args[0], v) for v in value]
+        return all(ok for ok, _ in items), tuple(v for _, v in items)
+    if origin is dict:
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            return False, value
+        return all(_conform(args[1], v)[0] for v in value.values()) if len(args) == 2 else True, value
+    if tp is bool:
+        return isinstance(value, bool), value
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool), value
+    if isinstance(tp, type):
+        return isinstance(value, tp), value
+    return True, value
+
+
+def _describe(tp: Any, value: Any) -> str:
+    """What ``value`` is, for the error message of a field annotated ``tp``."""
+    def what(v: Any) -> str:
+        return "null" if v is None else f"{type(v).__name__} {v!r}"
+
+    seq = next((a for a in (tp, *typing.get_args(tp)) if typing.get_origin(a) is tuple), None)
+    if isinstance(value, str) and seq is not None:
+        hint = f" (write [{value!r}] for a list of one)" if typing.get_args(seq)[0] is str else ""
+        return f"the single string {value!r}{hint}"
+    if isinstance(value, (list, tuple)) and seq is not None:
+        for i, v in enumerate(value):
+            if not _conform(typing.get_args(seq)[0], v)[0]:
+                return f"{list(value)!r} (entry {i} is {what(v)})"
+    if isinstance(value, dict):
+        bad = next(((k, v) for k, v in value.items() if not isinstance(k, str)
+                    or not _conform(typing.get_args(tp)[1] if len(typing.get_args(tp)) == 2 else Any, v)[0]), None)
+        if bad is not None:
+            return f"{value!r} (key {bad[0]!r} has {what(bad[1])})"
+    return what(value)
+
+
+@functools.cache
+def _field_types(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints.get(f.name, Any) for f in fields(cls)}  # type: ignore[arg-type]
 
 
 class FrozenConfig:
     """Mixin for frozen dataclass configs: JSON round-trip, validated copies, field help.
 
-    Tuple-typed fields accept lists in :meth:`from_dict` (JSON has no tuples) and are written as lists.
+    Every field's value is checked against its annotation before the config's own ``__post_init__``
+    runs (``beta1="0.9"``, ``biases="no"`` or a single string where a list is expected raise
+    :class:`~nope_interp.errors.NopeInterpError` naming the field and the expected type; an ``int`` is
+    accepted for a ``float`` field). Tuple-typed fields accept lists (JSON has no tuples), stored as
+    tuples, and are written as lists.
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("__post_init__")
+        if own is not None:  # run the type checks first, then the config's own checks
+
+            @functools.wraps(own)
+            def __post_init__(self: "FrozenConfig") -> None:  # noqa: N807 - the dataclass hook's name
+                FrozenConfig._check_field_types(self)
+                own(self)
+
+            cls.__post_init__ = __post_init__  # type: ignore[attr-defined]
+
+    def __post_init__(self) -> None:
+        """Check every field against its annotation (configs without checks of their own)."""
+        self._check_field_types()
+
+    def _check_field_types(self) -> None:
+        """Raise NopeInterpError for a field whose value does not fit its annotation; lists -> tuples."""
+        for name, tp in _field_types(type(self)).items():
+            value = getattr(self, name)
+            ok, conformed = _conform(tp, value)
+            if not ok:
+                raise NopeInterpError(f"{name} must be {_type_words(tp)}, got {_describe(tp, value)}")
+            if conformed is not value:
+                object.__setattr__(self, name, conformed)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-serialisable dict of every field (tuples become lists)."""
@@ -117,6 +240,10 @@ POSITIONAL_CHOICES = ("none", "learned", "rotary")
 OBJECTIVES = ("answer_only", "packed")
 ATTENTION_CHOICES = ("causal", "bidirectional")
 ACT_FN_CHOICES = ("gelu", "gelu_new", "relu", "silu")
+#: Largest ``|init_mean|`` and ``init_std`` accepted: far beyond the init grids (mean <= 8, std <= 2), and
+#: float32 weights, activations and gradients stay finite there (larger draws overflow to inf).
+INIT_MEAN_MAX = 1e3
+INIT_STD_MAX = 1e3
 NORMALIZATION_CHOICES = ("LN", "LNPre", "RMS", "RMSPre")
 
 
@@ -142,8 +269,9 @@ class ModelConfig(FrozenConfig):
             MLP output, in train mode only (nanoGPT's placement; the authors used 0.2). Default 0.
 
     Raises:
-        NopeInterpError: a size outside [1, 1e6], ``n_heads * d_head != d_model``, an unknown choice, a
-            non-finite ``init_mean``, a non-positive or non-finite ``init_std``, a negative seed.
+        NopeInterpError: a size outside [1, 1e6], ``n_heads * d_head != d_model``, an unknown choice,
+            ``init_mean`` outside [-1000, 1000] or ``init_std`` outside (0, 1000] (NaN and inf never pass),
+            a negative seed.
     """
 
     n_layers: int = opt(2, "number of transformer blocks")
@@ -175,8 +303,8 @@ class ModelConfig(FrozenConfig):
         check_choice("normalization", self.normalization, NORMALIZATION_CHOICES)
         check_choice("positional", self.positional, POSITIONAL_CHOICES)
         check_choice("attention", self.attention, ATTENTION_CHOICES)
-        check_float("init_mean", self.init_mean)
-        check_float("init_std", self.init_std, 0.0, low_open=True)
+        check_float("init_mean", self.init_mean, -INIT_MEAN_MAX, INIT_MEAN_MAX)
+        check_float("init_std", self.init_std, 0.0, INIT_STD_MAX, low_open=True)
         check_int("seed", self.seed, 0, 2**63 - 1)
         if not isinstance(self.tied_embeddings, bool):
             raise NopeInterpError(f"tied_embeddings must be true or false, got {self.tied_embeddings!r}")
@@ -231,9 +359,9 @@ class TrainConfig(FrozenConfig):
         window: window length in tokens of the packed objective (authors: 256); at most the model's n_ctx.
 
     Raises:
-        NopeInterpError: unknown task, task parameter or objective, a non-positive count, a learning rate that is
-            not a positive finite number, a ratio outside [0, 1], a negative or non-finite weight decay,
-            a non-positive or non-finite grad clip.
+        NopeInterpError: unknown task, task parameter or objective, a non-positive count, a learning rate
+            outside (0, 10], a ratio outside [0, 1], a beta outside [0, 1), a weight decay outside [0, 1000]
+            or with ``lr * weight_decay > 1``, a grad clip outside (0, 1e9]. NaN and inf never pass.
     """
 
     task: str = opt("addition", "task name")
@@ -269,7 +397,13 @@ class TrainConfig(FrozenConfig):
         check_float("lr", self.lr, 0.0, 10.0, low_open=True)
         for name in ("min_lr_ratio", "beta1", "beta2", "target_acc"):
             check_float(name, getattr(self, name), 0.0, 1.0)
+        for name in ("beta1", "beta2"):  # Adam divides by 1 - beta**t: a beta of 1 gives NaN at once
+            if getattr(self, name) >= 1.0:
+                raise NopeInterpError(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
         check_float("weight_decay", self.weight_decay, 0.0, 1e3)
+        if self.lr * self.weight_decay > 1.0:  # AdamW multiplies the weights by 1 - lr * weight_decay
+            raise NopeInterpError(f"lr * weight_decay must be at most 1 (AdamW scales the weights by "
+                                  f"1 - lr * weight_decay each step), got {self.lr!r} * {self.weight_decay!r}")
         check_float("grad_clip", self.grad_clip, 0.0, 1e9, low_open=True)
         check_choice("objective", self.objective, OBJECTIVES)
         check_int("window", self.window, 1, 1_000_000)

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
-from jaxtyping import Float
+from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer
 
@@ -26,6 +26,7 @@ import tasks as tasks_pkg
 from nope_interp.averaging import relative_entropy_to_uniform
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import hook_name
+from nope_interp.model import check_tokens
 
 DIGITS = "0123456789"
 
@@ -46,10 +47,23 @@ def positional_share(acts: Float[Tensor, "batch pos d"]) -> float:
     return float(a.shape[0] * (a.mean(0) ** 2).sum()) / total
 
 
+def _checked_tokens(model: HookedTransformer, tokens: Tensor) -> Tensor:
+    tokens = check_tokens(model, tokens)
+    if tokens.shape[1] > model.cfg.n_ctx:
+        raise NopeInterpError(f"sequences of {tokens.shape[1]} tokens exceed the model's n_ctx={model.cfg.n_ctx}")
+    return tokens
+
+
 @torch.no_grad()
-def layer0_attention_entropy(model: HookedTransformer, tokens: Tensor) -> float:
+def layer0_attention_entropy(model: HookedTransformer, tokens: Int[Tensor, "batch pos"]) -> float:
     """Mean relative entropy (1 = uniform causal attention, 0 = one key) of layer 0's attention rows >= 1,
-    over heads and prompts."""
+    over heads and prompts, in [0, 1].
+
+    Raises:
+        NopeInterpError: ``tokens`` that are not a 2-D integer tensor of ids in ``[0, d_vocab)``
+            (:func:`~nope_interp.model.check_tokens`), or longer than ``n_ctx``.
+    """
+    tokens = _checked_tokens(model, tokens)
     name = hook_name("pattern", 0)
     _, cache = model.run_with_cache(tokens.to(model.cfg.device), names_filter=name, return_type=None)
     causal = model.cfg.attention_dir == "causal"
@@ -101,10 +115,17 @@ def value_geometry(model: HookedTransformer, task: tasks_pkg.Task) -> ValueGeome
     return ValueGeometry(digit_spread=spread, delimiter_norm_ratio=ratio, delimiters=delimiters)
 
 
-def diagnose(model: HookedTransformer, task: tasks_pkg.Task, tokens: Tensor) -> dict[str, Any]:
+def diagnose(model: HookedTransformer, task: tasks_pkg.Task, tokens: Int[Tensor, "batch pos"]) -> dict[str, Any]:
     """All three diagnostics on ``tokens`` (``Int[Tensor, "batch pos"]``, batch >= 2): ``l0_attention_entropy``,
     ``l0_z_positional_share`` (at ``blocks.0.attn.hook_z``), ``digit_value_spread``,
-    ``delimiter_value_norm_ratio``."""
+    ``delimiter_value_norm_ratio``.
+
+    Raises:
+        NopeInterpError: ``tokens`` that are not a 2-D integer tensor of ids in ``[0, d_vocab)``
+            (:func:`~nope_interp.model.check_tokens`) or longer than ``n_ctx``; fewer than 2 prompts; a
+            model with positional embeddings (:func:`value_geometry`).
+    """
+    tokens = _checked_tokens(model, tokens)
     name = hook_name("z", 0)
     with torch.no_grad():
         _, cache = model.run_with_cache(tokens.to(model.cfg.device), names_filter=name, return_type=None)

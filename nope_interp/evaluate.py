@@ -16,7 +16,9 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 
 from nope_interp.errors import NopeInterpError
-from tasks import EOS, Batch, Example, Task, decode, encode
+from nope_interp.fast_forward import fast_logits, unsupported_reason
+from nope_interp.model import check_tokens
+from tasks import EOS, Batch, Example, Task, UnknownCharacterError, decode, encode
 
 
 @torch.inference_mode()
@@ -26,8 +28,13 @@ def greedy_decode(
     """Append ``max_new_tokens`` argmax tokens to each prompt (no early stop; caller cuts at newline).
 
     Raises:
-        NopeInterpError: if prompt plus new tokens would exceed the model's ``n_ctx``.
+        NopeInterpError: ``prompt_tokens`` is not a 2-D batch of at least one sequence of at least one
+            token id in ``[0, d_vocab)``; ``max_new_tokens`` is not an integer >= 0; prompt plus new
+            tokens would exceed the model's ``n_ctx``.
     """
+    prompt_tokens = check_tokens(model, prompt_tokens, "prompt_tokens")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise NopeInterpError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
     n_ctx = model.cfg.n_ctx
     if prompt_tokens.shape[1] + max_new_tokens > n_ctx:
         raise NopeInterpError(
@@ -46,17 +53,42 @@ def predict(model: HookedTransformer, task: Task, prompts: Sequence[str], batch_
     """The model's greedy answer to each prompt (text before the first newline).
 
     Args:
+        prompts: the prompts (a sequence of strings, not one string), each non-empty and made of
+            vocabulary characters.
+        batch_size: prompts per forward pass (>= 1).
         prefix: text put before every prompt (``"\\n"`` for a model trained on packed windows, where
             every example follows a newline); not part of the answer.
+
+    Raises:
+        NopeInterpError: ``prompts`` is a single string; a prompt that is not a string, is empty (with no
+            ``prefix``) or holds a character outside the vocabulary (the message gives its index);
+            ``batch_size`` < 1; prompts that do not fit the model's ``n_ctx``.
     """
-    groups: dict[int, list[int]] = defaultdict(list)
+    if isinstance(prompts, (str, bytes)):
+        raise NopeInterpError(f"prompts must be a sequence of prompt strings, got the single string {prompts!r} "
+                              f"(write [{prompts!r}] for one prompt)")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise NopeInterpError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    if not isinstance(prefix, str):
+        raise NopeInterpError(f"prefix must be a string, got {type(prefix).__name__} {prefix!r}")
+    encoded: list[list[int]] = []
     for i, p in enumerate(prompts):
-        groups[len(p)].append(i)
+        if not isinstance(p, str):
+            raise NopeInterpError(f"prompts[{i}] must be a string, got {type(p).__name__} {p!r}")
+        if not prefix + p:
+            raise NopeInterpError(f"prompts[{i}] is empty: a prompt needs at least one character (e.g. '$1+2=')")
+        try:
+            encoded.append(encode(prefix + p))
+        except UnknownCharacterError as err:
+            raise NopeInterpError(f"prompts[{i}]: {err}") from None
+    groups: dict[int, list[int]] = defaultdict(list)
+    for i, ids in enumerate(encoded):
+        groups[len(ids)].append(i)
     out: list[str] = [""] * len(prompts)
     for idx in groups.values():
         for start in range(0, len(idx), batch_size):
             chunk = idx[start : start + batch_size]
-            toks = torch.tensor([encode(prefix + prompts[i]) for i in chunk], dtype=torch.long)
+            toks = torch.tensor([encoded[i] for i in chunk], dtype=torch.long)
             new = greedy_decode(model, toks, task.max_answer_len + 1)
             for i, row in zip(chunk, new, strict=True):
                 out[i] = decode(row).split(EOS)[0]
@@ -70,18 +102,41 @@ def exact_match_accuracy(
     :func:`predict`).
 
     Raises:
-        NopeInterpError: no examples; prompts that do not fit the model's ``n_ctx``.
+        NopeInterpError: no examples, or ``examples`` holds something that is not an
+            :class:`~tasks.Example`; bad prompts as in :func:`predict`.
     """
-    if not examples:
-        raise NopeInterpError("exact_match_accuracy needs at least one example")
+    if isinstance(examples, (str, bytes)) or not examples:
+        raise NopeInterpError(f"exact_match_accuracy needs a non-empty sequence of tasks.Example, got {examples!r}")
+    bad = next((i for i, ex in enumerate(examples) if not isinstance(ex, Example)), None)
+    if bad is not None:
+        raise NopeInterpError(f"examples[{bad}] must be a tasks.Example (e.g. task.example(prompt)), "
+                              f"got {type(examples[bad]).__name__} {examples[bad]!r}")
     preds = predict(model, task, [ex.prompt for ex in examples], batch_size, prefix)
     return sum(p == ex.answer for p, ex in zip(preds, examples, strict=True)) / len(examples)
 
 
-def answer_loss(model: HookedTransformer, batch: Batch) -> Float[Tensor, ""]:
-    """Mean cross-entropy (nats, >= 0) over the answer tokens of ``batch`` (``batch.loss_mask``),
-    teacher-forced. The training objective of the shipped models, and the loss ablations report."""
+def answer_loss(model: HookedTransformer, batch: Batch, fast: bool = False) -> Float[Tensor, ""]:
+    """Mean cross-entropy (nats, >= 0) over the positions of ``batch.loss_mask``, teacher-forced: the
+    answer tokens (answer-only objective) or every position (packed objective). The training objective,
+    and the loss ablations report.
+
+    Args:
+        fast: compute the logits with the trainer's hook-free forward
+            (:func:`nope_interp.fast_forward.fast_logits`; equal up to float rounding; user hooks are not
+            run) when the model supports it; otherwise with ``model(tokens)``.
+
+    Raises:
+        NopeInterpError: ``batch.tokens``, or ``batch.targets`` where ``batch.loss_mask`` is True, are not
+            integer ids in ``[0, d_vocab)`` (:func:`~nope_interp.model.check_tokens`).
+    """
+    check_tokens(model, batch.tokens, "batch.tokens")
+    if batch.targets.shape == batch.loss_mask.shape and bool(batch.loss_mask.any()):
+        check_tokens(model, batch.targets[batch.loss_mask.bool()].unsqueeze(0), "batch.targets[loss_mask]")
     device = model.cfg.device
-    logits = model(batch.tokens.to(device), return_type="logits")
+    tokens = batch.tokens.to(device)
+    if fast and unsupported_reason(model) is None:
+        logits = fast_logits(model, tokens)
+    else:
+        logits = model(tokens, return_type="logits")
     mask = batch.loss_mask.to(device)
     return F.cross_entropy(logits[mask], batch.targets.to(device)[mask])

@@ -5,16 +5,22 @@ A run directory ``runs/<name>/`` holds ``config.json`` (model, task, training, t
 the log-spaced steps of :func:`nope_interp.train.log_spaced_steps`), ``checkpoint.pt`` (weights + optimizer + step, for
 ``--resume``), ``metrics.jsonl`` (one JSON object per evaluation) and ``summary.json`` (when finished).
 Every write goes to a temporary file in the same directory and is renamed into place, so an
-interrupted write never leaves a half-written file.
+interrupted write never leaves a half-written file; a write that cannot happen (a file where a folder
+should be, a read-only folder, a full disk) raises :class:`~nope_interp.errors.NopeInterpError`.
+Commands check their output folders first (:func:`check_writable_dir`) and hold an exclusive lock on
+the run or output directory they write (:func:`exclusive`); checkpoints are read with
+``weights_only=True`` (:func:`load_checkpoint`), so a planted pickle never runs.
 """
 
+import contextlib
 import csv
 import io as _io
 import json
+import math
 import os
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,15 +40,20 @@ TRAJECTORY_DIR = "checkpoints"
 
 def _atomic(path: Path, write: Callable[[str], None]) -> Path:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as err:  # a file where a folder should be, a read-only folder, ...
+        raise NopeInterpError(f"cannot write {path}: {err.strerror or err}") from None
     os.close(fd)
     try:
         write(tmp)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError) and err.errno is not None:  # disk full, quota, ...
+            raise NopeInterpError(f"cannot write {path}: {err.strerror or err}") from None
         raise
     return path
 
@@ -52,9 +63,35 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     return _atomic(Path(path), lambda tmp: Path(tmp).write_text(text))
 
 
+def json_safe(data: Any) -> Any:
+    """A copy of ``data`` (dicts, lists, tuples, numbers, strings, None) in which every float NaN or
+    infinity is replaced by None, so that it serialises as strict JSON.
+
+    NaN and infinities are not JSON (RFC 8259); Python writes them as bare ``NaN`` / ``Infinity``, which
+    strict parsers (browsers, ``jq``, most languages) refuse. In every result file ``null`` therefore
+    means "undefined": a confidence interval from a single seed, a correlation or NRMSE of a constant, a
+    cosine with a near-zero vector. Tuples become lists.
+    """
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: json_safe(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [json_safe(v) for v in data]
+    return data
+
+
 def write_json(path: str | Path, data: Any) -> Path:
-    """Write ``data`` as indented JSON, atomically."""
-    return atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+    """Write ``data`` as indented, strict JSON, atomically.
+
+    NaN and infinities are written as ``null`` (see :func:`json_safe`): every file this writes parses with
+    any JSON parser, including ones that refuse Python's ``NaN``.
+
+    Raises:
+        TypeError: ``data`` holds a value JSON cannot represent (an object, a tensor, a numpy scalar).
+        NopeInterpError: the file cannot be written.
+    """
+    return atomic_write_text(path, json.dumps(json_safe(data), indent=2, sort_keys=False, allow_nan=False) + "\n")
 
 
 def read_json(path: str | Path, what: str = "file") -> Any:
@@ -90,11 +127,186 @@ def save_torch(path: str | Path, obj: Any) -> Path:
     return _atomic(Path(path), lambda tmp: torch.save(obj, tmp))
 
 
+#: The entries of ``checkpoint.pt`` and their types (written by :func:`nope_interp.train.train`).
+CHECKPOINT_KEYS: dict[str, tuple[type, ...]] = {"model": (dict,), "optimizer": (dict,), "step": (int,),
+                                                "wall_time_s": (int, float)}
+
+
+def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> dict[str, Any]:
+    """Load a training checkpoint (``checkpoint.pt``) safely: ``torch.load(..., weights_only=True)``, so
+    only tensors, numbers, strings and plain containers are read and no code stored in the file runs.
+
+    Args:
+        path: the checkpoint file. device: where its tensors go (``map_location``).
+
+    Returns:
+        ``{"model": state dict, "optimizer": AdamW state dict, "step": int >= 0, "wall_time_s": float >= 0}``.
+
+    Raises:
+        NopeInterpError: the file is missing, truncated, not a torch file, holds anything but plain data
+            (e.g. a pickled object that would run code), or lacks an entry of :data:`CHECKPOINT_KEYS`
+            or has one of the wrong type. One line; the cause is named.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise NopeInterpError(f"checkpoint not found: {path}")
+    try:
+        ckpt = torch.load(path, map_location=device, weights_only=True)
+    except Exception as err:  # torch raises RuntimeError, UnpicklingError, EOFError, ... for a bad file
+        cause = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
+        raise NopeInterpError(f"checkpoint is corrupt or unsafe (only plain tensors and numbers are loaded): "
+                              f"{path}: {type(err).__name__}: {cause[:300]}") from None
+    if not isinstance(ckpt, dict):
+        raise NopeInterpError(f"checkpoint is corrupt: {path} holds a {type(ckpt).__name__}, not a dict with "
+                              f"{', '.join(CHECKPOINT_KEYS)}")
+    for key, types in CHECKPOINT_KEYS.items():
+        value = ckpt.get(key)
+        if not isinstance(value, types) or isinstance(value, bool):
+            raise NopeInterpError(f"checkpoint is corrupt: {path}: entry {key!r} is missing or a "
+                                  f"{type(value).__name__}; expected {' or '.join(t.__name__ for t in types)}")
+    if ckpt["step"] < 0 or not (0 <= ckpt["wall_time_s"] < float("inf")):
+        raise NopeInterpError(f"checkpoint is corrupt: {path}: step {ckpt['step']!r} or wall_time_s "
+                              f"{ckpt['wall_time_s']!r} is negative or not finite")
+    return ckpt
+
+
+def check_writable_dir(path: str | Path, what: str = "output directory") -> Path:
+    """Check, before any work, that ``path`` is a directory this process can write, or can be created.
+
+    Walks up to the first existing ancestor: that must be a directory (not a file) in which a file can be
+    created (tried with a temporary file that is removed at once: this also catches read-only file
+    systems and permissions). Nothing is left behind.
+
+    Args:
+        path: the directory. what: how the error names it (e.g. ``"--out-root"``).
+
+    Returns:
+        ``path`` as a ``Path``.
+
+    Raises:
+        NopeInterpError: ``path`` or an ancestor is an existing non-directory, or the deepest existing
+            ancestor is not writable.
+    """
+    path = Path(path)
+    probe = path
+    while not probe.exists():
+        if probe.is_symlink():
+            raise NopeInterpError(f"{what} {path} cannot be created: {probe} is a dangling symbolic link")
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        where = "is" if probe == path else f"cannot be created: {probe} is"
+        raise NopeInterpError(f"{what} {path} {where} an existing file, not a directory; give a directory")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".nope-interp-probe.", dir=probe)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as err:
+        where = "is not writable" if probe == path else f"cannot be created in {probe}"
+        raise NopeInterpError(f"{what} {path} {where}: {err.strerror or err}") from None
+    return path
+
+
+#: Locks this process holds: "lock-file path|thread id" -> [lock, depth] (so a writer may lock again inside).
+_HELD: dict[str, list[Any]] = {}
+
+
+def lock_path(directory: str | Path) -> Path:
+    """The lock file of an output directory: the hidden file ``.<name>.lock`` beside it
+    (``runs/.<name>.lock`` for ``runs/<name>/``), so that the directory itself holds only outputs.
+
+    Raises:
+        NopeInterpError: ``directory`` has no name (``/``, ``.``-only paths that resolve to the root).
+    """
+    d = Path(os.path.abspath(directory))
+    if not d.name:
+        raise NopeInterpError(f"cannot lock {directory}: an output directory needs a name")
+    return d.parent / f".{d.name}.lock"
+
+
+@contextlib.contextmanager
+def exclusive(directory: str | Path, what: str = "output directory") -> Iterator[Path]:
+    """Hold an exclusive lock on an output directory while writing it; refuse a second writer at once.
+
+    The lock is an OS file lock (``filelock``: ``flock`` on Unix) on :func:`lock_path`, so the kernel
+    releases it when the holder dies (a stale lock file never blocks) and only one process at a time,
+    on this machine or another that shares the file system with working locks, can hold it. The holder's
+    PID is written into the lock file for the error message. Re-entrant within a thread (a job that
+    trains a run locks both); another thread or process is refused. When the block ends and
+    ``directory`` does not exist (the writer failed before writing anything), the lock file and the
+    folders made for it are removed again.
+
+    Args:
+        directory: the run or output directory. what: how the error names it.
+
+    Yields:
+        The lock file's path.
+
+    Raises:
+        NopeInterpError: another process holds the lock (the message gives its PID when known), or the
+            lock file cannot be created.
+    """
+    import threading
+
+    import filelock
+
+    lock_file = lock_path(directory)
+    key = f"{lock_file}|{threading.get_ident()}"  # re-entrant in this thread; another thread is refused
+    if key in _HELD:
+        _HELD[key][1] += 1
+        try:
+            yield lock_file
+        finally:
+            _HELD[key][1] -= 1
+        return
+    made = [p for p in (lock_file.parent, *lock_file.parent.parents) if not p.exists()]
+    try:
+        lock_file.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise NopeInterpError(f"cannot create {lock_file.parent} for {what} {directory}: "
+                              f"{err.strerror or err}") from None
+    lock = filelock.FileLock(str(lock_file), timeout=0)
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        try:
+            pid = lock_file.read_text().strip()
+        except OSError:
+            pid = ""
+        holder = f" (pid {pid})" if pid.isascii() and pid.isdigit() else ""
+        raise NopeInterpError(f"{what} {directory} is being written by another nope-interp process{holder}; "
+                              f"wait for it to finish, or choose another name or folder") from None
+    except OSError as err:
+        raise NopeInterpError(f"cannot lock {what} {directory} ({lock_file}): {err.strerror or err}") from None
+    _HELD[key] = [lock, 1]
+    try:
+        with contextlib.suppress(OSError):
+            lock_file.write_text(f"{os.getpid()}\n")
+        yield lock_file
+    finally:
+        del _HELD[key]
+        try:
+            if not Path(directory).exists():  # nothing was written: leave no trace
+                lock_file.unlink(missing_ok=True)
+                for p in made:
+                    with contextlib.suppress(OSError):
+                        p.rmdir()
+        finally:
+            lock.release()
+
+
+def jsonl_line(record: dict[str, Any]) -> str:
+    """One line of a JSONL file: strict JSON (NaN and infinities as ``null``, as :func:`write_json`) and "\\n"."""
+    return json.dumps(json_safe(record), allow_nan=False) + "\n"
+
+
 def append_jsonl(path: str | Path, record: dict[str, Any]) -> None:
-    """Append one JSON record to a JSONL file (rewritten atomically; the files stay small)."""
+    """Append one JSON record to a JSONL file (rewritten atomically; the files stay small). Strict JSON:
+    NaN and infinities become ``null``."""
     path = Path(path)
     old = path.read_text() if path.exists() else ""
-    atomic_write_text(path, old + json.dumps(record) + "\n")
+    atomic_write_text(path, old + jsonl_line(record))
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:

@@ -30,6 +30,7 @@ from nope_interp.similarity import (
     REDUCTIONS,
     adjacency_score,
     adjacency_score_of_activations,
+    check_finite,
     cosine_similarity_matrix,
     summarize,
 )
@@ -125,10 +126,14 @@ def adjacency_scores(cache: ActivationCache, sites: list[str] | None = None,
     """
     if reduction not in REDUCTIONS:
         raise NopeInterpError(f"unknown reduction {reduction!r}; allowed: {', '.join(REDUCTIONS)}")
+    if isinstance(sites, str):
+        raise NopeInterpError(f"sites must be a list of hook names, got the single string {sites!r} "
+                              f"(write [{sites!r}] for a list of one)")
     sites = list(sites) if sites is not None else cached_vector_sites(cache)
     if not sites:
         raise NopeInterpError(f"no vector site in the cache; cached: {', '.join(cache.cache_dict)}")
-    per = {s: adjacency_score_of_activations(site_activations(cache, s), reduction) for s in sites}
+    per = {s: adjacency_score_of_activations(site_activations(cache, s), reduction, what=f"activations at {s}")
+           for s in sites}
     return SiteScores(reduction=reduction, sites=tuple(sites), per_sequence=per,
                       n_pos=site_activations(cache, sites[0]).shape[1])
 
@@ -174,7 +179,8 @@ def cosine_heatmap(cache: ActivationCache, site: str, batch_index: int = 0,
     """The cosine similarity matrix of sequence ``batch_index`` at ``site``, with its adjacency score.
 
     Raises:
-        NopeInterpError: ``site`` not cached; ``batch_index`` out of range; ``tokens`` of the wrong length.
+        NopeInterpError: ``site`` not cached; ``batch_index`` out of range; ``tokens`` of the wrong length;
+            NaN/inf or near-zero vectors in the sequence (the message names the site).
     """
     acts = site_activations(cache, site)
     if not 0 <= batch_index < acts.shape[0]:
@@ -184,7 +190,7 @@ def cosine_heatmap(cache: ActivationCache, site: str, batch_index: int = 0,
     x = acts[batch_index]
     return CosineView(site=site, batch_index=batch_index, matrix=cosine_similarity_matrix(x),
                       tokens=None if tokens is None else tuple(tokens),
-                      adjacency=float(adjacency_score_of_activations(x)))
+                      adjacency=float(adjacency_score_of_activations(x, what=f"activations at {site}")))
 
 
 @dataclass(frozen=True)
@@ -243,7 +249,8 @@ def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool = True)
     see ``docs/method.md``, "The averaging argument".
 
     Raises:
-        NopeInterpError: ``blocks.{layer}.attn.hook_pattern`` or ``hook_z`` missing from the cache.
+        NopeInterpError: ``blocks.{layer}.attn.hook_pattern`` or ``hook_z`` missing from the cache; NaN or inf
+            entries in ``hook_z`` (the message names the site).
     """
     p_name, z_name = hook_name("pattern", layer), hook_name("z", layer)
     for n in (p_name, z_name):
@@ -253,6 +260,7 @@ def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool = True)
     if not cache.has_batch_dim:
         pattern = pattern.unsqueeze(0)
     z = site_activations(cache, z_name).double().cpu()
+    check_finite(z, f"activations at {z_name}")
     gram = torch.einsum("bhqk,bhpk->bqp", pattern, pattern)
     d = gram.diagonal(dim1=-2, dim2=-1).sqrt()
     pred = (gram / (d.unsqueeze(-1) * d.unsqueeze(-2))).clamp(-1, 1)

@@ -13,11 +13,14 @@ With ``biases=False`` (default) every bias, LayerNorm biases included, is zero a
 nanoGPT's ``bias=False``.
 """
 
+import os
+import re
 import warnings
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from jaxtyping import Float
+from jaxtyping import Float, Int
 from torch import Tensor, nn
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 from transformer_lens.hook_points import HookPoint
@@ -37,7 +40,9 @@ from nope_interp.hooks import hook_name
 #: Parameter-name suffixes of the weight matrices that the custom init draws from N(init_mean, init_std).
 WEIGHT_MATRICES = ("W_E", "W_Q", "W_K", "W_V", "W_O", "W_in", "W_out", "W_U")
 __all__ = ["ModelConfig", "PRESETS", "preset", "build_model", "TiedUnembed", "DROPOUT_POINTS", "init_weights",
-           "check_nope",
+           "check_nope", "check_tokens", "check_device", "load_state",
+           "n_parameters", "model_memory_bytes", "available_memory_bytes",
+           "check_fits_memory", "check_model_fits", "format_bytes",
            "to_hooked_transformer_config", "WEIGHT_MATRICES", "POSITIONAL_CHOICES", "ATTENTION_CHOICES",
            "ACT_FN_CHOICES", "NORMALIZATION_CHOICES"]
 
@@ -99,6 +104,141 @@ def _dropout_hook(p: float):
     return hook
 
 
+def n_parameters(cfg: ModelConfig) -> int:
+    """The number of float parameters of the model of ``cfg`` (frozen and zero ones included, as
+    TransformerLens allocates them): embeddings, positions, attention, MLP and normalisation weights."""
+    d, h, dh, m, n_ctx, v = cfg.d_model, cfg.n_heads, cfg.d_head, cfg.d_mlp, cfg.n_ctx, cfg.d_vocab
+    block = 4 * d * h * dh + 3 * h * dh + d + 2 * d * m + m + d + 4 * d  # attention, MLP, two norms
+    pos = n_ctx * d if cfg.positional != "rotary" else 0
+    embed = v * d if cfg.tied_embeddings else 2 * v * d + v  # untied: W_E, W_U and the bias b_U
+    return embed + pos + cfg.n_layers * block + 2 * d
+
+
+def model_memory_bytes(cfg: ModelConfig) -> int:
+    """Bytes the model of ``cfg`` occupies: float32 parameters (:func:`n_parameters`) plus, with rotary
+    positions, TransformerLens's per-layer sine and cosine tables (``n_ctx x d_head`` each)."""
+    buffers = cfg.n_layers * 2 * cfg.n_ctx * cfg.d_head * 4 if cfg.positional == "rotary" else 0
+    return 4 * n_parameters(cfg) + buffers
+
+
+def _cpu_available_bytes() -> int | None:
+    """Memory free for a new allocation on this machine: ``MemAvailable`` of ``/proc/meminfo`` (else the
+    free physical pages), and no more than the room left under a cgroup v2 memory limit. None if unknown."""
+    avail = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                avail = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    if avail is None:
+        try:
+            avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, AttributeError):
+            return None
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit.isdigit():
+            used = int(Path("/sys/fs/cgroup/memory.current").read_text().strip())
+            avail = min(avail, max(0, int(limit) - used))
+    except (OSError, ValueError):
+        pass
+    return avail
+
+
+def available_memory_bytes(device: str | torch.device = "cpu") -> int | None:
+    """Bytes free on ``device`` for new tensors: host memory for ``"cpu"`` (see :func:`_cpu_available_bytes`),
+    ``torch.cuda.mem_get_info`` for a CUDA device; None when it cannot be told (then nothing is refused)."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        return None
+    if dev.type == "cpu":
+        return _cpu_available_bytes()
+    if dev.type == "cuda" and torch.cuda.is_available():
+        try:
+            return int(torch.cuda.mem_get_info(dev)[0])
+        except (RuntimeError, AssertionError, ValueError):
+            return None
+    return None
+
+
+def format_bytes(n: int | float) -> str:
+    """``n`` bytes in a short human form (``"3.2 GiB"``, ``"512 MiB"``, ``"1.5 TiB"``)."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def check_fits_memory(need: dict[str, int], device: str | torch.device, what: str, advice: str) -> None:
+    """Raise NopeInterpError when the estimated bytes ``need`` (parts by name) exceed the free memory of
+    ``device``; the message gives the estimate, its parts and what is free. Nothing is checked where the
+    free memory cannot be told (:func:`available_memory_bytes` is None).
+
+    Raises:
+        NopeInterpError: ``sum(need.values())`` > free memory on ``device``.
+    """
+    total, free = sum(need.values()), available_memory_bytes(device)
+    if free is not None and total > free:
+        parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in need.items() if v)
+        raise NopeInterpError(f"{what} needs about {format_bytes(total)} ({parts}) but only {format_bytes(free)} "
+                              f"is free on {device}; {advice}")
+
+
+def check_model_fits(cfg: ModelConfig, device: str | torch.device = "cpu", what: str = "the model") -> None:
+    """Refuse, before allocating anything, a model whose weights (:func:`model_memory_bytes`) do not fit the
+    free memory of ``device`` (and of the host, where every model is built first).
+
+    Raises:
+        NopeInterpError: the estimate exceeds the free memory; the message gives the estimate.
+    """
+    need = {"weights": model_memory_bytes(cfg)}
+    n = n_parameters(cfg)
+    count = f"{n / 1e9:,.1f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
+    what = f"{what} ({cfg.n_layers} layers, d_model {cfg.d_model}, {count} parameters)"
+    advice = "choose a smaller preset or --model-* sizes"
+    check_fits_memory(need, "cpu", what, advice)
+    if torch.device(device).type != "cpu":
+        check_fits_memory(need, device, what, advice)
+
+
+def check_device(device: str | torch.device) -> torch.device:
+    """Check a device before anything is built on it and return it as a ``torch.device``.
+
+    Args:
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` (N written with the digits 0-9, below the number of
+            visible GPUs), ``"mps"`` where available, ``"auto"`` (CUDA when available, else CPU), or a
+            ``torch.device`` of one of these.
+
+    Raises:
+        NopeInterpError: not a string or ``torch.device``; an unknown device name (``"tpu"``, ``"cuda:x"``);
+            a CUDA or MPS device that this machine does not have. One line, naming the allowed values.
+    """
+    allowed = "auto, cpu, cuda or cuda:N (N a GPU index)"
+    if isinstance(device, str):
+        if device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if not re.fullmatch(r"(cpu|cuda|cuda:[0-9]+|mps)", device):
+            raise NopeInterpError(f"device must be one of {allowed}, got {device!r}")
+        device = torch.device(device)
+    elif not isinstance(device, torch.device):
+        raise NopeInterpError(f"device must be one of {allowed}, got {type(device).__name__} {device!r}")
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise NopeInterpError(f"device {str(device)!r} requested but CUDA is not available here; use cpu or auto")
+        if device.index is not None and device.index >= count:
+            raise NopeInterpError(f"device {str(device)!r} does not exist: this machine has {count} GPU(s), "
+                                  f"cuda:0 to cuda:{count - 1}")
+    elif device.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise NopeInterpError("device 'mps' requested but MPS is not available here; use cpu or auto")
+    elif device.type != "cpu":
+        raise NopeInterpError(f"device must be one of {allowed}, got {str(device)!r}")
+    return device
+
+
 def build_model(cfg: ModelConfig, device: str | torch.device = "cpu") -> HookedTransformer:
     """Build a ``HookedTransformer`` for ``cfg`` and apply :func:`init_weights`.
 
@@ -106,7 +246,7 @@ def build_model(cfg: ModelConfig, device: str | torch.device = "cpu") -> HookedT
 
     Args:
         cfg: the model config; ``positional="none"`` gives an exact NoPE model.
-        device: where to put the model.
+        device: where to put the model (see :func:`check_device`; ``"auto"`` picks CUDA when available).
 
     With ``tied_embeddings`` the unembedding is a :class:`TiedUnembed`; with ``dropout > 0`` a permanent
     hook at ``hook_embed``, ``blocks.L.hook_attn_out`` and ``blocks.L.hook_mlp_out`` applies dropout when
@@ -115,7 +255,15 @@ def build_model(cfg: ModelConfig, device: str | torch.device = "cpu") -> HookedT
 
     Returns:
         The model, in eval mode.
+
+    Raises:
+        NopeInterpError: ``cfg`` is not a :class:`ModelConfig`; an unknown or unavailable ``device``
+            (:func:`check_device`); the model would not fit the free memory (:func:`check_model_fits`).
     """
+    if not isinstance(cfg, ModelConfig):
+        raise NopeInterpError(f"cfg must be a ModelConfig (see nope_interp.config.preset), got {type(cfg).__name__}")
+    device = check_device(device)
+    check_model_fits(cfg, device)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         with torch.random.fork_rng(devices=[]):
@@ -128,6 +276,7 @@ def build_model(cfg: ModelConfig, device: str | torch.device = "cpu") -> HookedT
         names = [hook_name("embed")] + [hook_name(p, layer) for layer in layers for p in DROPOUT_POINTS[1:]]
         for name in names:
             model.hook_dict[name].add_perma_hook(_dropout_hook(cfg.dropout))
+    model.nope_dropout = cfg.dropout  # read by the trainer's hook-free forward (nope_interp.fast_forward)
     init_weights(model, cfg)
     model.to(device, print_details=False)
     model.eval()
@@ -162,6 +311,40 @@ def init_weights(model: HookedTransformer, cfg: ModelConfig) -> None:
                 param.fill_(1.0)
 
 
+def load_state(model: HookedTransformer, state: object, source: str = "the weights") -> None:
+    """Load the state dict ``state`` into ``model`` in place, or say exactly what does not match.
+
+    Args:
+        model: the model, built from the config the weights claim to belong to.
+        state: ``{parameter name: tensor}`` as written by ``model.state_dict()``.
+        source: where the weights came from (a file name), for the error message.
+
+    Raises:
+        NopeInterpError: ``state`` is not a dict of tensors, or its keys or shapes differ from the model's.
+            The one-line message names the missing keys, the unexpected keys and each shape mismatch
+            (the first three of each, with counts), so a config that does not fit its weights is found.
+    """
+    if not isinstance(state, dict):
+        raise NopeInterpError(f"{source} is not a state dict (name -> tensor): got {type(state).__name__}")
+    expected = model.state_dict()
+
+    def listed(what: str, items: list[str]) -> str:
+        more = f" and {len(items) - 3} more" if len(items) > 3 else ""
+        return f"{len(items)} {what}: {', '.join(items[:3])}{more}"
+
+    not_tensor = [f"{k!r} ({type(v).__name__})" for k, v in state.items() if not isinstance(v, Tensor)]
+    missing = [repr(k) for k in expected if k not in state]
+    unexpected = [repr(k) for k in state if k not in expected]
+    shapes = [f"{k!r} is {tuple(v.shape)} in the file, {tuple(expected[k].shape)} in the model"
+              for k, v in state.items() if k in expected and isinstance(v, Tensor) and v.shape != expected[k].shape]
+    problems = [listed(what, items) for what, items in (("entries that are not tensors", not_tensor),
+                                                        ("missing keys", missing), ("unexpected keys", unexpected),
+                                                        ("shape mismatches", shapes)) if items]
+    if problems:
+        raise NopeInterpError(f"{source} do not match the model config: {'; '.join(problems)}")
+    model.load_state_dict(state)
+
+
 def check_nope(model: HookedTransformer, cfg: ModelConfig) -> None:
     """Raise NopeInterpError if a ``positional="none"`` model has any non-zero positional weight."""
     if cfg.positional != "none":
@@ -169,3 +352,33 @@ def check_nope(model: HookedTransformer, cfg: ModelConfig) -> None:
     w_pos = getattr(getattr(model, "pos_embed", None), "W_pos", None)
     if w_pos is not None and bool(torch.any(w_pos != 0)):
         raise NopeInterpError("positional='none' but pos_embed.W_pos is not all zero: the weights are corrupt")
+
+
+def check_tokens(model: HookedTransformer, tokens: object, name: str = "tokens") -> Int[Tensor, "batch pos"]:
+    """Check a batch of token ids for ``model`` and return it as ``torch.long`` (same values, same device).
+
+    Args:
+        model: the model the ids are for (its ``cfg.d_vocab``).
+        tokens: ``Int[Tensor, "batch pos"]``, at least one sequence of at least one position, every id in
+            ``[0, d_vocab)``. ``name`` is the parameter named in the error message.
+
+    Raises:
+        NopeInterpError: not a tensor; a float, complex or bool dtype; not 2-D; an empty batch or
+            sequence; an id outside ``[0, d_vocab)`` (the message gives the first such id and where it is).
+            An id of -1 would otherwise silently select the last embedding row.
+    """
+    if not isinstance(tokens, Tensor):
+        raise NopeInterpError(f"{name} must be a torch tensor of integer token ids, got {type(tokens).__name__}")
+    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
+        raise NopeInterpError(f"{name} must hold integer token ids (torch.long), got dtype {tokens.dtype}")
+    if tokens.ndim != 2 or 0 in tokens.shape:
+        raise NopeInterpError(f"{name} must be 2-D (batch >= 1, pos >= 1), got shape {tuple(tokens.shape)}")
+    d_vocab = model.cfg.d_vocab
+    bad = (tokens < 0) | (tokens >= d_vocab)
+    if bool(bad.any()):
+        where = tuple(int(i) for i in bad.nonzero()[0])
+        raise NopeInterpError(
+            f"{name} must be token ids in [0, {d_vocab}) (d_vocab={d_vocab}), got {int(tokens[where])} at {name}"
+            f"[{', '.join(map(str, where))}] ({int(bad.sum())} ids out of range; min {int(tokens.min())}, "
+            f"max {int(tokens.max())})")
+    return tokens.long()

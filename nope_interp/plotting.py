@@ -37,8 +37,12 @@ def plot_cosine_heatmaps(
         title: figure title.
 
     Raises:
-        NopeInterpError: if the number of labels or characters does not match ``sim``.
+        NopeInterpError: ``site_labels`` is a single string; the number of labels or characters does not
+            match ``sim``.
     """
+    if isinstance(site_labels, (str, bytes)):
+        raise NopeInterpError(f"site_labels must be a sequence of labels, one per site, got the single string "
+                              f"{site_labels!r}")
     if len(site_labels) != sim.shape[0] or len(tokens) != sim.shape[-1]:
         raise NopeInterpError(
             f"got {len(site_labels)} site labels and {len(tokens)} characters for matrices of shape {tuple(sim.shape)}"
@@ -100,22 +104,69 @@ def plot_adjacency_by_layer(
     return fig
 
 
+#: ``(path, size, mtime_ns)`` of the ``plotly.min.js`` files this process has checked or written.
+_PLOTLYJS_OK: set[tuple[str, int, int]] = set()
+
+
+def ensure_plotlyjs(folder: str | Path) -> Path:
+    """Make ``folder/plotly.min.js`` exactly the plotly.js bundled with the installed ``plotly`` package.
+
+    The figures load this file by name, so a file already there from another plotly version, an empty
+    or truncated one, or anything else would make them render empty or wrong: any file whose bytes differ
+    is replaced (atomically); an identical one is left untouched. Checked once per file and process.
+
+    Returns:
+        The path of ``plotly.min.js``.
+
+    Raises:
+        NopeInterpError: the file cannot be written (for example a folder of that name, a read-only folder).
+    """
+    from plotly.offline import get_plotlyjs
+
+    from nope_interp.io import _atomic
+
+    js = Path(folder) / "plotly.min.js"
+
+    def stamp() -> tuple[str, int, int] | None:
+        try:
+            st = js.stat()
+        except OSError:
+            return None
+        return (str(js.resolve()), st.st_size, st.st_mtime_ns)
+
+    if stamp() in _PLOTLYJS_OK:
+        return js
+    want = get_plotlyjs().encode("utf-8")
+    try:
+        same = js.is_file() and not js.is_symlink() and js.stat().st_size == len(want) and js.read_bytes() == want
+    except OSError:
+        same = False
+    if not same:
+        _atomic(js, lambda tmp: Path(tmp).write_bytes(want))
+    if (now := stamp()) is not None:
+        _PLOTLYJS_OK.add(now)
+    return js
+
+
 def save_figure(fig: go.Figure, path: str | Path) -> Path:
     """Write ``fig`` as HTML that opens offline: plotly.js is written once, beside the file.
 
-    Uses Plotly's ``include_plotlyjs="directory"``: the page loads ``plotly.min.js`` from its own folder
-    (copied there if missing), so no internet is needed and each figure stays small. Atomic.
+    Uses Plotly's ``include_plotlyjs="directory"``: the page loads ``plotly.min.js`` from its own folder,
+    so no internet is needed and each figure stays small. That file is written by :func:`ensure_plotlyjs`
+    (the installed plotly's own version; a stale, empty or foreign file already there is replaced). Atomic.
+
+    Raises:
+        NopeInterpError: ``path`` does not end in ``.html``; the folder or a file cannot be written.
     """
     from nope_interp.io import atomic_write_text
 
     path = Path(path)
     if path.suffix != ".html":
         raise NopeInterpError(f"figures are written as .html, got {path.name!r}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    js = path.parent / "plotly.min.js"
-    if not js.exists():
-        from plotly.offline import get_plotlyjs
-
-        atomic_write_text(js, get_plotlyjs())
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise NopeInterpError(f"cannot create the figure folder {path.parent}: {err.strerror or err}") from None
+    ensure_plotlyjs(path.parent)
     atomic_write_text(path, fig.to_html(include_plotlyjs="directory", full_html=True))
     return path

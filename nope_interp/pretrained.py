@@ -4,6 +4,7 @@ Shipped models live in ``nope_interp/pretrained/<task>/`` with the run-directory
 with the exact ``nope-interp train`` command, model.safetensors, metrics.jsonl, summary.json).
 """
 
+import re
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -15,7 +16,7 @@ import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.config import ModelConfig, TrainConfig
 from nope_interp.errors import NopeInterpError
-from nope_interp.model import build_model, check_nope
+from nope_interp.model import build_model, check_nope, load_state
 
 PRETRAINED_DIR = Path(__file__).parent / "pretrained"
 #: Extra seeds of the shipped recipes (for seed statistics): ``seeds/<task>-s<seed>/``.
@@ -58,6 +59,43 @@ class LoadedRun:
         return "shipped" if self.path.resolve() == (PRETRAINED_DIR / self.task.name).resolve() else self.path.name
 
 
+def parse_run_config(config: Any, where: str | Path) -> tuple[ModelConfig, TrainConfig]:
+    """The model and training configs of a run's ``config.json`` content (already parsed JSON).
+
+    Args:
+        config: the parsed file: a JSON object with a ``"model"`` and a ``"train"`` object.
+        where: the file, for the error message.
+
+    Raises:
+        NopeInterpError: the file is not a JSON object, ``model`` or ``train`` is missing or not a JSON
+            object (null, a list, ...), or a field is unknown or invalid; the one-line message names the
+            file and the entry.
+    """
+    if not isinstance(config, dict):
+        raise NopeInterpError(f"run config is corrupt: {where}: expected a JSON object with 'model' and 'train', "
+                              f"got {_json_kind(config)}")
+    out = []
+    for key, cls in (("model", ModelConfig), ("train", TrainConfig)):
+        if key not in config:
+            raise NopeInterpError(f"run config is corrupt: {where}: the entry {key!r} is missing")
+        if not isinstance(config[key], dict):
+            raise NopeInterpError(f"run config is corrupt: {where}: {key!r} must be a JSON object of "
+                                  f"{cls.__name__} fields, got {_json_kind(config[key])}")
+        try:
+            out.append(cls.from_dict(config[key]))
+        except NopeInterpError as err:
+            raise NopeInterpError(f"run config is invalid: {where}: {key!r}: {err}") from None
+    return out[0], out[1]
+
+
+def _json_kind(value: Any) -> str:
+    """How a parsed JSON value reads in an error message: ``null``, ``a list``, ``a string``, ..."""
+    if value is None:
+        return "null"
+    kinds = {bool: "a boolean", list: "a list", str: "a string", int: "a number", float: "a number"}
+    return kinds.get(type(value), type(value).__name__) + f" {value!r}"[:60]
+
+
 def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
     """Load ``runs/<name>/`` (or a shipped model directory).
 
@@ -68,18 +106,10 @@ def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
     if not path.is_dir():
         raise NopeInterpError(f"run directory not found: {path}")
     config = io.read_json(path / io.CONFIG_FILE, "run config")
-    try:
-        model_cfg = ModelConfig.from_dict(config["model"])
-        train_cfg = TrainConfig.from_dict(config["train"])
-    except (KeyError, TypeError) as err:
-        raise NopeInterpError(f"run config is corrupt: {path / io.CONFIG_FILE}: missing {err}") from None
+    model_cfg, train_cfg = parse_run_config(config, path / io.CONFIG_FILE)
     state = io.load_weights(path / io.WEIGHTS_FILE)
     model = build_model(model_cfg, device=device)
-    try:
-        model.load_state_dict({k: v.to(device) for k, v in state.items()})
-    except RuntimeError as err:
-        first = str(err).splitlines()[0]
-        raise NopeInterpError(f"weights do not match the config in {path}: {first}") from None
+    load_state(model, state, f"the weights {path / io.WEIGHTS_FILE}")
     check_nope(model, model_cfg)
     summary_path = path / io.SUMMARY_FILE
     summary = io.read_json(summary_path, "run summary") if summary_path.exists() else {}
@@ -117,7 +147,9 @@ def available_seed_runs(task: str) -> list[Path]:
     def seed_of(path: Path) -> str:
         return path.name[len(task) + 2 :]
 
-    found = [p for p in SEEDS_DIR.glob(f"{task}-s*") if seed_of(p).isdigit() and (p / io.WEIGHTS_FILE).is_file()]
+    # ASCII digits only: str.isdigit() and int() also accept other scripts' digits and superscripts
+    found = [p for p in SEEDS_DIR.glob(f"{task}-s*")
+             if re.fullmatch(r"[0-9]+", seed_of(p)) and (p / io.WEIGHTS_FILE).is_file()]
     return sorted(found, key=lambda p: int(seed_of(p)))
 
 
@@ -129,10 +161,13 @@ def ship(run_dir: str | Path, task: str | None = None, as_seed: bool = False) ->
     ``nope_interp/pretrained/seeds/<task>-s<model seed>/`` (an extra seed for the seed statistics).
 
     Raises:
-        NopeInterpError: the run is not finished (no summary.json) or cannot be loaded.
+        NopeInterpError: ``task`` is not a task name (it becomes a folder name); the run is not finished
+            (no summary.json) or cannot be loaded.
     """
     import shutil
 
+    if task is not None and task not in tasks_pkg.TASK_NAMES:
+        raise NopeInterpError(f"task must be one of {', '.join(tasks_pkg.TASK_NAMES)}, got {task!r}")
     run = load_run(run_dir)
     if not run.summary:
         raise NopeInterpError(f"run {run_dir} has no summary.json: it has not finished")

@@ -6,7 +6,9 @@ the variance of its representation; the features below compare that with cosine-
 
 Features per position p of a sequence h (``pos x d_model``) at one hook site:
 
-* ``cos_last``: cos(h_p, h_last), a scalar; target |p - last| (the authors' code);
+* ``cos_last``: cos(h_p, h_last), a scalar; target |p - last| (the authors' code). At p = last it is 1 by
+  construction (target 0), which tells the probe where the last position is even for pure noise, so the
+  reference position itself is never a row;
 * ``cos_profile``: cos(h_p, h_{p-1}), ..., cos(h_p, h_{p-W}), the similarities to the W =
   :data:`PROFILE_WIDTH` previous positions; target p. (A whole masked row of the cosine matrix would
   leak p through the number of unmasked entries, so a fixed-width window is used.);
@@ -15,7 +17,11 @@ Features per position p of a sequence h (``pos x d_model``) at one hook site:
 * ``raw``: h_p itself (an upper bound); target p;
 * ``variance+norm``: both scalars.
 
-Every feature is computed at the positions p >= W only, so all features share one target set.
+Every feature is computed at the positions W <= p < last only, so all features share one target set and
+no feature is constant by construction at a known position (``cos_profile`` would be 1 at p = 0, whose
+window reaches no earlier position; ``cos_last`` is 1 at p = last). On i.i.d. Gaussian noise, which
+carries no position, every feature is at chance (:func:`noise_activations` is the control).
+Activations with NaN or inf entries are refused (:func:`nope_interp.similarity.check_finite`).
 
 Probes (scikit-learn, features standardised): ``mlp``, an MLPRegressor with 4 hidden layers (the
 4-layer MLP probe of ``docs/method.md``), and ``ridge``, a linear probe. Train/test split by sequence,
@@ -39,12 +45,15 @@ from sklearn.preprocessing import StandardScaler
 from torch import Tensor
 
 from nope_interp.errors import NopeInterpError
-from nope_interp.similarity import cosine_similarity_matrix
+from nope_interp.similarity import check_finite, cosine_similarity_matrix
 
 FEATURES = ("cos_last", "cos_profile", "variance", "norm", "raw", "variance+norm")
 PROBES = ("mlp", "ridge")
-#: Width of the ``cos_profile`` window; features are computed for positions p >= PROFILE_WIDTH.
+#: Width of the ``cos_profile`` window; features are computed for positions PROFILE_WIDTH <= p < last.
 PROFILE_WIDTH = 4
+#: A probe on :func:`noise_activations` whose held-out NRMSE is below this reads position from something
+#: that is not in the activations (a feature leaking position by construction); chance is 1.0.
+NOISE_MAX_NRMSE = 0.95
 
 
 def position_features(
@@ -52,19 +61,26 @@ def position_features(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Feature matrix, targets and sequence ids for every (sequence, position).
 
+    Args:
+        acts: activations of one site (any float dtype, finite).
+        feature: one of :data:`FEATURES`.
+
     Returns:
-        ``X`` (float64, ``batch*pos x n_features``), ``y`` (position targets, see the module docstring)
-        and ``groups`` (the sequence index of each row, for splitting by sequence).
+        ``X`` (float64, ``batch*(pos - PROFILE_WIDTH - 1) x n_features``: positions PROFILE_WIDTH .. pos-2 of
+        each sequence), ``y`` (position targets, see the module docstring) and ``groups`` (the sequence
+        index of each row, for splitting by sequence).
 
     Raises:
-        NopeInterpError: unknown feature name; ``pos <= PROFILE_WIDTH + 1``.
+        NopeInterpError: unknown feature name; ``pos < PROFILE_WIDTH + 3`` (fewer than 2 target
+            positions); NaN or inf entries in ``acts``.
     """
     if feature not in FEATURES:
         raise NopeInterpError(f"unknown feature {feature!r}; allowed: {', '.join(FEATURES)}")
     b, n, _ = acts.shape
     w = PROFILE_WIDTH
-    if n <= w + 1:
-        raise NopeInterpError(f"position probes need more than {w + 1} positions, got {n}")
+    if n < w + 3:
+        raise NopeInterpError(f"position probes need at least {w + 3} positions, got {n}")
+    check_finite(acts)
     x = acts.double()
     pos = torch.arange(n, dtype=torch.float64).expand(b, n)
     if feature == "cos_last":
@@ -85,9 +101,24 @@ def position_features(
         feats = torch.stack([x.var(-1, unbiased=False), torch.linalg.vector_norm(x, dim=-1)], dim=-1)
         target = pos
     groups = torch.arange(b).unsqueeze(-1).expand(b, n)
-    keep = slice(w, n)
+    keep = slice(w, n - 1)  # not p < w (window reaches no earlier position), not p = last (cos_last = 1)
     feats, target, groups = feats[:, keep], target[:, keep], groups[:, keep]
     return feats.reshape(-1, feats.shape[-1]).numpy(), target.reshape(-1).numpy(), groups.reshape(-1).numpy()
+
+
+def noise_activations(batch: int, pos: int, d_model: int, seed: int = 0) -> Float[Tensor, "batch pos d_model"]:
+    """The noise-input control: i.i.d. standard Gaussian activations (float32), which carry no position.
+
+    A probe of any feature on them must score chance (held-out NRMSE about 1.0, at least
+    :data:`NOISE_MAX_NRMSE`); a feature that does better reads position off its own construction.
+
+    Raises:
+        NopeInterpError: a size below 1.
+    """
+    if min(batch, pos, d_model) < 1:
+        raise NopeInterpError(
+            f"noise_activations needs sizes >= 1, got batch={batch}, pos={pos}, d_model={d_model}")
+    return torch.randn(batch, pos, d_model, generator=torch.Generator().manual_seed(seed))
 
 
 def make_probe(kind: str, seed: int):

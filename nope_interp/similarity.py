@@ -11,6 +11,7 @@ Definitions (``docs/method.md``, "Definitions"):
   (1 + tau) / 2, tau = Kendall's rank correlation of (position, similarity).
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -24,11 +25,67 @@ REDUCTIONS = ("row_mean", "pooled")
 DEFAULT_MIN_NORM = 1e-8
 
 
+def _pow2_scaled(x64: Tensor) -> tuple[Tensor, Tensor]:
+    """``x64 * 2**-e`` per vector (``e`` the binary exponent of its largest |entry|) and ``e``.
+
+    Scaling by a power of two is exact, so the scaled vectors have the same direction bit for bit, their
+    largest entry is in [0.5, 1) and their squares can neither overflow nor underflow to zero. The
+    factor is applied in two halves because ``2**e`` alone overflows for subnormal vectors.
+    Non-finite entries must have been replaced before (they would give NaN exponents).
+    """
+    _, e = torch.frexp(x64.abs().amax(dim=-1, keepdim=True))
+    e = e.to(torch.float64)
+    half = torch.floor(e / 2)
+    return (x64 * torch.exp2(-half)).mul_(torch.exp2(half - e)), e
+
+
+def _safe_norms(x64: Tensor) -> Tensor:
+    """L2 norms of float64 vectors without overflow or underflow in the squares (inf only where the norm
+    itself exceeds the float64 range). Non-finite entries must have been replaced before."""
+    y, e = _pow2_scaled(x64)
+    half = torch.floor(e / 2)
+    n = torch.linalg.vector_norm(y, dim=-1, keepdim=True)
+    return (n * torch.exp2(half) * torch.exp2(e - half)).squeeze(-1)
+
+
+def nonfinite_positions(x: Float[Tensor, "*batch pos d_model"]) -> Bool[Tensor, "*batch pos"]:
+    """True where the vector has a NaN or an infinite entry (its cosine similarities are undefined, NaN).
+
+    A non-finite activation means non-finite weights or inputs upstream; it is not a near-zero vector
+    (:func:`near_zero_positions` is False there).
+    """
+    return ~torch.isfinite(x).all(dim=-1)
+
+
 def near_zero_positions(
     x: Float[Tensor, "*batch pos d_model"], min_norm: float = DEFAULT_MIN_NORM
 ) -> Bool[Tensor, "*batch pos"]:
-    """True where the vector's L2 norm is below ``min_norm`` (its cosine similarities are undefined)."""
-    return torch.linalg.vector_norm(x.double(), dim=-1) < min_norm
+    """True where a finite vector's L2 norm is below ``min_norm`` or exactly 0 (its cosines are undefined).
+
+    The norm is computed in float64 without overflow or underflow (for any finite input of any float
+    dtype), so a vector of entries 1e-170 has norm about 1e-170, not 0. Vectors with NaN or inf entries
+    are not near zero: :func:`nonfinite_positions` reports them.
+    """
+    x64 = x.double()
+    finite = torch.isfinite(x64).all(dim=-1)
+    norms = _safe_norms(torch.where(finite.unsqueeze(-1), x64, 0.0))
+    return finite & ((norms < min_norm) | (norms == 0))
+
+
+def check_finite(x: Float[Tensor, "*batch pos d_model"], what: str = "activations") -> None:
+    """Raise if any vector of ``x`` has a NaN or infinite entry (``what`` names the input in the message).
+
+    Raises:
+        NopeInterpError: naming how many vectors are non-finite and the first one's index; non-finite
+            activations come from non-finite weights or inputs, not from near-zero vectors.
+    """
+    bad = nonfinite_positions(x)
+    if bool(bad.any()):
+        first = tuple(int(i) for i in bad.nonzero()[0])
+        n_nan = int(torch.isnan(x).any(-1).sum())
+        raise NopeInterpError(
+            f"{what} are not finite: {int(bad.sum())} of {bad.numel()} vectors have NaN or inf entries "
+            f"({n_nan} with NaN; first at index {first}); the model's weights or inputs are not finite")
 
 
 def cosine_similarity_matrix(
@@ -36,22 +93,49 @@ def cosine_similarity_matrix(
 ) -> Float[Tensor, "*batch pos pos"]:
     """Self cosine-similarity matrix of each sequence, in float64, clamped to [-1, 1].
 
+    Computed in float64 for any float input dtype (float16, bfloat16, float32, float64). Each vector is
+    first scaled by a power of two (exact) so that its largest entry is in [0.5, 1): the result is the
+    same for vectors of entries 1e-300 or 1e300 as at scale 1, without overflow or underflow (and bit for
+    bit the same for a power-of-two scale). The upper triangle is replaced by the mirror image of the
+    strictly lower one (the entries the adjacency score reads), so the matrix is exactly symmetric, and
+    the diagonal is set to exactly 1.
+
     Args:
         x: activations; any leading batch dimensions.
-        min_norm: vectors with norm below this are near zero; every entry in their row and column is
-            NaN (reported, not hidden as 0). Use :func:`near_zero_positions` to find them.
+        min_norm: vectors with an L2 norm below this (or exactly 0) are near zero; every entry in their
+            row and column is NaN (reported, not hidden as 0). Use :func:`near_zero_positions` to find
+            them. The norm is computed without overflow or underflow, so ``min_norm=0`` keeps every
+            non-zero finite vector, however small.
 
     Returns:
-        ``C[..., i, j]`` in [-1, 1] (float64), symmetric, diagonal 1 (NaN for near-zero vectors).
+        ``C[..., i, j]`` in [-1, 1] (float64), exactly symmetric, diagonal exactly 1; every entry in the
+        row and column of a near-zero vector or of a vector with NaN/inf entries
+        (:func:`nonfinite_positions`) is NaN.
     """
+    return _cosine(x, min_norm, symmetric=True)
+
+
+def _cosine(x: Tensor, min_norm: float, symmetric: bool) -> Tensor:
+    """:func:`cosine_similarity_matrix`; with ``symmetric=False`` the upper triangle and diagonal are left
+    as the matrix product gave them (the strictly lower triangle, all the adjacency score reads, is the same)."""
     x64 = x.double()
-    norms = torch.linalg.vector_norm(x64, dim=-1, keepdim=True)
-    unit = x64 / norms.clamp_min(min_norm)
-    c = (unit @ unit.transpose(-1, -2)).clamp(-1.0, 1.0)
-    bad = norms.squeeze(-1) < min_norm
+    finite = torch.isfinite(x64).all(dim=-1)
+    y, e = _pow2_scaled(x64 if bool(finite.all()) else torch.where(finite.unsqueeze(-1), x64, 0.0))
+    del x64
+    scaled_norms = torch.linalg.vector_norm(y, dim=-1, keepdim=True)
+    half = torch.floor(e / 2)
+    norms = (scaled_norms * torch.exp2(half) * torch.exp2(e - half)).squeeze(-1)
+    bad = ~finite | (norms < min_norm) | (norms == 0)
+    unit = y.div_(torch.where(scaled_norms > 0, scaled_norms, 1.0))
+    c = (unit @ unit.transpose(-1, -2)).clamp_(-1.0, 1.0)
+    del unit, y
+    if symmetric:
+        n = c.shape[-1]
+        lower = torch.tril(torch.ones(n, n, dtype=torch.bool, device=c.device), diagonal=-1)
+        c = torch.where(lower, c, c.transpose(-1, -2))  # upper = mirror of lower: exactly symmetric
+        c.diagonal(dim1=-2, dim2=-1).fill_(1.0)
     if bool(bad.any()):
-        nan = torch.full_like(c, float("nan"))
-        c = torch.where(bad.unsqueeze(-1) | bad.unsqueeze(-2), nan, c)
+        c.masked_fill_(bad.unsqueeze(-1) | bad.unsqueeze(-2), float("nan"))
     return c
 
 
@@ -67,7 +151,8 @@ def _check_square_no_nan(sim: Tensor) -> None:
     n = sim.shape[-1]
     lower = torch.tril(torch.ones(n, n, dtype=torch.bool, device=sim.device), diagonal=-1)
     if bool(torch.isnan(sim[..., lower]).any()):
-        raise NopeInterpError("the similarity matrix has NaN entries (near-zero vectors); drop those positions")
+        raise NopeInterpError("the similarity matrix has NaN entries: near-zero vectors (near_zero_positions) or "
+                              "vectors with NaN/inf entries (nonfinite_positions); drop those positions")
 
 
 #: Below this many positions :func:`adjacency_counts` compares all pairs; from it on, it sorts.
@@ -195,13 +280,29 @@ def adjacency_score(
     Raises:
         NopeInterpError: unknown reduction; fewer than 3 positions (no pair to compare); NaN entries.
     """
-    if reduction not in REDUCTIONS:
-        raise NopeInterpError(f"unknown reduction {reduction!r}; allowed: {', '.join(REDUCTIONS)}")
-    n = sim.shape[-1]
+    _check_reductions((reduction,))
+    _check_positions(sim.shape[-1])
+    return _reduce(adjacency_counts(sim), reduction)
+
+
+def _check_reductions(reductions: Sequence[str]) -> None:
+    if isinstance(reductions, str):
+        raise NopeInterpError(f"reductions must be a list, got the single string {reductions!r} "
+                              f"(write [{reductions!r}] for a list of one)")
+    for reduction in reductions:
+        if reduction not in REDUCTIONS:
+            raise NopeInterpError(f"unknown reduction {reduction!r}; allowed: {', '.join(REDUCTIONS)}")
+
+
+def _check_positions(n: int) -> None:
     if n < 3:
         raise NopeInterpError(f"the adjacency score needs at least 3 positions, got pos={n}")
-    succ = adjacency_counts(sim).double()
-    pairs = row_pair_counts(n).double()
+
+
+def _reduce(counts: Tensor, reduction: str) -> Tensor:
+    """Scores from the success counts per row (``*batch pos``) by ``reduction``."""
+    succ = counts.double()
+    pairs = row_pair_counts(counts.shape[-1]).double().to(succ.device)
     if reduction == "pooled":
         return succ.sum(-1) / pairs.sum()
     return (succ[..., 2:] / pairs[2:]).mean(-1)
@@ -235,16 +336,45 @@ def summarize(scores: Float[Tensor, " batch"]) -> ScoreSummary:
 
 def adjacency_score_of_activations(
     x: Float[Tensor, "*batch pos d_model"], reduction: str = "row_mean", max_elements: int = 2**25,
-    min_norm: float = DEFAULT_MIN_NORM,
+    min_norm: float = DEFAULT_MIN_NORM, what: str = "activations",
 ) -> Float[Tensor, "*batch"]:
     """:func:`adjacency_score` of :func:`cosine_similarity_matrix` without holding every matrix at once.
 
     Sequences are processed in chunks of about ``max_elements`` cosine entries (at least one
     sequence), so memory stays O(pos^2) per chunk however many sequences and layers are passed.
+    ``what`` names ``x`` in error messages.
+
+    Raises:
+        NopeInterpError: as :func:`adjacency_scores_of_activations`.
     """
+    return adjacency_scores_of_activations(x, (reduction,), max_elements, min_norm, what)[reduction]
+
+
+def adjacency_scores_of_activations(
+    x: Float[Tensor, "*batch pos d_model"], reductions: Sequence[str] = REDUCTIONS, max_elements: int = 2**25,
+    min_norm: float = DEFAULT_MIN_NORM, what: str = "activations",
+) -> dict[str, Float[Tensor, "*batch"]]:
+    """The adjacency score of every sequence under each of ``reductions``, counting each matrix once.
+
+    Chunked as :func:`adjacency_score_of_activations`; scores in [0, 1] (float64), identical to
+    :func:`adjacency_score` of :func:`cosine_similarity_matrix`. ``what`` names ``x`` in error messages.
+
+    Raises:
+        NopeInterpError: an unknown reduction; fewer than 3 positions; vectors with NaN or inf entries
+            (:func:`check_finite`); near-zero vectors (norm below ``min_norm``), whose cosines are undefined.
+    """
+    _check_reductions(reductions)
     n = x.shape[-2]
+    _check_positions(n)
+    check_finite(x, what)
+    zero = near_zero_positions(x, min_norm)
+    if bool(zero.any()):
+        first = tuple(int(i) for i in zero.nonzero()[0])
+        raise NopeInterpError(
+            f"{what} have {int(zero.sum())} near-zero vectors (L2 norm < min_norm={min_norm:g}; first at index "
+            f"{first}): their cosines are undefined; drop those positions or lower min_norm")
     flat = x.reshape(-1, n, x.shape[-1])
     chunk = max(1, max_elements // max(1, n * n))
-    out = [adjacency_score(cosine_similarity_matrix(flat[i : i + chunk], min_norm), reduction)
-           for i in range(0, flat.shape[0], chunk)]
-    return torch.cat(out).reshape(x.shape[:-2])
+    counts = torch.cat([adjacency_counts(_cosine(flat[i : i + chunk], min_norm, symmetric=False))
+                        for i in range(0, flat.shape[0], chunk)])
+    return {r: _reduce(counts, r).reshape(x.shape[:-2]) for r in reductions}

@@ -19,7 +19,8 @@ class SeedStats:
 
     Attributes:
         mean, std: in the unit of the values (std is 0.0 for one value).
-        ci95_low, ci95_high: Student-t interval of the mean; NaN for one value.
+        ci95_low, ci95_high: Student-t interval of the mean; NaN for one value (written as ``null`` in
+            result JSON, see :func:`nope_interp.io.write_json`).
         n_seeds: number of values (>= 1).
     """
 
@@ -38,11 +39,15 @@ def mean_std_ci(values: Sequence[float]) -> SeedStats:
     """Mean, sample std and the 95% Student-t confidence interval of the mean of ``values``.
 
     Raises:
-        NopeInterpError: no values.
+        NopeInterpError: no values; a string (for the sequence or one of its values: ``float`` would read
+            ``"12"`` as 12, and a string as a sequence of its characters).
     """
     from scipy import stats
 
-    vals = [float(v) for v in values]
+    raw = None if isinstance(values, (str, bytes)) else list(values)
+    if raw is None or any(isinstance(v, (str, bytes)) for v in raw):
+        raise NopeInterpError(f"mean_std_ci needs a sequence of numbers, got {values!r}")
+    vals = [float(v) for v in raw]
     n = len(vals)
     if n == 0:
         raise NopeInterpError("mean_std_ci needs at least one value")

@@ -39,7 +39,7 @@ def get_task(name: str, **params: object) -> Task:
         TaskError: unknown task name or parameter, or an invalid value; the message names both the
             offending parameter and the allowed values.
     """
-    if name not in _REGISTRY:
+    if not isinstance(name, str) or name not in _REGISTRY:
         raise TaskError(f"unknown task {name!r}; available tasks: {', '.join(TASK_NAMES)}")
     cls = _REGISTRY[name]
     allowed = [f for f in cls.__dataclass_fields__ if not f.startswith("_")]

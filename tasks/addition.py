@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar
 
-from tasks.base import Example, Task, TaskError, _check_int
+from tasks.base import Example, Task, TaskError, _check_int, _text
 
 
 @dataclass(frozen=True)
@@ -25,11 +25,11 @@ class AdditionTask(Task):
 
     @property
     def _operand(self) -> str:
-        return rf"(?:0|[1-9]\d{{0,{self.n_digits - 1}}})"
+        return rf"(?:0|[1-9][0-9]{{0,{self.n_digits - 1}}})"
 
     @property
     def line_pattern(self) -> str:  # type: ignore[override]
-        return rf"\${self._operand}\+{self._operand}=\d+\$"
+        return rf"\${self._operand}\+{self._operand}=[0-9]+\$"
 
     def sample(self, rng: random.Random) -> str:
         hi = 10**self.n_digits
@@ -40,6 +40,7 @@ class AdditionTask(Task):
         return f"${rng.randrange(lo, hi)}+{rng.randrange(lo, hi)}="
 
     def solve(self, prompt: str) -> str:
+        prompt = _text("prompt", prompt)
         m = re.fullmatch(rf"\$({self._operand})\+({self._operand})=", prompt)
         if not m:
             raise TaskError(f"not an addition prompt with n_digits={self.n_digits}: {prompt!r}")
@@ -62,10 +63,10 @@ class AdditionTask(Task):
 
     def check_line(self, line: str) -> bool:
         """True for a correct line in either format: ``$a+b=<reversed sum>$`` or the authors' ``a+b=c``."""
-        line = line.rstrip("\n")
+        line = _text("line", line).rstrip("\n")
         if line.startswith("$"):
             return super().check_line(line)
-        m = re.fullmatch(rf"({self._operand})\+({self._operand})=(0|[1-9]\d*)", line)
+        m = re.fullmatch(rf"({self._operand})\+({self._operand})=(0|[1-9][0-9]*)", line)
         return bool(m) and int(m.group(1)) + int(m.group(2)) == int(m.group(3))
 
     def parse_line(self, line: str) -> Example:

@@ -73,6 +73,33 @@ def _check_int(name: str, value: object, low: int, high: int) -> None:
         raise TaskError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
 
 
+def _text(name: str, value: object) -> str:
+    """``value`` if it is a ``str``; else TaskError naming ``name`` (``re`` would raise a bare TypeError)."""
+    if not isinstance(value, str):
+        raise TaskError(f"{name} must be a str, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _sequence(name: str, values: object, of: type, example: str) -> list:
+    """``values`` as a list after checking it is a sequence (not a single string) of ``of`` instances."""
+    if isinstance(values, (str, bytes)):
+        raise TaskError(f"{name} must be a sequence of {example}, got the single string {values!r}")
+    try:
+        items = list(values)  # type: ignore[call-overload]
+    except TypeError:
+        raise TaskError(f"{name} must be a sequence of {example}, got {type(values).__name__}") from None
+    for i, v in enumerate(items):
+        if not isinstance(v, of):
+            article = "an" if of.__name__[0] in "AEIOU" else "a"
+            raise TaskError(f"{name}[{i}] must be {article} {of.__name__}, got {type(v).__name__} {v!r}")
+    return items
+
+
+def _exclude(exclude: object) -> frozenset[str]:
+    """``exclude`` as a frozenset of prompts; a single string (whose ``in`` would test substrings) is refused."""
+    return frozenset(_sequence("exclude", exclude, str, "prompts, e.g. frozenset({'$1+2='})"))
+
+
 @dataclass(frozen=True)
 class Task(ABC):
     """Abstract base. Subclasses set ``name``, implement the abstract methods and validate parameters."""
@@ -92,7 +119,14 @@ class Task(ABC):
 
     @abstractmethod
     def solve(self, prompt: str) -> str:
-        """The correct answer to ``prompt``. Raises TaskError if the prompt is malformed."""
+        """The correct answer to ``prompt``.
+
+        Only the vocabulary's ASCII characters are accepted: digits are ``0``-``9``; other characters that
+        Python calls digits (Arabic-Indic, fullwidth, superscripts, ...) make the prompt malformed.
+
+        Raises:
+            TaskError: the prompt is not a string or is malformed.
+        """
 
     @abstractmethod
     def n_distinct_prompts(self) -> int:
@@ -127,8 +161,14 @@ class Task(ABC):
         return predicted == self.solve(prompt)
 
     def check_line(self, line: str) -> bool:
-        """True iff ``line`` (prompt + answer, optional trailing newline) is well formed and correct."""
-        line = line.rstrip("\n")
+        """True iff ``line`` (prompt + answer, optional trailing newline) is well formed and correct.
+
+        Digits must be ASCII ``0``-``9`` (as in the vocabulary): a line with any other digit is False.
+
+        Raises:
+            TaskError: ``line`` is not a string.
+        """
+        line = _text("line", line).rstrip("\n")
         if not re.fullmatch(self.line_pattern, line):
             return False
         prompt, _, answer = line.partition("=")
@@ -190,9 +230,11 @@ class Task(ABC):
             exclude: prompts not to use (for example the training prompts).
 
         Raises:
-            TaskError: if fewer than ``n`` such prompts can be found.
+            TaskError: if fewer than ``n`` such prompts can be found; ``exclude`` is a single string
+                (``in`` would test substrings) or holds a non-string.
         """
         _check_int("n", n, 1, 10**7)
+        exclude = _exclude(exclude)
         rng = random.Random(seed)
         seen: dict[str, None] = {}
         tries = 0
@@ -209,15 +251,25 @@ class Task(ABC):
         """Encode prompts of equal length as one batch (no padding).
 
         Raises:
-            TaskError: if the prompts do not all have the same length.
+            TaskError: ``prompts`` is empty, a single string, or holds a non-string or an empty prompt; the
+                prompts do not all have the same length.
+            UnknownCharacterError: a character outside the vocabulary.
         """
+        prompts = _sequence("prompts", prompts, str, "prompt strings")
+        if not prompts or not all(prompts):
+            raise TaskError(f"prompt_tokens needs at least one prompt and no empty prompt, got {prompts!r}"[:200])
         lengths = {len(p) for p in prompts}
         if len(lengths) != 1:
             raise TaskError(f"prompts must share one length for an unpadded batch, got lengths {sorted(lengths)}")
         return torch.tensor([encode(p) for p in prompts], dtype=torch.long)
 
     def training_batch(self, examples: "list[Example] | tuple[Example, ...]") -> Batch:
-        """Right-padded per-example batch with an answer-only loss mask (see the module docstring)."""
+        """Right-padded per-example batch with an answer-only loss mask (see the module docstring).
+
+        Raises:
+            TaskError: no examples; ``examples`` is not a sequence of :class:`Example`.
+        """
+        examples = _sequence("examples", examples, Example, "Example, e.g. task.example('$1+2=')")
         if not examples:
             raise TaskError("training_batch needs at least one example")
         lines = [ex.prompt + ex.answer + EOS for ex in examples]
@@ -245,8 +297,9 @@ def packed_stream(examples: "list[Example] | tuple[Example, ...]", seed: int) ->
     ``random.Random(seed)``, each followed by a newline, concatenated (the authors' training file).
 
     Raises:
-        TaskError: no examples.
+        TaskError: no examples; ``examples`` is not a sequence of :class:`Example`.
     """
+    examples = _sequence("examples", examples, Example, "Example, e.g. task.example('$1+2=')")
     if not examples:
         raise TaskError("packed_stream needs at least one example")
     lines = [ex.prompt + ex.answer + EOS for ex in examples]
@@ -291,8 +344,10 @@ def held_out_lines(task: Task, n: int, seed: int, exclude: frozenset[str] = froz
     (a stand-in for the test file that the ``authors`` and ``window`` protocols read).
 
     Raises:
-        TaskError: not enough distinct prompts outside ``exclude``.
+        TaskError: not enough distinct prompts outside ``exclude``; ``exclude`` is a single string or holds
+            a non-string.
     """
+    exclude = _exclude(exclude)
     prompts = [p for p in task.distinct_prompts(min(task.n_distinct_prompts(), n + len(exclude)), seed)
                if p not in exclude][:n]
     if len(prompts) < n:
@@ -310,9 +365,10 @@ def authors_inputs(task: Task, n: int, seed: int = 0, exclude: frozenset[str] = 
     The inputs may contain answer characters and may be cut mid-prompt, as theirs did.
 
     Raises:
-        TaskError: ``n`` < 1.
+        TaskError: ``n`` < 1; ``exclude`` is a single string or holds a non-string.
     """
     _check_int("n", n, 1, 10**7)
+    exclude = _exclude(exclude)
     length = authors_length(task)
     rng = random.Random(seed)
     text = EOS.join(held_out_lines(task, max(4 * n, 2000), seed, exclude)) + EOS
@@ -333,10 +389,11 @@ def window_inputs(task: Task, n: int, window: int, seed: int = 0, exclude: froze
     model trained on packed windows sees).
 
     Raises:
-        TaskError: ``n`` or ``window`` < 1.
+        TaskError: ``n`` or ``window`` < 1; ``exclude`` is a single string or holds a non-string.
     """
     _check_int("n", n, 1, 10**7)
     _check_int("window", window, 1, 10**7)
+    exclude = _exclude(exclude)
     rng = random.Random(seed)
     lines = held_out_lines(task, max(2 * n, (2 * window) // max(1, task.max_seq_len) + 2), seed, exclude)
     text = EOS.join(lines) + EOS
@@ -351,8 +408,10 @@ def protocol_inputs(task: Task, protocol: str, n: int, seed: int = 0, exclude: f
     :meth:`Task.analysis_prompts`, ``authors`` :func:`authors_inputs`, ``window`` :func:`window_inputs`.
 
     Raises:
-        TaskError: unknown protocol (the message lists them); too few inputs available.
+        TaskError: unknown protocol (the message lists them); too few inputs available; ``exclude`` is a
+            single string (``in`` would test substrings) or holds a non-string.
     """
+    exclude = _exclude(exclude)
     if protocol == "full":
         return task.analysis_prompts(n, seed, exclude)
     if protocol == "authors":

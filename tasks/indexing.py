@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar
 
-from tasks.base import Task, TaskError, _check_int
+from tasks.base import Task, TaskError, _check_int, _text
 
 
 @dataclass(frozen=True)
@@ -26,11 +26,11 @@ class IndexingTask(Task):
 
     @property
     def _x(self) -> str:
-        return rf"(?:0|[1-9]\d{{0,{self.n_digits - 1}}})"
+        return rf"(?:0|[1-9][0-9]{{0,{self.n_digits - 1}}})"
 
     @property
     def line_pattern(self) -> str:  # type: ignore[override]
-        return rf"wherex\({self._x},\d\)=\d"
+        return rf"wherex\({self._x},[0-9]\)=[0-9]"
 
     def _prompt(self, x: int, rng: random.Random) -> str:
         s = str(x)
@@ -44,7 +44,8 @@ class IndexingTask(Task):
         return self._prompt(rng.randrange(lo, 10**self.n_digits), rng)
 
     def solve(self, prompt: str) -> str:
-        m = re.fullmatch(rf"wherex\(({self._x}),(\d)\)=", prompt)
+        prompt = _text("prompt", prompt)
+        m = re.fullmatch(rf"wherex\(({self._x}),([0-9])\)=", prompt)
         if not m or m.group(2) not in m.group(1):
             raise TaskError(f"not an indexing prompt with n_digits={self.n_digits}: {prompt!r}")
         return str(m.group(1).index(m.group(2)))

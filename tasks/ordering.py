@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar
 
-from tasks.base import Task, TaskError, _check_int
+from tasks.base import Task, TaskError, _check_int, _text
 
 
 def _n_distinct_digit_numbers(length: int) -> int:
@@ -32,8 +32,8 @@ class OrderingTask(Task):
 
     @property
     def line_pattern(self) -> str:  # type: ignore[override]
-        x = rf"(?:0|[1-9]\d{{0,{self.n_digits - 1}}})"
-        return rf"order\({x},\d{{1,{self.n_digits}}}\)=\d{{1,{self.n_digits}}}"
+        x = rf"(?:0|[1-9][0-9]{{0,{self.n_digits - 1}}})"
+        return rf"order\({x},[0-9]{{1,{self.n_digits}}}\)=[0-9]{{1,{self.n_digits}}}"
 
     def _x_of_length(self, length: int, rng: random.Random) -> str:
         if length == 1:
@@ -56,7 +56,8 @@ class OrderingTask(Task):
         return self._prompt(self._x_of_length(self.n_digits, rng), rng)
 
     def solve(self, prompt: str) -> str:
-        m = re.fullmatch(r"order\((\d+),(\d+)\)=", prompt)
+        prompt = _text("prompt", prompt)
+        m = re.fullmatch(r"order\(([0-9]+),([0-9]+)\)=", prompt)
         if not m:
             raise TaskError(f"not an ordering prompt: {prompt!r}")
         x, s = m.group(1), m.group(2)

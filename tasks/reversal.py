@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar
 
-from tasks.base import Task, TaskError, _check_int
+from tasks.base import Task, TaskError, _check_int, _text
 
 
 @dataclass(frozen=True)
@@ -24,11 +24,11 @@ class ReversalTask(Task):
 
     @property
     def _x(self) -> str:
-        return rf"(?:0|[1-9]\d{{0,{self.n_digits - 1}}})"
+        return rf"(?:0|[1-9][0-9]{{0,{self.n_digits - 1}}})"
 
     @property
     def line_pattern(self) -> str:  # type: ignore[override]
-        return rf"rev\({self._x}\)=\d+"
+        return rf"rev\({self._x}\)=[0-9]+"
 
     def sample(self, rng: random.Random) -> str:
         return f"rev({rng.randrange(10**self.n_digits)})="
@@ -38,6 +38,7 @@ class ReversalTask(Task):
         return f"rev({rng.randrange(lo, 10**self.n_digits)})="
 
     def solve(self, prompt: str) -> str:
+        prompt = _text("prompt", prompt)
         m = re.fullmatch(rf"rev\(({self._x})\)=", prompt)
         if not m:
             raise TaskError(f"not a reversal prompt with n_digits={self.n_digits}: {prompt!r}")

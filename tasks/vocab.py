@@ -4,6 +4,7 @@ Source: the authors' research code (``docs/method.md``, "The four tasks"): 96 pr
 digits, punctuation, space, newline); no BOS/EOS token; a newline ends an example.
 """
 
+import operator
 import string
 
 import torch
@@ -52,13 +53,25 @@ def decode(ids: list[int] | Int[Tensor, " pos"]) -> str:
     """Map token ids back to a string; inverse of :func:`encode`.
 
     Raises:
-        ValueError: if an id is outside ``[0, D_VOCAB)``.
+        ValueError: if an id is outside ``[0, D_VOCAB)`` or is not an integer (a string such as ``"3"``
+            is refused, not read with ``int``, which would also read other scripts' digits); if ``ids`` is
+            a tensor that is not 1-D.
     """
     if isinstance(ids, Tensor):
+        if ids.ndim != 1 or ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+            raise ValueError(f"ids must be a 1-D integer tensor, got shape {tuple(ids.shape)} and dtype {ids.dtype}")
         ids = ids.tolist()
+    if isinstance(ids, (str, bytes)):
+        raise ValueError(f"ids must be a sequence of integer token ids, got the string {ids!r}")
     chars = []
     for i in ids:
-        if not 0 <= int(i) < D_VOCAB:
-            raise ValueError(f"token id {i} is outside the vocabulary range [0, {D_VOCAB})")
-        chars.append(VOCAB[int(i)])
+        try:
+            if isinstance(i, bool):
+                raise TypeError
+            index = operator.index(i)  # ints and numpy integers; not str, float or bool
+        except TypeError:
+            raise ValueError(f"token ids must be integers, got {type(i).__name__} {i!r}") from None
+        if not 0 <= index < D_VOCAB:
+            raise ValueError(f"token id {i!r} is outside the vocabulary range [0, {D_VOCAB})")
+        chars.append(VOCAB[index])
     return "".join(chars)

@@ -53,3 +53,43 @@ def tiny_run(tmp_path_factory):
             "--eval-n", "10", "--warmup-steps", "2", "--runs-dir", str(root), "--name", "t", "--no-progress"]
     assert main(argv) == 0
     return root / "t"
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def assert_strict_json_files(root, minimum: int = 1) -> list:
+    """Every ``*.json`` and ``*.jsonl`` file under ``root`` parses as strict JSON (a bare NaN, Infinity or
+    -Infinity fails); at least ``minimum`` such files exist. Returns the files checked."""
+    import json
+    from pathlib import Path
+
+    files = sorted(p for p in Path(root).rglob("*") if p.suffix in (".json", ".jsonl") and p.is_file())
+    assert len(files) >= minimum, f"expected at least {minimum} JSON files under {root}, found {files}"
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        docs = [line for line in text.splitlines() if line.strip()] if path.suffix == ".jsonl" else [text]
+        for doc in docs:
+            try:
+                json.loads(doc, parse_constant=_refuse_constant)
+            except ValueError as err:
+                raise AssertionError(f"{path} is not strict JSON: {err}") from None
+    return files
+
+
+def unhooked(fn):
+    """``fn`` without the runtime type checker that pytest's jaxtyping hook (pyproject ``addopts``) wraps
+    around every annotated function of the package: users run without it, so input checks that the
+    checker would pre-empt (a bytes prompt, a str for a bool field) are tested on the code users run."""
+    import inspect
+
+    return inspect.unwrap(fn)
+
+
+def build_unhooked(cls, **kwargs):
+    """``cls(**kwargs)`` for a dataclass, through its own ``__init__`` (and ``__post_init__``) without the
+    hook's type checker (see :func:`unhooked`)."""
+    obj = object.__new__(cls)
+    unhooked(cls.__init__)(obj, **kwargs)
+    return obj

@@ -39,3 +39,35 @@ def test_bad_points_and_lengths(tiny_model):
     with pytest.raises(NopeInterpError, match="out of range"):
         hook_name("resid_pre", 2, n_layers=2)
     assert hook_name("pattern", 1) == "blocks.1.attn.hook_pattern"
+
+
+@pytest.mark.parametrize(("tokens", "match"), [
+    (torch.full((1, 5), -1), r"\[0, 96\).*got -1"),          # silently took the last embedding row
+    (torch.full((2, 5), 500), r"\[0, 96\).*got 500"),        # a raw IndexError
+    (torch.tensor([[1, 2, 96, 3]]), r"\[0, 96\).*got 96 at tokens\[0, 2\]"),
+    (torch.zeros(0, 4, dtype=torch.long), r"batch >= 1, pos >= 1"),
+    (torch.zeros(3, 0, dtype=torch.long), r"batch >= 1, pos >= 1"),
+])
+def test_token_ids_outside_the_vocabulary_are_refused_before_any_forward_pass(tiny_model, tokens, match, monkeypatch):
+    from nope_interp.activations import collect_activations, iter_activations
+    from nope_interp.errors import NopeInterpError
+
+    def no_forward(*args, **kwargs):
+        raise AssertionError("the model ran on bad tokens")
+
+    monkeypatch.setattr(tiny_model, "run_with_cache", no_forward)
+    with pytest.raises(NopeInterpError, match=match):
+        collect_activations(tiny_model, tokens)
+    with pytest.raises(NopeInterpError, match=match):
+        iter_activations(tiny_model, tokens)
+
+
+def test_iter_activations_streams_chunks_equal_to_collect_activations(tiny_model):
+    from nope_interp.activations import collect_activations, iter_activations
+
+    tokens = torch.randint(0, 96, (7, 6), generator=torch.Generator().manual_seed(3), dtype=torch.int32)
+    chunks = list(iter_activations(tiny_model, tokens, ("embed", "z"), batch_size=3))
+    assert [c.acts.shape[1] for c in chunks] == [3, 3, 1]
+    whole = collect_activations(tiny_model, tokens.long(), ("embed", "z"), batch_size=3)
+    torch.testing.assert_close(torch.cat([c.acts for c in chunks], dim=1), whole.acts, rtol=0, atol=0)
+    assert chunks[0].labels == whole.labels

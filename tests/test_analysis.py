@@ -57,3 +57,78 @@ def test_typed_score_accessor_equals_the_json_scores(tiny_model):
         res.score("blocks.0.hook_resid_post")
     with pytest.raises(NopeInterpError, match="unknown reduction"):
         res.score("hook_embed", "median")
+
+
+def test_prompts_are_run_and_scored_in_chunks_with_the_scores_of_one_pass(tiny_model, monkeypatch):
+    """Memory must not grow with n_prompts: no forward pass sees more than one chunk of prompts, and the
+    streamed scores equal those of all activations at once (the cosine matrices scored in one call)."""
+    import torch
+
+    import tasks
+    from nope_interp import analysis
+    from nope_interp.activations import collect_activations
+    from nope_interp.similarity import REDUCTIONS, adjacency_score, cosine_similarity_matrix
+
+    task = tasks.get_task("addition")
+    sizes: list[int] = []
+    forward = tiny_model.run_with_cache
+
+    def counting(tokens, **kwargs):
+        sizes.append(tokens.shape[0])
+        return forward(tokens, **kwargs)
+
+    monkeypatch.setattr(tiny_model, "run_with_cache", counting)
+    n_sites = 1 + 4 * tiny_model.cfg.n_layers
+    per_prompt = n_sites * task.max_prompt_len * tiny_model.cfg.d_model * 4
+    for max_bytes, chunk in ((3 * per_prompt, 3), (per_prompt // 2, 1), (10**9, 11)):
+        expected = min(chunk, analysis.MAX_CHUNK_PROMPTS) if chunk < 11 else analysis.MAX_CHUNK_PROMPTS
+        assert analysis.analysis_chunk_size(n_sites, task.max_prompt_len, tiny_model.cfg.d_model, max_bytes) == expected
+        sizes.clear()
+        res = analysis.analyze_model(tiny_model, task, 11, seed=3, max_bytes=max_bytes)
+        assert sizes == [chunk] * (11 // chunk) + ([11 % chunk] if 11 % chunk else [])
+        acts = collect_activations(tiny_model, task.prompt_tokens(task.analysis_prompts(11, 3)))
+        sim = cosine_similarity_matrix(acts.acts)
+        for r in REDUCTIONS:
+            torch.testing.assert_close(res.per_sequence[r], adjacency_score(sim, r), rtol=0, atol=1e-12)
+        torch.testing.assert_close(res.example_sim, sim[:, 0], rtol=0, atol=1e-6)  # float32 forward, other batch
+        assert res.example_sim.untyped_storage().nbytes() == res.example_sim.numel() * 8  # not a view of all
+    assert analysis.analysis_chunk_size(25, 22, 384) == 2**27 // (25 * 22 * 384 * 4)
+    assert analysis.analysis_chunk_size(1, 3, 8) == analysis.MAX_CHUNK_PROMPTS
+
+
+@pytest.mark.parametrize(("param", "value", "site"), [
+    ("embed.W_E", float("nan"), "hook_embed"),
+    ("blocks.0.attn.W_O", float("inf"), "blocks.0.hook_resid_mid"),
+    ("blocks.1.mlp.W_out", float("nan"), "blocks.1.hook_resid_post"),
+])
+def test_non_finite_activations_are_named_with_their_site_not_as_near_zero(tiny_model, param, value, site):
+    """NaN/inf weights gave "NaN entries (near-zero vectors)"; now the first non-finite site is named."""
+    import torch
+
+    import tasks
+    from nope_interp.analysis import analyze_model
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.lens import adjacency_scores
+
+    with torch.no_grad():
+        tiny_model.get_parameter(param).fill_(value)
+    task = tasks.get_task("reversal")
+    with pytest.raises(NopeInterpError, match=rf"activations at {site} are not finite: .* NaN or inf") as err:
+        analyze_model(tiny_model, task, 4)
+    assert "near-zero" not in str(err.value) and "\n" not in str(err.value)
+    _, cache = tiny_model.run_with_cache(task.prompt_tokens(task.analysis_prompts(4)))
+    with pytest.raises(NopeInterpError, match=rf"activations at {site} are not finite"):
+        adjacency_scores(cache, [site])
+
+
+def test_near_zero_activations_are_named_with_their_site(tiny_model):
+    import torch
+
+    import tasks
+    from nope_interp.analysis import analyze_model
+    from nope_interp.errors import NopeInterpError
+
+    with torch.no_grad():
+        tiny_model.embed.W_E[tasks.encode("$")[0]] = 0.0  # every addition prompt starts with "$"
+    with pytest.raises(NopeInterpError, match=r"activations at hook_embed have 4 near-zero vectors .*index \(0, 0\)"):
+        analyze_model(tiny_model, tasks.get_task("addition"), 4, points=("embed",))

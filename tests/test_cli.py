@@ -1,4 +1,5 @@
 import json
+import math
 import subprocess
 import sys
 
@@ -74,6 +75,23 @@ BAD = [
     (["analyze", "--init", "--task", "addition", "--protocol", "padded"],
      "protocol must be one of full, authors, window"),
     (["trajectory", "--pretrained", "reversal"], "kept no weights"),
+    # usage errors: one line (no usage block), the flag named, exit status 2
+    (["train", "--task", "addition", "--steps", "abc"],
+     "argument --steps: must be an integer written with the digits 0-9, got 'abc'"),
+    (["train", "--task", "addition", "--lr", "fast"], "argument --lr: must be a number written with the digits 0-9"),
+    (["analyze", "--init", "--task", "addition", "--n-prompts", "2.5"], "argument --n-prompts: must be an integer"),
+    (["train", "--task", "addition", "--bogus"], "unrecognized arguments: --bogus"),
+    (["train", "--task"], "argument --task: expected one argument"),
+    (["analyze", "--points"], "argument --points: expected at least one argument"),
+    # digits that Python's int() and float() read but the vocabulary does not hold
+    (["train", "--task", "addition", "--steps", "\u0661\u0660\u0660"],
+     "argument --steps: must be an integer written with the digits 0-9, got '\u0661\u0660\u0660'"),
+    (["train", "--task", "addition", "--n-digits", "\uff13"], "argument --n-digits: must be an integer"),
+    (["train", "--task", "addition", "--batch-size", "1_0"], "argument --batch-size: must be an integer"),
+    (["train", "--task", "addition", "--lr", "1e-\u0663"], "argument --lr: must be a number"),
+    (["train", "--task", "addition", "--model-init-std", "0.0\u0968"], "argument --model-init-std: must be a number"),
+    (["analyze", "--init", "--task", "addition", "--n-prompts", "\u0968"], "argument --n-prompts: must be an integer"),
+    (["init-grid", "--means", "0", "\u0664"], "argument --means: must be a number"),
 ]
 
 
@@ -210,3 +228,179 @@ def test_train_finalize_writes_a_summary(main, tiny_run, tmp_path, capsys):
     assert main(["train", "--task", "addition", "--finalize", "--runs-dir", str(tmp_path), "--name", "stopped"]) == 0
     assert json.loads((run / "summary.json").read_text())["steps"] == 6
     assert "test exact match" in capsys.readouterr().out
+
+
+def test_help_and_usage_errors_return_a_status_instead_of_raising(main, capsys):
+    assert main(["train", "--help"]) == 0
+    assert "--steps" in capsys.readouterr().out
+    assert main(["no-such-command"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "invalid choice: 'no-such-command'" in err and "usage" not in err
+
+
+def test_ascii_number_parsers():
+    import argparse
+
+    from nope_interp.cli import ascii_float, ascii_int
+
+    assert [ascii_int(t) for t in ("0", "12", "-3", "+4", "007")] == [0, 12, -3, 4, 7]
+    assert [ascii_float(t) for t in ("0.5", "-2", "1e-4", "3.", ".5", "2E+3")] == [0.5, -2.0, 1e-4, 3.0, 0.5, 2000.0]
+    assert math.isnan(ascii_float("nan")) and ascii_float("-inf") == -math.inf  # refused later, by the config
+    for bad in ("", " 1", "1 ", "1_0", "\u0661", "\uff11", "\u00b2", "1.0", "0x10", "\U0001d7cf"):
+        with pytest.raises(argparse.ArgumentTypeError, match="digits 0-9"):
+            ascii_int(bad)
+    for bad in ("", "1_0.5", "\u0661.5", "0.\uff15", "one", "1e", "\u0665e3", "--1"):
+        with pytest.raises(argparse.ArgumentTypeError, match="digits 0-9"):
+            ascii_float(bad)
+
+
+BAD_VALUES = [
+    # non-finite or out-of-range floats
+    (["train", "--task", "addition", "--model-init-std", "1e39"], "init_std must be a finite number in (0.0, 1000.0]"),
+    (["train", "--task", "addition", "--model-init-mean", "1e300"], "init_mean must be a finite number in [-1000.0"),
+    (["train", "--task", "addition", "--model-init-mean=-inf"], "init_mean must be a finite number"),
+    (["train", "--task", "addition", "--weight-decay", "nan"], "weight_decay must be a finite number"),
+    (["train", "--task", "addition", "--grad-clip", "nan"], "grad_clip must be a finite number"),
+    (["train", "--task", "addition", "--lr", "1e30"], "lr must be a finite number in (0.0, 10.0], got 1e+30"),
+    (["train", "--task", "addition", "--beta2", "1"], "beta2 must be in [0, 1), got 1.0"),
+    (["train", "--task", "addition", "--lr", "0.5", "--weight-decay", "3"], "lr * weight_decay must be at most 1"),
+    (["train", "--task", "addition", "--model-dropout", "nan"], "dropout must be a finite number"),
+    (["init-grid", "--stds", "0.02", "1e39"], "stds must be a finite number in (0.0, 1000.0]"),
+    (["init-grid", "--means", "nan"], "means must be a finite number"),
+    (["analyze", "--init", "--task", "addition", "--model-init-std", "inf"], "init_std must be a finite number"),
+    # sizes that pass the range checks but cannot fit in memory
+    (["train", "--task", "addition", "--model-d-model", "1000000", "--model-n-heads", "1", "--model-d-head", "1000000"],
+     "needs about"),
+    (["train", "--task", "addition", "--batch-size", "1000000000"], "needs about"),
+    (["train", "--task", "reversal", "--n-train", "1000000000"], "needs about"),
+    (["train", "--task", "addition", "--n-train", "1000000000"], "only 1000000 distinct prompts"),
+    (["analyze", "--init", "--task", "addition", "--model-d-model", "1000000", "--model-n-heads", "1",
+      "--model-d-head", "1000000"], "needs about"),
+    (["init-grid", "--widths", "240000", "--depths", "6"], "needs about"),
+    # names and labels are one safe path component
+    (["train", "--task", "addition", "--name", "../../x"], "--name must be one folder name"),
+    (["train", "--task", "addition", "--name", "a/b"], "--name must be one folder name"),
+    (["train", "--task", "addition", "--name", ".hidden"], "--name must be one folder name"),
+    (["train", "--task", "addition", "--finalize", "--name", ".."], "--name must be one folder name"),
+    (["train", "--task", "../x", "--finalize"], "run name must be one folder name"),
+    (["analyze", "--init", "--task", "addition", "--label", "../../x"], "label must be one folder name"),
+    (["analyze", "--init", "--task", "addition", "--label", "a b"], "label must be one folder name"),
+]
+
+
+@pytest.mark.parametrize("argv,message", BAD_VALUES, ids=[" ".join(a[:3]) + "|" + m[:20] for a, m in BAD_VALUES])
+def test_bad_values_sizes_and_names_exit_2_with_one_line_and_write_nothing(main, tmp_path, capsys, argv, message):
+    test_bad_input_exits_2_with_one_line_and_writes_nothing(main, tmp_path, capsys, argv, message)
+    assert list(tmp_path.iterdir()) == []  # not even a lock file
+
+
+def test_output_locations_are_checked_before_any_work(main, tmp_path, capsys):
+    import sys
+
+    (tmp_path / "file").write_text("x")
+    analyze = ["analyze", "--init", "--task", "addition", "--preset", "tiny", "--n-prompts", "4"]
+    cases = [(analyze + ["--out-root", str(tmp_path / "file")], "is an existing file"),
+             (analyze + ["--out-root", str(tmp_path / "file" / "sub")], "is an existing file"),
+             (["probe", "--init", "--task", "addition", "--out-root", str(tmp_path / "file")], "is an existing file"),
+             (["train", "--task", "addition", "--preset", "tiny", "--runs-dir", str(tmp_path / "file")],
+              "run directory .* cannot be created: .*file is an existing file"),
+             (["train", "--task", "addition", "--preset", "tiny", "--runs-dir", str(tmp_path), "--name", "file"],
+              "run directory .*file is an existing file"),
+             (["demo", "--retrain", "--runs-dir", str(tmp_path / "file"), "--out-root", str(tmp_path / "o")],
+              "--runs-dir .*file is an existing file")]
+    if sys.platform == "linux":  # not writable even for root
+        cases += [(analyze + ["--out-root", "/proc/self/out"], "cannot be created in /proc/self"),
+                  (["train", "--task", "addition", "--preset", "tiny", "--runs-dir", "/proc/self/runs"],
+                   "cannot be created in /proc/self")]
+    for argv, message in cases:
+        assert main(argv) == 2, argv
+        out, err = capsys.readouterr()
+        assert err.count("\n") == 1 and __import__("re").search(message, err), err
+        assert "analysing" not in out  # refused before the analysis started
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+_HOLD = """
+import sys, time
+from nope_interp import io
+with io.exclusive(sys.argv[1]):
+    print("locked", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_second_job_writing_the_same_output_folder_is_refused(main, tmp_path, capsys):
+    import signal
+
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(tmp_path / "results" / "analyze")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        argv = ["analyze", "--init", "--task", "addition", "--preset", "tiny", "--n-prompts", "4", "--points", "embed"]
+        assert main(argv + ["--out-root", str(tmp_path)]) == 2
+        out, err = capsys.readouterr()
+        assert err.count("\n") == 1 and f"is being written by another nope-interp process (pid {holder.pid})" in err
+        assert "analysing" not in out
+        assert main(argv + ["--out-root", str(tmp_path / "elsewhere")]) == 0  # another --out-root is free
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=60)
+    assert main(argv + ["--out-root", str(tmp_path)]) == 0  # the killed holder's lock blocks nobody
+    assert (tmp_path / "results" / "analyze" / "init-tiny-addition" / "scores.json").exists()
+
+
+def _planted_checkpoint(path, marker):
+    import torch
+
+    class Planted:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    torch.save({"model": Planted(), "optimizer": {}, "step": 1, "wall_time_s": 0.0}, path)
+
+
+def test_resume_and_finalize_turn_every_bad_checkpoint_into_one_line(main, tiny_run, tmp_path, capsys):
+    import shutil
+
+    import torch
+
+    run = tmp_path / "r"
+    shutil.copytree(tiny_run, run)
+    (run / "summary.json").unlink()
+    good = (run / "checkpoint.pt").read_bytes()
+    marker = tmp_path / "pwned"
+    other = torch.load(run / "checkpoint.pt", weights_only=True)
+    other["model"] = {k: v for k, v in other["model"].items() if k != "embed.W_E"}
+    bad = {"truncated": lambda p: p.write_bytes(good[: len(good) // 3]),
+           "random": lambda p: p.write_bytes(bytes(range(256)) * 64),
+           "planted": lambda p: _planted_checkpoint(p, marker),
+           "mismatched": lambda p: torch.save(other, p)}
+    resume = ["train", "--task", "addition", "--n-digits", "2", "--preset", "tiny", "--model-n-ctx", "16", "--steps",
+              "6", "--batch-size", "8", "--n-train", "100", "--n-test", "20", "--eval-every", "3", "--eval-n", "10",
+              "--warmup-steps", "2", "--runs-dir", str(tmp_path), "--name", "r", "--no-progress", "--resume"]
+    finalize = ["train", "--task", "addition", "--finalize", "--runs-dir", str(tmp_path), "--name", "r"]
+    for name, write in bad.items():
+        write(run / "checkpoint.pt")
+        for argv in (resume, finalize):
+            assert main(argv) == 2, (name, argv[-1])
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and "checkpoint" in err and str(run / "checkpoint.pt") in err, err
+            assert ("do not match the model config" if name == "mismatched" else "corrupt or unsafe") in err
+    assert not marker.exists() and not (run / "summary.json").exists()
+    (run / "checkpoint.pt").write_bytes(good)  # today's format loads with weights_only=True
+    assert main(finalize) == 0 and (run / "summary.json").exists()
+
+
+def test_a_run_directory_named_dot_dot_or_with_a_space_never_becomes_a_path(main, tiny_run, tmp_path, capsys):
+    import shutil
+
+    run = tmp_path / "runs" / "mine"
+    shutil.copytree(tiny_run, run)
+    (run / "sub").mkdir()
+    argv = ["analyze", "--n-prompts", "4", "--points", "embed", "--out-root", str(tmp_path / "out")]
+    assert main(argv[:1] + ["--run", str(run / "sub" / "..")] + argv[1:]) == 0  # its label was ".."
+    assert (tmp_path / "out" / "results" / "analyze" / "mine" / "scores.json").exists()
+    assert not (tmp_path / "out" / "results" / "scores.json").exists()
+    shutil.copytree(tiny_run, tmp_path / "runs" / "a b")
+    assert main(argv[:1] + ["--run", str(tmp_path / "runs" / "a b")] + argv[1:]) == 2
+    assert "model label must be one folder name" in capsys.readouterr().err

@@ -91,3 +91,146 @@ def test_tuple_fields_come_back_as_tuples_from_json():
     cfg = AnalyzeConfig.from_dict({"points": ["embed", "z"]})
     assert cfg.points == ("embed", "z")
     assert AnalyzeConfig.from_json(cfg.to_json()) == cfg
+
+
+# --- field values checked against their annotations --------------------------------------------------
+WRONG_TYPES = [
+    ("TrainConfig", {"beta1": "0.9"}, "beta1 must be a number, got str '0.9'"),
+    ("TrainConfig", {"steps": 100.0}, "steps must be an integer, got float 100.0"),
+    ("TrainConfig", {"lr": True}, "lr must be a number, got bool True"),
+    ("TrainConfig", {"task": None}, "task must be a string, got null"),
+    ("TrainConfig", {"task_params": {"n_digits": "3"}}, "task_params must be a JSON object of integers, got "
+                                                         "{'n_digits': '3'} (key 'n_digits' has str '3')"),
+    ("TrainConfig", {"task_params": [3]}, "task_params must be a JSON object of integers, got list [3]"),
+    ("ModelConfig", {"biases": "no"}, "biases must be true or false, got str 'no'"),
+    ("ModelConfig", {"biases": 0}, "biases must be true or false, got int 0"),
+    ("ModelConfig", {"tied_embeddings": "false"}, "tied_embeddings must be true or false, got str 'false'"),
+    ("ModelConfig", {"n_layers": "2"}, "n_layers must be an integer, got str '2'"),
+    ("ModelConfig", {"act_fn": None}, "act_fn must be a string, got null"),
+    ("AnalyzeConfig", {"points": "embed"}, "points must be a list of strings, got the single string 'embed' "
+                                           "(write ['embed'] for a list of one)"),
+    ("AnalyzeConfig", {"points": ("embed", 3)},
+     "points must be a list of strings, got ['embed', 3] (entry 1 is int 3)"),
+    ("AblateConfig", {"layers": "1"}, "layers must be a list of integers or null, got the single string '1'"),
+    ("AblateConfig", {"ranks": [0, None]}, "ranks must be a list of integers, got [0, None] (entry 1 is null)"),
+    ("ModelSource", {"run": "runs/x"}, "run must be a list of strings, got the single string 'runs/x'"),
+    ("ModelSource", {"pretrained": "reversal"}, "pretrained must be a list of strings, got the single string"),
+    ("DemoConfig", {"tasks": "reversal"}, "tasks must be a list of strings, got the single string 'reversal'"),
+    ("InitGridConfig", {"stds": 0.02}, "stds must be a list of numbers, got float 0.02"),
+]
+
+
+def _config_class(name):
+    import nope_interp.config as C
+    from nope_interp.jobs import ablate, analyze, demo, init_grid
+    from nope_interp.jobs.common import ModelSource
+
+    return {"TrainConfig": C.TrainConfig, "ModelConfig": C.ModelConfig, "AnalyzeConfig": analyze.AnalyzeConfig,
+            "AblateConfig": ablate.AblateConfig, "ModelSource": ModelSource, "DemoConfig": demo.DemoConfig,
+            "InitGridConfig": init_grid.InitGridConfig}[name]
+
+
+@pytest.mark.parametrize("cls,kwargs,message", WRONG_TYPES, ids=[f"{c}-{next(iter(k))}" for c, k, _ in WRONG_TYPES])
+def test_a_value_of_the_wrong_type_names_the_field_and_the_expected_type(cls, kwargs, message):
+    from conftest import build_unhooked
+
+    from nope_interp.errors import NopeInterpError
+
+    with pytest.raises(NopeInterpError) as err:
+        build_unhooked(_config_class(cls), **kwargs)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_type_checks_run_for_users_without_the_test_type_checker():
+    """The same checks in a plain interpreter (no jaxtyping hook), through the constructor and from_dict."""
+    import subprocess
+    import sys
+
+    code = """
+import json
+from nope_interp.config import ModelConfig, TrainConfig
+from nope_interp.jobs.analyze import AnalyzeConfig
+from nope_interp.errors import NopeInterpError
+out = []
+for make in (lambda: TrainConfig(beta1="0.9"), lambda: ModelConfig(biases="no"),
+             lambda: AnalyzeConfig(points="embed"), lambda: TrainConfig.from_dict({"steps": "5"}),
+             lambda: ModelConfig.from_json('{"biases": "no"}')):
+    try:
+        make()
+        out.append(None)
+    except NopeInterpError as err:
+        out.append(str(err))
+print(json.dumps(out))
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout.splitlines()[-1]) == [
+        "beta1 must be a number, got str '0.9'", "biases must be true or false, got str 'no'",
+        "points must be a list of strings, got the single string 'embed' (write ['embed'] for a list of one)",
+        "steps must be an integer, got str '5'", "biases must be true or false, got str 'no'"]
+
+
+def test_lists_become_tuples_and_integers_are_numbers(C):
+    from conftest import build_unhooked
+
+    from nope_interp.jobs.ablate import AblateConfig
+    from nope_interp.jobs.analyze import AnalyzeConfig
+
+    assert build_unhooked(AnalyzeConfig, points=["embed", "z"]).points == ("embed", "z")
+    assert build_unhooked(AblateConfig, layers=[1], ranks=[0, 2]).ranks == (0, 2)
+    assert build_unhooked(C.TrainConfig, lr=1, beta1=0).lr == 1  # JSON may write 1 for 1.0
+    assert C.TrainConfig(task_params={"n_digits": 2}).task_params == {"n_digits": 2}
+    cfg = C.TrainConfig()
+    assert C.TrainConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_check_choices_refuses_a_single_string(C):
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+
+    for bad in ("embed", "z"):
+        with pytest.raises(NopeInterpError, match=f"got the single string '{bad}'; allowed: embed, z"):
+            unhooked(C.check_choices)("points", bad, ("embed", "z"))
+    C.check_choices("points", ("z",), ("embed", "z"))
+
+
+@pytest.mark.parametrize("cls,kwargs,match", [
+    ("ModelConfig", {"init_std": 1e39}, r"init_std must be a finite number in \(0.0, 1000.0\], got 1e\+39"),
+    ("ModelConfig", {"init_std": math.inf}, "init_std"), ("ModelConfig", {"init_mean": 1e300}, "init_mean"),
+    ("ModelConfig", {"init_mean": -math.inf}, "init_mean"), ("ModelConfig", {"dropout": math.nan}, "dropout"),
+    ("TrainConfig", {"beta1": 1.0}, r"beta1 must be in \[0, 1\)"), ("TrainConfig", {"beta2": 1.0}, "beta2"),
+    ("TrainConfig", {"beta2": math.nan}, "beta2"), ("TrainConfig", {"min_lr_ratio": math.inf}, "min_lr_ratio"),
+    ("TrainConfig", {"lr": 1.0, "weight_decay": 2.0}, r"lr \* weight_decay must be at most 1"),
+    ("TrainConfig", {"weight_decay": -0.1}, "weight_decay"), ("TrainConfig", {"grad_clip": math.inf}, "grad_clip"),
+])
+def test_every_float_field_is_finite_and_in_range(C, cls, kwargs, match):
+    with pytest.raises(C.NopeInterpError, match=match):
+        getattr(C, cls)(**kwargs)
+
+
+def test_init_grid_means_and_stds_are_finite_and_in_range(C):
+    from nope_interp.jobs.init_grid import InitGridConfig
+
+    for kwargs in ({"stds": (0.02, 1e39)}, {"stds": (math.nan,)}, {"means": (0.0, 1e300)}, {"means": (-math.inf,)}):
+        with pytest.raises(C.NopeInterpError, match="must be a finite number"):
+            InitGridConfig(**kwargs)
+    assert InitGridConfig(means=(-1000.0, 1000.0), stds=(1000.0,)).stds == (1000.0,)
+
+
+def test_check_name_takes_one_safe_path_component(C):
+    for good in ("t", "addition-cpu-s0", "init-paper-reversal-init_mean-1.0", "a.b+c_d", "_x", "0" * 200):
+        C.check_name("label", good)
+    for bad in ("", ".", "..", "../x", "a/b", "a\\b", ".hidden", "-rf", "a b", "x\n", "\u0661", "caf\u00e9",
+                "0" * 201, None, 3):
+        with pytest.raises(C.NopeInterpError, match="label must be one folder name"):
+            C.check_name("label", bad)
+
+
+def test_analyze_label_is_one_safe_path_component(C):
+    from nope_interp.jobs.analyze import AnalyzeConfig
+
+    assert AnalyzeConfig(label="my-model").label == "my-model"
+    for bad in ("../../x", "/abs", "a/b", ".."):
+        with pytest.raises(C.NopeInterpError, match="label must be one folder name"):
+            AnalyzeConfig(label=bad)

@@ -45,3 +45,19 @@ def test_bad_input():
         positional_share(torch.ones(1, 3, 2))
     with pytest.raises(NopeInterpError, match="all-zero"):
         positional_share(torch.zeros(2, 3, 2))
+
+
+@pytest.mark.parametrize(("tokens", "match"), [
+    (torch.full((2, 5), -1), r"\[0, 96\).*got -1"), (torch.full((2, 5), 96), r"\[0, 96\).*got 96"),
+    (torch.tensor([[1, 2], [3, 10**6]]), r"\[0, 96\).*got 1000000 at tokens\[1, 1\]"),
+    (torch.zeros(2, 49, dtype=torch.long), r"n_ctx=48"),
+])
+def test_diagnostics_refuse_token_ids_outside_the_vocabulary(tiny_model, tokens, match):
+    import tasks
+    from nope_interp.diagnostics import diagnose, layer0_attention_entropy
+    from nope_interp.errors import NopeInterpError
+
+    with pytest.raises(NopeInterpError, match=match):
+        layer0_attention_entropy(tiny_model, tokens)
+    with pytest.raises(NopeInterpError, match=match):
+        diagnose(tiny_model, tasks.get_task("addition"), tokens)

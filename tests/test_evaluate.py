@@ -56,3 +56,72 @@ def test_prefix_goes_before_every_prompt_and_is_not_part_of_the_answer(tiny_cfg)
     for p, g in zip(prompts, got, strict=True):
         new = greedy_decode(model, torch.tensor([tasks.encode("\n" + p)]), task.max_answer_len + 1)[0]
         assert g == tasks.decode(new).split("\n")[0]
+
+
+def test_decoding_and_the_answer_loss_refuse_token_ids_outside_the_vocabulary(tiny_model):
+    import pytest
+    import torch
+
+    import tasks
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.evaluate import answer_loss, greedy_decode
+
+    for bad in (torch.full((1, 4), -1), torch.tensor([[3, 96]]), torch.tensor([[1, 2], [700, 0]])):
+        with pytest.raises(NopeInterpError, match=r"prompt_tokens must be token ids in \[0, 96\)"):
+            greedy_decode(tiny_model, bad, 2)
+    task = tasks.get_task("addition")
+    batch = task.training_batch([task.example(p) for p in task.analysis_prompts(4)])
+    assert answer_loss(tiny_model, batch).item() > 0
+    for field, value, match in (("tokens", -1, r"batch.tokens must be token ids in \[0, 96\).*got -1"),
+                                ("tokens", 96, r"batch.tokens .*got 96"),
+                                ("targets", -5, r"batch.targets\[loss_mask\] .*got -5"),
+                                ("targets", 1000, r"batch.targets\[loss_mask\] .*got 1000")):
+        t = getattr(batch, field).clone()
+        where = batch.loss_mask.nonzero()[0]
+        t[tuple(where)] = value
+        bad_batch = tasks.Batch(**{**{f: getattr(batch, f) for f in ("tokens", "targets", "loss_mask")}, field: t})
+        with pytest.raises(NopeInterpError, match=match):
+            answer_loss(tiny_model, bad_batch)
+
+
+@pytest.mark.parametrize("prompts,match", [
+    ([""], r"prompts\[0\] is empty"),
+    (["$1+2=", ""], r"prompts\[1\] is empty"),
+    ("$1+2=", "single string '\\$1\\+2=' \\(write \\['\\$1\\+2='\\] for one prompt\\)"),
+    ([b"$1+2="], r"prompts\[0\] must be a string, got bytes"),
+    ([None], r"prompts\[0\] must be a string, got NoneType"),
+    (["$1\u0662+2="], r"prompts\[0\]: character '\u0662' at index 2"),
+    (["$1+2=", "$\uff11+2="], r"prompts\[1\]: character '\uff11' at index 1"),
+])
+def test_predict_names_the_bad_prompt(tiny_model, addition_task, prompts, match):
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.evaluate import predict
+
+    with pytest.raises(NopeInterpError, match=match) as err:
+        unhooked(predict)(tiny_model, addition_task, prompts)
+    assert "\n" not in str(err.value)
+
+
+def test_predict_and_greedy_decode_refuse_bad_sizes(tiny_model, addition_task):
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.evaluate import exact_match_accuracy, greedy_decode, predict
+
+    for bs in (0, -1, 1.5, True):
+        with pytest.raises(NopeInterpError, match="batch_size must be an integer >= 1"):
+            unhooked(predict)(tiny_model, addition_task, ["$1+2="], batch_size=bs)
+    for shape in ((1, 0), (0, 3), (3,)):
+        with pytest.raises(NopeInterpError, match="prompt_tokens must be 2-D"):
+            unhooked(greedy_decode)(tiny_model, torch.zeros(shape, dtype=torch.long), 2)
+    for n in (-1, 2.0):
+        with pytest.raises(NopeInterpError, match="max_new_tokens must be an integer >= 0"):
+            unhooked(greedy_decode)(tiny_model, torch.zeros((1, 3), dtype=torch.long), n)
+    for examples, match in [("$1+2=3$", "non-empty sequence of tasks.Example"), ([], "non-empty sequence"),
+                            (["$1+2="], r"examples\[0\] must be a tasks.Example")]:
+        with pytest.raises(NopeInterpError, match=match):
+            unhooked(exact_match_accuracy)(tiny_model, addition_task, examples)
+    assert predict(tiny_model, addition_task, [""], prefix="\n")[0] is not None  # a prefix alone is one token
+    assert predict(tiny_model, addition_task, []) == []

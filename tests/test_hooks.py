@@ -35,3 +35,16 @@ def test_bad_points_and_layers():
     with pytest.raises(NopeInterpError, match="has no layer"):
         hook_name("embed", 0)
     assert activation_hook_names(1, ("embed", "z")) == ["hook_embed", "blocks.0.attn.hook_z"]
+
+
+@pytest.mark.parametrize("points", ["embed", "z", "resid_post"])
+def test_activation_points_given_as_one_string_are_refused_by_name(points):
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.hooks import activation_hook_names
+
+    with pytest.raises(NopeInterpError, match=f"got the single string '{points}'; allowed: embed, resid_pre") as err:
+        unhooked(activation_hook_names)(2, points)
+    assert "unknown activation point" not in str(err.value)  # not reported as point 'e' / 'z'
+    assert activation_hook_names(2, (points,))[0].endswith(points if points != "z" else "hook_z")

@@ -17,7 +17,7 @@ LAYERS: list[set[str]] = [
     {"nope_interp", "nope_interp.errors"},
     {"nope_interp.config", "nope_interp.stats", "nope_interp.hooks", "nope_interp.io"},
     {"nope_interp.model", "nope_interp.similarity", "nope_interp.averaging", "nope_interp.ablations",
-     "nope_interp.probing"},
+     "nope_interp.probing", "nope_interp.fast_forward"},
     {"nope_interp.evaluate", "nope_interp.activations", "nope_interp.plotting", "nope_interp.interventions"},
     {"nope_interp.train", "nope_interp.analysis", "nope_interp.pretrained", "nope_interp.lens",
      "nope_interp.averaging_checks", "nope_interp.diagnostics"},

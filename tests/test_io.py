@@ -34,3 +34,258 @@ def test_to_csv_takes_the_union_of_columns():
     from nope_interp.io import to_csv
 
     assert to_csv([{"a": 1}, {"b": 2, "a": 3}]).splitlines() == ["a,b", "1,", "3,2"]
+
+
+# --- exclusive locks on output directories -------------------------------------------------------------------------
+
+_HOLD = """
+import sys, time
+from nope_interp import io
+with io.exclusive(sys.argv[1]):
+    print("locked", flush=True)
+    time.sleep(600)
+"""
+
+
+def _holder(directory):
+    """A real second process that takes the lock of ``directory`` and sleeps (killed by the test)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", _HOLD, str(directory)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def test_exclusive_refuses_a_second_writer_and_a_killed_holder_never_blocks(tmp_path):
+    import signal
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.io import exclusive, lock_path
+
+    out = tmp_path / "runs" / "r"
+    for _ in range(2):  # the second time over the stale lock file the killed holder left behind
+        proc = _holder(out)
+        try:
+            busy = rf"being written by another nope-interp process \(pid {proc.pid}\)"
+            with pytest.raises(NopeInterpError, match=busy):
+                with exclusive(out):
+                    pass
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=60)
+        assert lock_path(out).exists()  # stale: the holder died without cleaning up
+        with exclusive(out, "run directory") as lock:  # the kernel released the dead holder's lock
+            assert lock == tmp_path / "runs" / ".r.lock"
+            out.mkdir(exist_ok=True)
+
+
+def test_exclusive_is_reentrant_and_leaves_no_trace_when_nothing_was_written(tmp_path):
+    from nope_interp.io import exclusive
+
+    out = tmp_path / "new" / "deeper" / "results" / "analyze"
+    with exclusive(out):
+        with exclusive(out):  # the same process may lock again (a job that trains a run)
+            pass
+    assert not (tmp_path / "new").exists()  # nothing written: the lock file and its folders are gone
+    with exclusive(out):
+        out.mkdir(parents=True)
+    assert sorted(p.name for p in out.parent.iterdir()) == [".analyze.lock", "analyze"]
+
+
+def test_lock_path_is_beside_the_directory_and_needs_a_name(tmp_path):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.io import lock_path
+
+    assert lock_path(tmp_path / "runs" / "x") == tmp_path / "runs" / ".x.lock"
+    assert lock_path(tmp_path / "runs" / "x" / "..") == tmp_path / ".runs.lock"
+    with pytest.raises(NopeInterpError, match="needs a name"):
+        lock_path("/")
+
+
+# --- output locations checked before any work --------------------------------------------------------------------
+
+def test_check_writable_dir_accepts_creatable_folders_and_writes_nothing(tmp_path):
+    from nope_interp.io import check_writable_dir
+
+    assert check_writable_dir(tmp_path) == tmp_path
+    assert check_writable_dir(tmp_path / "a" / "b" / "c") == tmp_path / "a" / "b" / "c"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_check_writable_dir_refuses_files_and_unwritable_folders(tmp_path):
+    import os
+    import sys
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.io import check_writable_dir
+
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(NopeInterpError, match=r"--out-root .*file is an existing file, not a directory"):
+        check_writable_dir(tmp_path / "file", "--out-root")
+    with pytest.raises(NopeInterpError, match=r"cannot be created: .*file is an existing file"):
+        check_writable_dir(tmp_path / "file" / "results" / "analyze")
+    if sys.platform == "linux":  # a folder no process may create files in (also as root)
+        with pytest.raises(NopeInterpError, match="cannot be created in /proc/self"):
+            check_writable_dir("/proc/self/nope/results")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        if not os.access(ro, os.W_OK):  # root may write anywhere: the /proc case above covers it
+            with pytest.raises(NopeInterpError, match="is not writable"):
+                check_writable_dir(ro)
+            with pytest.raises(NopeInterpError, match="cannot be created in"):
+                check_writable_dir(ro / "sub")
+    finally:
+        ro.chmod(0o755)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "ro"]
+
+
+def test_writes_that_cannot_happen_are_one_line_errors(tmp_path):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.io import atomic_write_text, save_torch
+
+    (tmp_path / "file").write_text("x")
+    for write in (lambda p: atomic_write_text(p, "{}"), lambda p: save_torch(p, {"a": 1})):
+        with pytest.raises(NopeInterpError, match="cannot write .*file/sub/x") as err:
+            write(tmp_path / "file" / "sub" / "x")
+        assert "\n" not in str(err.value)
+
+
+# --- checkpoints: weights_only, every failure one line ------------------------------------------------------------
+
+def _current_format_checkpoint(path):
+    """A checkpoint exactly as the trainer writes it (model and AdamW state dicts after one step, step, wall time)."""
+    import torch
+
+    from nope_interp.config import TrainConfig, preset
+    from nope_interp.io import save_torch
+    from nope_interp.model import build_model
+    from nope_interp.train import make_optimizer
+
+    model = build_model(preset("tiny"))
+    opt = make_optimizer(model, TrainConfig())
+    model(torch.zeros(1, 4, dtype=torch.long)).sum().backward()
+    opt.step()
+    save_torch(path, {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": 3, "wall_time_s": 1.5})
+    return model, opt
+
+
+def test_load_checkpoint_reads_the_trainers_format_with_weights_only(tmp_path):
+    import torch
+
+    from nope_interp.io import load_checkpoint
+
+    model, opt = _current_format_checkpoint(tmp_path / "checkpoint.pt")
+    ckpt = load_checkpoint(tmp_path / "checkpoint.pt")
+    assert ckpt["step"] == 3 and ckpt["wall_time_s"] == 1.5
+    assert all(torch.equal(ckpt["model"][k], v) for k, v in model.state_dict().items())
+    opt.load_state_dict(ckpt["optimizer"])  # the optimizer state round-trips
+
+
+class _Planted:
+    """Unpickling this creates a file: what a malicious checkpoint would do."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_load_checkpoint_refuses_truncated_garbage_and_planted_files(tmp_path):
+    import torch
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.io import load_checkpoint
+
+    good = tmp_path / "good.pt"
+    _current_format_checkpoint(good)
+    marker = tmp_path / "pwned"
+    cases = {
+        "truncated": good.read_bytes()[: good.stat().st_size // 2],
+        "random": torch.randint(0, 256, (4096,), generator=torch.Generator().manual_seed(0),
+                                dtype=torch.uint8).numpy().tobytes(),
+        "empty": b"",
+    }
+    for name, data in cases.items():
+        (tmp_path / f"{name}.pt").write_bytes(data)
+    torch.save({"model": _Planted(marker), "optimizer": {}, "step": 1, "wall_time_s": 0.0}, tmp_path / "planted.pt")
+    torch.save([1, 2], tmp_path / "list.pt")
+    torch.save({"model": {}, "optimizer": {}, "step": "3", "wall_time_s": 0.0}, tmp_path / "badstep.pt")
+    torch.save({"model": {}, "optimizer": {}, "step": -1, "wall_time_s": 0.0}, tmp_path / "negative.pt")
+    expect = {"truncated": "corrupt or unsafe", "random": "corrupt or unsafe", "empty": "corrupt or unsafe",
+              "planted": "corrupt or unsafe", "list": "holds a list", "badstep": "entry 'step'",
+              "negative": "negative", "missing": "checkpoint not found"}
+    for name, match in expect.items():
+        with pytest.raises(NopeInterpError, match=match) as err:
+            load_checkpoint(tmp_path / f"{name}.pt")
+        assert "\n" not in str(err.value) and f"{name}.pt" in str(err.value)
+    assert not marker.exists()  # the planted code never ran
+
+
+def _strict(text):
+    import json
+
+    def refuse(name):
+        raise ValueError(f"{name} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_write_json_writes_null_for_nan_and_infinities(tmp_path):
+    import math
+
+    from nope_interp.io import json_safe, write_json
+
+    data = {"a": math.nan, "b": [1.0, math.inf, -math.inf, {"c": (math.nan, 2)}], "d": "NaN", "e": None,
+            "f": 1e308, "g": -0.0, "h": True, "i": 3}
+    text = write_json(tmp_path / "r.json", data).read_text()
+    assert "NaN," not in text and "Infinity" not in text
+    assert _strict(text) == {"a": None, "b": [1.0, None, None, {"c": [None, 2]}], "d": "NaN", "e": None,
+                             "f": 1e308, "g": -0.0, "h": True, "i": 3}
+    assert math.isnan(data["a"]) and data["b"][3]["c"][0] != data["b"][3]["c"][0]  # the input is not changed
+    assert json_safe([float("nan")]) == [None] and json_safe(0.5) == 0.5
+    for value in (float("nan"), float("inf"), [float("-inf")]):
+        assert _strict(write_json(tmp_path / "v.json", value).read_text()) in (None, [None])
+
+
+def test_write_json_still_refuses_what_json_cannot_hold(tmp_path):
+    import torch
+
+    from nope_interp.io import write_json
+
+    for bad in ({"t": torch.tensor(1.0)}, {"s": {1, 2}}, object()):
+        with pytest.raises(TypeError):
+            write_json(tmp_path / "x.json", bad)
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_every_file_of_a_run_directory_is_strict_json(tiny_run):
+    from conftest import assert_strict_json_files
+
+    names = {p.name for p in assert_strict_json_files(tiny_run, minimum=3)}
+    assert {"config.json", "metrics.jsonl", "summary.json"} <= names
+
+
+def test_exclusive_refuses_another_thread_of_the_same_process(tmp_path):
+    import threading
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.io import exclusive
+
+    errors = []
+
+    def second():
+        try:
+            with exclusive(tmp_path / "out"):
+                pass
+        except NopeInterpError as err:
+            errors.append(str(err))
+
+    with exclusive(tmp_path / "out"):
+        t = threading.Thread(target=second)
+        t.start()
+        t.join()
+    assert len(errors) == 1 and "being written by another nope-interp process" in errors[0]

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from conftest import assert_no_hooks
+from conftest import assert_no_hooks, assert_strict_json_files
 
 KEYS = ("positional_variance_fraction", "adjacency_full", "adjacency_positional", "adjacency_content")
 SITES = ["blocks.1.hook_resid_pre", "blocks.1.hook_resid_post"]
@@ -145,6 +145,9 @@ def test_to_dict_is_json_with_the_old_layout(AJ, tiny_ablation):
 def test_write_files_and_the_seed_figure(AJ, tiny_ablation, tmp_path):
     result, _ = tiny_ablation
     paths = AJ.write(result, tmp_path)
+    assert_strict_json_files(tmp_path)  # one seed: the CI is undefined, written as null
+    one_seed = json.loads((tmp_path / "results" / "ablate" / "ablate.json").read_text())["seed_summary"]["addition"]
+    assert one_seed["clean_exact_match"]["ci95_low"] is None and one_seed["clean_exact_match"]["n_seeds"] == 1
     res_dir, fig_dir = tmp_path / "results" / "ablate", tmp_path / "figures" / "ablate"
     names = ("ablate.json", "ablate.csv", "ablate_seeds.csv", "ablate_seeds.md", "ablate_decomposition.csv")
     assert paths == [res_dir / n for n in names] + [fig_dir / "ablations.html"]
@@ -160,6 +163,7 @@ def test_write_files_and_the_seed_figure(AJ, tiny_ablation, tmp_path):
     runs = result.runs * 2
     twice = AJ.AblateResult(config=result.config, runs=runs, seed_summary=AJ.seed_summary(runs), wall_time_s=0.0)
     paths = AJ.write(twice, tmp_path)
+    assert_strict_json_files(tmp_path)  # result JSON is strict: NaN/inf written as null
     assert fig_dir / "ablations_seeds.html" in paths and (fig_dir / "ablations_seeds.html").exists()
     (summary,) = twice.seed_summary
     assert summary.n_seeds == 2 and summary.clean_exact_match.std == 0.0

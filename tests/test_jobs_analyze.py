@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from conftest import assert_strict_json_files
 
 
 @pytest.fixture
@@ -24,6 +25,7 @@ def test_run_equals_analyze_model_and_writes_files(tiny_init_reversal_entry, tmp
     ref = analyze_model(entry.model, entry.task, 12, seed=4, points=("embed", "z"))
     assert result.models[0].analysis.scores == ref.scores
     paths = analyze.write(result, tmp_path)
+    assert_strict_json_files(tmp_path)  # result JSON is strict: NaN/inf written as null
     assert sorted(p.relative_to(tmp_path).as_posix() for p in paths) == [
         "figures/analyze/tiny-reversal/adjacency.html", "figures/analyze/tiny-reversal/cosine.html",
         "results/analyze/tiny-reversal/scores.json"]
@@ -90,3 +92,13 @@ def test_another_protocol_gets_its_own_label(tiny_init_reversal_entry):
 
     result = analyze.run(analyze.AnalyzeConfig(n_prompts=4, protocol="authors"), [tiny_init_reversal_entry])
     assert result.models[0].label == "tiny-reversal-authors" and result.models[0].analysis.protocol == "authors"
+
+
+def test_shipped_entries_refuses_a_single_string():
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.common import shipped_entries
+
+    for bad in ("reversal", "addition"):
+        with pytest.raises(NopeInterpError, match="single string"):
+            shipped_entries(bad)
+    assert [e.task.name for e in shipped_entries(["reversal"])] == ["reversal"]

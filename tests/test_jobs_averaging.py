@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import assert_strict_json_files
 
 
 @pytest.fixture
@@ -65,6 +66,7 @@ def test_run_and_write_on_tiny_models(job, tiny_entries, tmp_path):
     assert t.model("bidirectional_control").averaging.layers[0].relative_entropy > 0.9
 
     paths = job.write(result, tmp_path)
+    assert_strict_json_files(tmp_path)  # result JSON is strict: NaN/inf written as null
     assert all(p.exists() for p in paths)
     res_dir, fig_dir = tmp_path / "results" / "averaging", tmp_path / "figures" / "averaging"
     assert sorted(p.name for p in res_dir.iterdir()) == ["averaging.csv", "averaging.json"]

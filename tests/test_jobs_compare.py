@@ -4,6 +4,7 @@ import json
 import statistics
 
 import pytest
+from conftest import assert_strict_json_files
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +63,7 @@ def test_groups_statistics_and_verdicts(tiny_runs, tmp_path):
         assert v.n_in_range == sum(low <= x <= high for x in per_seed)
         assert v.verdict == ("agrees" if low <= statistics.mean(per_seed) <= high else "DISAGREES")
     paths = compare.write(result, tmp_path)
+    assert_strict_json_files(tmp_path)  # result JSON is strict: NaN/inf written as null
     assert {p.name for p in paths} == {"compare.json", "compare.md", "compare.csv", "compare_full.html",
                                        "compare_authors.html"}
     data = json.loads((tmp_path / "results" / "compare" / "compare.json").read_text())

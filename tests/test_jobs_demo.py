@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from conftest import assert_strict_json_files
 
 
 @pytest.fixture(scope="module")
@@ -28,11 +29,13 @@ def test_write_and_summary(reversal_demo_result, tmp_path):
     from nope_interp.jobs import demo
 
     paths = demo.write(reversal_demo_result, tmp_path)
+    assert_strict_json_files(tmp_path)  # result JSON is strict: NaN/inf written as null
     summary = json.loads((tmp_path / "results" / "demo" / "summary.json").read_text())
     assert list(summary["tasks"]) == ["reversal"] and summary["n_prompts"] == 12
     assert summary["figures"] == [str(p) for p in paths[2:]]
     md = (tmp_path / "results" / "demo" / "summary.md").read_text()
-    assert "| reversal |" in md and "about 0.5 (chance)" in md
+    assert "| reversal | answer_only | 3x128 |" in md and "about 0.5 (chance)" in md
+    assert summary["tasks"]["reversal"]["objective"] == "answer_only"
     names = {p.name for p in (tmp_path / "figures" / "demo").iterdir()}
     assert {"adjacency_by_layer.html", "cosine_reversal_initialised.html", "cosine_reversal_step0.html",
             "cosine_reversal_trained.html"} <= names

@@ -8,6 +8,7 @@ import statistics
 import numpy as np
 import pytest
 import torch
+from conftest import assert_strict_json_files
 
 SMALL_GRID = dict(means=(0.0,), stds=(0.02, 0.2), depths=(2,), widths=(48,), seeds=2, n_prompts=6,
                   tasks=("addition",))
@@ -181,6 +182,7 @@ def test_to_dict_is_json_with_full_hook_name_keys(J, small_grid_result):
 
 def test_write_produces_the_result_files_and_figures(J, small_grid_result, tmp_path):
     paths = J.write(small_grid_result, tmp_path)
+    assert_strict_json_files(tmp_path)  # result JSON is strict: NaN/inf written as null
     res, figs = tmp_path / "results" / "init_grid", tmp_path / "figures" / "init_grid"
     expected = [res / "init_grid.json", res / "init_grid.csv", res / "init_grid_summary.csv",
                 *(figs / f"{g}_grid_{s}.html" for g in ("init", "size") for s in ("z_L0", "resid_post_L0")),

@@ -4,7 +4,9 @@ import dataclasses
 import json
 import math
 
+import numpy as np
 import pytest
+from conftest import assert_strict_json_files
 
 
 @pytest.fixture
@@ -107,6 +109,7 @@ def test_run_matches_the_pure_probing_functions_and_writes_files(probe_job, smal
     assert data["features"] == ["variance", "raw"] and len(data["rows"]) == len(result.rows)
 
     paths = probe_job.write(result, tmp_path)
+    assert_strict_json_files(tmp_path)  # result JSON is strict: NaN/inf written as null
     names = sorted(str(p.relative_to(tmp_path)) for p in paths)
     assert names == ["figures/probe/nrmse_by_site_ridge.html", "results/probe/probe.csv", "results/probe/probe.json"]
     assert all(p.exists() for p in paths)
@@ -135,3 +138,41 @@ def test_plot_has_a_panel_per_model_and_refuses_a_missing_probe(probe_job, small
     assert fig.data[0].y[0] == pytest.approx(result.rows[0].score.nrmse)
     with pytest.raises(NopeInterpError, match="no rows for probe 'mlp'"):
         probe_job.plot_probe_nrmse(result, "mlp")
+
+
+def test_noise_control_runs_every_feature_and_flags_a_leaking_feature(probe_job, tiny_reversal_entry, tmp_path,
+                                                                      monkeypatch):
+    from nope_interp import probing
+
+    cfg = probe_job.ProbeConfig(n_prompts=24, sites=("hook_embed",), probes=("ridge",), seeds=1)
+    lines: list[str] = []
+    result = probe_job.run(cfg, [tiny_reversal_entry, dataclasses.replace(tiny_reversal_entry, label="other")],
+                           log=lines.append)
+    d_model = tiny_reversal_entry.model_cfg.d_model
+    # one control per task and width (not per model): every feature, probe and seed, on noise
+    assert [(r.model, r.site, r.feature) for r in result.noise_rows] == [
+        (f"noise control (d_model {d_model})", "noise", f) for f in probing.FEATURES]
+    assert all(r.score.nrmse >= probing.NOISE_MAX_NRMSE for r in result.noise_rows)
+    assert result.noise_leaks() == [] and any("every feature fails on pure noise" in ln for ln in lines)
+    data = json.loads(json.dumps(result.to_dict()))
+    assert data["noise_control"]["leaks"] == [] and len(data["noise_control"]["rows"]) == len(probing.FEATURES)
+    probe_job.write(result, tmp_path)
+    assert_strict_json_files(tmp_path)
+    csv_rows = (tmp_path / "results/probe/probe.csv").read_text().splitlines()
+    assert sum(",noise control (d_model" in r for r in csv_rows) == len(probing.FEATURES)
+
+    # a feature that is 1 at the last position by construction (the old cos_last rows) is caught
+    def leaky(acts, feature):
+        X, y, g = probing.position_features(acts, feature)
+        if feature != "cos_last":
+            return X, y, g
+        n = acts.shape[0]
+        return (np.concatenate([X, np.ones((n, 1))]), np.concatenate([y, np.zeros(n)]),
+                np.concatenate([g, np.arange(n)]))
+
+    monkeypatch.setattr(probe_job, "position_features", leaky)
+    lines.clear()
+    leaked = probe_job.run(cfg.replace(features=("cos_last", "variance")), [tiny_reversal_entry], log=lines.append)
+    assert [(k["feature"], k["probe"]) for k in leaked.noise_leaks()] == [("cos_last", "ridge")]
+    assert leaked.noise_leaks()[0]["nrmse"] < probing.NOISE_MAX_NRMSE
+    assert any(ln.startswith("WARNING: noise control") and "cos_last" in ln for ln in lines)

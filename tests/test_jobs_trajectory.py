@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from conftest import assert_strict_json_files
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +46,7 @@ def test_scores_equal_analysing_each_kept_checkpoint(tiny_addition_run_with_kept
                          exclude=entries[0].train_prompts)
     assert r.scores["hook_embed"][0] == ref0.scores["row_mean"]["hook_embed"]["mean"]
     paths = trajectory.write(result, tmp_path)
+    assert_strict_json_files(tmp_path)  # result JSON is strict: NaN/inf written as null
     assert {p.name for p in paths} == {"tiny-addition.json", "tiny-addition.csv", "tiny-addition.html"}
     data = json.loads((tmp_path / "results" / "trajectory" / "tiny-addition.json").read_text())
     assert data["steps"] == [0, 25, 50, 60] and len(data["scores"]["blocks.1.attn.hook_z"]) == 4
@@ -59,3 +61,14 @@ def test_a_model_without_kept_steps_is_refused():
         trajectory.run(trajectory.TrajectoryConfig(n_prompts=4), load_models(ModelSource(pretrained=("reversal",))))
     with pytest.raises(NopeInterpError, match="needs --run"):
         trajectory.run(trajectory.TrajectoryConfig())
+
+
+def test_kept_steps_read_only_ascii_step_numbers(tmp_path):
+    from nope_interp.jobs.trajectory import kept_steps
+
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    for name in ("step_000010.safetensors", "step_000250.safetensors", "step_\u0661\u0662.safetensors",
+                 "step_\uff13.safetensors", "step_\u00b2.safetensors", "step_1x.safetensors"):
+        (folder / name).write_bytes(b"")
+    assert list(kept_steps(tmp_path)) == [10, 250]

@@ -114,3 +114,25 @@ def test_bad_input_names_the_problem(reversal_cache_of_tiny_model, tiny_model, c
     fn, words = calls[call]
     with pytest.raises(NopeInterpError, match=words):
         fn()
+
+
+def test_sites_and_reductions_given_as_one_string_are_refused():
+    import torch
+    from conftest import unhooked
+
+    from nope_interp.config import preset
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.lens import adjacency_scores
+    from nope_interp.model import build_model
+    from nope_interp.similarity import adjacency_scores_of_activations
+
+    model = build_model(preset("tiny"))
+    _, cache = model.run_with_cache(torch.randint(0, 96, (2, 6), generator=torch.Generator().manual_seed(0)))
+    for site in ("hook_embed", "blocks.0.attn.hook_z"):
+        with pytest.raises(NopeInterpError, match="single string"):
+            unhooked(adjacency_scores)(cache, site)
+    assert adjacency_scores(cache, ["hook_embed"]).sites == ("hook_embed",)
+    x = torch.randn(2, 6, 8, dtype=torch.float64)
+    for reductions in ("row_mean", "pooled"):
+        with pytest.raises(NopeInterpError, match="single string"):
+            unhooked(adjacency_scores_of_activations)(x, reductions)

@@ -168,3 +168,114 @@ def test_paper_recipe_preset(M):
     cfg = M.preset("paper-recipe")
     assert cfg.tied_embeddings and cfg.dropout == 0.2
     assert cfg.replace(tied_embeddings=False, dropout=0.0) == M.preset("paper")
+
+
+#: Token batches that are not ids in [0, d_vocab=96) of a 2-D integer tensor, and what the message must say.
+BAD_TOKENS = [
+    (lambda: torch.full((1, 5), -1), r"tokens must be token ids in \[0, 96\).*got -1 at tokens\[0, 0\]"),
+    (lambda: torch.tensor([[3, 4, 96]]), r"in \[0, 96\).*got 96 at tokens\[0, 2\]"),
+    (lambda: torch.tensor([[1, 2], [500, 7]]), r"in \[0, 96\).*got 500 at tokens\[1, 0\].*max 500"),
+    (lambda: torch.tensor([[0, -2**40]]), r"in \[0, 96\).*min -1099511627776"),
+    (lambda: torch.tensor([[1, -3]], dtype=torch.int32), r"in \[0, 96\).*got -3 at tokens\[0, 1\]"),
+    (lambda: torch.tensor([[1, 200]], dtype=torch.uint8), r"in \[0, 96\).*got 200"),
+    (lambda: torch.tensor([[1.0, 2.0]]), r"integer token ids.*float32"),
+    (lambda: torch.tensor([[True, False]]), r"integer token ids.*bool"),
+    (lambda: torch.tensor([1, 2, 3]), r"2-D.*\(3,\)"),
+    (lambda: torch.zeros(0, 5, dtype=torch.long), r"2-D \(batch >= 1, pos >= 1\).*\(0, 5\)"),
+    (lambda: torch.zeros(2, 0, dtype=torch.long), r"2-D \(batch >= 1, pos >= 1\).*\(2, 0\)"),
+    (lambda: [[1, 2, 3]], r"torch tensor of integer token ids, got list"),
+]
+
+
+@pytest.mark.parametrize(("make", "match"), BAD_TOKENS)
+def test_check_tokens_refuses_what_is_not_an_id_batch_of_the_vocabulary(M, tiny_model, make, match):
+    from nope_interp.errors import NopeInterpError
+
+    with pytest.raises(NopeInterpError, match=match):
+        M.check_tokens(tiny_model, make())
+
+
+def test_check_tokens_returns_valid_ids_as_long(M, tiny_model):
+    for toks in (torch.tensor([[0, 95, 7]]), torch.tensor([[0, 95]], dtype=torch.int32),
+                 torch.tensor([[5]], dtype=torch.uint8), torch.arange(96).reshape(2, 48)):
+        out = M.check_tokens(tiny_model, toks)
+        assert out.dtype == torch.long and torch.equal(out, toks.long())
+
+
+@pytest.mark.parametrize("device,match", [
+    ("tpu", "device must be one of auto, cpu, cuda or cuda:N"), ("gpu", "device must be one of"),
+    ("CPU", "device must be one of"), (" cpu", "device must be one of"), ("cuda:x", "device must be one of"),
+    ("cuda:\u0661", "device must be one of"), ("meta", "got 'meta'"), ("cuda:99", "cuda:99"),
+])
+def test_build_model_names_a_bad_device_in_one_line(M, tiny_cfg, device, match):
+    from nope_interp.errors import NopeInterpError
+
+    with pytest.raises(NopeInterpError, match=match) as err:
+        M.build_model(tiny_cfg, device=device)
+    assert "\n" not in str(err.value)
+
+
+def test_check_device_accepts_the_documented_devices(M):
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+
+    assert M.check_device("cpu") == torch.device("cpu") == M.check_device(torch.device("cpu"))
+    assert M.check_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    for bad in (3, None, b"cpu"):
+        with pytest.raises(NopeInterpError, match="device must be one of"):
+            unhooked(M.check_device)(bad)
+    if not torch.cuda.is_available():
+        with pytest.raises(NopeInterpError, match="CUDA is not available"):
+            M.check_device("cuda")
+
+
+def test_build_model_refuses_a_config_that_is_not_a_model_config(M):
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+
+    for bad in ({"n_layers": 2}, "tiny", None):
+        with pytest.raises(NopeInterpError, match="cfg must be a ModelConfig"):
+            unhooked(M.build_model)(bad)
+
+
+def test_load_state_names_missing_unexpected_and_mismatched_keys(M, tiny_model):
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+
+    good = {k: v.clone() for k, v in tiny_model.state_dict().items()}
+    cases = [
+        ({k: v for k, v in good.items() if k != "blocks.0.attn.W_Q"}, "1 missing keys: 'blocks.0.attn.W_Q'"),
+        ({**good, "blocks.9.mlp.W_in": torch.zeros(2)}, "1 unexpected keys: 'blocks.9.mlp.W_in'"),
+        ({**good, "embed.W_E": torch.zeros(3, 3)}, "'embed.W_E' is (3, 3) in the file, (96, 32) in the model"),
+        ({**good, "unembed.b_U": [0.0]}, "entries that are not tensors: 'unembed.b_U' (list)"),
+        ({k: v for k, v in good.items() if not k.startswith("blocks.1.")}, "'blocks.1.ln2.w' and 15 more"),
+    ]
+    for state, match in cases:
+        with pytest.raises(NopeInterpError, match="do not match the model config") as err:
+            M.load_state(tiny_model, state, "the weights x.safetensors")
+        assert match in str(err.value) and "\n" not in str(err.value)
+    assert "18 missing keys" in str(pytest.raises(NopeInterpError, M.load_state, tiny_model,
+                                             {k: v for k, v in good.items() if not k.startswith("blocks.1.")}).value)
+    with pytest.raises(NopeInterpError, match="is not a state dict"):
+        unhooked(M.load_state)(tiny_model, [1, 2], "the weights x")
+    M.load_state(tiny_model, good)  # a matching state loads
+
+
+def test_n_parameters_counts_what_transformer_lens_allocates(M):
+    for cfg in [*M.PRESETS.values(), M.preset("tiny", tied_embeddings=True), M.preset("tiny", positional="rotary"),
+                M.preset("tiny", positional="learned", biases=True)]:
+        model = M.build_model(cfg)
+        assert M.n_parameters(cfg) == sum(p.numel() for p in model.parameters())
+
+
+def test_build_model_refuses_a_model_larger_than_the_free_memory_before_allocating(M):
+    for overrides in ({"d_model": 1_000_000, "n_heads": 1, "d_head": 1_000_000},
+                      {"n_layers": 1_000_000}, {"d_mlp": 1_000_000, "n_layers": 100_000}):
+        cfg = M.preset("paper", **overrides)
+        with pytest.raises(M.NopeInterpError, match=r"needs about [0-9.]+ [GT]iB \(weights .*\) but only .* is free"):
+            M.build_model(cfg)
+    assert M.available_memory_bytes("cpu") > M.model_memory_bytes(M.preset("paper"))
+    assert M.available_memory_bytes("tpu") is None and M.format_bytes(3 * 2**30) == "3.0 GiB"

@@ -49,3 +49,58 @@ def test_save_figure_writes_offline_html(tmp_path):
     js = tmp_path / "figs" / "plotly.min.js"
     assert js.exists() and js.stat().st_size > 1_000_000
     assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == ["cos.html", "plotly.min.js"]
+
+
+def _bundled_plotlyjs() -> bytes:
+    from plotly.offline import get_plotlyjs
+
+    return get_plotlyjs().encode("utf-8")
+
+
+@pytest.mark.parametrize("old", [b"", b"/**\n* plotly.js v1.58.5\n*/\nvar Plotly = {};\n", b"<html>not js</html>",
+                                 None])  # None: the right file cut in half
+def test_a_stale_empty_or_foreign_plotly_js_beside_the_figures_is_replaced(tmp_path, old):
+    from nope_interp.plotting import plot_cosine_heatmaps, save_figure
+
+    want = _bundled_plotlyjs()
+    figs = tmp_path / "figs"
+    figs.mkdir()
+    (figs / "plotly.min.js").write_bytes(want[: len(want) // 2] if old is None else old)
+    save_figure(plot_cosine_heatmaps(torch.eye(3, dtype=torch.float64)[None], ["x"], "abc"), figs / "cos.html")
+    assert (figs / "plotly.min.js").read_bytes() == want
+    assert sorted(p.name for p in figs.iterdir()) == ["cos.html", "plotly.min.js"]  # no temporary file left
+
+
+def test_a_current_plotly_js_is_left_untouched_and_each_figure_checks_it(tmp_path):
+    from nope_interp.plotting import ensure_plotlyjs, plot_cosine_heatmaps, save_figure
+
+    fig = plot_cosine_heatmaps(torch.eye(3, dtype=torch.float64)[None], ["x"], "abc")
+    save_figure(fig, tmp_path / "a.html")
+    js = tmp_path / "plotly.min.js"
+    inode = js.stat().st_ino
+    save_figure(fig, tmp_path / "b.html")
+    assert js.stat().st_ino == inode  # not rewritten
+    js.write_bytes(b"")  # spoiled between two figures of one process: the next figure repairs it
+    save_figure(fig, tmp_path / "c.html")
+    assert js.read_bytes() == _bundled_plotlyjs()
+    assert ensure_plotlyjs(tmp_path) == js
+
+
+def test_a_folder_named_plotly_min_js_is_a_one_line_error(tmp_path):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.plotting import plot_cosine_heatmaps, save_figure
+
+    (tmp_path / "plotly.min.js").mkdir()
+    with pytest.raises(NopeInterpError, match="plotly.min.js") as err:
+        save_figure(plot_cosine_heatmaps(torch.eye(3, dtype=torch.float64)[None], ["x"], "abc"), tmp_path / "a.html")
+    assert "\n" not in str(err.value)
+
+
+def test_site_labels_given_as_one_string_are_refused():
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.plotting import plot_cosine_heatmaps
+
+    with pytest.raises(NopeInterpError, match="single string 'ab'"):
+        unhooked(plot_cosine_heatmaps)(torch.zeros(2, 3, 3, dtype=torch.float64), "ab", "xyz")

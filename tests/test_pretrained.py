@@ -37,3 +37,100 @@ def test_shipped_seeds_share_the_shipped_recipe_and_ship_as_seed(tiny_run, tmp_p
     assert dest == tmp_path / "seeds" / "addition-s0" and pretrained.available_seed_runs("addition") == [dest]
     with pytest.raises(pretrained.NopeInterpError, match="unknown task"):
         pretrained.available_seed_runs("sorting")
+
+
+def _copy_run(tiny_run, tmp_path, name="bad"):
+    import shutil
+
+    dest = tmp_path / name
+    shutil.copytree(tiny_run, dest)
+    return dest
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda c: {**c, "train": None}, "'train' must be a JSON object of TrainConfig fields, got null"),
+    (lambda c: {**c, "train": []}, "'train' must be a JSON object of TrainConfig fields, got a list []"),
+    (lambda c: {**c, "train": "addition"}, "'train' must be a JSON object of TrainConfig fields, got a string"),
+    (lambda c: {**c, "model": 3}, "'model' must be a JSON object of ModelConfig fields, got a number 3"),
+    (lambda c: {k: v for k, v in c.items() if k != "train"}, "the entry 'train' is missing"),
+    (lambda c: [c], "expected a JSON object with 'model' and 'train', got a list"),
+    (lambda c: None, "expected a JSON object with 'model' and 'train', got null"),
+    (lambda c: {**c, "train": {**c["train"], "colour": 1}}, "'train': unknown TrainConfig field(s) ['colour']"),
+])
+def test_a_corrupt_run_config_names_the_file_and_the_entry(tiny_run, tmp_path, edit, message):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.pretrained import load_run
+
+    run = _copy_run(tiny_run, tmp_path)
+    (run / "config.json").write_text(json.dumps(edit(json.loads((run / "config.json").read_text()))))
+    with pytest.raises(NopeInterpError) as err:
+        load_run(run)
+    assert message in str(err.value) and str(run / "config.json") in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_parse_run_config_reports_wrong_field_types_for_users(tiny_run):
+    """Without pytest's type checker (as users run), a wrong field type is named with its entry."""
+    import subprocess
+    import sys
+
+    code = f"""
+import json
+from nope_interp.pretrained import parse_run_config
+from nope_interp.errors import NopeInterpError
+config = json.load(open({str(tiny_run / "config.json")!r}))
+config["train"]["beta1"] = "0.9"
+try:
+    parse_run_config(config, "c.json")
+except NopeInterpError as err:
+    print(err)
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.stdout.strip() == "run config is invalid: c.json: 'train': beta1 must be a number, got str '0.9'"
+
+
+def test_weights_that_do_not_fit_the_config_name_the_keys(tiny_run, tmp_path):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.pretrained import load_run
+
+    run = _copy_run(tiny_run, tmp_path)
+    state = load_file(run / "model.safetensors")
+    state.pop("blocks.1.attn.W_V")
+    state["blocks.0.mlp.W_in"] = torch.zeros(2, 2)
+    save_file(state, run / "model.safetensors")
+    with pytest.raises(NopeInterpError) as err:
+        load_run(run)
+    msg = str(err.value)
+    assert msg.startswith(f"the weights {run / 'model.safetensors'} do not match the model config: ")
+    assert "1 missing keys: 'blocks.1.attn.W_V'" in msg and "'blocks.0.mlp.W_in' is (2, 2) in the file" in msg
+    config = json.loads((run / "config.json").read_text())  # the right weights, a config of another width
+    config["model"]["d_mlp"] = 32
+    (run / "config.json").write_text(json.dumps(config))
+    (run / "model.safetensors").write_bytes((tiny_run / "model.safetensors").read_bytes())
+    with pytest.raises(NopeInterpError, match=r"shape mismatches: 'blocks.0.mlp.W_in' is \(32, 64\) in the file, "
+                                              r"\(32, 32\) in the model"):
+        load_run(run)
+
+
+def test_seed_directories_count_only_ascii_digit_seeds(tmp_path, monkeypatch):
+    import nope_interp.pretrained as pretrained
+
+    monkeypatch.setattr(pretrained, "SEEDS_DIR", tmp_path)
+    for name in ("reversal-s1", "reversal-s10", "reversal-s\u0662", "reversal-s\uff13", "reversal-s\u00b2",
+                 "reversal-s4x", "reversal-s"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.safetensors").write_bytes(b"")
+    assert [p.name for p in pretrained.available_seed_runs("reversal")] == ["reversal-s1", "reversal-s10"]
+
+
+def test_ship_refuses_a_task_name_that_is_not_a_task(tiny_run, tmp_path, monkeypatch):
+    import nope_interp.pretrained as pretrained
+
+    monkeypatch.setattr(pretrained, "PRETRAINED_DIR", tmp_path / "pretrained")
+    for bad in ("../../x", "/tmp/x", "sorting", ".."):
+        with pytest.raises(pretrained.NopeInterpError, match="task must be one of addition, reversal"):
+            pretrained.ship(tiny_run, task=bad)
+    assert not (tmp_path / "pretrained").exists()

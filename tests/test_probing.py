@@ -59,13 +59,16 @@ def test_features_targets_split_by_sequence_and_no_leak(P):
     acts = torch.randn(6, 10, 8, dtype=torch.float64)
     X, y, g = P.position_features(acts, "cos_profile")
     w = P.PROFILE_WIDTH
-    assert X.shape == (6 * (10 - w), w) and list(y[: 10 - w]) == list(range(w, 10))
+    # rows: positions w .. 8 (not the last position 9, the reference of cos_last)
+    assert X.shape == (6 * (9 - w), w) and list(y[: 9 - w]) == list(range(w, 9))
     # the window holds exactly cos(h_p, h_{p-1}) ... cos(h_p, h_{p-w})
     a = acts[0, w] / acts[0, w].norm()
     b = acts[0, w - 2] / acts[0, w - 2].norm()
     assert X[0, 1] == pytest.approx(float(a @ b))
     X2, y2, _ = P.position_features(acts, "cos_last")
-    assert list(y2[: 10 - w]) == [9 - p for p in range(w, 10)]
+    assert list(y2[: 9 - w]) == [9 - p for p in range(w, 9)] and 0 not in y2  # the reference is never a row
+    a9 = acts[0, 9] / acts[0, 9].norm()
+    assert X2[0, 0] == pytest.approx(float(a @ a9))
     assert set(np.unique(g)) == set(range(6))
 
 
@@ -84,3 +87,46 @@ def test_bad_probe_input(P):
         P.position_features(torch.zeros(2, 8, 4, dtype=torch.float64), "entropy")
     with pytest.raises(NopeInterpError, match="allowed: mlp, ridge"):
         P.make_probe("forest", 0)
+
+
+@pytest.mark.parametrize(("batch", "pos", "d_model"), [(64, 22, 384), (48, 14, 64), (24, 12, 32), (40, 7, 16)])
+def test_every_feature_fails_the_noise_control(P, batch, pos, d_model):
+    """Pure Gaussian noise carries no position: every feature and probe scores chance (NRMSE >= 0.95).
+    Before the reference position was dropped, cos_last scored 0.86-0.93 here (cos = 1 at the last position)."""
+    acts = P.noise_activations(batch, pos, d_model, seed=pos)
+    assert acts.shape == (batch, pos, d_model) and torch.equal(acts, P.noise_activations(batch, pos, d_model, seed=pos))
+    for feature in P.FEATURES:
+        X, y, g = P.position_features(acts, feature)
+        for probe in P.PROBES:
+            nrmse = P.fit_position_probe(X, y, g, probe, seed=0)["probe"].nrmse
+            assert nrmse >= P.NOISE_MAX_NRMSE, (feature, probe, nrmse)
+
+
+@pytest.mark.parametrize("feature", ["cos_last", "cos_profile", "variance", "norm", "raw", "variance+norm"])
+def test_no_feature_is_constant_by_construction_at_a_position(P, feature):
+    """On noise, every feature column varies across sequences at every position that is a row: a value
+    fixed by construction (cos_last = 1 at the last position) would tell the probe the position."""
+    for pos, d_model in ((8, 16), (22, 128)):
+        acts = P.noise_activations(30, pos, d_model, seed=1)
+        X, y, g = P.position_features(acts, feature)
+        assert sorted(set(y.tolist())) == sorted({(pos - 1 - p) if feature == "cos_last" else p
+                                                 for p in range(P.PROFILE_WIDTH, pos - 1)})
+        for target in np.unique(y):
+            at = X[y == target]
+            assert (at.std(axis=0) > 1e-6).all(), (feature, target)
+
+
+def test_probe_input_checks_positions_and_finiteness(P):
+    from nope_interp.errors import NopeInterpError
+
+    w = P.PROFILE_WIDTH
+    with pytest.raises(NopeInterpError, match=f"at least {w + 3} positions"):
+        P.position_features(torch.randn(4, w + 2, 8), "variance")
+    assert P.position_features(torch.randn(4, w + 3, 8), "variance")[0].shape == (4 * 2, 1)
+    for bad in (float("nan"), float("inf")):
+        acts = torch.randn(4, 10, 8)
+        acts[2, 5, 1] = bad
+        with pytest.raises(NopeInterpError, match="not finite"):
+            P.position_features(acts, "cos_last")
+    with pytest.raises(NopeInterpError, match="sizes >= 1"):
+        P.noise_activations(0, 10, 8)

@@ -148,3 +148,109 @@ def test_chunked_score_of_activations_equals_the_direct_score(S, gen):
     direct = S.adjacency_score(S.cosine_similarity_matrix(x), "pooled")
     chunked = S.adjacency_score_of_activations(x, "pooled", max_elements=60 * 60)  # one sequence per chunk
     assert chunked.shape == (3, 4) and torch.equal(direct, chunked)
+
+
+def exact_cosines(x: torch.Tensor) -> np.ndarray:
+    """Cosine matrix of float64 vectors in exact rational arithmetic (and a 40-digit square root)."""
+    from decimal import Decimal, getcontext
+    from fractions import Fraction
+
+    getcontext().prec = 40
+    v = [[Fraction(float(a)) for a in row] for row in x.double().tolist()]
+    n = len(v)
+    out = np.empty((n, n))
+    for i in range(n):
+        for j in range(n):
+            dot = sum((a * b for a, b in zip(v[i], v[j], strict=True)), Fraction(0))
+            nn = sum((a * a for a in v[i]), Fraction(0)) * sum((b * b for b in v[j]), Fraction(0))
+            num = Decimal(dot.numerator) / Decimal(dot.denominator)
+            den = (Decimal(nn.numerator) / Decimal(nn.denominator)).sqrt()
+            out[i, j] = float(num / den)
+    return out
+
+
+SCALES = [10.0**k for k in (-300, -200, -160, -150, -100, -50, -8, 0, 8, 50, 100, 150, 160, 200, 300)]
+
+
+@pytest.mark.parametrize("scale", SCALES)
+def test_cosine_matrix_is_exact_at_every_scale_of_float64(S, gen, scale):
+    """Vectors scaled by 1e-300 .. 1e300 give the exact cosines (old code: 0 or NaN from 1e160 / 1e-160 on)."""
+    x = torch.randn(7, 5, generator=gen, dtype=torch.float64) * scale
+    c = S.cosine_similarity_matrix(x, min_norm=0.0)
+    np.testing.assert_allclose(c.numpy(), exact_cosines(x), rtol=0, atol=4e-16)
+    assert not S.near_zero_positions(x, min_norm=0.0).any()
+    norms = [math.hypot(*row) for row in x.tolist()]  # an independent overflow-safe norm
+    assert S.near_zero_positions(x, min_norm=min(norms) * 0.99).tolist() == [False] * 7
+    assert S.near_zero_positions(x, min_norm=max(norms) * 1.01).tolist() == [True] * 7
+
+
+def test_cosine_matrix_mixes_scales_within_one_sequence_and_powers_of_two_are_exact(S, gen):
+    x = torch.randn(2, 9, 6, generator=gen, dtype=torch.float64)
+    scales = [1e-300, 1e300, 1.0, 1e-160, 1e160, 3e-310, 1e-20, 1e20, 7.0]
+    mixed = x * torch.tensor(scales, dtype=torch.float64)[:, None]
+    for b in range(2):
+        np.testing.assert_allclose(S.cosine_similarity_matrix(mixed[b], min_norm=0.0).numpy(), exact_cosines(mixed[b]),
+                                   rtol=0, atol=4e-16)
+    ref = S.cosine_similarity_matrix(x)
+    for k in (-1000, -600, -300, -1, 1, 300, 600, 1000):  # scaling by 2**k is exact: identical matrices
+        assert torch.equal(S.cosine_similarity_matrix(torch.ldexp(x, torch.tensor(k)), min_norm=0.0), ref), k
+        assert torch.equal(S.adjacency_score_of_activations(torch.ldexp(x, torch.tensor(k)), min_norm=0.0),
+                           S.adjacency_score_of_activations(x)), k
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64], ids=str)
+def test_cosine_matrix_of_every_float_dtype_up_to_its_range(S, gen, dtype):
+    """Any float dtype, values up to the dtype's max and down to its subnormals: exact float64 cosines."""
+    info = torch.finfo(dtype)
+    base = torch.rand(6, 4, generator=gen, dtype=torch.float64) * 2 - 1
+    for scale in (info.max / 2, 1.0, info.tiny, info.smallest_normal * 64):
+        x = (base * scale).to(dtype)
+        keep = x.double().abs().amax(-1) > 0
+        c = S.cosine_similarity_matrix(x, min_norm=0.0)
+        assert c.dtype == torch.float64
+        ref = exact_cosines(x[keep])
+        np.testing.assert_allclose(c[keep][:, keep].numpy(), ref, rtol=0, atol=4e-16)
+        assert torch.isnan(c[~keep]).all()  # an all-zero vector (underflow in the dtype) has no cosine
+
+
+def test_diagonal_is_exactly_one_and_the_matrix_exactly_symmetric(S, gen):
+    """[1, 1] gave 0.9999999999999998 on the diagonal; matrix products are not symmetric bit for bit."""
+    cases = [torch.tensor([[1.0, 1.0]]), torch.tensor([[1.0, 1.0], [3.0, 1e-5]]),
+             torch.randn(4, 37, 19, generator=gen), torch.randn(2, 5, 3, 7, generator=gen),
+             torch.randn(3, 64, 384, generator=gen, dtype=torch.float64) * 1e200]
+    for x in cases:
+        c = S.cosine_similarity_matrix(x)
+        assert (c.diagonal(dim1=-2, dim2=-1) == 1.0).all()
+        assert torch.equal(c, c.transpose(-1, -2))
+        assert c.abs().max() <= 1.0
+
+
+def test_nan_and_inf_vectors_are_named_as_such_not_as_near_zero(S, gen):
+    from nope_interp.errors import NopeInterpError
+
+    for bad_value in (float("nan"), float("inf"), -float("inf")):
+        x = torch.randn(2, 6, 4, generator=gen)
+        x[1, 3, 2] = bad_value
+        c = S.cosine_similarity_matrix(x)
+        assert torch.isnan(c[1, 3]).all() and torch.isnan(c[1, :, 3]).all()
+        assert not torch.isnan(c[0]).any() and not torch.isnan(c[1, :3, :3]).any()
+        assert S.nonfinite_positions(x)[1].tolist() == [False, False, False, True, False, False]
+        assert not S.near_zero_positions(x).any()
+        with pytest.raises(NopeInterpError, match=r"not finite: 1 of 12 vectors have NaN or inf.*index \(1, 3\)"):
+            S.adjacency_score_of_activations(x)
+        with pytest.raises(NopeInterpError, match="NaN/inf"):
+            S.adjacency_score(c)
+    x = torch.randn(6, 4, generator=gen)
+    x[4] = 0
+    with pytest.raises(NopeInterpError, match=r"1 near-zero vectors .*index \(4,\)"):
+        S.adjacency_score_of_activations(x)
+
+
+def test_near_zero_positions_uses_a_norm_that_neither_overflows_nor_underflows(S):
+    x = torch.tensor([[1e-170, 0.0], [1e200, 1e200], [0.0, 0.0], [5e-324, 0.0]], dtype=torch.float64)
+    # the squares of 1e-170 underflow to 0 and those of 1e200 overflow: the norm must not
+    assert S.near_zero_positions(x, min_norm=1e-200).tolist() == [False, False, True, True]
+    assert S.near_zero_positions(x, min_norm=0.0).tolist() == [False, False, True, False]
+    assert S.near_zero_positions(x).tolist() == [True, False, True, True]
+    c = S.cosine_similarity_matrix(x, min_norm=0.0)
+    assert c[1, 0].item() == pytest.approx(math.sqrt(0.5), abs=2.3e-16) and c[3, 0].item() == 1.0

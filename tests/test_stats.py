@@ -34,3 +34,28 @@ def test_one_value_and_no_value():
     assert s.mean == 0.7 and s.std == 0.0 and math.isnan(s.ci95_low) and s.to_dict()["n_seeds"] == 1
     with pytest.raises(NopeInterpError, match="at least one value"):
         mean_std_ci([])
+
+
+def test_mean_std_ci_refuses_strings():
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.stats import mean_std_ci
+
+    for bad in ("123", ["1", 2.0], [1.0, b"2"], ["\u0663"]):
+        with pytest.raises(NopeInterpError, match="needs a sequence of numbers"):
+            unhooked(mean_std_ci)(bad)
+    assert mean_std_ci((1.0, 3.0)).mean == 2.0
+
+
+def test_the_undefined_interval_of_one_seed_is_null_in_result_json(tmp_path):
+    import json
+
+    from nope_interp.io import write_json
+    from nope_interp.stats import mean_std_ci
+
+    one = mean_std_ci([0.7])
+    assert math.isnan(one.ci95_low) and math.isnan(one.ci95_high)
+    text = write_json(tmp_path / "s.json", one.to_dict()).read_text()
+    assert "NaN" not in text
+    assert json.loads(text) == {"mean": 0.7, "std": 0.0, "ci95_low": None, "ci95_high": None, "n_seeds": 1}

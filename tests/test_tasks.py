@@ -3,6 +3,7 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import unhooked
 
 AUTHORS = Path(__file__).resolve().parent / "data" / "authors-data"
 FILES = {"addition": ["train_3digit_1000.txt", "test_3digit_1000.txt"], "reversal": ["test_rev16_1000.txt"],
@@ -191,3 +192,127 @@ def test_protocol_inputs_dispatch_and_errors():
     assert tasks.protocol_inputs(task, "full", 3, seed=1) == task.analysis_prompts(3, 1)
     with pytest.raises(tasks.TaskError, match="unknown protocol 'padded'; allowed: full, authors, window"):
         tasks.protocol_inputs(task, "padded", 3)
+
+
+# --- only the vocabulary's ASCII digits ---------------------------------------------------------------
+#: Zeros of digit scripts that Python's str.isdigit, int() and the regex class \d accept as digits.
+FOREIGN_ZEROS = {"arabic-indic": 0x0660, "extended-arabic-indic": 0x06F0, "devanagari": 0x0966,
+                 "bengali": 0x09E6, "fullwidth": 0xFF10, "mathematical-bold": 0x1D7CE}
+
+
+def _foreign(digits: str, zero: int) -> str:
+    return "".join(chr(zero + int(d)) for d in digits)
+
+
+def _lines_with_foreign_digits(zero: int) -> list[tuple[str, str]]:
+    """(task, line): correct lines once the foreign digits are read as their values; the first digit of each
+    number stays ASCII so that only the digit class is tested."""
+    f = lambda s: _foreign(s, zero)  # noqa: E731
+    return [
+        ("addition", f"$1{f('23')}+456=975$"),
+        ("addition", f"1{f('23')}+456=579"),  # the authors' plain format
+        ("addition", f"123+456=5{f('79')}"),
+        ("reversal", f"rev(1{f('23')})={f('32')}1"),
+        ("indexing", f"wherex(6{f('31023235')},{f('3')})=1"),
+        ("indexing", f"wherex(631023235,3)={f('1')}"),
+        ("ordering", f"order(7{f('4283')},{f('8')}7{f('234')})=30241"),
+        ("ordering", f"order(74283,87234)=3{f('0241')}"),
+    ]
+
+
+@pytest.mark.parametrize("script", FOREIGN_ZEROS)
+def test_check_line_and_parse_line_refuse_digits_outside_the_vocabulary(T, script):
+    for name, line in _lines_with_foreign_digits(FOREIGN_ZEROS[script]):
+        task = T.get_task(name)
+        assert not task.check_line(line), (name, line)
+        assert not task.check_line(line + "\n")
+        assert re.fullmatch(task.line_pattern, line) is None
+        with pytest.raises(T.TaskError, match="not a correct"):
+            task.parse_line(line)
+        ascii_line = "".join(str(int(c)) if c.isdigit() else c for c in line)  # the same line in ASCII is correct
+        assert task.check_line(ascii_line), ascii_line
+
+
+@pytest.mark.parametrize("script", FOREIGN_ZEROS)
+def test_solve_refuses_prompts_with_digits_outside_the_vocabulary(T, script):
+    f = lambda s: _foreign(s, FOREIGN_ZEROS[script])  # noqa: E731
+    prompts = {"addition": [f"$1{f('23')}+456=", f"$123+4{f('5')}6="], "reversal": [f"rev(5{f('632718650825431')})="],
+               "indexing": [f"wherex(6{f('31023235')},{f('3')})=", f"wherex(631023235,{f('3')})="],
+               "ordering": [f"order(7{f('4283')},{f('8')}7{f('234')})=", f"order({f('74283')},{f('87234')})="]}
+    for name, ps in prompts.items():
+        task = T.get_task(name)
+        for p in ps:
+            with pytest.raises(T.TaskError, match="not an? .*prompt"):
+                task.solve(p)
+            with pytest.raises(T.TaskError):
+                task.example(p)
+            with pytest.raises(T.TaskError):
+                task.is_correct(p, "1")
+
+
+@pytest.mark.parametrize("text", ["$1²+1=2$", "rev(1²)=²1", "wherex(1³,³)=1", "order(1¹,¹1)=10", "$١+1=2$",
+                                  "rev(１)=１", "rev(1\u200b)=1"])
+def test_other_non_vocabulary_characters_are_refused_by_every_task(T, text):
+    for name in T.TASK_NAMES:
+        task = T.get_task(name)
+        assert not task.check_line(text) and not task.check_line("rev(1)=1\u200b")
+        with pytest.raises(T.TaskError):
+            task.solve(text.split("=")[0] + "=")
+
+
+@pytest.mark.parametrize("value", [None, b"rev(12)=21", 12, ["rev(12)=21"]])
+def test_checkers_refuse_a_line_that_is_not_a_string_with_a_task_error(T, value):
+    for name in T.TASK_NAMES:
+        task = T.get_task(name)
+        with pytest.raises(T.TaskError, match="must be a str"):
+            unhooked(type(task).check_line)(task, value)
+        with pytest.raises(T.TaskError, match="must be a str"):
+            unhooked(type(task).solve)(task, value)
+
+
+# --- a single string where a sequence is expected -----------------------------------------------------
+def test_sequence_arguments_refuse_a_single_string_and_empty_prompts(T):
+    task = T.get_task("addition")
+    prompt_tokens, training_batch = unhooked(T.Task.prompt_tokens), unhooked(T.Task.training_batch)
+    for bad, match in [("$1+2=", "single string"), ([], "at least one prompt"), ([""], "no empty prompt"),
+                       (["$1+2=", 5], r"prompts\[1\] must be a str")]:
+        with pytest.raises(T.TaskError, match=match):
+            prompt_tokens(task, bad)
+    ex = task.example("$1+2=")
+    for bad, match in [("$1+2=3$", "single string"), (["$1+2=3$"], r"examples\[0\] must be an Example"),
+                       ([ex, ("$1+2=", "3$")], r"examples\[1\]")]:
+        with pytest.raises(T.TaskError, match=match):
+            training_batch(task, bad)
+        with pytest.raises(T.TaskError, match=match):
+            unhooked(T.packed_stream)(bad, 0)
+    calls = (lambda e: unhooked(T.Task.analysis_prompts)(task, 4, exclude=e),
+             lambda e: unhooked(T.held_out_lines)(task, 4, 0, exclude=e),
+             lambda e: unhooked(T.protocol_inputs)(task, "authors", 4, exclude=e),
+             lambda e: unhooked(T.protocol_inputs)(task, "window", 4, exclude=e))
+    for call in calls:
+        with pytest.raises(T.TaskError, match="exclude must be a sequence of prompts.*single string"):
+            call("$123+456=")
+    # sets, lists and frozensets still work
+    assert len(task.analysis_prompts(4, exclude=frozenset(["$123+456="]))) == 4
+    assert len(unhooked(T.Task.analysis_prompts)(task, 4, exclude=["$123+456="])) == 4
+
+
+def test_decode_reads_only_integer_ids(T):
+    import numpy as np
+    import torch
+
+    assert T.decode([2, 3]) == T.decode(torch.tensor([2, 3])) == unhooked(T.decode)([np.int64(2), 3]) == "01"
+    for bad, match in [(["3"], "must be integers, got str '3'"), (["\u0663"], "must be integers, got str"),
+                       ([2.0], "must be integers, got float"), ([True], "must be integers, got bool"),
+                       ([96], "outside the vocabulary range"), ([-1], "outside the vocabulary range")]:
+        with pytest.raises(ValueError, match=match):
+            unhooked(T.decode)(bad)
+    for bad in ("ab", torch.zeros(2, 2, dtype=torch.long), torch.zeros(2)):
+        with pytest.raises(ValueError, match="ids must be"):
+            unhooked(T.decode)(bad)
+
+
+def test_get_task_refuses_a_name_that_is_not_a_string(T):
+    for bad in (["addition"], None, 3):
+        with pytest.raises(T.TaskError, match="unknown task .*; available tasks: addition"):
+            unhooked(T.get_task)(bad)

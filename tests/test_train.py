@@ -243,3 +243,166 @@ def test_resume_with_other_settings_names_every_differing_field(tiny_train, tmp_
     train(model_cfg, cfg.replace(steps=4), tmp_path / "r", progress=False)
     with pytest.raises(NopeInterpError, match=r"steps \(stored 4, given 8\), lr \(stored 0.003, given 0.001\)"):
         train(model_cfg, cfg.replace(steps=8, lr=1e-3), tmp_path / "r", resume=True, progress=False)
+
+
+def test_resume_and_finalize_name_a_corrupt_run_config_and_bad_devices(tiny_train, tmp_path):
+    import json
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.train import finalize, resolve_device, train
+
+    model_cfg, cfg = tiny_train
+    train(model_cfg, cfg.replace(steps=4), tmp_path / "r", progress=False)
+    path = tmp_path / "r" / "config.json"
+    good = json.loads(path.read_text())
+    for bad, match in (({**good, "train": None}, "'train' must be a JSON object"),
+                       ({**good, "model": [1, 2]}, "'model' must be a JSON object"),
+                       ({k: v for k, v in good.items() if k != "train"}, "'train' is missing"),
+                       ([good], "expected a JSON object")):
+        path.write_text(json.dumps(bad))
+        with pytest.raises(NopeInterpError, match=match):
+            train(model_cfg, cfg.replace(steps=4), tmp_path / "r", resume=True, progress=False)
+        with pytest.raises(NopeInterpError, match=match):
+            finalize(tmp_path / "r")
+    for device in ("tpu", "cuda:x", "gpu", "cpu:0 "):
+        with pytest.raises(NopeInterpError, match="device"):
+            resolve_device(device)
+    assert resolve_device("cpu") == "cpu" and resolve_device("auto") in ("cpu", "cuda")
+
+
+def test_metrics_lines_are_strict_json_with_null_for_non_finite_values(tmp_path):
+    import json
+    import math
+
+    from nope_interp import io
+
+    path = tmp_path / "m.jsonl"
+    for rec in ({"step": 1, "loss": math.nan}, {"step": 2, "loss": math.inf, "x": [-math.inf, 1.0]}, {"step": 3}):
+        io.append_jsonl(path, rec)
+
+    def refuse(name):
+        raise ValueError(name)
+
+    rows = [json.loads(line, parse_constant=refuse) for line in path.read_text().splitlines()]
+    assert rows == [{"step": 1, "loss": None}, {"step": 2, "loss": None, "x": [None, 1.0]}, {"step": 3}]
+    assert io.read_jsonl(path) == rows
+
+
+def _diverging(cfg, **changes):
+    """Settings that pass validation but blow up within a few steps (Adam at lr 10 with beta2 = 0 and a huge
+    init: every step moves every weight by about 10)."""
+    from nope_interp.model import preset
+
+    return (preset("tiny", n_ctx=16, init_std=1000.0),
+            cfg.replace(lr=10.0, beta2=0.0, grad_clip=1e9, warmup_steps=0, steps=40, eval_every=40, **changes))
+
+
+def test_training_stops_at_the_first_non_finite_step_and_keeps_the_last_good_checkpoint(tiny_train, tmp_path):
+    import re
+
+    from safetensors.torch import load_file
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.io import load_checkpoint
+    from nope_interp.train import train
+
+    model_cfg, cfg = _diverging(tiny_train[1], checkpoint_every=2)
+    torch.set_num_threads(1)
+    with pytest.raises(NopeInterpError, match=r"training diverged at step \d+: .*not finite") as err:
+        train(model_cfg, cfg, tmp_path / "r", progress=False, command="x")
+    msg = str(err.value)
+    assert "\n" not in msg and "Lower --lr" in msg
+    bad_step = int(re.search(r"step (\d+)", msg).group(1))
+    ckpt = load_checkpoint(tmp_path / "r" / "checkpoint.pt")
+    assert 0 < ckpt["step"] < bad_step and f"keeps step {ckpt['step']}" in msg
+    for state in (ckpt["model"], load_file(str(tmp_path / "r" / "model.safetensors"))):  # the last good weights
+        # (TransformerLens's attention buffer IGNORE is -inf by design)
+        assert all(bool(torch.isfinite(v).all()) for k, v in state.items() if not k.endswith("IGNORE"))
+    assert not (tmp_path / "r" / "summary.json").exists()
+
+
+def test_a_new_run_that_stops_before_its_first_checkpoint_leaves_nothing_behind(tiny_train, tmp_path, monkeypatch):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.train import train
+
+    model_cfg, cfg = _diverging(tiny_train[1], checkpoint_every=1000)
+    with pytest.raises(NopeInterpError, match="no checkpoint had been written yet"):
+        train(model_cfg, cfg, tmp_path / "r", progress=False, command="x")
+    assert list(tmp_path.iterdir()) == []  # neither the run directory nor its lock file
+    (tmp_path / "empty").mkdir()  # an empty directory given by the user is kept, and stays empty
+    real = torch.optim.AdamW.step
+    crash_at_step(monkeypatch, 2)
+    with pytest.raises(Interrupt):
+        train(*tiny_train, tmp_path / "empty", progress=False, command="x")
+    monkeypatch.setattr(torch.optim.AdamW, "step", real)
+    assert list((tmp_path / "empty").iterdir()) == []
+    assert train(*tiny_train, tmp_path / "empty", progress=False, command="x").steps == 12  # a rerun is not blocked
+
+
+def test_the_memory_estimate_tracks_the_sizes_and_refuses_what_cannot_fit(tiny_train, tmp_path):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.model import model_memory_bytes, preset
+    from nope_interp.train import check_train_memory, estimate_train_memory, train
+
+    model_cfg, cfg = tiny_train
+    task = cfg.make_task()
+    base = estimate_train_memory(model_cfg, cfg, task)
+    assert base["model and optimizer"] == 5 * model_memory_bytes(model_cfg)
+    assert estimate_train_memory(model_cfg, cfg.replace(batch_size=32), task)["activations"] > base["activations"]
+    assert estimate_train_memory(model_cfg, cfg.replace(n_train=3000), task)["data"] > base["data"]
+    check_train_memory(model_cfg, cfg, task, "cpu")  # a tiny run fits
+    huge = [(model_cfg, cfg.replace(batch_size=10**9)),
+            (preset("tiny", n_ctx=16, d_model=1_000_000, n_heads=1, d_head=1_000_000), cfg),
+            (preset("tiny"), cfg.replace(task="reversal", task_params={}, n_train=10**9)),
+            (preset("tiny", n_ctx=1_000_000), cfg.replace(objective="packed", window=1_000_000, batch_size=64))]
+    for i, (m, c) in enumerate(huge):
+        with pytest.raises(NopeInterpError, match=r"needs about [0-9.]+ [GT]iB \(.*\) but only .* is free on cpu"):
+            train(m, c, tmp_path / f"r{i}", progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_more_examples_than_the_task_has_are_refused_before_any_work(tiny_train, tmp_path):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.train import train
+
+    model_cfg, cfg = tiny_train  # addition with 2 digits: 10,000 distinct prompts
+    with pytest.raises(NopeInterpError, match="n_train \\+ n_test = 10050 but task 'addition'.* only 10000"):
+        train(model_cfg, cfg.replace(n_train=10_000), tmp_path / "r", progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def _train_argv(runs, name, seed, steps):
+    return ["train", "--task", "addition", "--n-digits", "2", "--preset", "tiny", "--model-n-ctx", "16", "--steps",
+            str(steps), "--batch-size", "4", "--n-train", "100", "--n-test", "20", "--eval-every", "1000",
+            "--checkpoint-every", "1000", "--runs-dir", str(runs), "--name", name, "--model-seed", str(seed),
+            "--no-progress"]
+
+
+def test_two_training_processes_with_one_name_the_second_is_refused_and_a_killed_one_never_blocks(tmp_path, capsys):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from nope_interp.cli import main
+
+    first = subprocess.Popen([sys.executable, "-m", "nope_interp.cli", *_train_argv(tmp_path, "same", 0, 10**6),
+                              "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (tmp_path / "same" / "config.json").exists():  # written under the lock
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+            time.sleep(0.2)
+        assert main(_train_argv(tmp_path, "same", 1, 5)) == 2  # this test's process is the second writer
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0
+        assert f"run directory {tmp_path / 'same'} is being written by another nope-interp process " \
+               f"(pid {first.pid})" in err
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=60)
+    # the killed writer's lock file is still there but blocks nobody: the next writer gets past the lock
+    assert (tmp_path / ".same.lock").exists()
+    assert main(_train_argv(tmp_path, "same", 1, 5)) == 2
+    assert "not empty; use --resume" in capsys.readouterr().err
+    assert main(_train_argv(tmp_path, "other", 1, 2)) == 0

@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.analysis import AnalysisResult, analyze_model
-from nope_interp.config import FrozenConfig, check_choice, check_choices, check_int, opt
+from nope_interp.config import FrozenConfig, check_choice, check_choices, check_int, check_name, opt
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names
 from nope_interp.jobs.common import Log, ModelEntry, emit, progress
@@ -33,7 +33,8 @@ class AnalyzeConfig(FrozenConfig):
     """Settings of ``analyze``.
 
     Raises:
-        NopeInterpError: ``n_prompts`` outside [1, 100000]; an unknown point; a negative seed.
+        NopeInterpError: ``n_prompts`` outside [1, 100000]; an unknown point; a negative seed; a ``label``
+            that is not one safe folder name (:func:`~nope_interp.config.check_name`, e.g. ``../x``).
     """
 
     n_prompts: int = opt(256, "prompts analysed (the paper used 256)")
@@ -49,6 +50,8 @@ class AnalyzeConfig(FrozenConfig):
         check_int("window", self.window, 3, 1_000_000)
         check_choices("activation point", tuple(self.points), ACTIVATION_POINTS)
         check_int("prompt_seed", self.prompt_seed, 0, 2**63 - 1)
+        if self.label is not None:  # a folder name under results/analyze/ and figures/analyze/
+            check_name("label", self.label)
 
 
 CONFIG = AnalyzeConfig

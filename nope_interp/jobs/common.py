@@ -14,15 +14,17 @@ The contract of a job module ``nope_interp/jobs/<job>.py`` (see the README, "Add
 * plot functions that take the result, never a model.
 """
 
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer
 
 import tasks as tasks_pkg
-from nope_interp.config import FrozenConfig, ModelConfig, check_tasks, opt, preset
+from nope_interp.config import FrozenConfig, ModelConfig, check_name, check_tasks, opt, preset
 from nope_interp.errors import NopeInterpError
 from nope_interp.model import build_model
 from nope_interp.pretrained import LoadedRun, available_pretrained, available_seed_runs, load_pretrained, load_run
@@ -92,6 +94,10 @@ class ModelEntry:
         train_prompts: prompts it was trained on (empty for an initialised model).
         run: the loaded run for a trained model, else None.
         source: provenance for result files (``{"init": config}`` or ``{"model_source": path, "model": config}``).
+
+    Raises:
+        NopeInterpError: a label that is not one safe path component (:func:`~nope_interp.config.check_name`;
+            e.g. a run directory named ``..`` or with a space).
     """
 
     label: str
@@ -102,6 +108,10 @@ class ModelEntry:
     train_prompts: frozenset[str] = frozenset()
     run: LoadedRun | None = None
     source: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # jobs write files named after the label: it must be one safe path component
+        check_name("model label", self.label)
 
 
 def entry_from_run(run: LoadedRun, label: str, kind: str = "run", task: tasks_pkg.Task | None = None) -> ModelEntry:
@@ -123,7 +133,8 @@ def load_models(source: ModelSource) -> list[ModelEntry]:
     """The models named by ``source`` ([] when it names none: the job then uses its defaults).
 
     Raises:
-        NopeInterpError: a missing or corrupt run directory; a task without a shipped model.
+        NopeInterpError: a missing or corrupt run directory; a task without a shipped model; a run directory
+            whose name is not a safe label (:func:`~nope_interp.config.check_name`).
     """
     task = None if source.task is None else tasks_pkg.get_task(source.task, **source.task_params)
     if source.init:
@@ -135,8 +146,8 @@ def load_models(source: ModelSource) -> list[ModelEntry]:
         return shipped_entries(tasks_pkg.TASK_NAMES, with_seeds=True)
     entries = []
     for path in source.run:
-        run = load_run(path)
-        entries.append(entry_from_run(run, run.path.name, "run", task))
+        run = load_run(path)  # label: the directory's own name, also for "runs/x/.." or "."
+        entries.append(entry_from_run(run, Path(os.path.abspath(run.path)).name, "run", task))
     for name in source.pretrained:
         entries.append(entry_from_run(load_pretrained(name), f"pretrained-{name}", "pretrained", task))
         if source.with_seeds:
@@ -145,7 +156,14 @@ def load_models(source: ModelSource) -> list[ModelEntry]:
 
 
 def shipped_entries(task_names: Iterable[str], with_seeds: bool = False) -> list[ModelEntry]:
-    """The shipped trained model of each task that has one (and its extra seeds with ``with_seeds``)."""
+    """The shipped trained model of each task that has one (and its extra seeds with ``with_seeds``).
+
+    Raises:
+        NopeInterpError: ``task_names`` is a single string (give a list of task names).
+    """
+    if isinstance(task_names, str):
+        raise NopeInterpError(f"task_names must be a list of task names, got the single string {task_names!r} "
+                              f"(write [{task_names!r}] for a list of one)")
     entries = []
     for name in task_names:
         if name in available_pretrained():

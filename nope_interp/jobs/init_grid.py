@@ -31,13 +31,24 @@ from transformer_lens import HookedTransformer
 import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.averaging import relative_entropy_to_uniform
-from nope_interp.config import FrozenConfig, ModelConfig, check_choice, check_float, check_int, check_tasks, opt, preset
+from nope_interp.config import (
+    INIT_MEAN_MAX,
+    INIT_STD_MAX,
+    FrozenConfig,
+    ModelConfig,
+    check_choice,
+    check_float,
+    check_int,
+    check_tasks,
+    opt,
+    preset,
+)
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import hook_name
 from nope_interp.jobs.common import Log, ModelEntry, emit, progress
-from nope_interp.model import build_model
+from nope_interp.model import build_model, check_model_fits
 from nope_interp.plotting import save_figure
-from nope_interp.similarity import adjacency_score, cosine_similarity_matrix
+from nope_interp.similarity import adjacency_score_of_activations
 from nope_interp.stats import SeedStats, mean_std_ci
 
 NAME = "init-grid"
@@ -78,7 +89,8 @@ class InitGridConfig(FrozenConfig):
     :data:`DEFAULT_STDS`).
 
     Raises:
-        NopeInterpError: an empty grid axis; a non-finite mean; a std that is not a positive finite number;
+        NopeInterpError: an empty grid axis; a mean outside [-1000, 1000]; a std outside (0, 1000] (NaN and
+            inf never pass);
             a depth outside [1, 1000]; a width that is not a positive multiple of ``n_heads`` (384, the init
             grid's width, must be one too); an unknown task; ``seeds`` outside [1, 1000]; ``n_prompts``
             outside [1, 100000]; ``quick`` or ``wide_std`` not a bool.
@@ -122,9 +134,9 @@ class InitGridConfig(FrozenConfig):
         check_int("seeds", self.seeds, 1, 1000)
         check_int("n_prompts", self.n_prompts, 1, 100_000)
         for m in self.means:
-            check_float("means", m)
+            check_float("means", m, -INIT_MEAN_MAX, INIT_MEAN_MAX)
         for s in self.stds:
-            check_float("stds", s, 0.0, low_open=True)
+            check_float("stds", s, 0.0, INIT_STD_MAX, low_open=True)
         for d in self.depths:
             check_int("depths", d, 1, 1000)
         for w in self.widths:
@@ -322,7 +334,8 @@ def measure(model: HookedTransformer, task: tasks_pkg.Task, n_prompts: int,
     (``batch head query_pos key_pos``), averaged over heads, prompts and query positions >= 1.
 
     Raises:
-        NopeInterpError / TaskError: the prompts do not fit ``n_ctx`` or the task has too few prompts.
+        NopeInterpError / TaskError: the prompts do not fit ``n_ctx`` or the task has too few prompts; NaN/inf
+            or near-zero activations at a site (the message names the site).
     """
     n_layers = model.cfg.n_layers
     names = {hook_name("pattern", 0)}
@@ -338,7 +351,8 @@ def measure(model: HookedTransformer, task: tasks_pkg.Task, n_prompts: int,
         for point in SCORED_POINTS:
             site = hook_name(point, layer)
             act = cache[site].flatten(-2) if point == "z" else cache[site]
-            scores.append(SiteScore(site, float(adjacency_score(cosine_similarity_matrix(act)).mean())))
+            score = adjacency_score_of_activations(act, what=f"activations at {site}")
+            scores.append(SiteScore(site, float(score.mean())))
     return entropy, tuple(scores)
 
 
@@ -363,10 +377,13 @@ def run(config: InitGridConfig, models: list[ModelEntry] | None = None, *, log: 
     summarise over seeds. ``log`` gets one line per model.
 
     Raises:
-        NopeInterpError: ``models`` given (this job builds its own); prompts that do not fit a model.
+        NopeInterpError: ``models`` given (this job builds its own); prompts that do not fit a model; a grid
+            model larger than the free memory (:func:`~nope_interp.model.check_model_fits`, before any work).
     """
     if models:
         raise NopeInterpError("init-grid builds its own models; it takes no --run, --pretrained or --init")
+    for p in grid_points(config):  # refuse a grid point too large for this machine before any work
+        check_model_fits(p.model_config(config.n_heads, 0), what=f"init-grid model {p.n_layers}x{p.d_model}")
     steps = [(p, seed) for p in grid_points(config) for seed in range(config.seeds)]
     task_objs = [tasks_pkg.get_task(t) for t in config.tasks]
     rows: list[GridRow] = []

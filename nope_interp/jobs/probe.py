@@ -7,9 +7,16 @@ scored on held-out sequences, with two chance baselines (:mod:`nope_interp.probi
 ``docs/method.md``; the variance feature is from Chi et al., "Latent Positional Information is in the
 Self-Attention Variance of Transformer Language Models Without Positional Embeddings", ACL 2023).
 
+A noise-input control runs with every probe: for each task and model width, i.i.d. Gaussian activations of
+the same shape (:func:`nope_interp.probing.noise_activations`), which carry no position, probed with every
+feature, probe and seed. Every feature must fail it (held-out NRMSE at least
+:data:`~nope_interp.probing.NOISE_MAX_NRMSE`; chance is 1.0); a feature that passes reads position off its
+own construction, and the run says so (``noise_control.leaks`` in ``probe.json``, and a warning line).
+
 Writes ``results/probe/probe.json`` and ``probe.csv`` (one row per model, task, site, feature, probe and
-seed) and ``figures/probe/nrmse_by_site_<probe>.html`` (NRMSE by site for each feature, the chance line
-at 1.0 and the shuffled-target baseline).
+seed; the noise control's rows have model ``noise control (d_model N)`` and site ``noise``) and
+``figures/probe/nrmse_by_site_<probe>.html`` (NRMSE by site for each feature, the chance line at 1.0 and
+the shuffled-target baseline).
 """
 
 import dataclasses
@@ -21,6 +28,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
+from torch import Tensor
 
 import tasks as tasks_pkg
 from nope_interp import io
@@ -30,7 +38,15 @@ from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import hook_name, short_label
 from nope_interp.jobs.common import Log, ModelEntry, emit, entry_from_init, progress, shipped_entries
 from nope_interp.plotting import save_figure
-from nope_interp.probing import FEATURES, PROBES, ProbeScore, fit_position_probe, position_features
+from nope_interp.probing import (
+    FEATURES,
+    NOISE_MAX_NRMSE,
+    PROBES,
+    ProbeScore,
+    fit_position_probe,
+    noise_activations,
+    position_features,
+)
 
 NAME = "probe"
 HELP = "position probes: cosine-similarity features vs Chi et al.'s variance"
@@ -43,6 +59,10 @@ SEEDS_DEFAULT = (2, 1)
 PROBES_QUICK = ("ridge",)
 #: Text of the ``normaliser`` entry of ``probe.json``.
 NORMALISER = "NRMSE = RMSE / std of the held-out targets"
+#: Site name of the noise-input control's rows.
+NOISE_SITE = "noise"
+#: Seed of the noise-input control's activations.
+NOISE_SEED = 0
 
 
 @dataclass(frozen=True)
@@ -142,8 +162,9 @@ class ProbeRow:
 
 @dataclass(frozen=True)
 class ProbeResult:
-    """What ``probe`` measured: the settings used, one :class:`ProbeRow` per fitted probe, provenance and
-    the wall time in seconds."""
+    """What ``probe`` measured: the settings used, one :class:`ProbeRow` per fitted probe, provenance, the
+    wall time in seconds, and the noise-input control's rows (``noise_rows``: model ``noise control
+    (d_model N)``, site ``noise``)."""
 
     config: ProbeConfig
     n_prompts: int
@@ -153,12 +174,28 @@ class ProbeResult:
     rows: tuple[ProbeRow, ...]
     provenance: dict[str, str | None]
     wall_time_s: float
+    noise_rows: tuple[ProbeRow, ...] = ()
+
+    def noise_leaks(self) -> list[dict[str, Any]]:
+        """The (task, model, feature, probe) of the noise control whose NRMSE, averaged over seeds, is below
+        :data:`~nope_interp.probing.NOISE_MAX_NRMSE`: features that find position in pure noise (should be
+        empty). Each entry: ``{"task", "model", "feature", "probe", "nrmse"}``."""
+        by_key: dict[tuple[str, str, str, str], list[float]] = defaultdict(list)
+        for r in self.noise_rows:
+            by_key[(r.task, r.model, r.feature, r.probe)].append(r.score.nrmse)
+        return [{"task": t, "model": m, "feature": f, "probe": p, "nrmse": sum(v) / len(v)}
+                for (t, m, f, p), v in by_key.items() if sum(v) / len(v) < NOISE_MAX_NRMSE]
 
     def to_dict(self) -> dict[str, Any]:
-        """The contents of ``probe.json``: settings, ``normaliser``, ``rows``, provenance, ``wall_time_s``."""
+        """The contents of ``probe.json``: settings, ``normaliser``, ``rows``, ``noise_control`` (``rows``,
+        ``fail_threshold``: the NRMSE every feature must reach on noise, ``leaks``: :meth:`noise_leaks`),
+        provenance, ``wall_time_s``."""
+        noise = {"description": "i.i.d. Gaussian activations of each task's shape: no position to find",
+                 "fail_threshold": NOISE_MAX_NRMSE, "leaks": self.noise_leaks(),
+                 "rows": [r.to_dict() for r in self.noise_rows]}
         return {"n_prompts": self.n_prompts, "features": list(self.features), "probes": list(self.probes),
                 "seeds": list(self.seeds), "normaliser": NORMALISER, "rows": [r.to_dict() for r in self.rows],
-                **self.provenance, "wall_time_s": self.wall_time_s}
+                "noise_control": noise, **self.provenance, "wall_time_s": self.wall_time_s}
 
 
 def default_sites(n_layers: int) -> list[str]:
@@ -213,16 +250,34 @@ def probe_entry(config: ProbeConfig, entry: ModelEntry) -> list[ProbeRow]:
     label = model_label(entry)
     rows = []
     for site in sites:
-        site_acts = acts.acts[acts.labels.index(site)]
-        for feature in config.features_used:
-            X, y, groups = position_features(site_acts, feature)
-            for probe in config.probes_used:
-                for seed in config.seeds_used:
-                    res = fit_position_probe(X, y, groups, probe, seed)
-                    rows.append(ProbeRow(task=task.name, model=label, site=site, feature=feature, probe=probe,
-                                         seed=seed, score=res["probe"], mean_baseline=res["mean_baseline"],
-                                         shuffled_baseline=res["shuffled_baseline"]))
+        rows += _probe_rows(config, task.name, label, site, acts.acts[acts.labels.index(site)])
     return rows
+
+
+def _probe_rows(config: ProbeConfig, task: str, label: str, site: str, site_acts: Tensor) -> list[ProbeRow]:
+    rows = []
+    for feature in config.features_used:
+        X, y, groups = position_features(site_acts, feature)
+        for probe in config.probes_used:
+            for seed in config.seeds_used:
+                res = fit_position_probe(X, y, groups, probe, seed)
+                rows.append(ProbeRow(task=task, model=label, site=site, feature=feature, probe=probe,
+                                     seed=seed, score=res["probe"], mean_baseline=res["mean_baseline"],
+                                     shuffled_baseline=res["shuffled_baseline"]))
+    return rows
+
+
+def noise_control(config: ProbeConfig, task: tasks_pkg.Task, d_model: int) -> list[ProbeRow]:
+    """The noise-input control for one task and model width: every feature, probe and seed of ``config``
+    on :func:`~nope_interp.probing.noise_activations` of shape ``(prompts_used, task.max_prompt_len,
+    d_model)`` (seed :data:`NOISE_SEED`). Rows have model ``noise control (d_model N)`` and site ``noise``;
+    every feature should score about 1.0 (chance).
+
+    Raises:
+        NopeInterpError: a task whose prompts are too short for the probes.
+    """
+    acts = noise_activations(config.prompts_used, task.max_prompt_len, d_model, seed=NOISE_SEED)
+    return _probe_rows(config, task.name, f"noise control (d_model {d_model})", NOISE_SITE, acts)
 
 
 def run(config: ProbeConfig, models: list[ModelEntry] | None = None, *, log: Log = None) -> ProbeResult:
@@ -234,13 +289,27 @@ def run(config: ProbeConfig, models: list[ModelEntry] | None = None, *, log: Log
     models = default_models(config) if not models else models
     t0 = time.perf_counter()
     rows: list[ProbeRow] = []
+    noise_rows: list[ProbeRow] = []
+    controls: set[tuple[str, int]] = set()
     for entry in progress(models, "probe", log):
         new = probe_entry(config, entry)
         rows += new
         emit(log, f"{entry.task.name} {model_label(entry)}: {len(new)} probes ({time.perf_counter() - t0:.0f}s)")
-    return ProbeResult(config=config, n_prompts=config.prompts_used, features=config.features_used,
-                       probes=config.probes_used, seeds=config.seeds_used, rows=tuple(rows),
-                       provenance=io.provenance(), wall_time_s=round(time.perf_counter() - t0, 1))
+        if (entry.task.name, entry.model_cfg.d_model) not in controls:
+            controls.add((entry.task.name, entry.model_cfg.d_model))
+            noise_rows += noise_control(config, entry.task, entry.model_cfg.d_model)
+    result = ProbeResult(config=config, n_prompts=config.prompts_used, features=config.features_used,
+                         probes=config.probes_used, seeds=config.seeds_used, rows=tuple(rows),
+                         provenance=io.provenance(), wall_time_s=round(time.perf_counter() - t0, 1),
+                         noise_rows=tuple(noise_rows))
+    leaks = result.noise_leaks()
+    if leaks:
+        emit(log, "WARNING: noise control: these features find position in pure noise (NRMSE < "
+             f"{NOISE_MAX_NRMSE}): " + ", ".join(f"{k['task']} {k['feature']} {k['probe']} {k['nrmse']:.3f}"
+                                                  for k in leaks))
+    else:
+        emit(log, f"noise control: every feature fails on pure noise (NRMSE >= {NOISE_MAX_NRMSE}), as it must")
+    return result
 
 
 _FEATURE_COLORS = dict(zip(FEATURES, ["#d62728", "#ff7f0e", "#1f77b4", "#2ca02c", "#7f7f7f", "#9467bd"], strict=True))
@@ -287,7 +356,7 @@ def write(result: ProbeResult, out_root: str | Path = ".") -> list[Path]:
     """Write ``results/probe/probe.json``, ``results/probe/probe.csv`` and
     ``figures/probe/nrmse_by_site_<probe>.html`` for every probe kind; returns the paths."""
     res_dir, fig_dir = io.job_dirs(out_root, NAME)
-    rows = [r.to_dict() for r in result.rows]
+    rows = [r.to_dict() for r in (*result.rows, *result.noise_rows)]
     paths = [io.write_json(res_dir / "probe.json", result.to_dict()),
              io.atomic_write_text(res_dir / "probe.csv", io.to_csv(rows))]
     for probe in result.probes:

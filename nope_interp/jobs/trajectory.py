@@ -23,14 +23,14 @@ from nope_interp.config import FrozenConfig, check_choice, check_choices, check_
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, short_label
 from nope_interp.jobs.common import Log, ModelEntry, emit, progress
-from nope_interp.model import build_model
+from nope_interp.model import build_model, load_state
 from nope_interp.plotting import save_figure
 
 NAME = "trajectory"
 HELP = "adjacency score at every site through training (weights kept at log-spaced steps)"
 TAKES_MODELS = True
 DEFAULT_MODELS = "none: give --run with run directories trained by this version"
-_STEP_FILE = re.compile(r"step_(\d+)\.safetensors")
+_STEP_FILE = re.compile(r"step_([0-9]+)\.safetensors")  # ASCII digits only (\d also matches other scripts)
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ def run(config: TrajectoryConfig, models: list[ModelEntry] | None = None, *, log
         scores: dict[str, list[float]] = {}
         model = build_model(entry.model_cfg)
         for step, path in progress(steps.items(), f"trajectory {entry.label}", log):
-            model.load_state_dict(io.load_weights(path))
+            load_state(model, io.load_weights(path), f"the weights {path}")
             res = analyze_model(model, entry.task, config.n_prompts, seed=config.prompt_seed,
                                 points=tuple(config.points), exclude=entry.train_prompts, protocol=config.protocol)
             for site in res.sites:
