@@ -2,7 +2,7 @@
 
 Follows ``docs/method.md`` ("Definitions", "Analysis inputs"): 256 test prompts of the task's full
 prompt length (no padding), eval mode, every hook site of :data:`~nope_interp.hooks.ACTIVATION_POINTS`,
-both reductions of the adjacency score, mean and spread over sequences.
+both reductions of the adjacency score and the lag profile, mean and spread over sequences.
 """
 
 from dataclasses import dataclass, field
@@ -22,7 +22,10 @@ from nope_interp.similarity import (
     ScoreSummary,
     adjacency_scores_of_activations,
     cosine_similarity_matrix,
+    lag_profile,
+    lag_summary,
     summarize,
+    uniform_causal_lag_profile,
 )
 
 #: Memory bound (bytes) of one chunk of prompts' cached activations in :func:`analyze_model`.
@@ -42,6 +45,9 @@ class AnalysisResult:
         example_prompt: the prompt drawn in the heatmap; example_sim: its cosine matrices
             ``Float[Tensor, "site pos pos"]`` in [-1, 1].
         meta: free-form provenance (model label, config, seeds).
+        lag_profile: ``lag_profile[site]`` = :func:`~nope_interp.similarity.lag_summary` of the per-sequence
+            lag profiles (c(d) for d = 1..pos - 1: mean and std over sequences, recency gap c(1) - c(D)).
+        lag_per_sequence: ``Float[Tensor, "site batch lag"]`` the lag profiles, cosines in [-1, 1].
     """
 
     task: str
@@ -53,6 +59,8 @@ class AnalysisResult:
     example_sim: Float[Tensor, "site pos pos"]
     meta: dict[str, Any] = field(default_factory=dict)
     protocol: str = "full"
+    lag_profile: dict[str, dict[str, Any]] = field(default_factory=dict)
+    lag_per_sequence: Tensor | None = None
 
     def score(self, site: str, reduction: str = "row_mean") -> ScoreSummary:
         """The typed summary (mean, std, n over sequences) at ``site``; ``scores`` holds the same as JSON.
@@ -68,8 +76,13 @@ class AnalysisResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (scores per reduction and site, not the per-sequence tensors)."""
-        return {"task": self.task, "n_prompts": self.n_prompts, "protocol": self.protocol, "sites": list(self.sites),
-                "scores": self.scores, "example_prompt": self.example_prompt, **self.meta}
+        out = {"task": self.task, "n_prompts": self.n_prompts, "protocol": self.protocol, "sites": list(self.sites),
+               "scores": self.scores, "example_prompt": self.example_prompt}
+        if self.lag_profile:
+            n_pos = len(next(iter(self.lag_profile.values()))["mean"]) + 1
+            out["lag_profile"] = {"uniform_causal": uniform_causal_lag_profile(n_pos).tolist(),
+                                  "sites": self.lag_profile}
+        return {**out, **self.meta}
 
 
 def analyze_model(
@@ -84,7 +97,7 @@ def analyze_model(
     window: int = 64,
     max_bytes: int = DEFAULT_CHUNK_BYTES,
 ) -> AnalysisResult:
-    """Cosine matrices and adjacency scores of ``model`` on ``n_prompts`` full-length prompts of ``task``.
+    """Cosine matrices, adjacency scores and lag profiles of ``model`` on ``n_prompts`` prompts of ``task``.
 
     Args:
         model: a HookedTransformer (NoPE or not) whose ``n_ctx`` fits the task's prompts.
@@ -114,6 +127,7 @@ def analyze_model(
     labels = tuple(activation_hook_names(model.cfg.n_layers, points))
     chunk = analysis_chunk_size(len(labels), length, model.cfg.d_model, max_bytes)
     per_chunk: dict[str, list[Tensor]] = {r: [] for r in REDUCTIONS}
+    lag_chunks: list[Tensor] = []
     example_sim = None
     for start in range(0, len(prompts), chunk):  # one chunk of prompts in memory at a time
         tokens = task.prompt_tokens(prompts[start : start + chunk])
@@ -122,6 +136,8 @@ def analyze_model(
             example_sim = cosine_similarity_matrix(acts.acts[:, 0])  # site pos pos
         scores_by_site = [adjacency_scores_of_activations(acts.acts[i], REDUCTIONS, what=f"activations at {site}")
                           for i, site in enumerate(labels)]  # one site's float64 copies at a time
+        lag_chunks.append(torch.stack([lag_profile(acts.acts[i], what=f"activations at {site}")
+                                       for i, site in enumerate(labels)]))
         del acts
         for r in REDUCTIONS:
             per_chunk[r].append(torch.stack([sc[r] for sc in scores_by_site]))
@@ -129,9 +145,12 @@ def analyze_model(
     scores = {
         r: {site: summarize(per_sequence[r][i]).to_dict() for i, site in enumerate(labels)} for r in REDUCTIONS
     }
+    lags = torch.cat(lag_chunks, dim=1)  # site batch lag
     return AnalysisResult(task=task.name, sites=labels, n_prompts=len(prompts), scores=scores,
                           per_sequence=per_sequence, example_prompt=prompts[0], example_sim=example_sim,
-                          meta=dict(meta or {}), protocol=protocol)
+                          meta=dict(meta or {}), protocol=protocol,
+                          lag_profile={site: lag_summary(lags[i]) for i, site in enumerate(labels)},
+                          lag_per_sequence=lags)
 
 
 def analysis_chunk_size(n_sites: int, n_pos: int, d_model: int, max_bytes: int = DEFAULT_CHUNK_BYTES) -> int:

@@ -7,6 +7,7 @@ Run any ``HookedTransformer`` with ``run_with_cache`` and pass the cache:
 >>> scores.figure()                     # Plotly: score by site, mean ± std over sequences
 >>> cosine_heatmap(cache, "blocks.0.attn.hook_z").figure()
 >>> averaging_check(cache, layer=0)     # needs hook_pattern and hook_z of that layer in the cache
+>>> lag_profile(cache).figure()         # mean cosine by distance, with the idealised uniform-causal curve
 
 Each result is a frozen dataclass with ``to_dict()``, a text ``repr``, an HTML table in Jupyter
 (``_repr_html_``) and ``figure()``. The method is described in ``docs/method.md``.
@@ -25,15 +26,18 @@ from transformer_lens import ActivationCache
 from nope_interp.averaging import lower_triangle_spearman, relative_entropy_to_uniform
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import hook_name, short_label
-from nope_interp.plotting import plot_adjacency_by_layer, plot_cosine_heatmaps
+from nope_interp.plotting import plot_adjacency_by_layer, plot_cosine_heatmaps, plot_lag_profile
 from nope_interp.similarity import (
     REDUCTIONS,
     adjacency_score,
     adjacency_score_of_activations,
     check_finite,
     cosine_similarity_matrix,
+    lag_summary,
     summarize,
+    uniform_causal_lag_profile,
 )
+from nope_interp.similarity import lag_profile as _lag_profile
 
 #: Hook-name endings of the cached activations that are vectors per position (scored by default).
 VECTOR_SITES = ("hook_embed", "hook_resid_pre", "hook_resid_mid", "hook_resid_post", "attn.hook_z",
@@ -136,6 +140,91 @@ def adjacency_scores(cache: ActivationCache, sites: list[str] | None = None,
            for s in sites}
     return SiteScores(reduction=reduction, sites=tuple(sites), per_sequence=per,
                       n_pos=site_activations(cache, sites[0]).shape[1])
+
+
+@dataclass(frozen=True)
+class LagProfile:
+    """Lag profiles of every profiled site of a cache: c(d) = mean over positions i >= d of cos(x_i, x_{i-d}).
+
+    Attributes:
+        sites: full hook names in forward order. n_pos: sequence length. max_lag: D (lags 1..D).
+        per_sequence: ``{site: Float[Tensor, "batch lag"]}`` c(d) of each sequence, in [-1, 1].
+        uniform_causal: ``Float[Tensor, "lag"]`` the idealised curve of uniform causal averaging of
+            i.i.d. inputs (:func:`~nope_interp.similarity.uniform_causal_lag_profile`).
+    """
+
+    sites: tuple[str, ...]
+    n_pos: int
+    max_lag: int
+    per_sequence: dict[str, Tensor]
+    uniform_causal: Tensor
+
+    def summary(self, site: str) -> dict[str, Any]:
+        """Mean and std over sequences of c(d) and of the recency gap c(1) - c(D) at ``site``
+        (:func:`~nope_interp.similarity.lag_summary`).
+
+        Raises:
+            NopeInterpError: a site that was not profiled.
+        """
+        if site not in self.per_sequence:
+            raise NopeInterpError(f"site {site!r} was not profiled; profiled: {', '.join(self.sites)}")
+        return lag_summary(self.per_sequence[site])
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"n_pos", "max_lag", "uniform_causal": [...], "sites": {site: summary}}``."""
+        return {"n_pos": self.n_pos, "max_lag": self.max_lag, "uniform_causal": self.uniform_causal.tolist(),
+                "sites": {s: self.summary(s) for s in self.sites}}
+
+    def _rows(self) -> list[list[str]]:
+        rows = []
+        for s in self.sites:
+            m, gap = self.summary(s)["mean"], self.summary(s)["recency_gap"]
+            rows.append([s, f"{m[0]:.3f}", f"{m[-1]:.3f}", f"{gap['mean']:+.3f} ± {gap['std']:.3f}", str(gap["n"])])
+        u = self.uniform_causal
+        rows.append(["idealised: uniform causal", f"{float(u[0]):.3f}", f"{float(u[-1]):.3f}",
+                     f"{float(u[0] - u[-1]):+.3f}", ""])
+        return rows
+
+    def __repr__(self) -> str:
+        lines = [f"lag profile ({self.n_pos} positions, lags 1..{self.max_lag}), mean over sequences: "
+                 f"c(1), c({self.max_lag}), recency gap c(1) - c({self.max_lag}) ± std:"]
+        lines += [f"  {r[0]:28s} {r[1]:>7s} {r[2]:>7s} {r[3]}" for r in self._rows()]
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        return _table(f"Lag profile ({self.n_pos} positions; c(d) = mean cosine of positions d apart)",
+                      ["site", "c(1)", f"c({self.max_lag})", "recency gap (mean ± std)", "sequences"], self._rows())
+
+    def figure(self, title: str | None = None, window: int | None = None) -> go.Figure:
+        """c(d) by site (mean ± std over sequences) with the idealised uniform-causal curve (and the
+        sliding-window one of width ``window`` when given)."""
+        return plot_lag_profile({s: self.summary(s) for s in self.sites}, self.uniform_causal.tolist(),
+                                title or f"Lag profile ({self.n_pos} positions)", window=window)
+
+
+def lag_profile(cache: ActivationCache, sites: list[str] | None = None, max_lag: int | None = None) -> LagProfile:
+    """The lag profile of every sequence at every site of ``cache`` (default: all cached vector sites).
+
+    Args:
+        cache: from ``model.run_with_cache(tokens)``; sequences of at least 2 positions.
+        sites: full hook names (default :func:`cached_vector_sites`).
+        max_lag: the largest lag D, in [1, pos - 1] (default pos - 1).
+
+    Raises:
+        NopeInterpError: no vector site; a site missing from the cache; fewer than 2 positions; ``max_lag``
+            out of range; near-zero or non-finite vectors (their cosines are undefined; the message names the site).
+    """
+    if isinstance(sites, str):
+        raise NopeInterpError(f"sites must be a list of hook names, got the single string {sites!r} "
+                              f"(write [{sites!r}] for a list of one)")
+    sites = list(sites) if sites is not None else cached_vector_sites(cache)
+    if not sites:
+        raise NopeInterpError(f"no vector site in the cache; cached: {', '.join(cache.cache_dict)}")
+    per = {s: _lag_profile(site_activations(cache, s), max_lag, what=f"activations at {s}") for s in sites}
+    n_pos = site_activations(cache, sites[0]).shape[1]
+    d_max = per[sites[0]].shape[-1]
+    return LagProfile(sites=tuple(sites), n_pos=n_pos, max_lag=d_max, per_sequence=per,
+                      uniform_causal=uniform_causal_lag_profile(n_pos, d_max))
 
 
 @dataclass(frozen=True)
@@ -272,5 +361,5 @@ def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool = True)
         adjacency_observed=float(adjacency_score(obs).mean()), predicted=pred[0], observed=obs[0])
 
 
-__all__ = ["adjacency_scores", "cosine_heatmap", "averaging_check", "site_activations", "cached_vector_sites",
-           "SiteScores", "CosineView", "AveragingCheck"]
+__all__ = ["adjacency_scores", "cosine_heatmap", "averaging_check", "lag_profile", "site_activations",
+           "cached_vector_sites", "SiteScores", "CosineView", "AveragingCheck", "LagProfile"]

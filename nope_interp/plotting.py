@@ -6,6 +6,7 @@ the sign of a cosine reads at a glance.
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import plotly.graph_objects as go
 from jaxtyping import Float
@@ -101,6 +102,91 @@ def plot_adjacency_by_layer(
     fig.update_layout(title=title, height=160 + 300 * len(task_names), width=1100, margin={"t": 140},
                       legend={"orientation": "h", "yanchor": "bottom", "y": 1.0 + 0.12 / len(task_names),
                               "x": 0})
+    return fig
+
+
+def plot_lag_profile(
+    profiles: Mapping[str, Mapping[str, Any]], uniform_causal: Sequence[float],
+    title: str = "Lag profile", window: int | None = None,
+) -> go.Figure:
+    """Lag profile by site: mean cosine c(d) between positions d apart (mean ± std over sequences).
+
+    One panel per kind of site (``embed``, ``resid_pre``, ``z``, ...), one line per layer in it, coloured
+    from the first layer (light) to the last (dark); a legend entry per layer toggles it in every panel.
+    The idealised curve of uniform causal averaging of i.i.d. inputs is drawn dashed black in each panel
+    (and the sliding-window one dotted grey when ``window`` is given).
+
+    Args:
+        profiles: ``profiles[site] = {"lags": [1..D], "mean": [...], "std": [...]}``
+            (:func:`~nope_interp.similarity.lag_summary`); full hook names in forward order; cosines in [-1, 1].
+        uniform_causal: the idealised c(d), d = 1..D (:func:`~nope_interp.similarity.uniform_causal_lag_profile`).
+        title: figure title.
+        window: also draw the idealised sliding-window curve of this width, when given.
+
+    Raises:
+        NopeInterpError: no site; a site's lags or the idealised curve of another length than the first site's.
+    """
+    import math
+    import re
+
+    import plotly.colors
+
+    from nope_interp.similarity import sliding_window_lag_profile
+
+    if not profiles:
+        raise NopeInterpError("plot_lag_profile needs at least one site")
+    lags = list(next(iter(profiles.values()))["lags"])
+    for site, p in profiles.items():
+        if len(p["lags"]) != len(lags) or len(p["mean"]) != len(lags) or len(p["std"]) != len(lags):
+            raise NopeInterpError(f"site {site!r} has {len(p['mean'])} lags, the first site {len(lags)}")
+    if len(uniform_causal) != len(lags):
+        raise NopeInterpError(f"the idealised curve has {len(uniform_causal)} lags for profiles of {len(lags)}")
+    groups: dict[str, list[tuple[str, str]]] = {}  # kind -> [(layer label, site)]
+    for site in profiles:
+        m = re.fullmatch(r"(L\d+) (.+)", short_label(site))
+        layer, kind = (m.group(1), m.group(2)) if m else (short_label(site), short_label(site))
+        groups.setdefault(kind, []).append((layer, site))
+    layers = list(dict.fromkeys(layer for g in groups.values() for layer, _ in g))
+    numbered = [la for la in layers if re.fullmatch(r"L\d+", la)]
+    shades = plotly.colors.sample_colorscale("Viridis", [0.85 * (1 - k / max(1, len(numbered) - 1))
+                                                         for k in range(len(numbered))])
+    color = dict(zip(numbered, shades, strict=True))
+    others = ["#ff7f0e", "#d62728", "#8c564b", "#e377c2"]  # sites outside the blocks (embed, ...)
+    color |= {la: others[k % len(others)] for k, la in enumerate(la for la in layers if la not in color)}
+    cols = min(3, len(groups))
+    rows = math.ceil(len(groups) / cols)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=list(groups), shared_yaxes=True,
+                        horizontal_spacing=0.04, vertical_spacing=0.16 / max(1, rows - 1) + 0.06)
+    sw = sliding_window_lag_profile(len(lags) + 1, window).tolist() if window is not None else None
+    shown: set[str] = set()
+    for g, members in enumerate(groups.values()):
+        r, c = g // cols + 1, g % cols + 1
+        for layer, site in members:
+            p = profiles[site]
+            fig.add_trace(go.Scatter(
+                x=lags, y=list(p["mean"]), mode="lines+markers", name=layer, legendgroup=layer,
+                showlegend=layer not in shown, customdata=list(p["std"]),
+                line={"color": color[layer], "width": 1.5}, marker={"size": 4},
+                hovertemplate=f"{site}<br>lag %{{x}}: %{{y:.3f}} ± %{{customdata:.3f}}<extra></extra>",
+                error_y={"type": "data", "array": list(p["std"]), "visible": True, "thickness": 0.8, "width": 2},
+            ), row=r, col=c)
+            shown.add(layer)
+        fig.add_trace(go.Scatter(x=lags, y=list(uniform_causal), mode="lines", name="idealised: uniform causal",
+                                 legendgroup="uniform", showlegend=g == 0,
+                                 line={"color": "black", "width": 2.5, "dash": "dash"},
+                                 hovertemplate="uniform causal<br>lag %{x}: %{y:.3f}<extra></extra>"), row=r, col=c)
+        if sw is not None:
+            fig.add_trace(go.Scatter(x=lags, y=sw, mode="lines", name=f"idealised: sliding window {window}",
+                                     legendgroup="window", showlegend=g == 0,
+                                     line={"color": "gray", "width": 2.5, "dash": "dot"}), row=r, col=c)
+        fig.add_hline(y=0, line_color="lightgray", row=r, col=c)
+        fig.update_xaxes(title_text="lag d" if r == rows else None, row=r, col=c)
+    low = min(0.0, *(min(m - s for m, s in zip(p["mean"], p["std"], strict=True)) for p in profiles.values()))
+    fig.update_yaxes(range=[max(-1.05, low - 0.05), 1.05])
+    for r in range(1, rows + 1):
+        fig.update_yaxes(title_text="c(d) = mean cos(x_i, x_i-d)", row=r, col=1)
+    fig.update_layout(title=title, width=1150, height=140 + 330 * rows, legend={"title": "layer (light = early)"},
+                      margin={"t": 110})
     return fig
 
 

@@ -9,10 +9,13 @@ Definitions (``docs/method.md``, "Definitions"):
   authors' code) divides all successes by all pairs. Random order gives about 0.5, a perfect
   adjacency pattern 1.0, the reverse order 0.0. For a row without ties the row score equals
   (1 + tau) / 2, tau = Kendall's rank correlation of (position, similarity).
+* Lag profile of a sequence: c(d) = mean over query positions i >= d of C[i, i - d], d = 1..D, with the
+  recency gap c(1) - c(D) and the idealised curves of uniform causal and sliding-window averaging.
 """
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from jaxtyping import Bool, Float, Int
@@ -366,6 +369,19 @@ def adjacency_scores_of_activations(
     _check_reductions(reductions)
     n = x.shape[-2]
     _check_positions(n)
+    _check_scorable(x, min_norm, what)
+    flat = x.reshape(-1, n, x.shape[-1])
+    chunk = max(1, max_elements // max(1, n * n))
+    counts = torch.cat([adjacency_counts(_cosine(flat[i : i + chunk], min_norm, symmetric=False))
+                        for i in range(0, flat.shape[0], chunk)])
+    return {r: _reduce(counts, r).reshape(x.shape[:-2]) for r in reductions}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The lag profile: mean cosine at each distance
+
+def _check_scorable(x: Tensor, min_norm: float, what: str) -> None:
+    """Raise unless every vector of ``x`` is finite and not near zero (their cosines are defined)."""
     check_finite(x, what)
     zero = near_zero_positions(x, min_norm)
     if bool(zero.any()):
@@ -373,8 +389,163 @@ def adjacency_scores_of_activations(
         raise NopeInterpError(
             f"{what} have {int(zero.sum())} near-zero vectors (L2 norm < min_norm={min_norm:g}; first at index "
             f"{first}): their cosines are undefined; drop those positions or lower min_norm")
+
+
+def _check_lag(n_pos: int, max_lag: object) -> int:
+    """The maximal lag D for ``n_pos`` positions: ``max_lag`` checked to be an int in [1, n_pos - 1], or
+    ``n_pos - 1`` when it is None."""
+    if n_pos < 2:
+        raise NopeInterpError(f"the lag profile needs at least 2 positions, got pos={n_pos}")
+    if max_lag is None:
+        return n_pos - 1
+    if isinstance(max_lag, bool) or not isinstance(max_lag, int) or not 1 <= max_lag <= n_pos - 1:
+        raise NopeInterpError(f"max_lag must be an integer in [1, {n_pos - 1}] (pos - 1) or None, got {max_lag!r}")
+    return max_lag
+
+
+def _unit_vectors(x: Tensor) -> Tensor:
+    """Float64 unit vectors of finite, non-zero vectors, scaled exactly as in :func:`cosine_similarity_matrix`."""
+    y, _ = _pow2_scaled(x.double())
+    return y.div_(torch.linalg.vector_norm(y, dim=-1, keepdim=True))
+
+
+def _lag_sums(u: Tensor, max_lag: int, max_elements: int) -> Tensor:
+    """Sums over query positions i >= d of the clamped cosine of unit vectors ``u`` (``seq pos d``) at
+    positions i and i - d, for d = 1..max_lag: ``seq lag`` float64.
+
+    Query positions are taken in blocks of ``block``; one block's band of the cosine matrix (its queries
+    against the ``max_lag`` keys before each) is one matrix product, and the wanted diagonals are gathered
+    from it. Memory: about ``seq * block * (block + 2 max_lag)`` float64 entries, bounded by ``max_elements``
+    (at least one block of one query), never ``pos x pos``."""
+    s, n, _ = u.shape
+    lags = torch.arange(1, max_lag + 1, device=u.device)
+    block = max(1, min(n - 1, max_lag, max_elements // max(1, s * 3 * max_lag)))
+    sums = torch.zeros(s, max_lag, dtype=torch.float64, device=u.device)
+    for q0 in range(1, n, block):
+        q1 = min(n, q0 + block)
+        k0 = max(0, q0 - max_lag)
+        band = (u[:, q0:q1] @ u[:, k0 : q1 - 1].transpose(-1, -2)).clamp_(-1.0, 1.0)  # seq query key
+        key = torch.arange(q0, q1, device=u.device)[:, None] - lags[None, :]  # query lag -> key position
+        valid = key >= 0
+        picked = band.gather(-1, (key - k0).clamp_(min=0).expand(s, -1, -1))  # seq query lag
+        sums += picked.masked_fill_(~valid, 0.0).sum(-2)
+    return sums
+
+
+def lag_profile(
+    x: Float[Tensor, "*batch pos d_model"], max_lag: int | None = None, min_norm: float = DEFAULT_MIN_NORM,
+    what: str = "activations", max_elements: int = 2**24,
+) -> Float[Tensor, "*batch lag"]:
+    """The lag profile of each sequence: c(d) = mean over query positions i >= d of cos(x_i, x_{i-d}).
+
+    Entry ``[..., d - 1]`` is c(d) for d = 1..D (D = ``max_lag``, default pos - 1), in [-1, 1] (float64).
+    Each cosine is the one :func:`cosine_similarity_matrix` gives (float64 for any float dtype, exact
+    power-of-two scaling, clamped to [-1, 1]); c(d) averages the pos - d entries of the d-th diagonal
+    below the main one. Where the adjacency score asks whether nearer positions are more similar (an
+    order), the lag profile says how much: it is the similarity as a function of distance, to compare
+    with the idealised curves of :func:`uniform_causal_lag_profile` and :func:`sliding_window_lag_profile`.
+
+    Only the wanted diagonals are computed, in blocks of query positions (sequences and blocks chunked
+    to about ``max_elements`` float64 entries), so memory grows with pos * D, not pos^2, and the time with
+    pos * D * d_model. ``what`` names ``x`` in error messages.
+
+    Raises:
+        NopeInterpError: fewer than 2 positions; ``max_lag`` not an integer in [1, pos - 1]; vectors with
+            NaN or inf entries (:func:`check_finite`); near-zero vectors (norm below ``min_norm``).
+    """
+    if x.ndim < 2:
+        raise NopeInterpError(f"{what} must have shape (*batch, pos, d_model), got {tuple(x.shape)}")
+    n = x.shape[-2]
+    d_max = _check_lag(n, max_lag)
+    _check_scorable(x, min_norm, what)
     flat = x.reshape(-1, n, x.shape[-1])
-    chunk = max(1, max_elements // max(1, n * n))
-    counts = torch.cat([adjacency_counts(_cosine(flat[i : i + chunk], min_norm, symmetric=False))
-                        for i in range(0, flat.shape[0], chunk)])
-    return {r: _reduce(counts, r).reshape(x.shape[:-2]) for r in reductions}
+    chunk = max(1, max_elements // max(1, n * x.shape[-1] + 3 * d_max * min(n, d_max)))
+    counts = (n - torch.arange(1, d_max + 1, dtype=torch.float64, device=x.device))
+    out = [_lag_sums(_unit_vectors(flat[i : i + chunk]), d_max, max_elements) / counts
+           for i in range(0, flat.shape[0], chunk)]
+    return torch.cat(out).reshape(*x.shape[:-2], d_max)
+
+
+def recency_gap(profile: Float[Tensor, "*batch lag"]) -> Float[Tensor, "*batch"]:
+    """c(1) - c(D) of lag profiles (:func:`lag_profile`): how much more similar the previous position is
+    than the farthest one profiled, in [-2, 2]; about 0 where similarity does not fall with distance.
+
+    Raises:
+        NopeInterpError: an empty lag axis.
+    """
+    if profile.ndim < 1 or profile.shape[-1] < 1:
+        raise NopeInterpError(f"recency_gap needs lag profiles with at least one lag, got shape {tuple(profile.shape)}")
+    return profile[..., 0] - profile[..., -1]
+
+
+def sliding_window_lag_profile(n_pos: int, window: int, max_lag: int | None = None) -> Float[Tensor, " lag"]:
+    """The idealised lag profile of sliding-window uniform attention of width ``window`` over i.i.d. inputs.
+
+    Position i averages the ``min(i + 1, window)`` inputs at positions max(0, i - window + 1)..i. For
+    i.i.d. zero-mean isotropic inputs in a large dimension, the cosine of two such averages tends to the
+    number of shared inputs over the square root of the product of the two counts; this is averaged over
+    query positions i = d..n_pos - 1 as in :func:`lag_profile`. Away from the start (i >= window - 1 + d)
+    each term is max(0, 1 - d / window): the profile falls linearly to 0 at d = window. A window of at
+    least ``n_pos`` is uniform causal attention (:func:`uniform_causal_lag_profile`).
+
+    Returns:
+        ``[d - 1]`` = idealised c(d) for d = 1..D (default D = n_pos - 1), in [0, 1), float64.
+
+    Raises:
+        NopeInterpError: ``n_pos`` < 2; ``window`` not an integer >= 1; ``max_lag`` not in [1, n_pos - 1].
+    """
+    if isinstance(n_pos, bool) or not isinstance(n_pos, int):
+        raise NopeInterpError(f"n_pos must be an integer >= 2, got {n_pos!r}")
+    d_max = _check_lag(n_pos, max_lag)
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise NopeInterpError(f"window must be an integer >= 1, got {window!r}")
+    i = torch.arange(n_pos, dtype=torch.float64)[None, :]  # query positions
+    d = torch.arange(1, d_max + 1, dtype=torch.float64)[:, None]
+    j = i - d  # key positions
+    size_i = torch.clamp(i + 1, max=window)
+    size_j = torch.clamp(j + 1, min=1, max=window)
+    shared = torch.clamp(j - torch.clamp(i - window + 1, min=0) + 1, min=0)
+    cos = torch.where(j >= 0, shared / torch.sqrt(size_i * size_j), 0.0)
+    return cos.sum(-1) / (n_pos - d.squeeze(-1))
+
+
+def uniform_causal_lag_profile(n_pos: int, max_lag: int | None = None) -> Float[Tensor, " lag"]:
+    """The idealised lag profile of uniform causal attention over i.i.d. inputs.
+
+    Position i is the mean of the inputs at positions 0..i. For i.i.d. zero-mean isotropic inputs in a
+    large dimension, the cosine of positions i and i - d tends to sqrt((i - d + 1) / (i + 1)) (the shared
+    i - d + 1 inputs over the root of the two counts); this is averaged over query positions i = d..n_pos - 1
+    as in :func:`lag_profile`. Every small lag tends to 1 as n_pos grows: the recency gap shrinks with
+    the length of the sequence.
+
+    Returns:
+        ``[d - 1]`` = idealised c(d) for d = 1..D (default D = n_pos - 1), in (0, 1), float64.
+
+    Raises:
+        NopeInterpError: ``n_pos`` < 2 or not an integer; ``max_lag`` not in [1, n_pos - 1].
+    """
+    if isinstance(n_pos, bool) or not isinstance(n_pos, int):
+        raise NopeInterpError(f"n_pos must be an integer >= 2, got {n_pos!r}")
+    d_max = _check_lag(n_pos, max_lag)
+    i = torch.arange(n_pos, dtype=torch.float64)[None, :]
+    d = torch.arange(1, d_max + 1, dtype=torch.float64)[:, None]
+    cos = torch.where(i >= d, torch.sqrt(torch.clamp(i - d + 1, min=0) / (i + 1)), 0.0)
+    return cos.sum(-1) / (n_pos - d.squeeze(-1))
+
+
+def lag_summary(profiles: Float[Tensor, "batch lag"]) -> dict[str, Any]:
+    """Mean and spread over sequences of lag profiles (:func:`lag_profile`), JSON-ready.
+
+    Returns:
+        ``{"lags": [1..D], "mean": [c(d)], "std": [sample std, ddof=1; 0 for one sequence], "n": sequences,
+        "recency_gap": {"mean", "std", "n"} of c(1) - c(D) per sequence}``; cosines in [-1, 1].
+
+    Raises:
+        NopeInterpError: not a non-empty 2-D tensor (sequences x lags).
+    """
+    if profiles.ndim != 2 or profiles.shape[0] == 0 or profiles.shape[1] == 0:
+        raise NopeInterpError(f"lag_summary needs a non-empty (sequences, lags) tensor, got {tuple(profiles.shape)}")
+    p = profiles.double()
+    std = p.std(0) if p.shape[0] > 1 else torch.zeros(p.shape[1], dtype=torch.float64)
+    return {"lags": list(range(1, p.shape[1] + 1)), "mean": p.mean(0).tolist(), "std": std.tolist(),
+            "n": int(p.shape[0]), "recency_gap": summarize(recency_gap(p)).to_dict()}

@@ -16,6 +16,14 @@ def test_analyze_model_reproduces_the_pattern_at_init():
     assert 0.4 < sc["hook_embed"]["mean"] < 0.6
     assert sc["blocks.0.attn.hook_z"]["mean"] > 0.9
     assert set(res.scores) == {"row_mean", "pooled"} and res.per_sequence["pooled"].shape == (len(res.sites), 48)
+    # the lag profile after the first attention layer follows uniform causal averaging (near-uniform attention
+    # at init); the embeddings are not averaged: no recency gap there
+    from nope_interp.similarity import uniform_causal_lag_profile
+
+    ideal = uniform_causal_lag_profile(task.max_prompt_len)
+    z = res.lag_profile["blocks.0.attn.hook_z"]
+    assert max(abs(m - u) for m, u in zip(z["mean"], ideal.tolist(), strict=True)) < 0.1
+    assert z["recency_gap"]["mean"] > 0.5 and abs(res.lag_profile["hook_embed"]["recency_gap"]["mean"]) < 0.2
     bi_model = build_model(preset("cpu", d_model=256, d_head=64, attention="bidirectional"))
     bi = analyze_model(bi_model, task, n_prompts=48)
     assert 0.35 < bi.scores["row_mean"]["blocks.0.attn.hook_z"]["mean"] < 0.65
@@ -67,7 +75,7 @@ def test_prompts_are_run_and_scored_in_chunks_with_the_scores_of_one_pass(tiny_m
     import tasks
     from nope_interp import analysis
     from nope_interp.activations import collect_activations
-    from nope_interp.similarity import REDUCTIONS, adjacency_score, cosine_similarity_matrix
+    from nope_interp.similarity import REDUCTIONS, adjacency_score, cosine_similarity_matrix, lag_profile
 
     task = tasks.get_task("addition")
     sizes: list[int] = []
@@ -91,6 +99,7 @@ def test_prompts_are_run_and_scored_in_chunks_with_the_scores_of_one_pass(tiny_m
         for r in REDUCTIONS:
             torch.testing.assert_close(res.per_sequence[r], adjacency_score(sim, r), rtol=0, atol=1e-12)
         torch.testing.assert_close(res.example_sim, sim[:, 0], rtol=0, atol=1e-6)  # float32 forward, other batch
+        torch.testing.assert_close(res.lag_per_sequence, lag_profile(acts.acts), rtol=0, atol=1e-6)  # float32 forward
         assert res.example_sim.untyped_storage().nbytes() == res.example_sim.numel() * 8  # not a view of all
     assert analysis.analysis_chunk_size(25, 22, 384) == 2**27 // (25 * 22 * 384 * 4)
     assert analysis.analysis_chunk_size(1, 3, 8) == analysis.MAX_CHUNK_PROMPTS

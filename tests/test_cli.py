@@ -32,7 +32,8 @@ def test_analyze_a_run_and_an_initialised_model(main, tiny_run, tmp_path, capsys
     assert main(["analyze", "--init", "--task", "indexing", "--preset", "tiny", "--n-prompts", "8",
                  "--out-root", str(tmp_path)]) == 0
     figs = tmp_path / "figures" / "analyze" / "init-tiny-indexing"
-    assert sorted(p.name for p in figs.iterdir()) == ["adjacency.html", "cosine.html", "plotly.min.js"]
+    assert sorted(p.name for p in figs.iterdir()) == ["adjacency.html", "cosine.html", "lag_profile.html",
+                                                      "plotly.min.js"]
     out = capsys.readouterr().out
     assert "blocks.0.attn.hook_z" in out and "outputs:" in out and "cosine.html" in out
 

@@ -28,10 +28,18 @@ def test_run_equals_analyze_model_and_writes_files(tiny_init_reversal_entry, tmp
     assert_strict_json_files(tmp_path)  # result JSON is strict: NaN/inf written as null
     assert sorted(p.relative_to(tmp_path).as_posix() for p in paths) == [
         "figures/analyze/tiny-reversal/adjacency.html", "figures/analyze/tiny-reversal/cosine.html",
-        "results/analyze/tiny-reversal/scores.json"]
+        "figures/analyze/tiny-reversal/lag_profile.html", "results/analyze/tiny-reversal/scores.json"]
     scores = json.loads((tmp_path / "results/analyze/tiny-reversal/scores.json").read_text())
     assert scores["sites"] == ["hook_embed", "blocks.0.attn.hook_z", "blocks.1.attn.hook_z"]
     assert scores["init"]["seed"] == 2 and "git_commit" in scores
+    # the lag profile of every site: c(d) for d = 1..pos - 1, the same numbers as analyze_model's
+    n_pos = entry.task.max_prompt_len
+    lag = scores["lag_profile"]
+    assert len(lag["uniform_causal"]) == n_pos - 1 and list(lag["sites"]) == scores["sites"]
+    z = lag["sites"]["blocks.0.attn.hook_z"]
+    assert z["lags"] == list(range(1, n_pos)) and z["n"] == 12 and len(z["std"]) == n_pos - 1
+    assert z == ref.lag_profile["blocks.0.attn.hook_z"]
+    assert z["recency_gap"]["mean"] == pytest.approx(z["mean"][0] - z["mean"][-1])
     json.dumps(result.to_dict())
 
 

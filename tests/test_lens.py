@@ -55,15 +55,39 @@ def test_default_sites_are_the_cached_vector_sites_in_forward_order(reversal_cac
 def test_displays_and_figures(reversal_cache_of_tiny_model):
     import json
 
-    from nope_interp.lens import adjacency_scores, averaging_check, cosine_heatmap
+    from nope_interp.lens import adjacency_scores, averaging_check, cosine_heatmap, lag_profile
 
     cache, prompts = reversal_cache_of_tiny_model
     for obj in (adjacency_scores(cache), cosine_heatmap(cache, "blocks.0.attn.hook_z", 1, prompts[1]),
-                averaging_check(cache, 0)):
+                averaging_check(cache, 0), lag_profile(cache)):
         assert "<table>" in obj._repr_html_()
         assert len(repr(obj)) > 10
         assert obj.figure().data
         json.dumps(obj.to_dict())
+
+
+def test_lag_profile_matches_a_naive_loop_and_the_idealised_curve(reversal_cache_of_tiny_model):
+    from nope_interp.lens import lag_profile
+    from nope_interp.similarity import uniform_causal_lag_profile
+
+    cache, _ = reversal_cache_of_tiny_model
+    prof = lag_profile(cache, sites=["hook_embed", "blocks.0.attn.hook_z"], max_lag=5)
+    assert prof.sites == ("hook_embed", "blocks.0.attn.hook_z") and prof.max_lag == 5
+    for site in prof.sites:
+        acts = cache[site]
+        acts = acts.reshape(acts.shape[0], acts.shape[1], -1).double().numpy()
+        unit = acts / np.linalg.norm(acts, axis=-1, keepdims=True)
+        n = acts.shape[1]
+        naive = [[np.mean([unit[b, i] @ unit[b, i - d] for i in range(d, n)]) for d in range(1, 6)]
+                 for b in range(acts.shape[0])]
+        np.testing.assert_allclose(prof.per_sequence[site].numpy(), naive, atol=1e-12)
+    torch.testing.assert_close(prof.uniform_causal, uniform_causal_lag_profile(prof.n_pos, 5))
+    d = prof.to_dict()
+    assert d["sites"]["blocks.0.attn.hook_z"]["lags"] == [1, 2, 3, 4, 5] and d["max_lag"] == 5
+    assert "recency gap" in prof._repr_html_() and "uniform causal" in repr(prof)
+    fig = prof.figure(window=4)
+    assert {t.name for t in fig.data} >= {"embed", "L0", "idealised: uniform causal", "idealised: sliding window 4"}
+    assert lag_profile(cache).max_lag == prof.n_pos - 1
 
 
 def test_cosine_heatmap_matrix_and_score(reversal_cache_of_tiny_model):
@@ -97,10 +121,11 @@ def test_averaging_check_with_uniform_attention_predicts_the_closed_form(tiny_cf
     assert check.adjacency_predicted == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("call", ["missing_site", "bad_index", "bad_tokens", "bad_reduction", "no_pattern"])
+@pytest.mark.parametrize("call", ["missing_site", "bad_index", "bad_tokens", "bad_reduction", "no_pattern",
+                                  "bad_lag", "lag_missing_site"])
 def test_bad_input_names_the_problem(reversal_cache_of_tiny_model, tiny_model, call):
     from nope_interp.errors import NopeInterpError
-    from nope_interp.lens import adjacency_scores, averaging_check, cosine_heatmap
+    from nope_interp.lens import adjacency_scores, averaging_check, cosine_heatmap, lag_profile
 
     cache, _ = reversal_cache_of_tiny_model
     calls = {
@@ -108,6 +133,8 @@ def test_bad_input_names_the_problem(reversal_cache_of_tiny_model, tiny_model, c
         "bad_index": (lambda: cosine_heatmap(cache, "hook_embed", batch_index=99), "batch_index"),
         "bad_tokens": (lambda: cosine_heatmap(cache, "hook_embed", tokens="ab"), "tokens"),
         "bad_reduction": (lambda: adjacency_scores(cache, reduction="median"), "reduction"),
+        "bad_lag": (lambda: lag_profile(cache, max_lag=99), r"max_lag must be an integer in \[1, "),
+        "lag_missing_site": (lambda: lag_profile(cache, sites=["blocks.9.hook_z"]), "not in the cache"),
         "no_pattern": (lambda: averaging_check(tiny_model.run_with_cache(
             torch.zeros(1, 5, dtype=torch.long), names_filter="hook_embed")[1], 0), "hook_pattern"),
     }

@@ -38,6 +38,31 @@ def test_adjacency_by_layer_panels_and_error_bars():
     assert [a.text for a in fig.layout.annotations if a.text in ("addition", "reversal")] == ["addition", "reversal"]
 
 
+def test_lag_profile_panels_per_kind_lines_per_layer_and_the_idealised_curve():
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.plotting import plot_lag_profile
+
+    def prof(m):
+        return {"lags": [1, 2, 3], "mean": [m, m / 2, 0.0], "std": [0.1, 0.1, 0.1]}
+
+    profiles = {"hook_embed": prof(0.1), "blocks.0.attn.hook_z": prof(0.9), "blocks.1.attn.hook_z": prof(0.8),
+                "blocks.1.hook_resid_post": prof(0.7)}
+    fig = plot_lag_profile(profiles, [0.8, 0.6, 0.4], window=2)
+    assert [a.text for a in fig.layout.annotations] == ["embed", "z", "resid_post"]
+    lines = [t for t in fig.data if not t.name.startswith("idealised")]
+    assert [t.name for t in lines] == ["embed", "L0", "L1", "L1"]
+    assert list(lines[1].y) == [0.9, 0.45, 0.0] and list(lines[1].error_y.array) == [0.1, 0.1, 0.1]
+    assert lines[2].line.color == lines[3].line.color != lines[1].line.color  # one colour per layer
+    ideal = [t for t in fig.data if t.name == "idealised: uniform causal"]
+    assert len(ideal) == 3 and list(ideal[0].y) == [0.8, 0.6, 0.4]
+    sliding = list(next(t for t in fig.data if t.name.startswith("idealised: sliding")).y)
+    assert sliding == pytest.approx([(2**-0.5 + 0.5 + 0.5) / 3, 0.0, 0.0])  # windows {0,1} vs {0}, then 1 - d/w
+    with pytest.raises(NopeInterpError, match="lags"):
+        plot_lag_profile(profiles, [0.8, 0.6])
+    with pytest.raises(NopeInterpError, match="at least one site"):
+        plot_lag_profile({}, [])
+
+
 def test_save_figure_writes_offline_html(tmp_path):
     from nope_interp.plotting import plot_cosine_heatmaps, save_figure
 

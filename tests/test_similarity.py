@@ -3,6 +3,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import unhooked
 from scipy.stats import kendalltau
 
 
@@ -254,3 +255,108 @@ def test_near_zero_positions_uses_a_norm_that_neither_overflows_nor_underflows(S
     assert S.near_zero_positions(x).tolist() == [True, False, True, True]
     c = S.cosine_similarity_matrix(x, min_norm=0.0)
     assert c[1, 0].item() == pytest.approx(math.sqrt(0.5), abs=2.3e-16) and c[3, 0].item() == 1.0
+
+
+# --- the lag profile --------------------------------------------------------------------------------------------
+
+def naive_lag_profile(x: np.ndarray, max_lag: int) -> np.ndarray:
+    """c(d) of one sequence by the definition, with plain loops over query positions and lags."""
+    n = x.shape[0]
+    out = []
+    for d in range(1, max_lag + 1):
+        cos = []
+        for i in range(d, n):
+            a, b = x[i].astype(np.float64), x[i - d].astype(np.float64)
+            cos.append(min(1.0, max(-1.0, float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b))))))
+        out.append(sum(cos) / len(cos))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("shape,max_lag", [((2, 3, 7, 5), None), ((4, 12, 3), 5), ((1, 2, 4), None), ((16, 2), 15)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_lag_profile_equals_a_naive_loop(S, shape, max_lag, dtype):
+    gen = torch.Generator().manual_seed(sum(shape))
+    x = (torch.randn(shape, generator=gen, dtype=torch.float64) + 0.3).to(dtype)
+    n = shape[-2]
+    got = S.lag_profile(x, max_lag)
+    d_max = max_lag or n - 1
+    assert got.shape == (*shape[:-2], d_max) and got.dtype == torch.float64
+    flat = x.reshape(-1, n, shape[-1]).numpy()
+    ref = np.stack([naive_lag_profile(s, d_max) for s in flat]).reshape(got.shape)
+    np.testing.assert_allclose(got.numpy(), ref, rtol=0, atol=1e-12)
+    # tiny blocks and chunks give the same numbers (memory bound, not a different method)
+    np.testing.assert_allclose(S.lag_profile(x, max_lag, max_elements=1).numpy(), ref, rtol=0, atol=1e-12)
+
+
+def test_lag_profile_is_the_mean_diagonal_of_the_cosine_matrix_and_scale_free(S):
+    x = torch.randn(3, 11, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    c = S.cosine_similarity_matrix(x)
+    ref = torch.stack([c.diagonal(-d, dim1=-2, dim2=-1).mean(-1) for d in range(1, 11)], dim=-1)
+    torch.testing.assert_close(S.lag_profile(x), ref, rtol=0, atol=1e-14)
+    assert torch.equal(S.lag_profile(x * 2.0**-900, min_norm=0.0), S.lag_profile(x))  # power-of-two scale: bit for bit
+    torch.testing.assert_close(S.recency_gap(S.lag_profile(x)), ref[..., 0] - ref[..., -1])
+
+
+def test_lag_profile_of_uniform_causal_averaging_matches_the_closed_form(S):
+    # i.i.d. Gaussian inputs through exact uniform causal attention (the running mean)
+    batch, n, dm = 6, 12, 2048
+    x = torch.randn(batch, n, dm, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    y = x.cumsum(-2) / torch.arange(1, n + 1, dtype=torch.float64)[:, None]
+    got = S.lag_profile(y).mean(0)
+    ideal = S.uniform_causal_lag_profile(n)
+    # each cosine fluctuates by about 1/sqrt(dm) around its limit; c(d) averages batch * (n - d) of them
+    tol = 4 / math.sqrt(dm * batch)
+    assert (got - ideal).abs().max() < tol
+    assert (got - S.sliding_window_lag_profile(n, 3)).abs().max() > 10 * tol  # the test can tell them apart
+    torch.testing.assert_close(S.recency_gap(got), ideal[0] - ideal[-1], rtol=0, atol=2 * tol)
+
+
+def test_lag_profile_of_sliding_window_averaging_matches_the_closed_form(S):
+    batch, n, dm, w = 6, 14, 2048, 4
+    x = torch.randn(batch, n, dm, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    c = torch.cat([torch.zeros(batch, 1, dm, dtype=torch.float64), x.cumsum(-2)], dim=-2)
+    idx = torch.arange(n)
+    y = (c[:, idx + 1] - c[:, (idx + 1 - w).clamp(min=0)])  # sum of the last w inputs (a mean: same cosine)
+    got = S.lag_profile(y).mean(0)
+    ideal = S.sliding_window_lag_profile(n, w)
+    assert (got - ideal).abs().max() < 4 / math.sqrt(dm * batch)
+    # away from the start each term is 1 - d / w; 0 from d = w on
+    assert torch.all(ideal[w - 1 :] == 0) and ideal[0] > 1 - 1 / w - 1e-12
+
+
+def test_idealised_curves(S):
+    n = 9
+    i = np.arange(n)
+    ref = [np.mean([math.sqrt((k - d + 1) / (k + 1)) for k in i if k >= d]) for d in range(1, n)]
+    np.testing.assert_allclose(S.uniform_causal_lag_profile(n).numpy(), ref, rtol=0, atol=1e-15)
+    # a window as long as the sequence is uniform causal attention
+    torch.testing.assert_close(S.sliding_window_lag_profile(n, n), S.uniform_causal_lag_profile(n))
+    assert S.uniform_causal_lag_profile(n, 3).shape == (3,)
+    # long sequences: every small lag tends to 1 under global averaging, not under a window
+    assert S.uniform_causal_lag_profile(4096, 8)[-1] > 0.99
+    np.testing.assert_allclose(S.sliding_window_lag_profile(4096, 16, 8).numpy(),
+                               [1 - d / 16 for d in range(1, 9)], atol=1e-2)
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda S: S.lag_profile(torch.randn(2, 1, 4)), "at least 2 positions"),
+    (lambda S: unhooked(S.lag_profile)(torch.randn(5)), "shape"),
+    (lambda S: S.lag_profile(torch.randn(2, 5, 4), 0), r"max_lag must be an integer in \[1, 4\]"),
+    (lambda S: S.lag_profile(torch.randn(2, 5, 4), 5), r"max_lag must be an integer in \[1, 4\]"),
+    (lambda S: S.lag_profile(torch.randn(2, 5, 4), True), "max_lag"),
+    (lambda S: unhooked(S.lag_profile)(torch.randn(2, 5, 4), 2.0), "max_lag"),
+    (lambda S: S.lag_profile(torch.zeros(2, 5, 4)), "near-zero"),
+    (lambda S: S.lag_profile(torch.tensor([[1.0, 0], [float("nan"), 1]])), "not finite"),
+    (lambda S: S.lag_profile(torch.tensor([[1.0, 0], [float("inf"), 1]])), "not finite"),
+    (lambda S: S.uniform_causal_lag_profile(1), "at least 2 positions"),
+    (lambda S: S.uniform_causal_lag_profile(5, 5), "max_lag"),
+    (lambda S: unhooked(S.uniform_causal_lag_profile)(5.0), "n_pos"),
+    (lambda S: S.sliding_window_lag_profile(5, 0), "window must be an integer >= 1"),
+    (lambda S: S.recency_gap(torch.zeros(3, 0)), "at least one lag"),
+])
+def test_lag_profile_bad_input_is_one_line(S, call, match):
+    from nope_interp.errors import NopeInterpError
+
+    with pytest.raises(NopeInterpError, match=match) as err:
+        call(S)
+    assert "\n" not in str(err.value)

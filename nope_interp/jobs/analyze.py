@@ -2,8 +2,9 @@
 
 For each model given (``--run``, ``--pretrained`` or ``--init``): ``n_prompts`` held-out full-length prompts
 of its task, activations at every requested hook site, cosine similarity matrices and both reductions
-of the adjacency score (``docs/method.md``). Writes ``results/analyze/<label>/scores.json`` and
-``figures/analyze/<label>/{cosine,adjacency}.html``.
+of the adjacency score, and the lag profile (mean cosine by distance, with the idealised uniform-causal
+curve; ``docs/method.md``). Writes ``results/analyze/<label>/scores.json`` (``lag_profile`` among its
+fields) and ``figures/analyze/<label>/{cosine,adjacency,lag_profile}.html``.
 """
 
 import time
@@ -20,7 +21,8 @@ from nope_interp.config import FrozenConfig, check_choice, check_choices, check_
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names
 from nope_interp.jobs.common import Log, ModelEntry, emit, progress
-from nope_interp.plotting import plot_adjacency_by_layer, plot_cosine_heatmaps, save_figure
+from nope_interp.plotting import plot_adjacency_by_layer, plot_cosine_heatmaps, plot_lag_profile, save_figure
+from nope_interp.similarity import uniform_causal_lag_profile
 
 NAME = "analyze"
 HELP = "adjacency scores at every hook site + figures for one model"
@@ -113,7 +115,9 @@ def run(config: AnalyzeConfig, models: list[ModelEntry] | None = None, *, log: L
                             window=config.window)
         row = res.scores["row_mean"]
         for site in res.sites:
-            emit(log, f"  {site:28s} {row[site]['mean']:.3f} ± {row[site]['std']:.3f}")
+            gap = res.lag_profile[site]["recency_gap"]
+            emit(log, f"  {site:28s} {row[site]['mean']:.3f} ± {row[site]['std']:.3f}   "
+                      f"recency gap {gap['mean']:+.3f}")
         out.append(ModelScores(label=label, analysis=res))
     return AnalyzeResult(config=config, models=tuple(out), wall_time_s=round(time.perf_counter() - t0, 1))
 
@@ -132,13 +136,23 @@ def plot_scores(scores: ModelScores) -> go.Figure:
                                    f"Adjacency score by layer ({res.protocol} inputs)")
 
 
+def plot_lags(scores: ModelScores) -> go.Figure:
+    """Lag profile (mean ± std over prompts) by site with the idealised uniform-causal curve, from a result."""
+    res = scores.analysis
+    n_pos = len(next(iter(res.lag_profile.values()))["mean"]) + 1
+    return plot_lag_profile(res.lag_profile, uniform_causal_lag_profile(n_pos).tolist(),
+                            f"{scores.label}: lag profile on {res.n_prompts} {res.task} inputs of {n_pos} positions "
+                            f"({res.protocol} protocol)")
+
+
 def write(result: AnalyzeResult, out_root: str | Path = ".") -> list[Path]:
-    """Write ``results/analyze/<label>/scores.json`` and ``figures/analyze/<label>/{cosine,adjacency}.html``
-    for every model; returns the paths."""
+    """Write ``results/analyze/<label>/scores.json`` and
+    ``figures/analyze/<label>/{cosine,adjacency,lag_profile}.html`` for every model; returns the paths."""
     res_dir, fig_dir = io.job_dirs(out_root, NAME)
     paths = []
     for m in result.models:
         paths += [io.write_json(res_dir / m.label / "scores.json", m.to_dict()),
                   save_figure(plot_cosine(m), fig_dir / m.label / "cosine.html"),
-                  save_figure(plot_scores(m), fig_dir / m.label / "adjacency.html")]
+                  save_figure(plot_scores(m), fig_dir / m.label / "adjacency.html"),
+                  save_figure(plot_lags(m), fig_dir / m.label / "lag_profile.html")]
     return paths
