@@ -339,19 +339,26 @@ def authors_length(task: Task) -> int:
     return AUTHORS_LENGTH[task.name] if task == default else task.max_prompt_len
 
 
-def held_out_lines(task: Task, n: int, seed: int, exclude: frozenset[str] = frozenset()) -> list[str]:
+def held_out_lines(task: Task, n: int, seed: int, exclude: frozenset[str] = frozenset(),
+                   at_least: int | None = None) -> list[str]:
     """``n`` lines ``prompt + answer`` of distinct prompts of every length, none of them in ``exclude``
     (a stand-in for the test file that the ``authors`` and ``window`` protocols read).
 
+    With ``at_least``, a task whose parameters allow fewer than ``n`` prompts outside ``exclude`` (a
+    small task size) gives all of them, as long as there are ``at_least``.
+
     Raises:
-        TaskError: not enough distinct prompts outside ``exclude``; ``exclude`` is a single string or holds
-            a non-string.
+        TaskError: fewer than ``n`` (or ``at_least``) distinct prompts outside ``exclude``; ``exclude`` is a
+            single string or holds a non-string.
     """
     exclude = _exclude(exclude)
     prompts = [p for p in task.distinct_prompts(min(task.n_distinct_prompts(), n + len(exclude)), seed)
                if p not in exclude][:n]
-    if len(prompts) < n:
-        raise TaskError(f"only {len(prompts)} held-out {task.name} prompts available, {n} asked for")
+    need = n if at_least is None else min(n, at_least)
+    if len(prompts) < need:
+        params = ", ".join(f"{k}={v}" for k, v in task.params().items())
+        raise TaskError(f"only {len(prompts)} held-out {task.name} prompts ({params}) available outside the "
+                        f"excluded ones, {need} needed")
     return [task.example(p).line for p in prompts]
 
 
@@ -364,14 +371,21 @@ def authors_inputs(task: Task, n: int, seed: int = 0, exclude: frozenset[str] = 
     lines shorter than a quarter of that length are dropped, and addition lines must start with ``$``.
     The inputs may contain answer characters and may be cut mid-prompt, as theirs did.
 
+    A task whose parameters allow fewer held-out lines than the 2,000 (or 4 ``n``) the text is built from
+    uses all of them.
+
     Raises:
-        TaskError: ``n`` < 1; ``exclude`` is a single string or holds a non-string.
+        TaskError: ``n`` < 1; ``exclude`` is a single string or holds a non-string; no held-out line, or none
+            long enough.
     """
     _check_int("n", n, 1, 10**7)
     exclude = _exclude(exclude)
     length = authors_length(task)
     rng = random.Random(seed)
-    text = EOS.join(held_out_lines(task, max(4 * n, 2000), seed, exclude)) + EOS
+    lines = held_out_lines(task, max(4 * n, 2000), seed, exclude, at_least=1)  # all of a small task's
+    if not any(len(ln) >= length // 4 and (task.name != "addition" or ln.startswith("$")) for ln in lines):
+        raise TaskError(f"no held-out {task.name} line is long enough for the authors protocol ({length // 4} chars)")
+    text = EOS.join(lines) + EOS
     out: list[str] = []
     while len(out) < n:
         start = rng.randrange(max(1, len(text) - window_chars))
@@ -395,7 +409,8 @@ def window_inputs(task: Task, n: int, window: int, seed: int = 0, exclude: froze
     _check_int("window", window, 1, 10**7)
     exclude = _exclude(exclude)
     rng = random.Random(seed)
-    lines = held_out_lines(task, max(2 * n, (2 * window) // max(1, task.max_seq_len) + 2), seed, exclude)
+    lines = held_out_lines(task, max(2 * n, (2 * window) // max(1, task.max_seq_len) + 2), seed, exclude,
+                           at_least=1)
     text = EOS.join(lines) + EOS
     while len(text) <= window:
         text += text

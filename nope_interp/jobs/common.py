@@ -123,6 +123,30 @@ def entry_from_run(run: LoadedRun, label: str, kind: str = "run", task: tasks_pk
                       source={"model_source": str(run.path), "model": run.model_cfg.to_dict()})
 
 
+def eval_examples(entry: ModelEntry, n: int, seed: int = 0) -> list[tasks_pkg.Example]:
+    """At most ``n`` test examples (prompts of every length, with answers) of ``entry.task``.
+
+    On the run's own task (same name and parameters) these are the first ``n`` of the run's test split, as
+    training measured them. On other task parameters (a trained model asked about shorter or longer
+    operands) they are ``n`` distinct prompts of ``entry.task`` drawn with ``seed``, none of them a training
+    prompt of the run; all of them when those parameters allow fewer.
+
+    Raises:
+        NopeInterpError: ``n`` < 1; no prompt of ``entry.task`` outside the run's training prompts.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise NopeInterpError(f"n must be an integer >= 1, got {n!r}")
+    task = entry.task
+    if entry.run is not None and entry.run.task == task:
+        return list(entry.run.splits.test[:n])
+    exclude = entry.train_prompts
+    prompts = [p for p in task.distinct_prompts(min(task.n_distinct_prompts(), n + len(exclude)), seed)
+               if p not in exclude][:n]
+    if not prompts:
+        raise NopeInterpError(f"no {task.name} prompt with {task.params()} lies outside the run's training prompts")
+    return [task.example(p) for p in prompts]
+
+
 def entry_from_init(cfg: ModelConfig, task: tasks_pkg.Task, label: str) -> ModelEntry:
     """A :class:`ModelEntry` for a freshly initialised model of ``cfg``."""
     return ModelEntry(label=label, kind="init", model=build_model(cfg), model_cfg=cfg, task=task,

@@ -31,7 +31,7 @@ from nope_interp.config import (
 from nope_interp.diagnostics import diagnose
 from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import exact_match_accuracy
-from nope_interp.jobs.common import Log, ModelEntry, emit, entry_from_run, progress
+from nope_interp.jobs.common import Log, ModelEntry, emit, entry_from_run, eval_examples, progress
 from nope_interp.model import build_model
 from nope_interp.plotting import plot_adjacency_by_layer, plot_cosine_heatmaps, save_figure
 from nope_interp.pretrained import available_pretrained, load_pretrained, load_run
@@ -227,7 +227,7 @@ def run(config: DemoConfig, models: list[ModelEntry] | None = None, *, log: Log 
         init_res = analyze_model(build_model(init_cfg), task, n, seed=1, exclude=entry.train_prompts)
         step0_res = analyze_model(build_model(entry.model_cfg), task, n, seed=1, exclude=entry.train_prompts)
         trained_res = analyze_model(entry.model, task, n, seed=1, exclude=entry.train_prompts)
-        test = run_.splits.test[: config.eval_n]
+        test = eval_examples(entry, config.eval_n)  # the run's test split on its own task
         prefix = run_.train_cfg.eval_prefix
         acc = exact_match_accuracy(entry.model, task, test, prefix=prefix)
         others: dict[str, dict[str, AnalysisResult]] = {}

@@ -1,0 +1,119 @@
+"""The shared model sources of the analysis jobs: a trained run analysed on task parameters other than its own.
+
+Exclusion uses the run's own training prompts (never a split rebuilt with the new parameters), and every job
+that takes ``--task`` / ``--n-digits`` either works on them or stops with one line that says why.
+"""
+
+import json
+
+import pytest
+from conftest import assert_strict_json_files
+
+#: Small sizes of every job that takes models (the CLI flags after the model source).
+JOB_ARGS = {
+    "analyze": ["--n-prompts", "8"],
+    "probe": ["--quick", "--n-prompts", "24"],
+    "ablate": ["--n-eval", "8", "--n-mu", "8", "--n-analysis", "4", "--n-random", "1", "--ranks", "0", "1"],
+    "compare": ["--n-prompts", "6"],
+    "trajectory": ["--n-prompts", "6"],
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_reversal_run(tmp_path_factory):
+    """A tiny reversal model trained on 3-digit operands (200 training prompts of 1000), with kept steps."""
+    from nope_interp.config import TrainConfig, preset
+    from nope_interp.train import train
+
+    run_dir = tmp_path_factory.mktemp("other-params") / "tiny-rev"
+    cfg = TrainConfig(task="reversal", task_params={"n_digits": 3}, n_train=200, n_test=40, steps=30,
+                      batch_size=16, lr=3e-3, warmup_steps=5, eval_every=15, eval_n=20, checkpoint_every=15)
+    train(preset("tiny", n_ctx=16), cfg, run_dir, progress=False, command="x")
+    return run_dir
+
+
+def _entry(run_dir, n_digits):
+    from nope_interp.jobs.common import ModelSource, load_models
+
+    (entry,) = load_models(ModelSource(run=(str(run_dir),), task="reversal", n_digits=n_digits))
+    return entry
+
+
+@pytest.mark.parametrize("n_digits", [2, 3, 4])
+def test_exclusion_uses_the_runs_own_training_prompts(tiny_reversal_run, n_digits):
+    entry = _entry(tiny_reversal_run, n_digits)
+    assert entry.task.params() == {"n_digits": n_digits}
+    assert entry.train_prompts == entry.run.train_prompts and len(entry.train_prompts) == 200
+    assert {len(p) for p in entry.train_prompts} <= set(range(4, 10))  # the run's 3-digit task
+    prompts = entry.task.analysis_prompts(50 if n_digits == 2 else 200, 1, entry.train_prompts)
+    assert not set(prompts) & entry.train_prompts
+    assert {len(p) for p in prompts} == {entry.task.max_prompt_len}
+
+
+@pytest.mark.parametrize("n_digits", [1, 2, 3])
+def test_eval_examples_are_the_runs_test_split_or_held_out_examples_of_the_new_task(tiny_reversal_run, n_digits):
+    from nope_interp.jobs.common import eval_examples
+
+    entry = _entry(tiny_reversal_run, n_digits)
+    examples = eval_examples(entry, 30)
+    if n_digits == 3:
+        assert examples == list(entry.run.splits.test[:30])
+    else:
+        # the run trained on prompts of every length up to 3 digits: those of the new task are left out too;
+        # a task with fewer held-out prompts gives all of them
+        held_out = set(entry.task.distinct_prompts(entry.task.n_distinct_prompts(), 0)) - entry.train_prompts
+        assert len(examples) == min(30, len(held_out)) and len(held_out) < entry.task.n_distinct_prompts()
+        assert len({ex.prompt for ex in examples}) == len(examples)
+        assert all(ex == entry.task.example(ex.prompt) for ex in examples)
+        assert max(len(ex.prompt) for ex in examples) <= entry.task.max_prompt_len
+    assert not {ex.prompt for ex in examples} & entry.train_prompts
+
+
+@pytest.mark.parametrize("n_digits", [2, 3])
+@pytest.mark.parametrize("job", list(JOB_ARGS))
+def test_every_job_runs_on_other_task_parameters(tiny_reversal_run, tmp_path, job, n_digits):
+    from nope_interp.cli import main
+
+    argv = [job, "--run", str(tiny_reversal_run), "--task", "reversal", "--n-digits", str(n_digits),
+            "--out-root", str(tmp_path), *JOB_ARGS[job]]
+    assert main(argv) == 0
+    assert_strict_json_files(tmp_path)
+    if job == "analyze":
+        scores = json.loads((tmp_path / "results/analyze/tiny-rev/scores.json").read_text())
+        assert scores["example_prompt"].startswith("rev(") and len(scores["example_prompt"]) == n_digits + 6
+        assert len(scores["lag_profile"]["uniform_causal"]) == n_digits + 5  # lags 1..pos - 1
+
+
+def test_demo_on_other_task_parameters_measures_the_new_task(tiny_reversal_run, monkeypatch):
+    from nope_interp.jobs import demo
+
+    entry = _entry(tiny_reversal_run, 2)
+    seen: list[str] = []
+    measure = demo.exact_match_accuracy
+
+    def recording(model, task, examples, **kwargs):
+        seen.extend(ex.prompt for ex in examples)
+        return measure(model, task, examples, **kwargs)
+
+    monkeypatch.setattr(demo, "exact_match_accuracy", recording)
+    cfg = demo.DemoConfig(tasks=("reversal",), n_prompts=6, eval_n=20, init_preset="tiny", protocols=("full",))
+    result = demo.run(cfg, [entry])
+    (t,) = result.tasks
+    assert t.to_dict()["n_test_remeasured"] == 20
+    # re-measured on 2-digit prompts (not the run's 3-digit test split), none of them a training prompt
+    assert max(len(p) for p in seen) == entry.task.max_prompt_len and not set(seen) & entry.train_prompts
+    json.dumps(result.to_dict())
+
+
+@pytest.mark.parametrize(("argv", "match"), [
+    (["ablate", "--n-digits", "6"], "n_ctx=16 is too small"),
+    (["analyze", "--n-digits", "2", "--n-prompts", "256"], "could not find 256 distinct full-length reversal"),
+    (["analyze", "--n-digits", "11"], "n_ctx=16 is too small"),
+])
+def test_what_cannot_work_is_one_line_that_says_why(tiny_reversal_run, tmp_path, capsys, argv, match):
+    from nope_interp.cli import main
+
+    job, *rest = argv
+    assert main([job, "--run", str(tiny_reversal_run), "--task", "reversal", *rest, "--out-root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and match in err[0]
