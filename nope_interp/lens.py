@@ -14,6 +14,7 @@ Each result is a frozen dataclass with ``to_dict()``, a text ``repr``, an HTML t
 """
 
 import html
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,6 +116,17 @@ class SiteScores:
         return plot_adjacency_by_layer({f"{self.n_pos} positions": panel}, title)
 
 
+def _sites(cache: ActivationCache, sites: Sequence[str] | None) -> list[str]:
+    """The sites to score: ``sites`` as a list (default: every cached vector site), checked."""
+    if isinstance(sites, str):
+        raise NopeInterpError(f"sites must be a list of hook names, got the single string {sites!r} "
+                              f"(write [{sites!r}] for a list of one)")
+    sites = list(sites) if sites is not None else cached_vector_sites(cache)
+    if not sites:
+        raise NopeInterpError(f"no vector site in the cache; cached: {', '.join(cache.cache_dict)}")
+    return sites
+
+
 def adjacency_scores(cache: ActivationCache, sites: list[str] | None = None,
                      reduction: str = "row_mean") -> SiteScores:
     """Adjacency score of every sequence at every site of ``cache`` (default: all cached vector sites).
@@ -130,12 +142,7 @@ def adjacency_scores(cache: ActivationCache, sites: list[str] | None = None,
     """
     if reduction not in REDUCTIONS:
         raise NopeInterpError(f"unknown reduction {reduction!r}; allowed: {', '.join(REDUCTIONS)}")
-    if isinstance(sites, str):
-        raise NopeInterpError(f"sites must be a list of hook names, got the single string {sites!r} "
-                              f"(write [{sites!r}] for a list of one)")
-    sites = list(sites) if sites is not None else cached_vector_sites(cache)
-    if not sites:
-        raise NopeInterpError(f"no vector site in the cache; cached: {', '.join(cache.cache_dict)}")
+    sites = _sites(cache, sites)
     per = {s: adjacency_score_of_activations(site_activations(cache, s), reduction, what=f"activations at {s}")
            for s in sites}
     return SiteScores(reduction=reduction, sites=tuple(sites), per_sequence=per,
@@ -214,12 +221,7 @@ def lag_profile(cache: ActivationCache, sites: list[str] | None = None, max_lag:
         NopeInterpError: no vector site; a site missing from the cache; fewer than 2 positions; ``max_lag``
             out of range; near-zero or non-finite vectors (their cosines are undefined; the message names the site).
     """
-    if isinstance(sites, str):
-        raise NopeInterpError(f"sites must be a list of hook names, got the single string {sites!r} "
-                              f"(write [{sites!r}] for a list of one)")
-    sites = list(sites) if sites is not None else cached_vector_sites(cache)
-    if not sites:
-        raise NopeInterpError(f"no vector site in the cache; cached: {', '.join(cache.cache_dict)}")
+    sites = _sites(cache, sites)
     per = {s: _lag_profile(site_activations(cache, s), max_lag, what=f"activations at {s}") for s in sites}
     n_pos = site_activations(cache, sites[0]).shape[1]
     d_max = per[sites[0]].shape[-1]
