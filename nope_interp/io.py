@@ -153,9 +153,10 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> dic
     try:
         ckpt = torch.load(path, map_location=device, weights_only=True)
     except Exception as err:  # torch raises RuntimeError, UnpicklingError, EOFError, ... for a bad file
-        cause = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
-        raise NopeInterpError(f"checkpoint is corrupt or unsafe (only plain tensors and numbers are loaded): "
-                              f"{path}: {type(err).__name__}: {cause[:300]}") from None
+        # torch's own message is several paragraphs and suggests weights_only=False, which is exactly what
+        # must not be done with a file of unknown origin: name the kind of failure only
+        raise NopeInterpError(f"checkpoint is corrupt, truncated or unsafe: {path} cannot be read as plain tensors "
+                              f"and numbers ({type(err).__name__}); resume from another run or retrain") from None
     if not isinstance(ckpt, dict):
         raise NopeInterpError(f"checkpoint is corrupt: {path} holds a {type(ckpt).__name__}, not a dict with "
                               f"{', '.join(CHECKPOINT_KEYS)}")

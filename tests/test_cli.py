@@ -386,7 +386,7 @@ def test_resume_and_finalize_turn_every_bad_checkpoint_into_one_line(main, tiny_
             assert main(argv) == 2, (name, argv[-1])
             err = capsys.readouterr().err
             assert err.count("\n") == 1 and "checkpoint" in err and str(run / "checkpoint.pt") in err, err
-            assert ("do not match the model config" if name == "mismatched" else "corrupt or unsafe") in err
+            assert ("do not match the model config" if name == "mismatched" else "corrupt, truncated or unsafe") in err
     assert not marker.exists() and not (run / "summary.json").exists()
     (run / "checkpoint.pt").write_bytes(good)  # today's format loads with weights_only=True
     assert main(finalize) == 0 and (run / "summary.json").exists()
