@@ -24,7 +24,7 @@ from tasks import TASK_NAMES, TaskError
 
 #: ModelConfig fields offered as ``--model-*`` flags.
 MODEL_FLAGS = ("n_layers", "d_model", "n_heads", "d_head", "d_mlp", "n_ctx", "act_fn", "normalization",
-               "positional", "attention", "init_mean", "init_std", "seed", "tied_embeddings", "dropout")
+               "positional", "attention", "init_mean", "init_std", "seed", "tied_embeddings", "dropout", "window")
 _TRAIN_SKIP = ("task", "task_params")
 _SOURCE_SKIP = ("model_overrides",)
 
@@ -102,8 +102,8 @@ def add_config_flags(parser: argparse.ArgumentParser | Any, cls: type, prefix: s
         shown = " ".join(map(str, default)) if many and default is not None else default
         if defaults_from:
             help_text += f" (default: from {defaults_from})"
-        elif not is_bool and "default" not in help_text:
-            help_text += f" (default: {shown})"
+        elif not is_bool and "default" not in help_text and shown not in (None, ""):
+            help_text += f" (default: {shown})"  # none shown for an empty list or a None decided elsewhere
         flag, dest = f"--{prefix}{f.name.replace('_', '-')}", f"{prefix.replace('-', '_')}{f.name}"
         if is_bool:
             parser.add_argument(flag, dest=dest, action="store_true", default=None, help=help_text)

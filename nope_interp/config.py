@@ -238,13 +238,15 @@ class FrozenConfig:
 
 POSITIONAL_CHOICES = ("none", "learned", "rotary")
 OBJECTIVES = ("answer_only", "packed")
-ATTENTION_CHOICES = ("causal", "bidirectional")
+#: ``"sliding"``: causal attention to the last ``ModelConfig.window`` positions only (the query included).
+ATTENTION_CHOICES = ("causal", "bidirectional", "sliding")
 ACT_FN_CHOICES = ("gelu", "gelu_new", "relu", "silu")
 #: Largest ``|init_mean|`` and ``init_std`` accepted: far beyond the init grids (mean <= 8, std <= 2), and
 #: float32 weights, activations and gradients stay finite there (larger draws overflow to inf).
 INIT_MEAN_MAX = 1e3
 INIT_STD_MAX = 1e3
-NORMALIZATION_CHOICES = ("LN", "LNPre", "RMS", "RMSPre")
+#: ``"none"``: no LayerNorm or RMSNorm anywhere (TransformerLens ``normalization_type=None``).
+NORMALIZATION_CHOICES = ("LN", "LNPre", "RMS", "RMSPre", "none")
 
 
 @dataclass(frozen=True)
@@ -256,9 +258,17 @@ class ModelConfig(FrozenConfig):
             ``n_heads * d_head`` must equal ``d_model`` so that ``hook_z`` with heads concatenated has
             width ``d_model`` (as in the paper's nanoGPT).
         act_fn: MLP activation, one of :data:`ACT_FN_CHOICES`.
-        normalization: TransformerLens ``normalization_type``, one of :data:`NORMALIZATION_CHOICES`.
+        normalization: TransformerLens ``normalization_type``, one of :data:`NORMALIZATION_CHOICES`;
+            ``"none"`` builds no normalisation layer at all (TransformerLens ``None``), a control for
+            whether the adjacency pattern needs LayerNorm.
         positional: ``"none"`` (NoPE, default), ``"learned"`` (absolute) or ``"rotary"``.
-        attention: ``"causal"`` (default) or ``"bidirectional"`` (a control: no adjacency pattern).
+        attention: ``"causal"`` (default), ``"bidirectional"`` (a control: no adjacency pattern) or
+            ``"sliding"`` (causal sliding-window attention of width ``window``, every layer).
+        window: with ``attention="sliding"``, the number of keys each query sees, itself included: query
+            position i attends to key positions ``max(0, i - window + 1) .. i``. An integer >= 1 (a window
+            >= the sequence length is plain causal attention); must be None (default) for other attention.
+            It is TransformerLens's ``window_size`` of local attention (key j is kept iff
+            ``i - window_size < j <= i``).
         init_mean, init_std: every weight matrix is drawn from N(init_mean, init_std**2)
             (paper: N(0, 0.02); grid mean {0, 4, 8} x std {0.002, 0.02, 0.2}; see ``docs/method.md``).
         biases: if False (default, nanoGPT ``bias=False``), all biases are zero and frozen.
@@ -271,7 +281,8 @@ class ModelConfig(FrozenConfig):
     Raises:
         NopeInterpError: a size outside [1, 1e6], ``n_heads * d_head != d_model``, an unknown choice,
             ``init_mean`` outside [-1000, 1000] or ``init_std`` outside (0, 1000] (NaN and inf never pass),
-            a negative seed.
+            a negative seed, ``attention="sliding"`` without an integer ``window`` >= 1, or a ``window``
+            with other attention.
     """
 
     n_layers: int = opt(2, "number of transformer blocks")
@@ -291,6 +302,7 @@ class ModelConfig(FrozenConfig):
     seed: int = opt(0, "seed of the init")
     tied_embeddings: bool = opt(False, "tie the unembedding to the token embedding (W_U = W_E.T), as nanoGPT")
     dropout: float = opt(0.0, "dropout on embeddings, attention and MLP outputs in train mode, in [0, 1)")
+    window: int | None = opt(None, "keys each query sees with --model-attention sliding, itself included (>= 1)")
 
     def __post_init__(self) -> None:
         for name in ("n_layers", "d_model", "n_heads", "d_head", "d_mlp", "n_ctx", "d_vocab"):
@@ -311,6 +323,14 @@ class ModelConfig(FrozenConfig):
         check_float("dropout", self.dropout, 0.0, 1.0)
         if self.dropout >= 1.0:
             raise NopeInterpError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        if self.attention == "sliding":
+            if self.window is None:
+                raise NopeInterpError("window must be an integer >= 1 (keys per query, itself included) "
+                                      "with attention='sliding', got None")
+            check_int("window", self.window, 1, 1_000_000)
+        elif self.window is not None:
+            raise NopeInterpError(f"window must be None (null) unless attention='sliding', got {self.window!r} "
+                                  f"with attention={self.attention!r}")
 
 
 #: Named model shapes. ``paper``: the paper's nanoGPT shape. ``paper-recipe``: the same with the authors'

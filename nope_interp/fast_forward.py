@@ -67,7 +67,7 @@ def unsupported_reason(model: HookedTransformer) -> str | None:
     return ", ".join(reasons) if reasons else None
 
 
-def _norm(x: Tensor, module: torch.nn.Module, kind: str | None, eps: float) -> Tensor:
+def _norm(x: Tensor, module: torch.nn.Module | None, kind: str | None, eps: float) -> Tensor:
     """TransformerLens's LayerNorm / RMSNorm (and their ``Pre`` variants without weights) as fused kernels."""
     if kind is None:
         return x
@@ -134,7 +134,7 @@ def fast_logits(
         mlp = block.mlp
         hidden = act(torch.addmm(mlp.b_in, normed.reshape(b * p, c.d_model), mlp.W_in))
         x = x + drop(torch.addmm(mlp.b_out, hidden, mlp.W_out).view(b, p, c.d_model))
-    x = _norm(x, model.ln_final, c.normalization_type, c.eps)
+    x = _norm(x, getattr(model, "ln_final", None), c.normalization_type, c.eps)  # none: no ln_final
     if isinstance(model.unembed, TiedUnembed):
         return F.linear(x, model.embed.W_E, model.unembed.b_U)
     return x @ model.unembed.W_U + model.unembed.b_U

@@ -48,8 +48,18 @@ __all__ = ["ModelConfig", "PRESETS", "preset", "build_model", "TiedUnembed", "DR
 
 
 def to_hooked_transformer_config(cfg: ModelConfig) -> HookedTransformerConfig:
-    """The TransformerLens config for ``cfg`` (no ``seed``: TransformerLens would reseed global RNGs)."""
+    """The TransformerLens config for ``cfg`` (no ``seed``: TransformerLens would reseed global RNGs).
+
+    ``normalization="none"`` becomes ``normalization_type=None`` (``ln1``/``ln2`` are identities and
+    there is no ``ln_final``). ``attention="sliding"`` becomes ``attention_dir="causal"`` with TransformerLens's local
+    attention in every layer (``use_local_attn=True``, ``attn_types=["local"] * n_layers``,
+    ``window_size=cfg.window``): query i keeps key j iff ``i - window < j <= i``, so ``window`` counts the
+    query itself and ``window=1`` attends to the query's own position only.
+    """
     pos_type = "rotary" if cfg.positional == "rotary" else "standard"
+    sliding = cfg.attention == "sliding"
+    local = ({"use_local_attn": True, "attn_types": ["local"] * cfg.n_layers, "window_size": cfg.window}
+             if sliding else {})
     return HookedTransformerConfig(
         n_layers=cfg.n_layers,
         d_model=cfg.d_model,
@@ -59,8 +69,9 @@ def to_hooked_transformer_config(cfg: ModelConfig) -> HookedTransformerConfig:
         n_ctx=cfg.n_ctx,
         d_vocab=cfg.d_vocab,
         act_fn=cfg.act_fn,
-        normalization_type=cfg.normalization,
-        attention_dir=cfg.attention,
+        normalization_type=None if cfg.normalization == "none" else cfg.normalization,
+        attention_dir="causal" if sliding else cfg.attention,
+        **local,
         positional_embedding_type=pos_type,
         default_prepend_bos=False,
         device="cpu",
@@ -106,12 +117,14 @@ def _dropout_hook(p: float):
 
 def n_parameters(cfg: ModelConfig) -> int:
     """The number of float parameters of the model of ``cfg`` (frozen and zero ones included, as
-    TransformerLens allocates them): embeddings, positions, attention, MLP and normalisation weights."""
+    TransformerLens allocates them): embeddings, positions, attention, MLP and normalisation weights
+    (LayerNorm ``w`` and ``b``, RMSNorm ``w``; none for ``LNPre``, ``RMSPre`` and ``none``)."""
     d, h, dh, m, n_ctx, v = cfg.d_model, cfg.n_heads, cfg.d_head, cfg.d_mlp, cfg.n_ctx, cfg.d_vocab
-    block = 4 * d * h * dh + 3 * h * dh + d + 2 * d * m + m + d + 4 * d  # attention, MLP, two norms
+    norm = {"LN": 2 * d, "RMS": d}.get(cfg.normalization, 0)  # parameters of one normalisation layer
+    block = 4 * d * h * dh + 3 * h * dh + d + 2 * d * m + m + d + 2 * norm  # attention, MLP, two norms
     pos = n_ctx * d if cfg.positional != "rotary" else 0
     embed = v * d if cfg.tied_embeddings else 2 * v * d + v  # untied: W_E, W_U and the bias b_U
-    return embed + pos + cfg.n_layers * block + 2 * d
+    return embed + pos + cfg.n_layers * block + norm
 
 
 def model_memory_bytes(cfg: ModelConfig) -> int:

@@ -146,7 +146,8 @@ def estimate_train_memory(model_cfg: ModelConfig, cfg: TrainConfig, task: tasks_
     d, m, h, n_layers, v = model_cfg.d_model, model_cfg.d_mlp, model_cfg.n_heads, model_cfg.n_layers, model_cfg.d_vocab
     line = len(cfg.eval_prefix) + task.max_prompt_len + task.max_answer_len + 1
     seq = cfg.window if cfg.objective == "packed" else line
-    if model_cfg.positional == "rotary":  # the hooked forward (nope_interp.fast_forward does not do rotary)
+    if model_cfg.positional == "rotary" or model_cfg.attention == "sliding":  # the hooked forward (the fast
+        # forward of nope_interp.fast_forward does neither rotary nor local attention)
         per_layer = 16 * d + 4 * m + 4 * h * seq
     else:
         per_layer = 8 * d + 3 * m + h * seq // 2

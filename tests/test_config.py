@@ -234,3 +234,36 @@ def test_analyze_label_is_one_safe_path_component(C):
     for bad in ("../../x", "/abs", "a/b", ".."):
         with pytest.raises(C.NopeInterpError, match="label must be one folder name"):
             AnalyzeConfig(label=bad)
+
+
+@pytest.mark.parametrize("overrides,match", [
+    ({"attention": "sliding", "window": 0}, r"window must be an integer in \[1, 1000000\], got 0"),
+    ({"attention": "sliding", "window": -3}, r"window must be an integer in \[1, 1000000\], got -3"),
+    ({"attention": "sliding"}, r"window must be an integer >= 1 .* attention='sliding', got None"),
+    ({"window": 4}, r"window must be None \(null\) unless attention='sliding', got 4 with attention='causal'"),
+    ({"attention": "bidirectional", "window": 4}, r"window must be None .* attention='bidirectional'"),
+    ({"attention": "sliding", "window": 2.5}, r"window must be an integer or null, got float 2.5"),
+    ({"attention": "sliding", "window": True}, r"window must be an integer or null, got bool True"),
+    ({"normalization": "batch"}, r"normalization must be one of LN, LNPre, RMS, RMSPre, none, got 'batch'"),
+    ({"normalization": None}, r"normalization must be a string, got null"),
+    ({"attention": "local"}, r"attention must be one of causal, bidirectional, sliding, got 'local'"),
+])
+def test_model_config_refuses_bad_window_and_normalization_in_one_line(C, overrides, match):
+    from conftest import build_unhooked  # users run without the test type checker
+
+    with pytest.raises(C.NopeInterpError, match=match) as err:
+        build_unhooked(C.ModelConfig, **{**C.preset("tiny").to_dict(), **overrides})
+    assert "\n" not in str(err.value)
+    if "must be an integer or null" not in match and "must be a string" not in match:  # right types: hooked too
+        with pytest.raises(C.NopeInterpError, match=match):
+            C.ModelConfig.from_dict({**C.preset("tiny").to_dict(), **overrides})
+
+
+def test_model_config_window_and_normalization_none_round_trip_and_old_configs_load(C):
+    cfg = C.preset("tiny", attention="sliding", window=4, normalization="none")
+    assert C.ModelConfig.from_json(cfg.to_json()) == cfg
+    assert cfg.to_dict()["window"] == 4 and cfg.to_dict()["normalization"] == "none"
+    old = C.preset("cpu").to_dict()
+    del old["window"]  # a run config written before the field existed
+    loaded = C.ModelConfig.from_dict(old)
+    assert loaded.window is None and loaded == C.preset("cpu")

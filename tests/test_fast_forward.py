@@ -4,7 +4,8 @@ import pytest
 import torch
 
 OPTIONS = [{}, {"normalization": "RMS"}, {"normalization": "LNPre"}, {"normalization": "RMSPre"},
-           {"act_fn": "gelu_new"}, {"act_fn": "relu"}, {"act_fn": "silu"}, {"positional": "learned"},
+           {"normalization": "none"}, {"act_fn": "gelu_new"}, {"act_fn": "relu"}, {"act_fn": "silu"},
+           {"positional": "learned"},
            {"tied_embeddings": True}, {"attention": "bidirectional"}, {"biases": True},
            {"n_layers": 3, "n_heads": 4, "d_head": 8}]
 
@@ -61,7 +62,9 @@ def test_dropout_draws_the_same_masks_as_the_hooks_and_only_in_train_mode():
     assert torch.equal(fast_logits(model, tokens), fast_logits(model, tokens))  # eval: deterministic
 
 
-def test_unsupported_models_are_named_and_the_loss_falls_back():
+@pytest.mark.parametrize("overrides,why", [({"positional": "rotary"}, "rotary"),
+                                           ({"attention": "sliding", "window": 2}, "local attention")])
+def test_unsupported_models_are_named_and_the_loss_falls_back(overrides, why):
     from nope_interp.config import preset
     from nope_interp.errors import NopeInterpError
     from nope_interp.evaluate import answer_loss
@@ -69,12 +72,14 @@ def test_unsupported_models_are_named_and_the_loss_falls_back():
     from nope_interp.model import build_model
     from tasks import Batch
 
-    model = build_model(preset("tiny", positional="rotary"))
-    assert "rotary" in unsupported_reason(model)
-    with pytest.raises(NopeInterpError, match="rotary"):
+    model = build_model(preset("tiny", **overrides))
+    assert why in unsupported_reason(model)
+    with pytest.raises(NopeInterpError, match=why):
         fast_logits(model, torch.zeros(1, 3, dtype=torch.long))
     tokens = torch.randint(0, 96, (2, 6), generator=torch.Generator().manual_seed(0))
     batch = Batch(tokens, tokens.roll(-1, 1), torch.ones(2, 6, dtype=torch.bool))
     assert answer_loss(model, batch, fast=True) == answer_loss(model, batch)
+    if "window" in overrides:  # the hooked forward it fell back to masks: not the causal model's loss
+        assert answer_loss(model, batch, fast=True) != answer_loss(build_model(preset("tiny")), batch, fast=True)
     with pytest.raises(NopeInterpError, match="n_ctx"):
         fast_logits(build_model(preset("tiny")), torch.zeros(1, 49, dtype=torch.long))

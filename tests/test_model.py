@@ -279,3 +279,95 @@ def test_build_model_refuses_a_model_larger_than_the_free_memory_before_allocati
             M.build_model(cfg)
     assert M.available_memory_bytes("cpu") > M.model_memory_bytes(M.preset("paper"))
     assert M.available_memory_bytes("tpu") is None and M.format_bytes(3 * 2**30) == "3.0 GiB"
+
+
+def _logits(model, tokens):
+    with torch.inference_mode():
+        return model(tokens, return_type="logits")
+
+
+@pytest.mark.parametrize("window", [1, 2, 3, 5])
+def test_sliding_window_position_sees_exactly_the_last_window_tokens(M, window):
+    """One sliding-window NoPE layer: the output at position i depends on tokens i - window + 1 .. i only.
+    Changing every token before the window leaves it unchanged (exactly); changing one token inside does not.
+    With several layers the receptive field grows to n_layers * (window - 1) + 1, so one layer proves the mask."""
+    cfg = M.preset("tiny", n_layers=1, attention="sliding", window=window, seed=7)
+    model = M.build_model(cfg)
+    gen = torch.Generator().manual_seed(window)
+    n = 12
+    tokens = torch.randint(0, cfg.d_vocab, (3, n), generator=gen)
+    base = _logits(model, tokens)
+    for i in range(window, n):
+        first = i - window + 1  # the first position inside the window
+        outside = tokens.clone()
+        outside[:, :first] = (tokens[:, :first] + 1 + torch.randint(0, cfg.d_vocab - 1, (3, first), generator=gen)) \
+            % cfg.d_vocab
+        assert bool((outside[:, :first] != tokens[:, :first]).all())
+        torch.testing.assert_close(_logits(model, outside)[:, i], base[:, i], rtol=0, atol=0)
+        for j in range(first, i + 1):  # any one token inside the window (the query included) matters
+            inside = tokens.clone()
+            inside[:, j] = (tokens[:, j] + 1) % cfg.d_vocab
+            assert float((_logits(model, inside)[:, i] - base[:, i]).abs().max()) > 1e-5
+
+
+def test_sliding_window_in_two_layers_grows_the_receptive_field(M):
+    """Two layers of window w: position i sees tokens from i - 2 (w - 1) on, and nothing before."""
+    w, n = 3, 12
+    cfg = M.preset("tiny", attention="sliding", window=w, seed=8)
+    model = M.build_model(cfg)
+    tokens = torch.randint(0, cfg.d_vocab, (2, n), generator=torch.Generator().manual_seed(3))
+    base, i = _logits(model, tokens), n - 1
+    first = i - 2 * (w - 1)
+    outside = tokens.clone()
+    outside[:, :first] = (tokens[:, :first] + 1) % cfg.d_vocab
+    torch.testing.assert_close(_logits(model, outside)[:, i], base[:, i], rtol=0, atol=0)
+    inside = tokens.clone()
+    inside[:, first] = (tokens[:, first] + 1) % cfg.d_vocab
+    assert float((_logits(model, inside)[:, i] - base[:, i]).abs().max()) > 1e-5
+
+
+@pytest.mark.parametrize("extra", [0, 5])
+def test_sliding_window_at_least_the_context_is_the_causal_model(M, extra):
+    cfg = M.preset("tiny", seed=9)
+    sliding = M.build_model(cfg.replace(attention="sliding", window=cfg.n_ctx + extra))
+    causal = M.build_model(cfg)
+    assert sliding.blocks[0].attn.attn_type == "local" and sliding.cfg.window_size == cfg.n_ctx + extra
+    tokens = torch.randint(0, cfg.d_vocab, (3, cfg.n_ctx), generator=torch.Generator().manual_seed(4))
+    torch.testing.assert_close(_logits(sliding, tokens), _logits(causal, tokens), rtol=0, atol=0)
+
+
+def test_sliding_window_model_falls_back_from_the_fast_forward(M):
+    from nope_interp.fast_forward import unsupported_reason
+
+    model = M.build_model(M.preset("tiny", attention="sliding", window=4))
+    assert model.cfg.attention_dir == "causal" and model.cfg.attn_types == ["local", "local"]
+    assert "local attention" in unsupported_reason(model)
+    assert unsupported_reason(M.build_model(M.preset("tiny"))) is None
+
+
+def test_normalization_none_has_no_norm_modules_and_nope_stays_exact(M):
+    from transformer_lens.components import LayerNorm, LayerNormPre, RMSNorm, RMSNormPre
+
+    from nope_interp.fast_forward import unsupported_reason
+
+    cfg = M.preset("tiny", n_layers=1, normalization="none", seed=3)
+    model = M.build_model(cfg)
+    assert model.cfg.normalization_type is None
+    assert not any(isinstance(m, (LayerNorm, LayerNormPre, RMSNorm, RMSNormPre)) for m in model.modules())
+    assert not any(".ln" in name or name.startswith("ln") for name, _ in model.named_parameters())
+    assert not any(name.endswith(".w") or ".ln" in name for name in model.state_dict())
+    assert unsupported_reason(model) is None  # the trainer's fast forward covers it
+    gen = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, cfg.d_vocab, (4, 12), generator=gen)
+    perm = torch.cat([torch.randperm(11, generator=gen), torch.tensor([11])])
+    torch.testing.assert_close(_logits(model, tokens)[:, -1], _logits(model, tokens[:, perm])[:, -1],
+                               rtol=1e-5, atol=1e-5)
+    with_ln = M.build_model(cfg.replace(normalization="LN"))
+    assert float((_logits(with_ln, tokens) - _logits(model, tokens)).abs().max()) > 1e-4
+
+
+@pytest.mark.parametrize("overrides", [{"normalization": n} for n in ("LN", "LNPre", "RMS", "RMSPre", "none")]
+                         + [{"attention": "sliding", "window": 3}])
+def test_n_parameters_for_every_normalization_and_sliding_window(M, overrides):
+    cfg = M.preset("tiny", **overrides)
+    assert M.n_parameters(cfg) == sum(p.numel() for p in M.build_model(cfg).parameters())
