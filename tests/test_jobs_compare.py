@@ -85,3 +85,19 @@ def test_bad_config_and_initialised_models_are_refused():
     entry = entry_from_init(preset("tiny"), get_task("addition", n_digits=2), "init")
     with pytest.raises(NopeInterpError, match="trained runs"):
         compare.run(compare.CompareConfig(n_prompts=4), [entry])
+
+
+def test_figure_has_a_panel_per_recipe_and_one_legend_for_all(tiny_runs):
+    from nope_interp.jobs import compare
+    from nope_interp.jobs.common import ModelSource, load_models
+
+    result = compare.run(compare.CompareConfig(n_prompts=4, protocols=("full",)),
+                         load_models(ModelSource(run=tuple(str(r) for r in tiny_runs))))
+    fig = compare.plot_compare(result)
+    titles = [a.text for a in fig.layout.annotations]
+    assert sorted(titles) == sorted(f"addition: {g.recipe} ({len(g.seeds)} seed{'s' if len(g.seeds) != 1 else ''})"
+                                    for g in result.groups)
+    assert {t.name for t in fig.data} == {"initialised (step 0)", "trained"}
+    # each panel's trained line is its own group's mean, in site order
+    for g, trace in zip(result.groups, [t for t in fig.data if t.name == "trained"], strict=True):
+        assert list(trace.y) == [g.stats["full"]["trained"][s]["mean"] for s in trace.customdata]

@@ -296,19 +296,20 @@ def csv_rows(result: CompareResult) -> list[dict[str, Any]]:
 
 
 def plot_compare(result: CompareResult, protocol: str = "full") -> go.Figure:
-    """Adjacency score by site, mean ± std over seeds: a panel per task, a line per (recipe, model).
+    """Adjacency score by site, mean ± std over seeds: a panel per (task, recipe), titled with the recipe
+    and the number of seeds, and one line per model (initialised = step 0, trained), so the legend holds
+    for every panel.
 
     Raises:
         NopeInterpError: ``protocol`` was not measured.
     """
     if protocol not in result.config.protocols:
         raise NopeInterpError(f"protocol {protocol!r} was not measured; measured: {', '.join(result.config.protocols)}")
-    panels: dict[str, dict[str, dict[str, dict[str, float]]]] = defaultdict(dict)
-    for g in result.groups:
-        for k in KINDS:
-            panels[g.task][f"{k}: {g.recipe} (n={len(g.seeds)})"] = g.stats[protocol][k]
-    return plot_adjacency_by_layer(dict(panels), f"Adjacency score by site over seeds ({protocol} inputs): "
-                                                 "initialised (step 0) vs trained, mean ± std over seeds")
+    panels = {f"{g.task}: {g.recipe} ({len(g.seeds)} seed{'s' if len(g.seeds) != 1 else ''})":
+              {("initialised (step 0)" if k == "initialised" else k): g.stats[protocol][k] for k in KINDS}
+              for g in result.groups}
+    return plot_adjacency_by_layer(panels, f"Adjacency score by site over seeds ({protocol} inputs): "
+                                           "initialised (step 0) vs trained, mean ± std over seeds")
 
 
 def write(result: CompareResult, out_root: str | Path = ".") -> list[Path]:
