@@ -9,17 +9,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from jaxtyping import Float
+from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer
 
 import tasks as tasks_pkg
 from nope_interp.activations import iter_activations
 from nope_interp.errors import NopeInterpError
+from nope_interp.fast_forward import fast_activations, fast_activations_unsupported
 from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names
+from nope_interp.model import check_tokens
 from nope_interp.similarity import (
     REDUCTIONS,
     ScoreSummary,
+    _check_lag,
     adjacency_scores_of_activations,
     cosine_similarity_matrix,
     lag_profile,
@@ -30,6 +33,9 @@ from nope_interp.similarity import (
 
 #: Memory bound (bytes) of one chunk of prompts' cached activations in :func:`analyze_model`.
 DEFAULT_CHUNK_BYTES = 2**27
+#: Longer sequences keep no example cosine matrix (``example_sim`` is None): a pos x pos heatmap of more
+#: positions is neither readable nor small.
+EXAMPLE_MAX_POS = 512
 #: At most this many prompts per chunk (one forward pass each), as :func:`~nope_interp.activations.collect_activations`.
 MAX_CHUNK_PROMPTS = 512
 
@@ -43,7 +49,7 @@ class AnalysisResult:
         scores: ``scores[reduction][site] = {"mean", "std", "n"}`` over sequences, values in [0, 1].
         per_sequence: ``per_sequence[reduction]``: ``Float[Tensor, "site batch"]`` scores.
         example_prompt: the prompt drawn in the heatmap; example_sim: its cosine matrices
-            ``Float[Tensor, "site pos pos"]`` in [-1, 1].
+            ``Float[Tensor, "site pos pos"]`` in [-1, 1] (None beyond :data:`EXAMPLE_MAX_POS` positions).
         meta: free-form provenance (model label, config, seeds).
         lag_profile: ``lag_profile[site]`` = :func:`~nope_interp.similarity.lag_summary` of the per-sequence
             lag profiles (c(d) for d = 1..pos - 1: mean and std over sequences, recency gap c(1) - c(D)).
@@ -56,7 +62,7 @@ class AnalysisResult:
     scores: dict[str, dict[str, dict[str, float]]]
     per_sequence: dict[str, Float[Tensor, "site batch"]]
     example_prompt: str
-    example_sim: Float[Tensor, "site pos pos"]
+    example_sim: Float[Tensor, "site pos pos"] | None
     meta: dict[str, Any] = field(default_factory=dict)
     protocol: str = "full"
     lag_profile: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -109,7 +115,9 @@ def analyze_model(
         protocol: input protocol, one of ``tasks.PROTOCOLS`` (``docs/method.md``, "Analysis inputs"):
             ``full`` (default), ``authors`` or ``window`` (``window`` characters of concatenated lines).
         max_bytes: memory bound of one chunk of prompts' cached activations (:func:`analysis_chunk_size`).
-            Prompts are run, and scored site by site, one chunk at a time, so peak memory does not grow
+            Inputs of at most :data:`EXAMPLE_MAX_POS` tokens go through ``run_with_cache`` (hooks run); longer
+            ones through the fused path of :func:`analyze_tokens` when the model allows it. Prompts are run,
+            and scored site by site, one chunk at a time, so peak memory does not grow
             with ``n_prompts`` (only the per-sequence scores do: 16 bytes per prompt and site).
 
     Raises:
@@ -124,19 +132,84 @@ def analyze_model(
             f"n_ctx={model.cfg.n_ctx} is too small for {task.name!r} {protocol} inputs of {length} tokens"
         )
     prompts = tasks_pkg.protocol_inputs(task, protocol, n_prompts, seed, exclude, window)
+    return analyze_tokens(model, task.prompt_tokens(prompts), points, task=task.name, example_prompt=prompts[0],
+                          meta=meta, protocol=protocol, max_bytes=max_bytes,
+                          forward="hooked" if length <= EXAMPLE_MAX_POS else "auto")
+
+
+#: How :func:`analyze_tokens` computes activations.
+FORWARDS = ("auto", "hooked", "fast")
+
+
+def analyze_tokens(
+    model: HookedTransformer,
+    tokens: Int[Tensor, "batch pos"],
+    points: tuple[str, ...] = ACTIVATION_POINTS,
+    *,
+    max_lag: int | None = None,
+    task: str = "tokens",
+    example_prompt: str = "",
+    meta: dict[str, Any] | None = None,
+    protocol: str = "tokens",
+    forward: str = "auto",
+    max_bytes: int = DEFAULT_CHUNK_BYTES,
+) -> AnalysisResult:
+    """Cosine matrices, adjacency scores and lag profiles of ``model`` on any equal-length token sequences.
+
+    The engine of :func:`analyze_model`, open to inputs no task builds: random tokens, long windows of task
+    text, natural text tokenised by the caller. Sequences are run in chunks (about ``max_bytes`` of cached
+    activations each) and scored site by site; both reductions come from one count per matrix.
+
+    Args:
+        model: a HookedTransformer whose ``n_ctx`` is at least ``pos``.
+        tokens: ids in ``[0, d_vocab)``, ``pos >= 3`` (the score compares pairs of earlier positions).
+        points: hook points to analyse (:data:`~nope_interp.hooks.ACTIVATION_POINTS`).
+        max_lag: the lag profile's largest lag D (default pos - 1; memory and time grow with pos * D).
+        task, example_prompt, protocol, meta: recorded in the result (``task`` names the inputs, e.g.
+            ``"random"``; ``example_prompt`` is the text of the first sequence when there is one).
+        forward: ``"hooked"`` (``run_with_cache``: user hooks run; TransformerLens keeps every head's
+            ``pos x pos`` scores and pattern, 4.9 GB at pos = 8,192 for the ``cpu`` preset), ``"fast"``
+            (:func:`~nope_interp.fast_forward.fast_activations`: fused attention, memory linear in pos, equal
+            up to float rounding, no hooks) or ``"auto"`` (fast when the model and points allow it).
+        max_bytes: memory bound of one chunk's cached activations (:func:`analysis_chunk_size`).
+
+    Raises:
+        NopeInterpError: fewer than 3 positions; sequences longer than ``n_ctx``; ids outside the vocabulary;
+            unknown points or ``forward``; ``forward="fast"`` for a model it does not support; ``max_lag``
+            outside [1, pos - 1]; non-finite or near-zero activations at a site (the message names it).
+    """
+    if forward not in FORWARDS:
+        raise NopeInterpError(f"unknown forward {forward!r}; allowed: {', '.join(FORWARDS)}")
+    tokens = check_tokens(model, tokens)
+    n_pos = tokens.shape[1]
+    if n_pos < 3:
+        raise NopeInterpError(f"the adjacency score needs at least 3 positions, got pos={n_pos}")
+    if n_pos > model.cfg.n_ctx:
+        raise NopeInterpError(f"sequences of {n_pos} tokens exceed the model's n_ctx={model.cfg.n_ctx}")
     labels = tuple(activation_hook_names(model.cfg.n_layers, points))
-    chunk = analysis_chunk_size(len(labels), length, model.cfg.d_model, max_bytes)
+    why = fast_activations_unsupported(model, labels)
+    if forward == "fast" and why is not None:
+        raise NopeInterpError(f"forward='fast' does not support {why}; use forward='hooked'")
+    fast = forward == "fast" or (forward == "auto" and why is None)
+    if max_lag is not None:
+        _check_lag(n_pos, max_lag)
+    chunk = analysis_chunk_size(len(labels), n_pos, model.cfg.d_model, max_bytes)
     per_chunk: dict[str, list[Tensor]] = {r: [] for r in REDUCTIONS}
     lag_chunks: list[Tensor] = []
     example_sim = None
-    for start in range(0, len(prompts), chunk):  # one chunk of prompts in memory at a time
-        tokens = task.prompt_tokens(prompts[start : start + chunk])
-        acts = next(iter_activations(model, tokens, points, batch_size=chunk))
+    for start in range(0, tokens.shape[0], chunk):  # one chunk of sequences in memory at a time
+        toks = tokens[start : start + chunk]
+        if fast:
+            got = fast_activations(model, toks.to(model.cfg.device), labels)
+            acts = torch.stack([got[name].float().cpu() for name in labels])
+            del got
+        else:
+            acts = next(iter_activations(model, toks, points, batch_size=chunk)).acts
         if example_sim is None:
-            example_sim = cosine_similarity_matrix(acts.acts[:, 0])  # site pos pos
-        scores_by_site = [adjacency_scores_of_activations(acts.acts[i], REDUCTIONS, what=f"activations at {site}")
+            example_sim = cosine_similarity_matrix(acts[:, 0]) if n_pos <= EXAMPLE_MAX_POS else None
+        scores_by_site = [adjacency_scores_of_activations(acts[i], REDUCTIONS, what=f"activations at {site}")
                           for i, site in enumerate(labels)]  # one site's float64 copies at a time
-        lag_chunks.append(torch.stack([lag_profile(acts.acts[i], what=f"activations at {site}")
+        lag_chunks.append(torch.stack([lag_profile(acts[i], max_lag, what=f"activations at {site}")
                                        for i, site in enumerate(labels)]))
         del acts
         for r in REDUCTIONS:
@@ -146,8 +219,8 @@ def analyze_model(
         r: {site: summarize(per_sequence[r][i]).to_dict() for i, site in enumerate(labels)} for r in REDUCTIONS
     }
     lags = torch.cat(lag_chunks, dim=1)  # site batch lag
-    return AnalysisResult(task=task.name, sites=labels, n_prompts=len(prompts), scores=scores,
-                          per_sequence=per_sequence, example_prompt=prompts[0], example_sim=example_sim,
+    return AnalysisResult(task=task, sites=labels, n_prompts=tokens.shape[0], scores=scores,
+                          per_sequence=per_sequence, example_prompt=example_prompt, example_sim=example_sim,
                           meta=dict(meta or {}), protocol=protocol,
                           lag_profile={site: lag_summary(lags[i]) for i, site in enumerate(labels)},
                           lag_per_sequence=lags)

@@ -28,7 +28,7 @@ from transformer_lens import HookedTransformer
 from nope_interp.errors import NopeInterpError
 from nope_interp.model import TiedUnembed
 
-__all__ = ["fast_logits", "unsupported_reason"]
+__all__ = ["fast_logits", "fast_activations", "fast_activations_unsupported", "unsupported_reason"]
 
 _ACTIVATIONS = {
     "gelu": F.gelu,
@@ -39,25 +39,28 @@ _ACTIVATIONS = {
 _NORMS = ("LN", "LNPre", "RMS", "RMSPre", None)
 
 
-def unsupported_reason(model: HookedTransformer) -> str | None:
+def unsupported_reason(model: HookedTransformer, allow_sliding: bool = False) -> str | None:
     """Why :func:`fast_logits` cannot compute ``model``'s forward pass, or None when it can.
 
-    Checks the TransformerLens config options the fast path does not implement.
+    Checks the TransformerLens config options the fast path does not implement. With ``allow_sliding``,
+    the sliding-window causal attention of :func:`nope_interp.model.build_model` passes (the analysis path
+    :func:`fast_activations` supports it; the trainer does not use it).
     """
     c = model.cfg
+    sliding = allow_sliding and _is_sliding(c)
     checks = [
         (c.positional_embedding_type != "standard", f"positional_embedding_type={c.positional_embedding_type!r}"),
         (c.normalization_type not in _NORMS, f"normalization_type={c.normalization_type!r}"),
         (c.act_fn not in _ACTIVATIONS, f"act_fn={c.act_fn!r}"),
         (c.attention_dir not in ("causal", "bidirectional"), f"attention_dir={c.attention_dir!r}"),
-        (bool(getattr(c, "attn_types", None)), "local attention (attn_types)"),
+        (bool(getattr(c, "attn_types", None)) and not sliding, "local attention (attn_types)"),
         (getattr(c, "n_key_value_heads", None) not in (None, c.n_heads), "grouped-query attention"),
         (bool(getattr(c, "parallel_attn_mlp", False)), "parallel attention and MLP"),
         (bool(getattr(c, "attn_only", False)), "attention-only blocks"),
         (bool(getattr(c, "gated_mlp", False)), "gated MLP"),
         (not getattr(c, "use_attn_scale", True), "use_attn_scale=False"),
         (getattr(c, "attn_scale", math.sqrt(c.d_head)) != math.sqrt(c.d_head), "a custom attn_scale"),
-        (bool(getattr(c, "use_local_attn", False)), "local attention"),
+        (bool(getattr(c, "use_local_attn", False)) and not sliding, "local attention"),
         (getattr(c, "final_rms", False), "final_rms"),
         (bool(getattr(c, "use_qk_norm", False)), "QK normalisation"),
         (getattr(c, "output_logits_soft_cap", -1.0) > 0, "logit soft-capping"),
@@ -80,6 +83,79 @@ def _norm(x: Tensor, module: torch.nn.Module | None, kind: str | None, eps: floa
 def _dropout_p(model: HookedTransformer) -> float:
     """The dropout probability of the permanent hooks (0.0 when the model has none)."""
     return float(getattr(model, "nope_dropout", 0.0))
+
+
+def _is_sliding(c: object) -> bool:
+    """True for the sliding-window causal attention of :func:`nope_interp.model.build_model` (every layer local)."""
+    kinds = getattr(c, "attn_types", None)
+    return (bool(getattr(c, "use_local_attn", False)) and getattr(c, "attention_dir", "") == "causal"
+            and bool(kinds) and all(t == "local" for t in kinds) and getattr(c, "window_size", None) is not None)
+
+
+def _attention_mask(model: HookedTransformer, p: int, device: torch.device) -> Tensor | None:
+    """The boolean key mask of a sliding-window model (query i keeps key j iff i - window < j <= i), else None."""
+    if not _is_sliding(model.cfg):
+        return None
+    i = torch.arange(p, device=device)
+    return (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - int(model.cfg.window_size))
+
+
+def _forward(model: HookedTransformer, tokens: Tensor, p_drop: float, record: frozenset[str] = frozenset(),
+             logits: bool = True) -> tuple[Tensor | None, dict[str, Tensor]]:
+    """The shared forward pass: logits (when ``logits``) and the activations named in ``record``
+    (TransformerLens hook names: ``hook_embed``, ``blocks.L.hook_resid_pre/mid/post``, ``blocks.L.attn.hook_z``
+    flattened to ``batch pos n_heads*d_head``). Without logits, layers after the last recorded one are skipped."""
+    c = model.cfg
+    b, p = tokens.shape
+    train = model.training and p_drop > 0
+    out: dict[str, Tensor] = {}
+
+    def drop(x: Tensor) -> Tensor:
+        return F.dropout(x, p_drop, training=True) if train else x
+
+    def keep(name: str, x: Tensor) -> None:
+        if name in record:
+            out[name] = x
+
+    embed = model.embed.W_E[tokens]
+    keep("hook_embed", embed)
+    x = drop(embed)
+    w_pos = model.pos_embed.W_pos
+    if w_pos.requires_grad or bool(torch.any(w_pos != 0)):
+        x = x + w_pos[:p]
+    act = _ACTIVATIONS[c.act_fn]
+    h, dh = c.n_heads, c.d_head
+    mask = _attention_mask(model, p, tokens.device)
+    causal = c.attention_dir == "causal" and mask is None
+    last = c.n_layers - 1 if logits else max((int(n.split(".")[1]) for n in record if n.startswith("blocks.")),
+                                             default=-1)
+    for layer, block in enumerate(model.blocks):
+        if layer > last:
+            break
+        keep(f"blocks.{layer}.hook_resid_pre", x)
+        attn = block.attn
+        normed = _norm(x, block.ln1, c.normalization_type, c.eps)
+        w_qkv = torch.cat([attn.W_Q, attn.W_K, attn.W_V], 0).permute(1, 0, 2).reshape(c.d_model, 3 * h * dh)
+        b_qkv = torch.cat([attn.b_Q, attn.b_K, attn.b_V], 0).reshape(3 * h * dh)
+        qkv = torch.addmm(b_qkv, normed.reshape(b * p, c.d_model), w_qkv).view(b, p, 3, h, dh)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+        z = z.transpose(1, 2).reshape(b * p, h * dh)
+        keep(f"blocks.{layer}.attn.hook_z", z.view(b, p, h * dh))
+        attn_out = torch.addmm(attn.b_O, z, attn.W_O.reshape(h * dh, c.d_model)).view(b, p, c.d_model)
+        x = x + drop(attn_out)
+        keep(f"blocks.{layer}.hook_resid_mid", x)
+        normed = _norm(x, block.ln2, c.normalization_type, c.eps)
+        mlp = block.mlp
+        hidden = act(torch.addmm(mlp.b_in, normed.reshape(b * p, c.d_model), mlp.W_in))
+        x = x + drop(torch.addmm(mlp.b_out, hidden, mlp.W_out).view(b, p, c.d_model))
+        keep(f"blocks.{layer}.hook_resid_post", x)
+    if not logits:
+        return None, out
+    x = _norm(x, getattr(model, "ln_final", None), c.normalization_type, c.eps)  # none: no ln_final
+    if isinstance(model.unembed, TiedUnembed):
+        return F.linear(x, model.embed.W_E, model.unembed.b_U), out
+    return x @ model.unembed.W_U + model.unembed.b_U, out
 
 
 def fast_logits(
@@ -108,33 +184,49 @@ def fast_logits(
     if p > c.n_ctx:
         raise NopeInterpError(f"tokens have {p} positions, more than n_ctx={c.n_ctx}")
     p_drop = _dropout_p(model) if dropout is None else dropout
-    train = model.training and p_drop > 0
+    return _forward(model, tokens, p_drop)[0]
 
-    def drop(x: Tensor) -> Tensor:
-        return F.dropout(x, p_drop, training=True) if train else x
 
-    x = drop(model.embed.W_E[tokens])
-    w_pos = model.pos_embed.W_pos
-    if w_pos.requires_grad or bool(torch.any(w_pos != 0)):
-        x = x + w_pos[:p]
-    act = _ACTIVATIONS[c.act_fn]
-    h, dh = c.n_heads, c.d_head
-    for block in model.blocks:
-        attn = block.attn
-        normed = _norm(x, block.ln1, c.normalization_type, c.eps)
-        w_qkv = torch.cat([attn.W_Q, attn.W_K, attn.W_V], 0).permute(1, 0, 2).reshape(c.d_model, 3 * h * dh)
-        b_qkv = torch.cat([attn.b_Q, attn.b_K, attn.b_V], 0).reshape(3 * h * dh)
-        qkv = torch.addmm(b_qkv, normed.reshape(b * p, c.d_model), w_qkv).view(b, p, 3, h, dh)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-        z = F.scaled_dot_product_attention(q, k, v, is_causal=c.attention_dir == "causal")
-        z = z.transpose(1, 2).reshape(b * p, h * dh)
-        attn_out = torch.addmm(attn.b_O, z, attn.W_O.reshape(h * dh, c.d_model)).view(b, p, c.d_model)
-        x = x + drop(attn_out)
-        normed = _norm(x, block.ln2, c.normalization_type, c.eps)
-        mlp = block.mlp
-        hidden = act(torch.addmm(mlp.b_in, normed.reshape(b * p, c.d_model), mlp.W_in))
-        x = x + drop(torch.addmm(mlp.b_out, hidden, mlp.W_out).view(b, p, c.d_model))
-    x = _norm(x, getattr(model, "ln_final", None), c.normalization_type, c.eps)  # none: no ln_final
-    if isinstance(model.unembed, TiedUnembed):
-        return F.linear(x, model.embed.W_E, model.unembed.b_U)
-    return x @ model.unembed.W_U + model.unembed.b_U
+#: Hook names :func:`fast_activations` records (``{layer}`` runs over the layers).
+FAST_HOOKS = ("hook_embed", "blocks.{layer}.hook_resid_pre", "blocks.{layer}.attn.hook_z",
+              "blocks.{layer}.hook_resid_mid", "blocks.{layer}.hook_resid_post")
+
+
+@torch.no_grad()
+def fast_activations(
+    model: HookedTransformer, tokens: Int[Tensor, "batch pos"], names: list[str] | tuple[str, ...]
+) -> dict[str, Float[Tensor, "batch pos d_model"]]:
+    """Activations at the hook ``names`` without hooks or a materialised attention pattern (no dropout).
+
+    The same values as ``model.run_with_cache(tokens)`` at those names up to float rounding (``attn.hook_z``
+    flattened to ``batch pos n_heads*d_head``, as :mod:`nope_interp.activations` does), computed with
+    PyTorch's fused attention, so memory grows with ``pos`` (the activations) rather than with
+    ``n_heads * pos^2`` (TransformerLens keeps every head's scores and pattern): 4.9 GB for one 8,192-token
+    sequence of the ``cpu`` preset through ``run_with_cache``. The long-sequence path of
+    :func:`nope_interp.analysis.analyze_tokens`. Layers after the last requested one are not run.
+
+    Args:
+        model: a model :func:`fast_activations_unsupported` accepts (sliding-window attention included).
+        tokens: token ids in ``[0, d_vocab)`` (checked by the caller), at most ``n_ctx`` positions.
+        names: TransformerLens hook names of the forms in :data:`FAST_HOOKS`.
+
+    Raises:
+        NopeInterpError: an unsupported model option or hook name; tokens longer than ``n_ctx``.
+    """
+    why = fast_activations_unsupported(model, names)
+    if why is not None:
+        raise NopeInterpError(f"fast_activations does not support {why}; use run_with_cache")
+    if tokens.shape[1] > model.cfg.n_ctx:
+        raise NopeInterpError(f"tokens have {tokens.shape[1]} positions, more than n_ctx={model.cfg.n_ctx}")
+    return _forward(model, tokens, 0.0, frozenset(names), logits=False)[1]
+
+
+def fast_activations_unsupported(model: HookedTransformer, names: list[str] | tuple[str, ...] = ()) -> str | None:
+    """Why :func:`fast_activations` cannot compute ``names`` for ``model``, or None when it can: the reasons of
+    :func:`unsupported_reason` except sliding-window attention (supported here), and unknown hook names."""
+    why = unsupported_reason(model, allow_sliding=True)
+    if why is not None:
+        return why
+    allowed = {pat.format(layer=layer) for pat in FAST_HOOKS for layer in range(model.cfg.n_layers)}
+    bad = [n for n in names if n not in allowed]
+    return f"hook names {', '.join(map(repr, bad))}" if bad else None

@@ -13,6 +13,7 @@ With ``biases=False`` (default) every bias, LayerNorm biases included, is zero a
 nanoGPT's ``bias=False``.
 """
 
+import dataclasses
 import os
 import re
 import warnings
@@ -356,6 +357,40 @@ def load_state(model: HookedTransformer, state: object, source: str = "the weigh
     if problems:
         raise NopeInterpError(f"{source} do not match the model config: {'; '.join(problems)}")
     model.load_state_dict(state)
+
+
+def with_context(model: HookedTransformer, cfg: ModelConfig, n_ctx: int) -> tuple[HookedTransformer, ModelConfig]:
+    """A copy of a NoPE ``model`` (built from ``cfg``) that accepts sequences of up to ``n_ctx`` tokens.
+
+    Without positional embeddings nothing in the weights depends on ``n_ctx``: it only sizes the causal
+    mask buffers. The copy is built from ``cfg`` with the new ``n_ctx`` and given every parameter of
+    ``model`` (the masks are rebuilt), so it computes the same function on the positions both accept; it is
+    how a trained NoPE model is run past its training length (length generalisation). ``model`` itself is
+    untouched; the copy is in eval mode on the same device. An ``n_ctx`` at or below the model's returns
+    ``(model, cfg)`` unchanged.
+
+    Raises:
+        NopeInterpError: ``n_ctx`` not an integer >= 1; a model with learned positional embeddings (it has
+            none past its own ``n_ctx``); a new config that does not fit memory (:func:`check_model_fits`).
+    """
+    if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 1:
+        raise NopeInterpError(f"n_ctx must be an integer >= 1, got {n_ctx!r}")
+    if n_ctx <= cfg.n_ctx:
+        return model, cfg
+    if cfg.positional == "learned":
+        raise NopeInterpError(f"a model with learned positional embeddings has none past its n_ctx={cfg.n_ctx}; "
+                              f"it cannot be run on {n_ctx} tokens")
+    new_cfg = dataclasses.replace(cfg, n_ctx=n_ctx)
+    device = next(model.parameters()).device
+    check_model_fits(new_cfg, device, f"the model with n_ctx={n_ctx}")
+    bigger = build_model(new_cfg, device=device)
+    # pos_embed.W_pos of a model without learned positions is all zeros and sized by n_ctx: the new one stays
+    params = {k: v for k, v in model.named_parameters() if k != "pos_embed.W_pos"}
+    missing = bigger.load_state_dict(params, strict=False)
+    if missing.unexpected_keys or any(k in params for k in missing.missing_keys):
+        raise NopeInterpError(f"with_context: parameters do not match ({missing})")
+    bigger.eval()
+    return bigger, new_cfg
 
 
 def check_nope(model: HookedTransformer, cfg: ModelConfig) -> None:

@@ -93,3 +93,16 @@ def build_unhooked(cls, **kwargs):
     obj = object.__new__(cls)
     unhooked(cls.__init__)(obj, **kwargs)
     return obj
+
+
+def perturbed_model(cfg):
+    """A model of ``cfg`` whose weights are moved off their init (so biases, LN weights and W_pos all matter)."""
+    from nope_interp.model import build_model
+
+    model = build_model(cfg)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(0.1 * torch.randn(p.shape, generator=gen))
+    return model

@@ -2,25 +2,13 @@
 
 import pytest
 import torch
+from conftest import perturbed_model as _perturbed
 
 OPTIONS = [{}, {"normalization": "RMS"}, {"normalization": "LNPre"}, {"normalization": "RMSPre"},
            {"normalization": "none"}, {"act_fn": "gelu_new"}, {"act_fn": "relu"}, {"act_fn": "silu"},
            {"positional": "learned"},
            {"tied_embeddings": True}, {"attention": "bidirectional"}, {"biases": True},
            {"n_layers": 3, "n_heads": 4, "d_head": 8}]
-
-
-def _perturbed(cfg):
-    """A model whose weights are moved off their init (so biases, LN weights and W_pos all matter)."""
-    from nope_interp.model import build_model
-
-    model = build_model(cfg)
-    gen = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.requires_grad:
-                p.add_(0.1 * torch.randn(p.shape, generator=gen))
-    return model
 
 
 @pytest.mark.parametrize("options", OPTIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "default")

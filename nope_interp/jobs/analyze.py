@@ -147,12 +147,14 @@ def plot_lags(scores: ModelScores) -> go.Figure:
 
 def write(result: AnalyzeResult, out_root: str | Path = ".") -> list[Path]:
     """Write ``results/analyze/<label>/scores.json`` and
-    ``figures/analyze/<label>/{cosine,adjacency,lag_profile}.html`` for every model; returns the paths."""
+    ``figures/analyze/<label>/{cosine,adjacency,lag_profile}.html`` for every model (no ``cosine.html`` for
+    inputs longer than :data:`~nope_interp.analysis.EXAMPLE_MAX_POS` tokens); returns the paths."""
     res_dir, fig_dir = io.job_dirs(out_root, NAME)
     paths = []
     for m in result.models:
-        paths += [io.write_json(res_dir / m.label / "scores.json", m.to_dict()),
-                  save_figure(plot_cosine(m), fig_dir / m.label / "cosine.html"),
-                  save_figure(plot_scores(m), fig_dir / m.label / "adjacency.html"),
+        paths.append(io.write_json(res_dir / m.label / "scores.json", m.to_dict()))
+        if m.analysis.example_sim is not None:  # none kept for inputs longer than EXAMPLE_MAX_POS
+            paths.append(save_figure(plot_cosine(m), fig_dir / m.label / "cosine.html"))
+        paths += [save_figure(plot_scores(m), fig_dir / m.label / "adjacency.html"),
                   save_figure(plot_lags(m), fig_dir / m.label / "lag_profile.html")]
     return paths

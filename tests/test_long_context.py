@@ -1,0 +1,233 @@
+"""Long sequences: the hook-free activation path, running a NoPE model past its n_ctx, analyze_tokens, and
+the ``long-context`` job (against the closed-form lag profiles and with real files)."""
+
+import json
+
+import pytest
+import torch
+from conftest import assert_strict_json_files, build_unhooked, unhooked
+from conftest import perturbed_model as _perturbed
+
+ARCHS = [{}, {"normalization": "RMS"}, {"normalization": "none"}, {"attention": "sliding", "window": 3},
+         {"attention": "sliding", "window": 1}, {"tied_embeddings": True, "dropout": 0.2},
+         {"positional": "learned"}, {"n_layers": 3, "n_heads": 4, "d_head": 8}]
+
+
+@pytest.mark.parametrize("options", ARCHS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "default")
+def test_fast_activations_equal_run_with_cache_at_every_site(options):
+    from nope_interp.config import preset
+    from nope_interp.fast_forward import fast_activations
+    from nope_interp.hooks import activation_hook_names
+
+    model = _perturbed(preset("tiny", **options))
+    model.eval()
+    names = activation_hook_names(model.cfg.n_layers)
+    for length in (1, 4, 17):
+        tokens = torch.randint(0, 96, (3, length), generator=torch.Generator().manual_seed(length))
+        _, cache = model.run_with_cache(tokens)
+        got = fast_activations(model, tokens, names)
+        assert sorted(got) == sorted(names)
+        for name in names:
+            torch.testing.assert_close(got[name], cache[name].reshape(got[name].shape), atol=3e-5, rtol=1e-5)
+
+
+def test_fast_activations_run_only_the_layers_asked_for_and_refuse_what_they_cannot_compute():
+    from nope_interp.config import preset
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.fast_forward import fast_activations, fast_activations_unsupported
+    from nope_interp.model import build_model
+
+    model = _perturbed(preset("tiny"))
+    model.eval()
+    tokens = torch.randint(0, 96, (2, 6))
+    calls = []
+    handle = model.blocks[1].register_forward_pre_hook(lambda *a: calls.append(1))
+    assert set(fast_activations(model, tokens, ["blocks.0.attn.hook_z"])) == {"blocks.0.attn.hook_z"}
+    handle.remove()
+    assert calls == []  # the fast path never calls the modules
+    for bad in (["blocks.0.attn.hook_pattern"], ["blocks.2.hook_resid_post"], ["hook_pos_embed"]):
+        assert "hook names" in fast_activations_unsupported(model, bad)
+        with pytest.raises(NopeInterpError, match="hook names"):
+            fast_activations(model, tokens, bad)
+    rotary = build_model(preset("tiny", positional="rotary"))
+    assert "positional_embedding_type" in fast_activations_unsupported(rotary)
+    with pytest.raises(NopeInterpError, match="more than n_ctx"):
+        fast_activations(model, torch.zeros(1, model.cfg.n_ctx + 1, dtype=torch.long), ["hook_embed"])
+
+
+@pytest.mark.parametrize("options", [{}, {"tied_embeddings": True}, {"attention": "sliding", "window": 4},
+                                     {"positional": "rotary"}, {"normalization": "none"}],
+                         ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "default")
+def test_with_context_keeps_the_function_and_accepts_longer_sequences(options):
+    from nope_interp.config import preset
+    from nope_interp.model import with_context
+
+    cfg = preset("tiny", **options)
+    model = _perturbed(cfg)
+    model.eval()
+    bigger, new_cfg = with_context(model, cfg, 3 * cfg.n_ctx)
+    assert new_cfg.n_ctx == 3 * cfg.n_ctx and bigger.cfg.n_ctx == 3 * cfg.n_ctx and model.cfg.n_ctx == cfg.n_ctx
+    tokens = torch.randint(0, 96, (2, cfg.n_ctx), generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(bigger(tokens), model(tokens), atol=0, rtol=0)
+    long = torch.randint(0, 96, (1, 3 * cfg.n_ctx))
+    assert bigger(long).shape == (1, 3 * cfg.n_ctx, cfg.d_vocab)
+    assert not bigger.training
+    assert with_context(model, cfg, cfg.n_ctx) == (model, cfg)  # no copy when it already fits
+
+
+def test_with_context_refuses_learned_positions_and_bad_lengths():
+    from nope_interp.config import preset
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.model import build_model, with_context
+
+    cfg = preset("tiny", positional="learned")
+    with pytest.raises(NopeInterpError, match="learned positional embeddings"):
+        with_context(build_model(cfg), cfg, 500)
+    cfg = preset("tiny")
+    for bad in (0, -3, 2.5, True, "100"):
+        with pytest.raises(NopeInterpError, match="n_ctx must be an integer"):
+            unhooked(with_context)(build_model(cfg), cfg, bad)
+
+
+def test_analyze_tokens_fast_and_hooked_agree_and_match_analyze_model():
+    import tasks
+    from nope_interp.analysis import analyze_model, analyze_tokens
+    from nope_interp.config import preset
+
+    model = _perturbed(preset("tiny"))
+    model.eval()
+    task = tasks.get_task("reversal")
+    ref = analyze_model(model, task, 6, seed=3)
+    prompts = task.analysis_prompts(6, 3)
+    for forward in ("hooked", "fast", "auto"):
+        got = analyze_tokens(model, task.prompt_tokens(prompts), forward=forward)
+        assert got.sites == ref.sites
+        for r in ("row_mean", "pooled"):
+            torch.testing.assert_close(got.per_sequence[r], ref.per_sequence[r], atol=1e-9, rtol=0)
+        torch.testing.assert_close(got.lag_per_sequence, ref.lag_per_sequence, atol=1e-5, rtol=0)
+
+
+def test_analyze_tokens_checks_its_inputs():
+    from nope_interp.analysis import analyze_tokens
+    from nope_interp.config import preset
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.model import build_model
+
+    model = build_model(preset("tiny"))
+    ok = torch.randint(0, 96, (2, 10))
+    cases = [({"tokens": ok[:, :2]}, "at least 3 positions"),
+             ({"tokens": torch.randint(0, 96, (1, 49))}, "n_ctx=48"),
+             ({"tokens": ok + 96}, "out of range"),
+             ({"tokens": ok, "forward": "quick"}, "unknown forward"),
+             ({"tokens": ok, "max_lag": 10}, "max_lag"),
+             ({"tokens": ok, "points": ("pattern",)}, "unknown activation point")]
+    for kwargs, match in cases:
+        with pytest.raises(NopeInterpError, match=match):
+            analyze_tokens(model, **kwargs)
+    rotary = build_model(preset("tiny", positional="rotary"))
+    with pytest.raises(NopeInterpError, match="forward='fast' does not support"):
+        analyze_tokens(rotary, ok, forward="fast")
+    assert analyze_tokens(rotary, ok).n_prompts == 2  # auto falls back to the hooked forward
+
+
+@pytest.mark.parametrize(("attention", "window"), [("causal", None), ("sliding", 8), ("sliding", 3)])
+def test_lag_profile_of_uniform_attention_follows_the_closed_form(attention, window):
+    """With near-zero query/key weights attention is uniform over the keys each query sees, and with random
+    token ids the layer-0 z vectors are means of nearly independent value vectors: the lag profile must then
+    follow the idealised curve of that attention (uniform causal or sliding window)."""
+    from nope_interp.analysis import analyze_tokens
+    from nope_interp.config import preset
+    from nope_interp.model import build_model
+    from nope_interp.similarity import sliding_window_lag_profile, uniform_causal_lag_profile
+
+    extra = {"window": window} if window else {}
+    cfg = preset("paper", n_layers=1, n_ctx=256, d_vocab=8192, attention=attention, normalization="none", **extra)
+    model = build_model(cfg)
+    with torch.no_grad():  # uniform attention; i.i.d. Gaussian embeddings of a large vocabulary
+        model.blocks[0].attn.W_Q.zero_()
+        model.embed.W_E.normal_(0, 1, generator=torch.Generator().manual_seed(0))
+    tokens = torch.randint(0, cfg.d_vocab, (8, 256), generator=torch.Generator().manual_seed(1))
+    res = analyze_tokens(model, tokens, ("z",), max_lag=40)
+    got = torch.tensor(res.lag_profile["blocks.0.attn.hook_z"]["mean"], dtype=torch.float64)
+    ideal = (uniform_causal_lag_profile(256, 40) if attention == "causal"
+             else sliding_window_lag_profile(256, window, 40))
+    # a large vocabulary: with 96 token vectors, repeated tokens add about window / 96 at every lag
+    assert (got - ideal).abs().max() < 0.03, (got - ideal).abs().max()
+    wrong = sliding_window_lag_profile(256, 16, 40) if attention == "causal" else uniform_causal_lag_profile(256, 40)
+    assert (got - wrong).abs().max() > 0.3  # the other attention's curve is far: the test can fail
+
+
+def test_long_context_job_runs_the_grid_and_writes_strict_files(tmp_path):
+    from nope_interp.jobs import long_context
+
+    cfg = long_context.LongContextConfig(lengths=(8, 40), n_sequences=2, max_lag=6, seeds=2, grid_preset="tiny",
+                                         normalizations=("LN", "none"), window=4)
+    res = long_context.run(cfg)
+    assert len(res.rows) == 2 * 2 * 2 * 2 * 2  # norms x attentions x seeds x lengths x inputs
+    row = res.rows[0]
+    assert row.arch == {"normalization": "LN", "attention": "causal", "window": None} and row.seed == 0
+    assert len(row.scores[row.sites[0]]["lag_mean"]) == 6 and row.scores[row.sites[0]]["row_mean"]["n"] == 2
+    summary = res.summary()
+    assert {s["config"] for s in summary} == {"LN causal", "LN sliding w4", "none causal", "none sliding w4"}
+    assert all(s["score_n_seeds"] == 2 for s in summary)
+    assert res.idealised(40) == pytest.approx(
+        __import__("nope_interp.similarity", fromlist=["x"]).uniform_causal_lag_profile(40, 6).tolist())
+    paths = long_context.write(res, tmp_path)
+    names = {p.name for p in paths}
+    assert {"long_context.json", "long_context.csv", "summary.csv", "score_vs_n_random.html", "grid_task.html",
+            "lag_profile_task.html", "recency_gap_vs_n_random.html"} <= names
+    assert_strict_json_files(tmp_path / "results")
+    data = json.loads((tmp_path / "results/long_context/long_context.json").read_text())
+    assert data["config"]["lengths"] == [8, 40] and len(data["rows"]) == 32
+
+
+def test_long_context_on_a_given_model_runs_it_past_its_context(tiny_run):
+    import tasks
+    from nope_interp.jobs import long_context
+    from nope_interp.jobs.common import entry_from_run
+    from nope_interp.pretrained import load_run
+
+    entry = entry_from_run(load_run(tiny_run), "tiny-run")
+    n = entry.model_cfg.n_ctx * 2
+    res = long_context.run(long_context.LongContextConfig(lengths=(n,), n_sequences=1, max_lag=4),
+                           [entry])
+    assert [r.n for r in res.rows] == [n, n] and res.rows[0].seed is None and res.rows[0].model == "tiny-run"
+    assert {r.input for r in res.rows} == {"random", "task"}
+    assert entry.model.cfg.n_ctx < n  # the given model itself is untouched
+    assert isinstance(entry.task, tasks.Task)
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"lengths": ()}, "lengths must not be empty"), ({"lengths": (10,), "max_lag": 31}, "length"),
+    ({"inputs": ("poems",)}, "input"), ({"normalizations": ("BN",)}, "normalization"),
+    ({"attentions": ("global",)}, "attention"), ({"n_sequences": 0}, "n_sequences"), ({"seeds": 0}, "seeds"),
+    ({"text_task": "sorting"}, "task"), ({"grid_preset": "huge"}, "grid_preset"), ({"quick": "yes"}, "quick"),
+    ({"points": ("pattern",)}, "point"), ({"window": 0}, "window"), ({"lengths": (64, 70000)}, "length")])
+def test_bad_config_is_one_clear_error(kwargs, match):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.long_context import LongContextConfig
+
+    with pytest.raises(NopeInterpError, match=match):
+        build_unhooked(LongContextConfig, **kwargs)
+
+
+def test_quick_fills_only_what_was_not_given():
+    from nope_interp.jobs.long_context import LongContextConfig
+
+    q = LongContextConfig(quick=True)
+    assert (q.lengths, q.seeds, q.n_sequences) == ((32, 128, 512), 2, 2)
+    q = LongContextConfig(quick=True, seeds=5, lengths=(512, 64, 64))
+    assert (q.lengths, q.seeds, q.n_sequences) == ((64, 512), 5, 2)
+
+
+def test_cli_long_context_writes_and_reports(tmp_path, capsys):
+    from nope_interp.cli import main
+
+    code = main(["long-context", "--lengths", "8", "24", "--max-lag", "5", "--n-sequences", "1", "--seeds", "1",
+                 "--grid-preset", "tiny", "--normalizations", "none", "--attentions", "causal",
+                 "--out-root", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0 and "outputs:" in out and "long_context.json" in out
+    assert (tmp_path / "figures/long_context/score_vs_n_task.html").exists()
+    assert main(["long-context", "--lengths", "4", "--out-root", str(tmp_path)]) == 2
+    assert "length" in capsys.readouterr().err
