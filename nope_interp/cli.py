@@ -123,9 +123,20 @@ def config_kwargs(args: argparse.Namespace, cls: type, prefix: str = "") -> dict
 
 
 def _jobs() -> tuple[Any, ...]:
-    from nope_interp.jobs import ablate, analyze, averaging, compare, demo, init_grid, long_context, probe, trajectory
+    from nope_interp.jobs import (
+        ablate,
+        analyze,
+        averaging,
+        compare,
+        demo,
+        init_grid,
+        length_gen,
+        long_context,
+        probe,
+        trajectory,
+    )
 
-    return (analyze, demo, averaging, init_grid, probe, ablate, trajectory, compare, long_context)
+    return (analyze, demo, averaging, init_grid, probe, ablate, trajectory, compare, long_context, length_gen)
 
 
 def _build_parser() -> argparse.ArgumentParser:

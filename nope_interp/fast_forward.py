@@ -7,7 +7,10 @@ and ``state_dict`` are untouched) with one fused Q/K/V matrix product per layer 
 ``scaled_dot_product_attention``. Dropout (when the model was built with it) is applied at the same three
 places in the same order as the permanent hooks of :func:`nope_interp.model.build_model` (token
 embeddings, then each block's attention output and MLP output), so with the same RNG state the two
-paths draw the same masks. Every analysis keeps using the hooked model; only the trainer uses this path.
+paths draw the same masks. The same pass also returns activations at the residual-stream and ``hook_z``
+sites without materialising any attention pattern (:func:`fast_activations`): the long-sequence analysis
+path, whose memory grows with pos rather than n_heads x pos^2. Every other analysis keeps using the hooked
+model.
 
 Equal to ``model(tokens)`` up to float rounding (tested in ``tests/test_fast_forward.py`` against the
 hooked model for every supported option). Supported: positional ``none`` (NoPE) and ``learned``;

@@ -24,7 +24,7 @@ LAYERS: list[set[str]] = [
     {"nope_interp.jobs", "nope_interp.jobs.common"},
     {"nope_interp.jobs.analyze", "nope_interp.jobs.demo", "nope_interp.jobs.averaging", "nope_interp.jobs.init_grid",
      "nope_interp.jobs.probe", "nope_interp.jobs.ablate", "nope_interp.jobs.trajectory",
-     "nope_interp.jobs.compare", "nope_interp.jobs.long_context"},
+     "nope_interp.jobs.compare", "nope_interp.jobs.long_context", "nope_interp.jobs.length_gen"},
     {"nope_interp.cli"},
 ]
 

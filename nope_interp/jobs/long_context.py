@@ -80,7 +80,7 @@ class LongContextConfig(FrozenConfig):
             attention, task or preset; empty lists.
     """
 
-    lengths: tuple[int, ...] = opt((32, 128, 512, 2048, 8192), "sequence lengths n in tokens")
+    lengths: tuple[int, ...] = opt((32, 128, 512, 2048), "sequence lengths n in tokens (up to 65536)")
     inputs: tuple[str, ...] = opt(INPUTS, f"input kinds: {', '.join(INPUTS)} (task = windows of task text)")
     text_task: str = opt("reversal", "task whose text the default grid's task inputs are (a model given by "
                                      "--run/--pretrained/--init reads its own task's text)")

@@ -1,0 +1,223 @@
+"""``nope-interp length-gen``: length generalisation through the adjacency lens.
+
+Each trained model is asked about operands shorter and longer than it was trained on: for every operand
+size ``n_digits`` of ``sizes`` (default: its training size and the sizes around it), ``n_examples``
+held-out prompts with operands of exactly that many digits (the task's full-length prompts, none of them a
+training prompt), greedy exact match of the whole answer (with the run's own evaluation prefix), and, on
+``n_prompts`` of those prompts, the adjacency score and the lag profile at every requested site. A NoPE
+model runs past its training ``n_ctx`` unchanged (:func:`nope_interp.model.with_context`). Does accuracy
+fall where the adjacency pattern changes? (``docs/method.md``, "Long contexts").
+
+Default models: the shipped reversal and addition models. Writes
+``results/length_gen/{length_gen.json, length_gen.csv}`` and ``figures/length_gen/length_gen.html``.
+"""
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+import tasks as tasks_pkg
+from nope_interp import io
+from nope_interp.analysis import analyze_model
+from nope_interp.config import FrozenConfig, check_choices, check_int, opt
+from nope_interp.errors import NopeInterpError
+from nope_interp.evaluate import exact_match_accuracy
+from nope_interp.hooks import ACTIVATION_POINTS, short_label
+from nope_interp.jobs.common import Log, ModelEntry, emit, progress, shipped_entries
+from nope_interp.model import with_context
+from nope_interp.plotting import save_figure
+
+NAME = "length-gen"
+HELP = "accuracy and adjacency score by operand length, shorter and longer than trained"
+TAKES_MODELS = True
+DEFAULT_MODELS = "the shipped reversal and addition models"
+
+#: Default operand sizes per task (the paper's training sizes: addition 3, reversal 16, indexing 9,
+#: ordering 5 digits).
+DEFAULT_SIZES: dict[str, tuple[int, ...]] = {"addition": (1, 2, 3, 4, 5, 6), "reversal": (4, 8, 12, 16, 20, 24, 32),
+                                             "indexing": (3, 5, 7, 9, 11, 13), "ordering": (3, 4, 5, 6, 7)}
+
+
+@dataclass(frozen=True)
+class LengthGenConfig(FrozenConfig):
+    """Settings of ``length-gen``.
+
+    Raises:
+        NopeInterpError: a size outside [1, 64]; ``n_examples`` outside [1, 100000]; ``n_prompts`` outside
+            [1, 10000]; an unknown point; an empty points list.
+    """
+
+    sizes: tuple[int, ...] = opt((), "operand sizes (n_digits) to test (default per task: around its training size)")
+    n_examples: int = opt(500, "prompts scored for exact match per size")
+    n_prompts: int = opt(64, "of those, prompts analysed for the adjacency score per size")
+    points: tuple[str, ...] = opt(("z", "resid_post"), f"hook points: {', '.join(ACTIVATION_POINTS)}")
+    seed: int = opt(1, "seed of the prompt sampler")
+
+    def __post_init__(self) -> None:
+        for name in ("sizes", "points"):
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+        for s in self.sizes:
+            check_int("size", s, 1, 64)
+        object.__setattr__(self, "sizes", tuple(sorted(set(self.sizes))))
+        check_int("n_examples", self.n_examples, 1, 100_000)
+        check_int("n_prompts", self.n_prompts, 1, 10_000)
+        check_int("seed", self.seed, 0, 2**63 - 1)
+        if not self.points:
+            raise NopeInterpError("points must not be empty")
+        check_choices("point", tuple(self.points), ACTIVATION_POINTS)
+
+
+CONFIG = LengthGenConfig
+
+
+@dataclass(frozen=True)
+class LengthRow:
+    """One model at one operand size.
+
+    Attributes:
+        model: label. task: task name. n_digits: the operand size asked about. trained_n_digits: the size the
+            model was trained on. prompt_len: characters of a full-length prompt. exact_match: in [0, 1] over
+            ``n_examples`` prompts. scores: ``scores[site] = {"row_mean": {mean, std, n}, "recency_gap": {...}}``.
+    """
+
+    model: str
+    task: str
+    n_digits: int
+    trained_n_digits: int
+    prompt_len: int
+    n_examples: int
+    exact_match: float
+    scores: dict[str, dict[str, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields."""
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class LengthGenResult:
+    """Every row (model x size) and the wall time in seconds."""
+
+    config: LengthGenConfig
+    rows: tuple[LengthRow, ...]
+    wall_time_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"config", "rows", "wall_time_s"}``."""
+        return {"config": self.config.to_dict(), "rows": [r.to_dict() for r in self.rows],
+                "wall_time_s": self.wall_time_s}
+
+
+def default_models(config: LengthGenConfig) -> list[ModelEntry]:
+    """The shipped reversal and addition models."""
+    return shipped_entries(["reversal", "addition"])
+
+
+def sizes_for(config: LengthGenConfig, task: tasks_pkg.Task) -> tuple[int, ...]:
+    """The sizes asked about for ``task``: the config's, or :data:`DEFAULT_SIZES` of the task."""
+    return config.sizes or DEFAULT_SIZES[task.name]
+
+
+def run(config: LengthGenConfig, models: list[ModelEntry] | None = None, *, log: Log = None) -> LengthGenResult:
+    """Score every model at every size (see the module docstring).
+
+    Raises:
+        NopeInterpError: an initialised model (nothing was trained, so no length was); a task without an
+            ``n_digits`` parameter; a model with learned positions asked past its ``n_ctx``.
+    """
+    models = models or default_models(config)
+    t0 = time.perf_counter()
+    rows = []
+    for entry in progress(models, "length-gen", log):
+        if entry.run is None:
+            raise NopeInterpError(f"{entry.label}: length-gen needs a trained model (--run or --pretrained)")
+        trained = entry.run.task
+        if "n_digits" not in trained.params():
+            raise NopeInterpError(f"{entry.label}: task {trained.name!r} has no n_digits parameter")
+        prefix = entry.run.train_cfg.eval_prefix
+        for size in sizes_for(config, trained):
+            task = tasks_pkg.get_task(trained.name, **{**trained.params(), "n_digits": size})
+            exclude = entry.run.train_prompts  # a shorter size's prompts can be training prompts too
+            prompts = full_length_prompts(task, config.n_examples, config.seed, exclude)
+            examples = [task.example(p) for p in prompts]
+            need = len(prefix) + max(len(ex.prompt) + len(ex.answer) + 1 for ex in examples)
+            model, _ = with_context(entry.model, entry.model_cfg, need)
+            acc = exact_match_accuracy(model, task, examples, prefix=prefix)
+            res = analyze_model(model, task, min(config.n_prompts, len(prompts)), seed=config.seed,
+                                points=tuple(config.points), exclude=exclude)
+            scores = {site: {"row_mean": res.scores["row_mean"][site],
+                             "recency_gap": res.lag_profile[site]["recency_gap"]} for site in res.sites}
+            rows.append(LengthRow(model=entry.label, task=task.name, n_digits=size,
+                                  trained_n_digits=trained.params()["n_digits"], prompt_len=task.max_prompt_len,
+                                  n_examples=len(examples), exact_match=acc, scores=scores))
+            first = res.sites[0]
+            emit(log, f"  {entry.label:24s} n_digits={size:<3d} exact match {acc:.3f}   {short_label(first)} "
+                      f"{scores[first]['row_mean']['mean']:.3f}")
+    return LengthGenResult(config=config, rows=tuple(rows), wall_time_s=round(time.perf_counter() - t0, 1))
+
+
+def full_length_prompts(task: tasks_pkg.Task, n: int, seed: int, exclude: frozenset[str]) -> list[str]:
+    """At most ``n`` distinct full-length prompts of ``task`` outside ``exclude``: ``n`` when there are that
+    many, else as many as the sampler finds (a small size, e.g. addition with 1-digit operands, has only 100).
+
+    Raises:
+        NopeInterpError: not even one such prompt.
+    """
+    want = min(n, task.n_distinct_prompts())
+    while want >= 1:
+        try:
+            return task.analysis_prompts(want, seed, exclude)
+        except tasks_pkg.TaskError:
+            want //= 2
+    raise NopeInterpError(f"no full-length {task.name} prompt with {task.params()} outside the training prompts")
+
+
+def plot_length_gen(result: LengthGenResult) -> go.Figure:
+    """Per model (a row of panels): exact match by operand size (left) and the adjacency score by size at
+    every analysed site (right); the training size is marked by a dashed line."""
+    labels = list(dict.fromkeys(r.model for r in result.rows))
+    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+               "#17becf"]
+    sites = list(dict.fromkeys(site for r in result.rows for site in r.scores))
+    colour = {site: palette[i % len(palette)] for i, site in enumerate(sites)}
+    lowest = min((s["row_mean"]["mean"] for r in result.rows for s in r.scores.values()), default=0.5)
+    fig = make_subplots(rows=len(labels), cols=2, shared_xaxes=False,
+                        vertical_spacing=0.35 / len(labels) if len(labels) > 1 else 0.1,
+                        subplot_titles=[t for m in labels for t in (f"{m}: exact match", f"{m}: adjacency score")])
+    for i, label in enumerate(labels, start=1):
+        rows = [r for r in result.rows if r.model == label]
+        xs = [r.n_digits for r in rows]
+        fig.add_trace(go.Scatter(x=xs, y=[r.exact_match for r in rows], mode="lines+markers", name="exact match",
+                                 showlegend=i == 1, line={"color": "black"}), row=i, col=1)
+        for site in rows[0].scores:
+            fig.add_trace(go.Scatter(x=xs, y=[r.scores[site]["row_mean"]["mean"] for r in rows], mode="lines+markers",
+                                     name=short_label(site), legendgroup=site, showlegend=i == 1,
+                                     line={"color": colour[site]},
+                                     error_y={"type": "data", "visible": True,
+                                              "array": [r.scores[site]["row_mean"]["std"] for r in rows]}),
+                          row=i, col=2)
+        for col in (1, 2):
+            fig.add_vline(x=rows[0].trained_n_digits, line_dash="dash", line_color="grey", row=i, col=col)
+        fig.update_yaxes(range=[0, 1.02], row=i, col=1)
+        fig.update_yaxes(range=[min(0.4, lowest - 0.05), 1.02], row=i, col=2)
+    fig.update_xaxes(title_text="operand digits (n_digits); dashed: trained")
+    fig.update_layout(title="Length generalisation: accuracy and adjacency score by operand length",
+                      height=420 * len(labels) + 120, width=1100)
+    return fig
+
+
+def write(result: LengthGenResult, out_root: str | Path = ".") -> list[Path]:
+    """Write ``results/length_gen/{length_gen.json, length_gen.csv}`` and ``figures/length_gen/length_gen.html``."""
+    res_dir, fig_dir = io.job_dirs(out_root, NAME.replace("-", "_"))
+    flat = [{"model": r.model, "task": r.task, "n_digits": r.n_digits, "trained_n_digits": r.trained_n_digits,
+             "prompt_len": r.prompt_len, "n_examples": r.n_examples, "exact_match": r.exact_match, "site": site,
+             "score_row_mean": s["row_mean"]["mean"], "score_std": s["row_mean"]["std"],
+             "recency_gap": s["recency_gap"]["mean"]} for r in result.rows for site, s in r.scores.items()]
+    return [io.write_json(res_dir / "length_gen.json", result.to_dict()),
+            io.atomic_write_text(res_dir / "length_gen.csv", io.to_csv(flat)),
+            save_figure(plot_length_gen(result), fig_dir / "length_gen.html")]
