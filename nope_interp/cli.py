@@ -161,6 +161,27 @@ def _build_parser() -> argparse.ArgumentParser:
     add_config_flags(p, ModelConfig, prefix="model-", only=MODEL_FLAGS, defaults_from="--preset")
     add_config_flags(p, TrainConfig, skip=_TRAIN_SKIP)
 
+    from nope_interp.sweep import EXECUTORS, available_specs
+
+    shipped = ", ".join(available_specs())
+    p = sub.add_parser("sweep", help="run every point of a sweep spec (resumable; local pool or Ray)",
+                       description="Run every unfinished point of a sweep spec (a TOML file, or a shipped spec: "
+                                   f"{shipped}); finished points are skipped, failed ones retried.")
+    p.add_argument("spec", help=f"a spec file, or a shipped spec: {shipped}")
+    p.add_argument("--executor", default="local", help=f"{', '.join(EXECUTORS)} (default local)")
+    p.add_argument("--workers", type=ascii_int, default=2, help="local worker processes (default 2)")
+    p.add_argument("--threads", type=ascii_int, default=1, help="torch threads per point (default 1)")
+    p.add_argument("--ray-address", default=None, help="address of a running Ray cluster (host:port); "
+                                                        "default: start a local one")
+    p.add_argument("--out-dir", default=None, help="where the points go (default runs/sweeps/<name>/)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p = sub.add_parser("sweep-report", help="aggregate a sweep over seeds: table (CSV, Markdown) and figures",
+                       description="Aggregate the finished points of a sweep over seeds (mean, std, 95% CI).")
+    p.add_argument("spec", help=f"a spec file, or a shipped spec: {shipped}")
+    p.add_argument("--out-dir", default=None, help="where the points are (default runs/sweeps/<name>/)")
+    p.add_argument("--out-root", default=".", help="writes results/sweeps/<name>/ and figures/sweeps/<name>/ "
+                                                   "under this folder (default .)")
+
     for job in _jobs():
         p = sub.add_parser(job.NAME, help=job.HELP, description=job.HELP)
         add_config_flags(p.add_argument_group(f"{job.NAME} options"), job.CONFIG)
@@ -231,6 +252,27 @@ def _cmd_job(job: Any, args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from nope_interp import io, sweep
+
+    spec = sweep.load_spec(args.spec)
+    out_dir = Path(args.out_dir) if args.out_dir else Path("runs") / "sweeps" / spec.name
+    if args.command == "sweep":
+        status = sweep.run_sweep(spec, out_dir, executor=args.executor, workers=args.workers, threads=args.threads,
+                                 ray_address=args.ray_address, log=print, progress=not args.no_progress)
+        print(f"points in {out_dir}/points/; aggregate with: nope-interp sweep-report {args.spec}"
+              + (f" --out-dir {out_dir}" if args.out_dir else ""))
+        return 1 if status.failed else 0
+    for folder in (Path(args.out_root) / "results" / "sweeps", Path(args.out_root) / "figures" / "sweeps"):
+        io.check_writable_dir(folder, "--out-root output folder")
+    rep = sweep.report(spec, out_dir)
+    paths = sweep.write_report(rep, args.out_root)
+    print(f"{len(rep.points)} of {len(spec.points)} points finished ({len(rep.failed)} failed, "
+          f"{len(rep.missing)} not run); {len(rep.rows)} configurations\noutputs:\n"
+          + "\n".join(f"  {p}" for p in paths))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``nope-interp`` console script. Returns the exit status (0, or 2 on bad input)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -242,6 +284,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "train":
             return _cmd_train(args, argv)
+        if args.command in ("sweep", "sweep-report"):
+            return _cmd_sweep(args)
         job = next(j for j in _jobs() if j.NAME == args.command)
         return _cmd_job(job, args)
     except (NopeInterpError, TaskError) as err:

@@ -84,6 +84,16 @@ def check_name(name: str, value: Any) -> None:
                               f"(not starting with . or -), got {value!r}")
 
 
+def check_field_value(cls: type, name: str, value: Any, label: str | None = None) -> None:
+    """Raise NopeInterpError (naming ``label``, default ``name``, and the expected type) unless ``value`` fits
+    the annotation of the field ``name`` of the config class ``cls``: the check a config runs on itself, for
+    callers that assemble configs from untyped input (a sweep spec) and want the error before construction."""
+    tp = _field_types(cls)[name]
+    ok, _ = _conform(tp, value)
+    if not ok:
+        raise NopeInterpError(f"{label or name} must be {_type_words(tp)}, got {_describe(tp, value)}")
+
+
 C = TypeVar("C", bound="FrozenConfig")
 
 

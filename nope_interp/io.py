@@ -226,6 +226,11 @@ def lock_path(directory: str | Path) -> Path:
     return d.parent / f".{d.name}.lock"
 
 
+
+class LockHeldError(NopeInterpError):
+    """:func:`exclusive` found the lock held by another process (a sweep waits and retries on it)."""
+
+
 @contextlib.contextmanager
 def exclusive(directory: str | Path, what: str = "output directory") -> Iterator[Path]:
     """Hold an exclusive lock on an output directory while writing it; refuse a second writer at once.
@@ -276,7 +281,7 @@ def exclusive(directory: str | Path, what: str = "output directory") -> Iterator
         except OSError:
             pid = ""
         holder = f" (pid {pid})" if pid.isascii() and pid.isdigit() else ""
-        raise NopeInterpError(f"{what} {directory} is being written by another nope-interp process{holder}; "
+        raise LockHeldError(f"{what} {directory} is being written by another nope-interp process{holder}; "
                               f"wait for it to finish, or choose another name or folder") from None
     except OSError as err:
         raise NopeInterpError(f"cannot lock {what} {directory} ({lock_file}): {err.strerror or err}") from None

@@ -1,0 +1,721 @@
+"""Sweeps: many trainings or initialised-model analyses from one spec, resumable, on a local pool or on Ray.
+
+A **spec** is a TOML file (format in the README, "Sweeps"; shipped examples in ``nope_interp/sweeps/``)::
+
+    [sweep]
+    name = "init-size-grid"      # output folder name
+    kind = "init"                # init: analyse freshly initialised models; train: train (and score) models
+    [base]                       # fields every point shares
+    task = "reversal"
+    preset = "paper"
+    [axes]                       # the product of these values
+    model_n_layers = [6, 12, 24]
+    seed = [0, 1, 2, 3, 4]
+    [[points]]                   # optional: explicit points (each is crossed with the axes)
+    task = "addition"
+
+Fields: ``task``, ``n_digits``, ``preset``, ``seed`` (seeds the init, and the prompts or the batches; an
+explicit ``model_seed`` wins for the init), every :class:`~nope_interp.config.ModelConfig` field as
+``model_<field>`` (as the ``--model-*`` flags), and per kind: ``init`` takes ``n_prompts`` and ``points``
+(hook points scored); ``train`` takes every :class:`~nope_interp.config.TrainConfig` field (as the
+``train`` flags) and ``analyze_n_prompts`` (prompts on which the trained model is scored; 0 for none).
+A ``model_d_model`` without ``model_d_head`` / ``model_d_mlp`` sets d_head = d_model / n_heads and
+d_mlp = 4 d_model, as the paper's size grid.
+
+Each point is one directory ``<out>/points/<key>/`` named by a stable hash of its full resolved config
+(:func:`point_key`): ``point.json`` (the config), ``result.json`` (metrics, seconds, peak memory) once it
+finished, or ``error.json`` (the error and its traceback) if it failed, and ``run/`` for a training. A
+point is locked while it runs (:func:`nope_interp.io.exclusive`), so a restarted driver never runs a point
+that an orphaned worker is still finishing; finished points are skipped, failed ones are retried.
+Executors (:func:`run_sweep`): ``local`` (a process pool, one torch thread per worker by default; never
+imports Ray) and ``ray`` (one Ray task per point with declared CPUs/GPUs; every node must see ``<out>``).
+"""
+
+import hashlib
+import json
+import os
+import resource
+import time
+import tomllib
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from nope_interp import io
+from nope_interp.config import ModelConfig, TrainConfig, check_field_value, check_name, preset
+from nope_interp.errors import NopeInterpError
+
+KINDS = ("init", "train")
+EXECUTORS = ("local", "ray")
+#: Folder of the shipped specs (package data).
+SHIPPED_DIR = Path(__file__).parent / "sweeps"
+_MODEL_FIELDS = tuple(f.name for f in fields(ModelConfig))
+_TRAIN_FIELDS = tuple(f.name for f in fields(TrainConfig) if f.name not in ("task", "task_params", "seed"))
+_COMMON = ("task", "n_digits", "preset", "seed")
+_KIND_FIELDS = {"init": ("n_prompts", "points"), "train": (*_TRAIN_FIELDS, "analyze_n_prompts")}
+_INIT_DEFAULTS = {"preset": "paper", "n_prompts": 32, "points": ["z", "resid_post"], "seed": 0}
+_TRAIN_DEFAULTS = {"preset": "cpu", "analyze_n_prompts": 64, "seed": 0}
+_SECTIONS = {"sweep", "base", "axes", "points", "resources"}
+
+
+def allowed_fields(kind: str) -> tuple[str, ...]:
+    """Every field a point of ``kind`` may set."""
+    return (*_COMMON, *(f"model_{f}" for f in _MODEL_FIELDS), *_KIND_FIELDS[kind])
+
+
+@dataclass(frozen=True)
+class Point:
+    """One point of a sweep: its fields (base, explicit point and axis values merged), the resolved configs
+    and its key.
+
+    Attributes:
+        key: 16 hex digits of the SHA-256 of :meth:`resolved` (stable across runs and machines).
+        fields: what the spec set for this point. model: the ModelConfig. task: task name; task_params.
+        settings: the kind's other settings (``n_prompts``/``points``, or the TrainConfig as a dict and
+            ``analyze_n_prompts``).
+    """
+
+    kind: str
+    fields: dict[str, Any]
+    model: ModelConfig
+    task: str
+    task_params: dict[str, int]
+    settings: dict[str, Any]
+    key: str = ""
+
+    def resolved(self) -> dict[str, Any]:
+        """The full config of the point (what its key hashes), JSON-ready."""
+        return {"kind": self.kind, "task": self.task, "task_params": self.task_params,
+                "model": self.model.to_dict(), "settings": self.settings}
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A validated sweep spec (:func:`load_spec`).
+
+    Attributes:
+        name: output folder name. kind: ``init`` or ``train``. base: shared fields. axes: field -> values
+        (their product). explicit: explicit points (each crossed with the axes; none = one empty point).
+        num_cpus, num_gpus: resources each point declares to Ray (``[resources]``; default 1 and 0).
+        path: where the spec was read from.
+    """
+
+    name: str
+    kind: str
+    base: dict[str, Any]
+    axes: dict[str, list[Any]]
+    explicit: tuple[dict[str, Any], ...] = ()
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+    path: str = ""
+    points: tuple[Point, ...] = field(default=(), repr=False)
+
+    @property
+    def varied(self) -> list[str]:
+        """Fields that differ between points (the axes and the explicit points' keys), in spec order."""
+        names = list(self.axes)
+        for p in self.explicit:
+            names += [k for k in p if k not in names]
+        return names
+
+
+def available_specs() -> list[str]:
+    """Names of the shipped specs (``nope-interp sweep <name>``)."""
+    return sorted(p.stem for p in SHIPPED_DIR.glob("*.toml"))
+
+
+def spec_path(spec: str | Path) -> Path:
+    """The file of ``spec``: a path to a TOML file, or the name of a shipped spec.
+
+    Raises:
+        NopeInterpError: neither a readable file nor a shipped spec (the message lists them).
+    """
+    p = Path(spec)
+    if p.is_file():
+        return p
+    shipped = SHIPPED_DIR / f"{spec}.toml"
+    if shipped.is_file():
+        return shipped
+    raise NopeInterpError(f"sweep spec {str(spec)!r} is neither a file nor a shipped spec "
+                          f"({', '.join(available_specs())})")
+
+
+def _where(i: int, values: dict[str, Any]) -> str:
+    shown = ", ".join(f"{k}={v!r}" for k, v in values.items())
+    return f"point {i}" + (f" ({shown})" if shown else "")
+
+
+def load_spec(spec: str | Path) -> SweepSpec:
+    """Read, validate and expand a spec file (or shipped spec name).
+
+    Raises:
+        NopeInterpError: (one line naming the field, the point and the allowed values) a file that is not
+            TOML; a missing ``[sweep]`` name or an unknown kind; an unknown section or field; an empty axis
+            or an axis that is not a list; a value of the wrong type or out of range (from the configs'
+            own checks); two points with the same resolved config; no point at all.
+    """
+    path = spec_path(spec)
+    try:
+        data = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise NopeInterpError(f"{path}: not a valid TOML file ({' '.join(str(err).split())})") from None
+    unknown = set(data) - _SECTIONS
+    if unknown:
+        raise NopeInterpError(f"{path}: unknown section(s) {', '.join(sorted(unknown))}; allowed: "
+                              f"{', '.join(sorted(_SECTIONS))}")
+    head = data.get("sweep", {})
+    if not isinstance(head, dict) or set(head) - {"name", "kind"}:
+        raise NopeInterpError(f"{path}: [sweep] takes name and kind only")
+    name, kind = head.get("name"), head.get("kind")
+    if not isinstance(name, str):
+        raise NopeInterpError(f"{path}: [sweep] needs name = \"...\" (a folder name)")
+    check_name("sweep name", name)
+    if kind not in KINDS:
+        raise NopeInterpError(f"{path}: [sweep] kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    allowed = allowed_fields(kind)
+    base = data.get("base", {})
+    axes = data.get("axes", {})
+    explicit = data.get("points", [])
+    res = data.get("resources", {})
+    if not isinstance(base, dict) or not isinstance(axes, dict) or not isinstance(res, dict):
+        raise NopeInterpError(f"{path}: [base], [axes] and [resources] must be tables")
+    if not isinstance(explicit, list) or not all(isinstance(p, dict) for p in explicit):
+        raise NopeInterpError(f"{path}: points must be an array of tables ([[points]])")
+    for where, keys in (("[base]", base), ("[axes]", axes), *((f"[[points]] {i}", p) for i, p in enumerate(explicit))):
+        bad = [k for k in keys if k not in allowed]
+        if bad:
+            raise NopeInterpError(f"{path}: unknown field(s) {', '.join(map(repr, bad))} in {where} of a {kind} "
+                                  f"sweep; allowed: {', '.join(allowed)}")
+    for k, values in axes.items():
+        if not isinstance(values, list):
+            raise NopeInterpError(f"{path}: axis {k!r} must be a list of values, got {values!r}")
+        if not values:
+            raise NopeInterpError(f"{path}: axis {k!r} is empty")
+    if set(res) - {"num_cpus", "num_gpus"}:
+        raise NopeInterpError(f"{path}: [resources] takes num_cpus and num_gpus only")
+    num_cpus, num_gpus = res.get("num_cpus", 1), res.get("num_gpus", 0)
+    for label, v in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1024:
+            raise NopeInterpError(f"{path}: [resources] {label} must be a number in [0, 1024], got {v!r}")
+    spec = SweepSpec(name=name, kind=kind, base=dict(base), axes={k: list(v) for k, v in axes.items()},
+                     explicit=tuple(dict(p) for p in explicit), num_cpus=float(num_cpus), num_gpus=float(num_gpus),
+                     path=str(path))
+    points = expand(spec)
+    object.__setattr__(spec, "points", tuple(points))
+    return spec
+
+
+def _product(axes: dict[str, list[Any]]) -> Iterable[dict[str, Any]]:
+    import itertools
+
+    names = list(axes)
+    for values in itertools.product(*(axes[n] for n in names)):
+        yield dict(zip(names, values, strict=True))
+
+
+def expand(spec: SweepSpec) -> list[Point]:
+    """Every point of ``spec`` (explicit points x axes product, merged over ``base``), resolved and keyed.
+
+    Raises:
+        NopeInterpError: a value rejected by the configs (message names the point); duplicate points.
+    """
+    out: list[Point] = []
+    seen: dict[str, int] = {}
+    explicit = spec.explicit or ({},)
+    i = 0
+    for ex in explicit:
+        for combo in _product(spec.axes):
+            values = {**ex, **combo}
+            try:
+                point = resolve(spec.kind, {**spec.base, **values})
+            except NopeInterpError as err:
+                raise NopeInterpError(f"{spec.path}: {_where(i, values)}: {err}") from None
+            if point.key in seen:
+                raise NopeInterpError(f"{spec.path}: {_where(i, values)} duplicates point {seen[point.key]} "
+                                      f"(the same resolved config)")
+            seen[point.key] = i
+            out.append(point)
+            i += 1
+    return out
+
+
+def resolve(kind: str, values: dict[str, Any]) -> Point:
+    """The :class:`Point` of ``values`` (spec fields) for ``kind``, with its key.
+
+    Raises:
+        NopeInterpError: an unknown field or a value the configs reject.
+    """
+    import tasks as tasks_pkg
+
+    if kind not in KINDS:
+        raise NopeInterpError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    bad = [k for k in values if k not in allowed_fields(kind)]
+    if bad:
+        raise NopeInterpError(f"unknown field(s) {', '.join(map(repr, bad))}")
+    v = {**(_INIT_DEFAULTS if kind == "init" else _TRAIN_DEFAULTS), **values}
+    task = v.get("task")
+    if not isinstance(task, str) or task not in tasks_pkg.TASK_NAMES:
+        raise NopeInterpError(f"task must be one of {', '.join(tasks_pkg.TASK_NAMES)}, got {task!r}")
+    seed = v["seed"]
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
+        raise NopeInterpError(f"seed must be an integer in [0, 2**31), got {seed!r}")
+    task_params = {} if v.get("n_digits") is None else {"n_digits": v["n_digits"]}
+    tasks_pkg.get_task(task, **task_params)  # validates n_digits
+    model_kw = {k.removeprefix("model_"): val for k, val in v.items() if k.startswith("model_")}
+    for k, val in model_kw.items():
+        check_field_value(ModelConfig, k, val, f"model_{k}")
+    if kind == "train":
+        for k in _TRAIN_FIELDS:
+            if k in v:
+                check_field_value(TrainConfig, k, v[k])
+    model_kw.setdefault("seed", seed)
+    if not isinstance(v["preset"], str):
+        raise NopeInterpError(f"preset must be a preset name, got {v['preset']!r}")
+    if "d_model" in model_kw:
+        n_heads = model_kw.get("n_heads", preset(v["preset"]).n_heads)
+        if isinstance(model_kw["d_model"], int) and isinstance(n_heads, int) and n_heads > 0:
+            model_kw.setdefault("d_head", model_kw["d_model"] // n_heads)
+            model_kw.setdefault("d_mlp", 4 * model_kw["d_model"])
+    model = preset(v["preset"], **model_kw)
+    if kind == "init":
+        from nope_interp.hooks import activation_hook_names
+
+        n = v["n_prompts"]
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 100_000:
+            raise NopeInterpError(f"n_prompts must be an integer in [1, 100000], got {n!r}")
+        pts = v["points"]
+        if not isinstance(pts, list) or not pts:
+            raise NopeInterpError(f"points must be a non-empty list of hook points, got {pts!r}")
+        activation_hook_names(model.n_layers, tuple(pts))  # validates the point names
+        settings: dict[str, Any] = {"n_prompts": n, "points": list(pts), "prompt_seed": seed}
+    else:
+        train_kw = {k: val for k, val in v.items() if k in _TRAIN_FIELDS}
+        tcfg = TrainConfig(task=task, task_params=task_params, seed=seed, **train_kw)
+        n = v["analyze_n_prompts"]
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 100_000:
+            raise NopeInterpError(f"analyze_n_prompts must be an integer in [0, 100000], got {n!r}")
+        settings = {"train": tcfg.to_dict(), "analyze_n_prompts": n}
+    point = Point(kind=kind, fields=dict(values), model=model, task=task, task_params=task_params, settings=settings)
+    return Point(**{**point.__dict__, "key": point_key(point)})
+
+
+def point_key(point: Point) -> str:
+    """16 hex digits of the SHA-256 of the point's resolved config as canonical JSON."""
+    text = json.dumps(io.json_safe(point.resolved()), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_point(kind: str, values: dict[str, Any], out_dir: str, threads: int = 1) -> dict[str, Any]:
+    """Run one point in this process (what every executor calls; picklable by reference).
+
+    Skips a point whose ``result.json`` exists; returns ``{"key", "status": "done" | "skipped" | "failed" |
+    "busy", "seconds"}`` (``busy``: another process holds the point's lock). A failure writes
+    ``error.json`` and returns ``failed``: it never raises for the point's own errors.
+    """
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    point = resolve(kind, values)
+    pdir = Path(out_dir) / "points" / point.key
+    if (pdir / "result.json").exists():
+        return {"key": point.key, "status": "skipped", "seconds": 0.0}
+    t0 = time.perf_counter()
+    try:
+        with io.exclusive(pdir, "sweep point"):
+            if (pdir / "result.json").exists():  # finished by another worker while this one waited
+                return {"key": point.key, "status": "skipped", "seconds": 0.0}
+            pdir.mkdir(parents=True, exist_ok=True)
+            io.write_json(pdir / "point.json", {"key": point.key, "fields": values, **point.resolved()})
+            with open(pdir / "attempts.log", "a") as fh:
+                fh.write(f"start {time.time():.3f} pid {os.getpid()}\n")
+            (pdir / "error.json").unlink(missing_ok=True)
+            try:
+                metrics = _run_init(point) if kind == "init" else _run_train(point, pdir)
+            except Exception as err:  # recorded, never stops the sweep
+                io.write_json(pdir / "error.json", {"key": point.key, "error": f"{type(err).__name__}: {err}",
+                                                    "traceback": traceback.format_exc()})
+                return {"key": point.key, "status": "failed", "seconds": time.perf_counter() - t0,
+                        "error": f"{type(err).__name__}: {err}"}
+            seconds = time.perf_counter() - t0
+            io.write_json(pdir / "result.json", {"key": point.key, "fields": values, "metrics": metrics,
+                                                 "seconds": round(seconds, 3), "peak_mib": round(_peak_mib(), 1),
+                                                 "pid": os.getpid(), "host": os.uname().nodename})
+            with open(pdir / "attempts.log", "a") as fh:
+                fh.write(f"done {time.time():.3f} pid {os.getpid()}\n")
+            return {"key": point.key, "status": "done", "seconds": seconds}
+    except io.LockHeldError:
+        return {"key": point.key, "status": "busy", "seconds": 0.0}
+
+
+def _summary_metrics(scores: dict[str, dict[str, float]], n_layers: int) -> dict[str, float]:
+    """``L0_<point>``, ``last_<point>`` and ``mean_<point>`` (over layers) of the row-mean scores, per point."""
+    out: dict[str, float] = {}
+    by_point: dict[str, list[float]] = {}
+    for site, s in scores.items():
+        point = site.split(".")[-1].removeprefix("hook_")
+        by_point.setdefault(point, []).append(s["mean"])
+    for point, vals in by_point.items():
+        out[f"L0_{point}"] = vals[0]
+        out[f"last_{point}"] = vals[-1]
+        out[f"mean_{point}"] = sum(vals) / len(vals)
+    return out
+
+
+def _run_init(point: Point) -> dict[str, Any]:
+    import tasks as tasks_pkg
+    from nope_interp.analysis import analyze_model
+    from nope_interp.model import build_model
+
+    s = point.settings
+    task = tasks_pkg.get_task(point.task, **point.task_params)
+    res = analyze_model(build_model(point.model), task, s["n_prompts"], seed=s["prompt_seed"],
+                        points=tuple(s["points"]))
+    row = res.scores["row_mean"]
+    return {**_summary_metrics(row, point.model.n_layers), "scores": {k: v["mean"] for k, v in row.items()}}
+
+
+def _run_train(point: Point, pdir: Path) -> dict[str, Any]:
+    from nope_interp.analysis import analyze_model
+    from nope_interp.pretrained import load_run
+    from nope_interp.train import train
+
+    tcfg = TrainConfig(**point.settings["train"])
+    run_dir = pdir / "run"
+    result = train(point.model, tcfg, run_dir, resume=(run_dir / "checkpoint.pt").exists(), device="cpu",
+                   command=f"nope-interp sweep (point {point.key})", progress=False)
+    out: dict[str, Any] = {"test_acc": result.test_acc, "steps": result.steps, "wall_time_s": result.wall_time_s,
+                           "stopped_early": result.stopped_early}
+    n = point.settings["analyze_n_prompts"]
+    if n:
+        run = load_run(run_dir)
+        res = analyze_model(run.model, run.task, n, seed=1, points=("z", "resid_post"), exclude=run.train_prompts)
+        row = res.scores["row_mean"]
+        out.update(_summary_metrics(row, point.model.n_layers))
+        out["scores"] = {k: v["mean"] for k, v in row.items()}
+    return out
+
+
+@dataclass(frozen=True)
+class SweepStatus:
+    """What a sweep run ended with: counts, per-point outcomes and the wall time (seconds)."""
+
+    done: int
+    skipped: int
+    failed: int
+    outcomes: tuple[dict[str, Any], ...]
+    wall_time_s: float
+
+
+def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", workers: int = 2,
+              threads: int = 1, ray_address: str | None = None, log: Callable[[str], None] | None = None,
+              progress: bool = True) -> SweepStatus:
+    """Run every unfinished point of ``spec`` into ``out_dir`` (``points/<key>/``), ``workers`` at a time.
+
+    Args:
+        executor: ``local`` (process pool) or ``ray`` (``ray.init(address=ray_address)``: an existing cluster,
+            or a new local one when ``ray_address`` is None).
+        workers: processes of the local pool (the Ray executor is limited by the cluster's resources).
+        threads: torch threads per point (default 1, so ``workers`` points fit ``workers`` cores).
+        progress: a tqdm bar with done / running / failed and the mean time per point.
+
+    Raises:
+        NopeInterpError: an unknown executor; ``workers`` or ``threads`` < 1; Ray not installed (the message
+            says ``pip install -e .[ray]``) or the cluster cannot be reached; ``out_dir`` not writable.
+    """
+    if executor not in EXECUTORS:
+        raise NopeInterpError(f"unknown executor {executor!r}; allowed: {', '.join(EXECUTORS)}")
+    for label, v in (("workers", workers), ("threads", threads)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise NopeInterpError(f"{label} must be an integer >= 1, got {v!r}")
+    out = Path(out_dir).resolve()
+    io.check_writable_dir(out, "sweep output folder")
+    out.mkdir(parents=True, exist_ok=True)
+    io.atomic_write_text(out / "spec.toml", Path(spec.path).read_text())
+    todo = [p for p in spec.points if not (out / "points" / p.key / "result.json").exists()]
+    skipped = len(spec.points) - len(todo)
+    if log:
+        log(f"sweep {spec.name}: {len(spec.points)} points, {skipped} already finished, {len(todo)} to run "
+            f"({executor}, {workers if executor == 'local' else 'cluster'} workers) -> {out}")
+    t0 = time.perf_counter()
+    if executor == "local":
+        outcomes = _run_local(spec, todo, out, workers, threads, progress)
+    else:
+        outcomes = _run_ray(spec, todo, out, threads, ray_address, progress)
+    done = sum(o["status"] == "done" for o in outcomes)
+    skipped += sum(o["status"] == "skipped" for o in outcomes)
+    failed = [o for o in outcomes if o["status"] == "failed"]
+    if log:
+        for o in failed:
+            log(f"  failed {o['key']}: {o.get('error', '')} (see {out / 'points' / o['key'] / 'error.json'})")
+        log(f"{done} ran, {skipped} skipped, {len(failed)} failed in {time.perf_counter() - t0:.0f} s")
+    return SweepStatus(done=done, skipped=skipped, failed=len(failed), outcomes=tuple(outcomes),
+                       wall_time_s=round(time.perf_counter() - t0, 2))
+
+
+class _Bar:
+    """tqdm over points with done / running / failed and the mean seconds per point."""
+
+    def __init__(self, total: int, running: int, enabled: bool) -> None:
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=total, desc="sweep", disable=not enabled or total == 0, dynamic_ncols=True)
+        self.failed = 0
+        self.seconds: list[float] = []
+        self.update(running, advance=False)
+
+    def update(self, running: int, outcome: dict[str, Any] | None = None, advance: bool = True) -> None:
+        if outcome is not None:
+            self.failed += outcome["status"] == "failed"
+            if outcome["status"] == "done":
+                self.seconds.append(outcome["seconds"])
+        mean = f"{sum(self.seconds) / len(self.seconds):.1f}s" if self.seconds else "-"
+        self.bar.set_postfix_str(f"running {running}, failed {self.failed}, {mean}/point")
+        if advance:
+            self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _warm_worker(threads: int) -> None:
+    """Pool initializer: set the torch threads and import the analysis stack once per worker, so a point's
+    ``seconds`` measure the point and not the imports."""
+    import torch
+
+    import nope_interp.analysis  # noqa: F401
+    import nope_interp.train  # noqa: F401
+
+    torch.set_num_threads(threads)
+
+
+def _run_local(spec: SweepSpec, todo: list[Point], out: Path, workers: int, threads: int,
+               progress: bool) -> list[dict[str, Any]]:
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    outcomes: list[dict[str, Any]] = []
+    if not todo:
+        return outcomes
+    ctx = multiprocessing.get_context("spawn")  # fresh interpreters: no forked torch thread pools
+    queue = list(todo)
+    bar = _Bar(len(todo), 0, progress)
+    with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=ctx, initializer=_warm_worker,
+                             initargs=(threads,)) as pool:
+        running: dict[Any, Point] = {}
+        while queue or running:
+            while queue and len(running) < workers:
+                p = queue.pop(0)
+                running[pool.submit(run_point, spec.kind, p.fields, str(out), threads)] = p
+            bar.update(len(running), advance=False)
+            finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
+            for fut in finished:
+                p = running.pop(fut)
+                outcome = fut.result()
+                if outcome["status"] == "busy":  # an orphaned worker of a killed driver still runs it
+                    time.sleep(1.0)
+                    queue.append(p)
+                    continue
+                outcomes.append(outcome)
+                bar.update(len(running), outcome)
+    bar.close()
+    return outcomes
+
+
+def _run_ray(spec: SweepSpec, todo: list[Point], out: Path, threads: int, address: str | None,
+             progress: bool) -> list[dict[str, Any]]:
+    try:
+        import ray
+    except ImportError:
+        raise NopeInterpError("the ray executor needs Ray: pip install -e '.[ray]'") from None
+    outcomes: list[dict[str, Any]] = []
+    if not todo:
+        return outcomes
+    if address is not None:
+        _check_reachable(address)
+    try:
+        ray.init(address=address, log_to_driver=False, include_dashboard=False, ignore_reinit_error=True,
+                 configure_logging=False)
+    except Exception as err:
+        raise NopeInterpError(f"cannot reach the Ray cluster at {address!r}: {' '.join(str(err).split())[:300]}") \
+            from None
+    try:
+        remote = ray.remote(num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, max_retries=0)(run_point)
+        pending = {remote.remote(spec.kind, p.fields, str(out), threads): p for p in todo}
+        bar = _Bar(len(todo), len(pending), progress)
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                p = pending.pop(ref)
+                try:
+                    outcome = ray.get(ref)
+                except Exception as err:  # the worker process died (e.g. out of memory)
+                    outcome = {"key": p.key, "status": "failed", "seconds": 0.0,
+                               "error": f"Ray task failed: {' '.join(str(err).split())[:300]}"}
+                if outcome["status"] == "busy":
+                    pending[remote.remote(spec.kind, p.fields, str(out), threads)] = p
+                    continue
+                outcomes.append(outcome)
+                bar.update(len(pending), outcome)
+        bar.close()
+    finally:
+        ray.shutdown()
+    return outcomes
+
+
+def _check_reachable(address: str, timeout: float = 10.0) -> None:
+    """Raise a one-line NopeInterpError unless ``host:port`` accepts a TCP connection (``ray.init`` itself
+    retries an unreachable address for minutes)."""
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise NopeInterpError(f"--ray-address must be host:port (the head's GCS port, e.g. 127.0.0.1:6379), "
+                              f"got {address!r}")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            pass
+    except OSError as err:
+        raise NopeInterpError(f"cannot reach the Ray cluster at {address}: {err.strerror or err} (is `ray start "
+                              f"--head` running there?)") from None
+
+
+def read_results(spec: SweepSpec, out_dir: str | Path) -> tuple[list[dict[str, Any]], list[str], list[str]]:
+    """``(rows, missing keys, failed keys)``: one row per finished point (its fields, then its scalar metrics)."""
+    rows, missing, failed = [], [], []
+    for p in spec.points:
+        pdir = Path(out_dir) / "points" / p.key
+        if (pdir / "result.json").exists():
+            data = json.loads((pdir / "result.json").read_text())
+            metrics = {k: v for k, v in data["metrics"].items()
+                       if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            rows.append({"key": p.key, **{k: p.fields.get(k, spec.base.get(k)) for k in spec.varied},
+                         **metrics, "seconds": data["seconds"], "peak_mib": data["peak_mib"]})
+        elif (pdir / "error.json").exists():
+            failed.append(p.key)
+        else:
+            missing.append(p.key)
+    return rows, missing, failed
+
+
+#: Fields that index repetitions (averaged over), not configurations.
+SEED_FIELDS = ("seed", "model_seed")
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    """Aggregated results of a sweep: one row per configuration (every varied field but the seeds).
+
+    Attributes:
+        rows: per configuration, its fields and for each metric ``<metric>_mean``, ``_std``, ``_ci95_low``,
+            ``_ci95_high`` and ``n_seeds`` (:func:`nope_interp.stats.mean_std_ci`).
+        metrics: metric names. group_by: the configuration fields. points: the per-point rows.
+        missing, failed: keys of points without a result, and of failed points.
+    """
+
+    spec: SweepSpec
+    rows: tuple[dict[str, Any], ...]
+    metrics: tuple[str, ...]
+    group_by: tuple[str, ...]
+    points: tuple[dict[str, Any], ...]
+    missing: tuple[str, ...]
+    failed: tuple[str, ...]
+
+    def markdown(self) -> str:
+        """The table as Markdown: configuration fields, then ``mean ± std (n)`` per metric."""
+        head = [*self.group_by, *self.metrics]
+        lines = [f"# Sweep {self.spec.name} ({self.spec.kind}): {len(self.points)} of {len(self.spec.points)} points "
+                 f"finished, {len(self.failed)} failed", "",
+                 "Each metric: mean ± std over seeds (number of seeds); 95% CI in the CSV.", "",
+                 "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for r in self.rows:
+            cells = [str(r[g]) for g in self.group_by]
+            cells += [f"{r[m + '_mean']:.3f} ± {r[m + '_std']:.3f} ({r['n_seeds']})" if m + "_mean" in r else ""
+                      for m in self.metrics]
+            lines.append("| " + " | ".join(cells) + " |")
+        return "\n".join(lines) + "\n"
+
+
+def report(spec: SweepSpec, out_dir: str | Path) -> SweepReport:
+    """Aggregate the finished points of ``spec`` in ``out_dir`` over seeds (:func:`nope_interp.stats.mean_std_ci`).
+
+    Raises:
+        NopeInterpError: no finished point.
+    """
+    from nope_interp.stats import mean_std_ci
+
+    points, missing, failed = read_results(spec, out_dir)
+    if not points:
+        raise NopeInterpError(f"no finished point of sweep {spec.name!r} in {out_dir} "
+                              f"({len(missing)} not run, {len(failed)} failed): run `nope-interp sweep` first")
+    group_by = tuple(k for k in spec.varied if k not in SEED_FIELDS)
+    skip = {"key", *spec.varied}
+    metrics = tuple(dict.fromkeys(k for r in points for k in r if k not in skip))
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in points:
+        groups.setdefault(tuple(json.dumps(r.get(g), sort_keys=True) for g in group_by), []).append(r)
+    rows = []
+    for members in groups.values():
+        row: dict[str, Any] = {g: members[0].get(g) for g in group_by}
+        row["n_seeds"] = len(members)
+        for m in metrics:
+            vals = [r[m] for r in members if m in r]
+            if vals:
+                st = mean_std_ci(vals)
+                row.update({f"{m}_mean": st.mean, f"{m}_std": st.std, f"{m}_ci95_low": st.ci95_low,
+                            f"{m}_ci95_high": st.ci95_high})
+        rows.append(row)
+    return SweepReport(spec=spec, rows=tuple(rows), metrics=metrics, group_by=group_by, points=tuple(points),
+                       missing=tuple(missing), failed=tuple(failed))
+
+
+def plot_metric_vs_axis(rep: SweepReport, axis: str) -> Any:
+    """Every metric against one varied field: the mean over seeds and over the other fields at each value
+    (error bars: std over those points); one trace per metric (click the legend to show one)."""
+    import plotly.graph_objects as go
+
+    from nope_interp.stats import mean_std_ci
+
+    values = list(dict.fromkeys(json.dumps(r.get(axis), sort_keys=True) for r in rep.points))
+    fig = go.Figure()
+    for i, m in enumerate(rep.metrics):
+        ys, errs = [], []
+        for v in values:
+            vals = [r[m] for r in rep.points if json.dumps(r.get(axis), sort_keys=True) == v and m in r]
+            st = mean_std_ci(vals) if vals else None
+            ys.append(None if st is None else st.mean)
+            errs.append(None if st is None else st.std)
+        fig.add_trace(go.Scatter(x=[json.loads(v) if not v.startswith(("[", "{")) else v for v in values], y=ys,
+                                 mode="lines+markers", name=m, error_y={"type": "data", "array": errs},
+                                 visible=True if i < 4 and m not in ("seconds", "peak_mib") else "legendonly"))
+    fig.update_layout(title=f"Sweep {rep.spec.name}: metrics against {axis} (mean ± std over all other fields "
+                            f"and seeds)", xaxis_title=axis, yaxis_title="value", height=560, width=1000,
+                      legend={"title": "metric (click to show)"})
+    if all(isinstance(json.loads(v), str) for v in values):
+        fig.update_xaxes(type="category")
+    return fig
+
+
+def write_report(rep: SweepReport, out_root: str | Path = ".") -> list[Path]:
+    """Write ``results/sweeps/<name>/{report.csv, report.md, points.csv, report.json}`` and
+    ``figures/sweeps/<name>/<axis>.html`` (one per varied field but the seeds) under ``out_root``."""
+    from nope_interp.plotting import save_figure
+
+    res_dir = Path(out_root) / "results" / "sweeps" / rep.spec.name
+    fig_dir = Path(out_root) / "figures" / "sweeps" / rep.spec.name
+    paths = [io.atomic_write_text(res_dir / "report.csv", io.to_csv(list(rep.rows))),
+             io.atomic_write_text(res_dir / "report.md", rep.markdown()),
+             io.atomic_write_text(res_dir / "points.csv", io.to_csv(list(rep.points))),
+             io.write_json(res_dir / "report.json", {"name": rep.spec.name, "kind": rep.spec.kind,
+                                                     "group_by": list(rep.group_by), "metrics": list(rep.metrics),
+                                                     "rows": list(rep.rows), "missing": list(rep.missing),
+                                                     "failed": list(rep.failed)})]
+    for axis in rep.group_by:
+        paths.append(save_figure(plot_metric_vs_axis(rep, axis), fig_dir / f"{axis}.html"))
+    return paths
