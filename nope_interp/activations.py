@@ -10,11 +10,10 @@ from dataclasses import dataclass
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
-from transformer_lens import HookedTransformer
 
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names
-from nope_interp.model import check_tokens
+from nope_interp.model import LensModel, check_tokens
 
 
 @dataclass(frozen=True)
@@ -37,7 +36,7 @@ class Activations:
         return self.acts[self.labels.index(label)]
 
 
-def _checked(model: HookedTransformer, tokens: Tensor) -> Tensor:
+def _checked(model: LensModel, tokens: Tensor) -> Tensor:
     tokens = check_tokens(model, tokens)
     if tokens.shape[1] > model.cfg.n_ctx:
         raise NopeInterpError(f"sequences of {tokens.shape[1]} tokens exceed the model's n_ctx={model.cfg.n_ctx}")
@@ -45,7 +44,7 @@ def _checked(model: HookedTransformer, tokens: Tensor) -> Tensor:
 
 
 def iter_activations(
-    model: HookedTransformer,
+    model: LensModel,
     tokens: Int[Tensor, "batch pos"],
     points: tuple[str, ...] = ACTIVATION_POINTS,
     batch_size: int = 512,
@@ -65,7 +64,7 @@ def iter_activations(
     return _iter_chunks(model, tokens, names, batch_size)
 
 
-def _iter_chunks(model: HookedTransformer, tokens: Tensor, names: list[str], batch_size: int) -> Iterator[Activations]:
+def _iter_chunks(model: LensModel, tokens: Tensor, names: list[str], batch_size: int) -> Iterator[Activations]:
     for start in range(0, tokens.shape[0], batch_size):
         toks = tokens[start : start + batch_size].to(model.cfg.device)
         with torch.no_grad():
@@ -82,7 +81,7 @@ def _iter_chunks(model: HookedTransformer, tokens: Tensor, names: list[str], bat
 
 @torch.no_grad()
 def collect_activations(
-    model: HookedTransformer,
+    model: LensModel,
     tokens: Int[Tensor, "batch pos"],
     points: tuple[str, ...] = ACTIVATION_POINTS,
     batch_size: int = 512,

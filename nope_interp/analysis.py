@@ -18,7 +18,7 @@ from nope_interp.activations import iter_activations
 from nope_interp.errors import NopeInterpError
 from nope_interp.fast_forward import fast_activations, fast_activations_unsupported
 from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names
-from nope_interp.model import check_tokens
+from nope_interp.model import LensModel, check_tokens
 from nope_interp.similarity import (
     REDUCTIONS,
     ScoreSummary,
@@ -142,7 +142,7 @@ FORWARDS = ("auto", "hooked", "fast")
 
 
 def analyze_tokens(
-    model: HookedTransformer,
+    model: LensModel,
     tokens: Int[Tensor, "batch pos"],
     points: tuple[str, ...] = ACTIVATION_POINTS,
     *,
@@ -161,7 +161,8 @@ def analyze_tokens(
     activations each) and scored site by site; both reductions come from one count per matrix.
 
     Args:
-        model: a HookedTransformer whose ``n_ctx`` is at least ``pos``.
+        model: a HookedTransformer, or a TransformerBridge around a Hugging Face model (:mod:`nope_interp.hf`;
+            hooked path), whose ``n_ctx`` is at least ``pos``.
         tokens: ids in ``[0, d_vocab)``, ``pos >= 3`` (the score compares pairs of earlier positions).
         points: hook points to analyse (:data:`~nope_interp.hooks.ACTIVATION_POINTS`).
         max_lag: the lag profile's largest lag D (default pos - 1; memory and time grow with pos * D).

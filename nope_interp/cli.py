@@ -243,6 +243,9 @@ def _cmd_job(job: Any, args: argparse.Namespace) -> int:
     if job.TAKES_MODELS:
         source = ModelSource(**config_kwargs(args, ModelSource),
                              model_overrides=config_kwargs(args, ModelConfig, prefix="model-"))
+        if source.hf_path and not getattr(job, "TAKES_HF", False):
+            raise NopeInterpError(f"--hf-path works with long-context for now, not {job.NAME} (from Python, "
+                                  f"nope_interp.analysis.analyze_tokens takes any TransformerLens model)")
         models = load_models(source) if source.given else None
     with io.exclusive(res_dir, "--out-root output folder"):  # one writer per job and --out-root at a time
         result = job.run(cfg, models, log=print)

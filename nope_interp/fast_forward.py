@@ -224,9 +224,12 @@ def fast_activations(
     return _forward(model, tokens, 0.0, frozenset(names), logits=False)[1]
 
 
-def fast_activations_unsupported(model: HookedTransformer, names: list[str] | tuple[str, ...] = ()) -> str | None:
-    """Why :func:`fast_activations` cannot compute ``names`` for ``model``, or None when it can: the reasons of
+def fast_activations_unsupported(model: torch.nn.Module, names: list[str] | tuple[str, ...] = ()) -> str | None:
+    """Why :func:`fast_activations` cannot compute ``names`` for ``model``, or None when it can: not a
+    ``HookedTransformer`` (a ``TransformerBridge`` runs Hugging Face modules), the reasons of
     :func:`unsupported_reason` except sliding-window attention (supported here), and unknown hook names."""
+    if not isinstance(model, HookedTransformer):
+        return f"a {type(model).__name__} (only HookedTransformer)"
     why = unsupported_reason(model, allow_sliding=True)
     if why is not None:
         return why

@@ -25,6 +25,7 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 from transformer_lens.hook_points import HookPoint
+from transformer_lens.model_bridge import TransformerBridge
 
 from nope_interp.config import (
     ACT_FN_CHOICES,
@@ -46,6 +47,10 @@ __all__ = ["ModelConfig", "PRESETS", "preset", "build_model", "TiedUnembed", "DR
            "check_fits_memory", "check_model_fits", "format_bytes",
            "to_hooked_transformer_config", "WEIGHT_MATRICES", "POSITIONAL_CHOICES", "ATTENTION_CHOICES",
            "ACT_FN_CHOICES", "NORMALIZATION_CHOICES"]
+
+#: Any TransformerLens model the token-level analyses accept: a ``HookedTransformer`` (this project's models,
+#: or any other) or a ``TransformerBridge`` around a Hugging Face model (:mod:`nope_interp.hf`).
+LensModel = HookedTransformer | TransformerBridge
 
 
 def to_hooked_transformer_config(cfg: ModelConfig) -> HookedTransformerConfig:
@@ -402,7 +407,7 @@ def check_nope(model: HookedTransformer, cfg: ModelConfig) -> None:
         raise NopeInterpError("positional='none' but pos_embed.W_pos is not all zero: the weights are corrupt")
 
 
-def check_tokens(model: HookedTransformer, tokens: object, name: str = "tokens") -> Int[Tensor, "batch pos"]:
+def check_tokens(model: LensModel, tokens: object, name: str = "tokens") -> Int[Tensor, "batch pos"]:
     """Check a batch of token ids for ``model`` and return it as ``torch.long`` (same values, same device).
 
     Args:

@@ -151,6 +151,8 @@ def row_pair_counts(n_pos: int) -> Int[Tensor, " pos"]:
 def _check_square_no_nan(sim: Tensor) -> None:
     if sim.ndim < 2 or sim.shape[-1] != sim.shape[-2]:
         raise NopeInterpError(f"a similarity matrix must be square in its last two dims, got {tuple(sim.shape)}")
+    if not bool(torch.isnan(sim).any()):  # the common case: no NaN anywhere, no pos x pos mask needed
+        return
     n = sim.shape[-1]
     lower = torch.tril(torch.ones(n, n, dtype=torch.bool, device=sim.device), diagonal=-1)
     if bool(torch.isnan(sim[..., lower]).any()):

@@ -21,12 +21,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tqdm.auto import tqdm
-from transformer_lens import HookedTransformer
 
 import tasks as tasks_pkg
 from nope_interp.config import FrozenConfig, ModelConfig, check_name, check_tasks, opt, preset
 from nope_interp.errors import NopeInterpError
-from nope_interp.model import build_model
+from nope_interp.model import LensModel, build_model
 from nope_interp.pretrained import LoadedRun, available_pretrained, available_seed_runs, load_pretrained, load_run
 
 Log = Callable[[str], None] | None
@@ -51,12 +50,16 @@ class ModelSource(FrozenConfig):
     n_digits: int | None = opt(None, "task size (default: the paper's)")
     preset: str = opt("paper", "model preset for --init (paper, cpu, tiny)")
     with_seeds: bool = opt(False, "also the extra shipped seeds of the --pretrained tasks")
+    hf_path: str | None = opt(None, "a Hugging Face causal LM saved with save_pretrained (the hf extra; "
+                                    "long-context only), wrapped in a TransformerBridge")
     model_overrides: dict[str, Any] = opt({}, "ModelConfig fields for --init (the --model-* flags)")
 
     def __post_init__(self) -> None:
-        given = [n for n, v in (("--run", self.run), ("--pretrained", self.pretrained), ("--init", self.init)) if v]
+        given = [n for n, v in (("--run", self.run), ("--pretrained", self.pretrained), ("--init", self.init),
+                                ("--hf-path", self.hf_path)) if v]
         if len(given) > 1:
-            raise NopeInterpError(f"give at most one of --run, --pretrained, --init; got {' and '.join(given)}")
+            raise NopeInterpError(f"give at most one of --run, --pretrained, --init, --hf-path; "
+                                  f"got {' and '.join(given)}")
         if self.pretrained:
             check_tasks(self.pretrained)
         if self.task is not None:
@@ -73,7 +76,7 @@ class ModelSource(FrozenConfig):
     def given(self) -> bool:
         """True when an explicit source was given (otherwise the job uses its default models).
         ``with_seeds`` alone counts: it means every shipped model plus its extra seeds."""
-        return bool(self.run or self.pretrained or self.init or self.with_seeds)
+        return bool(self.run or self.pretrained or self.init or self.with_seeds or self.hf_path)
 
     @property
     def task_params(self) -> dict[str, int]:
@@ -87,10 +90,11 @@ class ModelEntry:
 
     Attributes:
         label: a short name for tables and file names (``init-paper-reversal``, a run directory's name,
-            ``pretrained-reversal``).
-        kind: ``"init"``, ``"run"`` or ``"pretrained"``.
-        model: the HookedTransformer (eval mode).
-        model_cfg: its config. task: the task it is analysed on.
+            ``pretrained-reversal``, ``hf-<folder>``).
+        kind: ``"init"``, ``"run"``, ``"pretrained"`` or ``"hf"``.
+        model: the HookedTransformer (eval mode), or a TransformerBridge for ``hf``.
+        model_cfg: its config (None for ``hf``: a Hugging Face model has no ModelConfig). task: the task it
+            is analysed on.
         train_prompts: prompts it was trained on (empty for an initialised model).
         run: the loaded run for a trained model, else None.
         source: provenance for result files (``{"init": config}`` or ``{"model_source": path, "model": config}``).
@@ -102,8 +106,8 @@ class ModelEntry:
 
     label: str
     kind: str
-    model: HookedTransformer
-    model_cfg: ModelConfig
+    model: LensModel
+    model_cfg: ModelConfig | None
     task: tasks_pkg.Task
     train_prompts: frozenset[str] = frozenset()
     run: LoadedRun | None = None
@@ -161,6 +165,12 @@ def load_models(source: ModelSource) -> list[ModelEntry]:
             whose name is not a safe label (:func:`~nope_interp.config.check_name`).
     """
     task = None if source.task is None else tasks_pkg.get_task(source.task, **source.task_params)
+    if source.hf_path:
+        from nope_interp.hf import load_hf
+
+        name = Path(os.path.abspath(source.hf_path)).name
+        return [ModelEntry(label=f"hf-{name}", kind="hf", model=load_hf(source.hf_path), model_cfg=None,
+                           task=task or tasks_pkg.get_task("reversal"), source={"hf_path": str(source.hf_path)})]
     if source.init:
         assert task is not None  # checked by ModelSource
         cfg = preset(source.preset, **source.model_overrides)

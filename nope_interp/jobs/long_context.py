@@ -49,12 +49,14 @@ from nope_interp.hooks import ACTIVATION_POINTS, short_label
 from nope_interp.jobs.common import Log, ModelEntry, emit, entry_from_init, progress
 from nope_interp.model import with_context
 from nope_interp.plotting import save_figure
+from nope_interp.positional import layer_positional_types
 from nope_interp.similarity import sliding_window_lag_profile, uniform_causal_lag_profile
 from nope_interp.stats import mean_std_ci
 
 NAME = "long-context"
 HELP = "adjacency score and lag profile against sequence length (random tokens and task text)"
 TAKES_MODELS = True
+TAKES_HF = True  # --hf-path: a Hugging Face model in a TransformerBridge (random inputs; layers typed)
 DEFAULT_MODELS = "initialised models of the normalisation x attention grid at the cpu preset's shape"
 
 #: Kinds of input sequence.
@@ -146,11 +148,13 @@ class LongContextRow:
     sites: tuple[str, ...]
     scores: dict[str, dict[str, Any]]
     seconds: float
+    layer_types: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
         return {"model": self.model, "arch": self.arch, "seed": self.seed, "input": self.input, "n": self.n,
-                "sites": list(self.sites), "scores": self.scores, "seconds": self.seconds}
+                "sites": list(self.sites), "layer_types": list(self.layer_types), "scores": self.scores,
+                "seconds": self.seconds}
 
 
 @dataclass(frozen=True)
@@ -201,7 +205,9 @@ def arch_label(arch: dict[str, Any]) -> str:
     return f"{arch['normalization']} {arch['attention']}{w}"
 
 
-def _arch(cfg: ModelConfig) -> dict[str, Any]:
+def _arch(cfg: ModelConfig | None) -> dict[str, Any]:
+    if cfg is None:  # a Hugging Face model: no ModelConfig
+        return {"normalization": None, "attention": "hf", "window": None}
     return {"normalization": cfg.normalization, "attention": cfg.attention,
             "window": cfg.window if cfg.attention == "sliding" else None}
 
@@ -258,12 +264,22 @@ def run(config: LongContextConfig, models: list[ModelEntry] | None = None, *, lo
               f"{config.n_sequences} sequences each")
     bar = progress(range(total), "long-context", log)
     for m_idx, entry in enumerate(models):
-        model, cfg = with_context(entry.model, entry.model_cfg, max(config.lengths))
+        if entry.model_cfg is None:  # a TransformerBridge: its own context, its own vocabulary
+            model, cfg = entry.model, None
+            if max(config.lengths) > model.cfg.n_ctx:
+                raise NopeInterpError(f"{entry.label}: lengths up to {max(config.lengths)} exceed its n_ctx "
+                                      f"({model.cfg.n_ctx})")
+        else:
+            model, cfg = with_context(entry.model, entry.model_cfg, max(config.lengths))
+        types = layer_positional_types(model)
         seed = None if given else int(entry.model_cfg.seed)
         in_seed = 0 if seed is None else seed
         for n in config.lengths:
             for kind in config.inputs:
                 next(bar, None)
+                if kind == "task" and cfg is None:
+                    emit(log, f"  {entry.label}: no task inputs (its vocabulary is not the tasks' characters)")
+                    continue
                 t1 = time.perf_counter()
                 toks, text = inputs(kind, entry.task, model.cfg.d_vocab, config.n_sequences, n, in_seed,
                                     entry.train_prompts)
@@ -273,8 +289,8 @@ def run(config: LongContextConfig, models: list[ModelEntry] | None = None, *, lo
                                  "recency_gap": res.lag_profile[site]["recency_gap"],
                                  "lag_mean": res.lag_profile[site]["mean"]} for site in res.sites}
                 rows.append(LongContextRow(model=entry.label, arch=_arch(cfg), seed=seed, input=kind, n=n,
-                                           sites=res.sites, scores=scores,
-                                           seconds=round(time.perf_counter() - t1, 2)))
+                                           sites=res.sites, scores=scores, seconds=round(time.perf_counter() - t1, 2),
+                                           layer_types=types))
                 first = res.sites[0]
                 emit(log, f"  {entry.label:34s} {kind:6s} n={n:<6d} {short_label(first)} "
                           f"{scores[first]['row_mean']['mean']:.3f}  gap {scores[first]['recency_gap']['mean']:+.3f}"
@@ -292,7 +308,8 @@ def _metric_vs_n(result: LongContextResult, metric: str, kind: str, title: str, 
     cols = min(3, len(sites))
     n_rows = -(-len(sites) // cols)
     fig = make_subplots(rows=n_rows, cols=cols, shared_yaxes=True,
-                        subplot_titles=[short_label(s) for s in sites], vertical_spacing=0.3 / max(1, n_rows - 1)
+                        subplot_titles=[site_title(s, result.rows[0].layer_types) for s in sites],
+                        vertical_spacing=0.3 / max(1, n_rows - 1)
                         if n_rows > 1 else 0.1)
     configs = list(dict.fromkeys(_config_of(r) for r in result.rows))
     palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
@@ -323,6 +340,17 @@ def _metric_vs_n(result: LongContextResult, metric: str, kind: str, title: str, 
     fig.update_layout(title=f"{title} ({kind} inputs)", height=330 * n_rows + 130, width=1150,
                       legend={"title": "configuration<br>(mean ± std over seeds)"})
     return fig
+
+
+def site_title(site: str, layer_types: tuple[str, ...]) -> str:
+    """``L3 z (NoPE)``: the short site label with its layer's measured positional type when it is known and
+    the model has more than one kind of layer or any non-NoPE layer (so hybrid models show which is which)."""
+    label = short_label(site)
+    parts = site.split(".")
+    if layer_types and set(layer_types) != {"nope"} and parts[0] == "blocks" and parts[1].isdigit():
+        names = {"nope": "NoPE", "rope": "RoPE", "learned": "learned"}
+        label += f" ({names.get(layer_types[int(parts[1])], layer_types[int(parts[1])])})"
+    return label
 
 
 def _config_of(r: LongContextRow) -> str:
@@ -422,8 +450,11 @@ def write(result: LongContextResult, out_root: str | Path = ".") -> list[Path]:
     for r in result.rows:
         for site in r.sites:
             s = r.scores[site]
+            parts = site.split(".")
+            layer_type = (r.layer_types[int(parts[1])] if r.layer_types and parts[0] == "blocks" else "")
             flat.append({"model": r.model, "normalization": r.arch["normalization"], "attention": r.arch["attention"],
                          "window": r.arch["window"], "seed": r.seed, "input": r.input, "n": r.n, "site": site,
+                         "layer_type": layer_type,
                          "score_row_mean": s["row_mean"]["mean"], "score_row_mean_std": s["row_mean"]["std"],
                          "score_pooled": s["pooled"]["mean"], "recency_gap": s["recency_gap"]["mean"],
                          "c1": s["lag_mean"][0], "cD": s["lag_mean"][-1], "sequences": s["row_mean"]["n"],

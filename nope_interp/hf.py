@@ -1,0 +1,113 @@
+"""Hugging Face models in the toolkit: wrap one in a TransformerLens ``TransformerBridge`` (offline).
+
+The optional extra ``.[hf]`` (``transformers``); nothing else in the package imports this module, and it
+imports ``transformers`` only inside its functions. The bridge's hook names match ``HookedTransformer``'s
+(``hook_embed``, ``blocks.L.hook_resid_pre/mid/post``, ``blocks.L.attn.hook_z``, ...), so every
+token-level analysis (:func:`nope_interp.analysis.analyze_tokens`, ``nope-interp long-context --hf-path``)
+runs on it unchanged; :func:`nope_interp.positional.layer_positional_types` says which layers are NoPE.
+
+The HF model is built or loaded with eager attention, so the attention pattern is computed (and hooked)
+explicitly. :func:`tiny_hf_model` builds small randomly initialised models locally (no download) for tests
+and examples: SmolLM3 with every layer NoPE or with RoPE left out of every fourth layer, and Llama (RoPE
+everywhere).
+"""
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from nope_interp.errors import NopeInterpError
+
+#: The tiny models :func:`tiny_hf_model` builds.
+TINY_KINDS = ("smollm3-mixed", "smollm3-nope", "llama")
+
+
+def bridge_from_hf(hf_model: torch.nn.Module, architecture: str | None = None) -> Any:
+    """A ``TransformerBridge`` around an already-built Hugging Face causal LM (eval mode, same weights).
+
+    Uses TransformerLens's loader-agnostic builder
+    (``transformer_lens.model_bridge.sources._bridge_builder.build_bridge_from_module``), so nothing is
+    downloaded. ``architecture`` defaults to ``hf_model.config.architectures[0]`` or the class name.
+
+    Raises:
+        NopeInterpError: not a Hugging Face model (no ``config``); an architecture TransformerLens does not
+            support (its message, on one line).
+    """
+    config = getattr(hf_model, "config", None)
+    if config is None:
+        raise NopeInterpError(f"bridge_from_hf needs a Hugging Face model with a .config, got "
+                              f"{type(hf_model).__name__}")
+    from transformer_lens.model_bridge.sources._bridge_builder import build_bridge_from_module
+
+    arch = architecture or (getattr(config, "architectures", None) or [type(hf_model).__name__])[0]
+    try:
+        bridge = build_bridge_from_module(hf_model.eval(), arch, hf_config=config, tokenizer=None)
+    except Exception as err:
+        raise NopeInterpError(f"TransformerLens cannot wrap {arch}: {' '.join(str(err).split())[:300]}") from None
+    return bridge.eval() if hasattr(bridge, "eval") else bridge
+
+
+def load_hf(path: str | Path) -> Any:
+    """Load a causal LM saved with ``save_pretrained`` in ``path`` (eager attention, CPU, offline) and wrap it
+    (:func:`bridge_from_hf`).
+
+    Raises:
+        NopeInterpError: ``path`` is not a folder with a ``config.json``; the weights cannot be loaded.
+    """
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise NopeInterpError(f"--hf-path {path} is not a folder saved by save_pretrained (no config.json)")
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager", local_files_only=True)
+    except Exception as err:
+        raise NopeInterpError(f"cannot load the Hugging Face model in {path}: {' '.join(str(err).split())[:300]}") \
+            from None
+    return bridge_from_hf(model)
+
+
+def tiny_hf_model(kind: str = "smollm3-mixed", seed: int = 0, n_layers: int = 4, d_model: int = 64,
+                  vocab: int = 128, n_ctx: int = 512) -> torch.nn.Module:
+    """A small randomly initialised Hugging Face causal LM (eager attention, eval mode), built locally.
+
+    ``smollm3-mixed``: SmolLM3 with RoPE in every layer but every fourth (``no_rope_layers[i] == 0`` for
+    i = 3, 7, ...: in SmolLM3's config 1 means the layer USES RoPE); ``smollm3-nope``: no RoPE in any layer;
+    ``llama``: Llama, RoPE in every layer. 4 heads, 2 key/value heads (grouped-query attention).
+
+    Raises:
+        NopeInterpError: an unknown kind.
+    """
+    if kind not in TINY_KINDS:
+        raise NopeInterpError(f"unknown tiny model {kind!r}; allowed: {', '.join(TINY_KINDS)}")
+    common = dict(vocab_size=vocab, hidden_size=d_model, intermediate_size=2 * d_model, num_hidden_layers=n_layers,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=n_ctx, pad_token_id=0,
+                  bos_token_id=1, eos_token_id=2, attn_implementation="eager")
+    torch.manual_seed(seed)
+    if kind == "llama":
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        return LlamaForCausalLM(LlamaConfig(**common)).eval()
+    from transformers import SmolLM3Config, SmolLM3ForCausalLM
+
+    uses_rope = [0 if kind == "smollm3-nope" or (i + 1) % 4 == 0 else 1 for i in range(n_layers)]
+    return SmolLM3ForCausalLM(SmolLM3Config(no_rope_layers=uses_rope, **common)).eval()
+
+
+def expected_layer_types(hf_model: torch.nn.Module) -> tuple[str, ...]:
+    """The per-layer types a Hugging Face config claims (for checking :func:`layer_positional_types`):
+    SmolLM3 ``no_rope_layers`` (1 = RoPE, 0 = NoPE); any other model with ``rope_theta`` or
+    ``rope_parameters`` is RoPE in every layer.
+
+    Raises:
+        NopeInterpError: a config that says neither.
+    """
+    cfg = hf_model.config
+    n = cfg.num_hidden_layers
+    flags = getattr(cfg, "no_rope_layers", None)
+    if flags is not None:
+        return tuple("rope" if f else "nope" for f in flags[:n])
+    if getattr(cfg, "rope_theta", None) is not None or getattr(cfg, "rope_parameters", None) is not None:
+        return ("rope",) * n
+    raise NopeInterpError(f"cannot tell the positional scheme of {type(hf_model).__name__} from its config")

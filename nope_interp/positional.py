@@ -1,0 +1,62 @@
+"""Which positional scheme each attention layer of a model uses, measured rather than read from a config.
+
+Hybrid models interleave NoPE layers with RoPE layers (SmolLM3 leaves RoPE out of every fourth layer), and
+configs describe this in ways that are easy to misread (SmolLM3's ``no_rope_layers[i] == 1`` means layer i
+USES RoPE). So the type of each layer is checked on a forward pass:
+
+* a layer whose attention exposes rotated queries (``blocks.L.attn.hook_rot_q``, as TransformerLens's
+  rotary ``HookedTransformer`` and a ``TransformerBridge`` of a rotary model do) is ``rope`` when the rotated
+  queries differ from the unrotated ones (``hook_q``) and ``nope`` when they are equal;
+* otherwise, a model that adds a non-zero positional embedding to the residual stream (``hook_pos_embed``)
+  has ``learned`` positions (every layer sees them); a model with neither is ``nope`` in every layer
+  (this project's models: TransformerLens's ``W_pos`` frozen at zero).
+
+``hook_rot_q`` must differ at some position other than the first (RoPE rotates position 0 by angle 0).
+"""
+
+import torch
+from jaxtyping import Int
+from torch import Tensor
+
+from nope_interp.errors import NopeInterpError
+
+#: The layer types :func:`layer_positional_types` reports.
+LAYER_TYPES = ("nope", "rope", "learned")
+
+
+@torch.no_grad()
+def layer_positional_types(model: torch.nn.Module, tokens: Int[Tensor, "batch pos"] | None = None,
+                           atol: float = 1e-6) -> tuple[str, ...]:
+    """The positional type of every attention layer of ``model``: one of :data:`LAYER_TYPES` per layer.
+
+    Args:
+        model: a ``HookedTransformer`` or a ``TransformerBridge`` (anything with ``cfg.n_layers``,
+            ``cfg.d_vocab`` and ``run_with_cache``).
+        tokens: the probe sequence (default: 8 token ids 0..7, i.e. within any vocabulary of 8 or more).
+        atol: rotated and unrotated queries closer than this (absolute, every entry) count as equal.
+
+    Raises:
+        NopeInterpError: ``model`` has no ``cfg.n_layers`` / ``run_with_cache``; ``tokens`` of fewer than 2
+            positions (position 0 is never rotated, so one position cannot tell RoPE from NoPE).
+    """
+    cfg = getattr(model, "cfg", None)
+    if cfg is None or not hasattr(model, "run_with_cache") or not isinstance(getattr(cfg, "n_layers", None), int):
+        raise NopeInterpError(f"layer_positional_types needs a TransformerLens model, got {type(model).__name__}")
+    if tokens is None:
+        tokens = torch.arange(min(8, int(cfg.d_vocab)))[None]
+    if tokens.ndim != 2 or tokens.shape[1] < 2:
+        raise NopeInterpError(f"tokens must be (batch, pos) with pos >= 2, got shape {tuple(tokens.shape)}")
+    n = cfg.n_layers
+    names = {f"blocks.{i}.attn.hook_{w}" for i in range(n) for w in ("q", "rot_q")} | {"hook_pos_embed"}
+    device = getattr(cfg, "device", None) or "cpu"
+    _, cache = model.run_with_cache(tokens.to(device), names_filter=lambda name: name in names)
+    out = []
+    learned = "hook_pos_embed" in cache and bool(cache["hook_pos_embed"].abs().max() > 0)
+    for i in range(n):
+        q_name, rot_name = f"blocks.{i}.attn.hook_q", f"blocks.{i}.attn.hook_rot_q"
+        if rot_name in cache and q_name in cache:
+            q, rq = cache[q_name].float(), cache[rot_name].float()
+            out.append("nope" if torch.allclose(rq, q, atol=atol, rtol=0) else "rope")
+        else:
+            out.append("learned" if learned else "nope")
+    return tuple(out)

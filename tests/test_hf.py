@@ -1,0 +1,101 @@
+"""Hugging Face models through TransformerBridge: equal logits, per-layer positional types measured (not read from
+the config), the adjacency pipeline on a hybrid NoPE/RoPE model, and ``--hf-path`` from a folder on disk."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+
+@pytest.fixture(scope="module")
+def tiny_models():
+    from nope_interp.hf import TINY_KINDS, bridge_from_hf, tiny_hf_model
+
+    out = {}
+    for kind in TINY_KINDS:
+        hf = tiny_hf_model(kind, seed=0)
+        out[kind] = (hf, bridge_from_hf(hf))
+    return out
+
+
+def test_bridge_logits_equal_the_hf_model(tiny_models):
+    tokens = torch.randint(3, 128, (2, 24), generator=torch.Generator().manual_seed(0))
+    for kind, (hf, bridge) in tiny_models.items():
+        with torch.no_grad():
+            torch.testing.assert_close(bridge(tokens), hf(tokens).logits, atol=1e-5, rtol=1e-5, msg=kind)
+
+
+def test_layer_types_are_measured_and_match_what_the_configs_mean(tiny_models):
+    from nope_interp.hf import expected_layer_types
+    from nope_interp.positional import layer_positional_types
+
+    got = {kind: layer_positional_types(bridge) for kind, (_, bridge) in tiny_models.items()}
+    assert got["smollm3-mixed"] == ("rope", "rope", "rope", "nope")  # no_rope_layers = [1, 1, 1, 0]: 1 USES RoPE
+    assert got["smollm3-nope"] == ("nope",) * 4
+    assert got["llama"] == ("rope",) * 4
+    for kind, (hf, _) in tiny_models.items():
+        assert got[kind] == expected_layer_types(hf)
+
+
+def test_layer_types_of_hooked_transformers():
+    from nope_interp.config import preset
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.model import build_model
+    from nope_interp.positional import layer_positional_types
+
+    assert layer_positional_types(build_model(preset("tiny"))) == ("nope", "nope")
+    assert layer_positional_types(build_model(preset("tiny", positional="rotary"))) == ("rope", "rope")
+    assert layer_positional_types(build_model(preset("tiny", positional="learned"))) == ("learned", "learned")
+    with pytest.raises(NopeInterpError, match="pos >= 2"):
+        layer_positional_types(build_model(preset("tiny", positional="rotary")), torch.tensor([[5]]))
+    with pytest.raises(NopeInterpError, match="TransformerLens model"):
+        layer_positional_types(torch.nn.Linear(2, 2))
+
+
+def test_adjacency_pipeline_runs_on_a_hybrid_bridge(tiny_models):
+    from nope_interp.analysis import analyze_tokens
+    from nope_interp.similarity import adjacency_scores_of_activations
+
+    _, bridge = tiny_models["smollm3-mixed"]
+    tokens = torch.randint(3, 128, (3, 40), generator=torch.Generator().manual_seed(1))
+    res = analyze_tokens(bridge, tokens, ("z", "resid_post"), max_lag=8)  # auto: the hooked path for a bridge
+    assert len(res.sites) == 8 and all(0 <= res.score(s).mean <= 1 for s in res.sites)
+    _, cache = bridge.run_with_cache(tokens)  # independent: the bridge's own cache, scored directly
+    z3 = cache["blocks.3.attn.hook_z"].reshape(3, 40, -1)
+    expected = adjacency_scores_of_activations(z3)["row_mean"]
+    torch.testing.assert_close(res.per_sequence["row_mean"][res.sites.index("blocks.3.attn.hook_z")], expected)
+
+
+def test_long_context_from_an_hf_folder_marks_nope_layers(tmp_path, capsys):
+    from nope_interp.cli import main
+    from nope_interp.hf import tiny_hf_model
+
+    tiny_hf_model("smollm3-mixed", seed=0).save_pretrained(tmp_path / "smol")  # unwrapped: the bridge wraps in place
+    code = main(["long-context", "--hf-path", str(tmp_path / "smol"), "--lengths", "16", "48", "--max-lag", "8",
+                 "--n-sequences", "2", "--out-root", str(tmp_path / "out")])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    data = json.loads((tmp_path / "out/results/long_context/long_context.json").read_text())
+    assert {r["input"] for r in data["rows"]} == {"random"}  # no task text for a foreign vocabulary
+    assert all(r["layer_types"] == ["rope", "rope", "rope", "nope"] for r in data["rows"])
+    html = (tmp_path / "out/figures/long_context/score_vs_n_random.html").read_text()
+    assert "L3 z (NoPE)" in html and "L0 z (RoPE)" in html
+
+
+def test_hf_path_errors_are_one_line(tmp_path, capsys):
+    from nope_interp.cli import main
+
+    assert main(["long-context", "--hf-path", str(tmp_path), "--lengths", "16", "--max-lag", "4"]) == 2
+    assert "no config.json" in capsys.readouterr().err
+    assert main(["analyze", "--hf-path", str(tmp_path)]) == 2
+    assert "long-context" in capsys.readouterr().err
+    assert main(["long-context", "--hf-path", str(tmp_path), "--pretrained", "reversal"]) == 2
+
+
+def test_only_the_hf_module_imports_transformers():
+    root = Path(__file__).resolve().parents[1] / "nope_interp"
+    importers = [p.relative_to(root).as_posix() for p in root.rglob("*.py")
+                 if re.search(r"^\s*(from|import) transformers\b", p.read_text(), re.MULTILINE)]
+    assert importers == ["hf.py"]
