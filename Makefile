@@ -20,7 +20,7 @@ $(BIN)/nope-interp: pyproject.toml
 	else \
 	  $(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"; \
 	fi
-	$(BIN)/python -m pip install --quiet -e ".[dev,ray,hf]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,ray,hf,text]"
 	touch $(BIN)/nope-interp
 
 venv: $(BIN)/nope-interp

@@ -59,8 +59,8 @@ TAKES_MODELS = True
 TAKES_HF = True  # --hf-path: a Hugging Face model in a TransformerBridge (random inputs; layers typed)
 DEFAULT_MODELS = "initialised models of the normalisation x attention grid at the cpu preset's shape"
 
-#: Kinds of input sequence.
-INPUTS = ("random", "task")
+#: Kinds of input sequence (``text``: Shakespeare's dialogue from held-out plays; the ``text`` extra).
+INPUTS = ("random", "task", "text")
 #: Normalisations and attentions of the default grid.
 NORMALIZATIONS = ("LN", "RMS", "none")
 ATTENTIONS = ("causal", "sliding")
@@ -83,7 +83,8 @@ class LongContextConfig(FrozenConfig):
     """
 
     lengths: tuple[int, ...] = opt((32, 128, 512, 2048), "sequence lengths n in tokens (up to 65536)")
-    inputs: tuple[str, ...] = opt(INPUTS, f"input kinds: {', '.join(INPUTS)} (task = windows of task text)")
+    inputs: tuple[str, ...] = opt(("random", "task"), f"input kinds: {', '.join(INPUTS)} (task: windows of task "
+                                                      "text; text: Shakespeare, needs the text extra)")
     text_task: str = opt("reversal", "task whose text the default grid's task inputs are (a model given by "
                                      "--run/--pretrained/--init reads its own task's text)")
     n_sequences: int = opt(4, "sequences per model, input and length")
@@ -234,7 +235,8 @@ def inputs(kind: str, task: tasks_pkg.Task, d_vocab: int, n_sequences: int, n: i
     (empty for random tokens).
 
     ``random``: ids i.i.d. uniform in [0, ``d_vocab``) from a generator seeded with ``seed``; ``task``: windows
-    of ``task``'s concatenated held-out lines (:func:`tasks.window_inputs`), none of ``exclude``.
+    of ``task``'s concatenated held-out lines (:func:`tasks.window_inputs`), none of ``exclude``; ``text``:
+    windows of Shakespeare's dialogue from held-out plays (:func:`nope_interp.text.text_windows`).
 
     Raises:
         NopeInterpError: an unknown kind.
@@ -244,6 +246,11 @@ def inputs(kind: str, task: tasks_pkg.Task, d_vocab: int, n_sequences: int, n: i
         return torch.randint(0, d_vocab, (n_sequences, n), generator=gen), ""
     if kind == "task":
         texts = tasks_pkg.window_inputs(task, n_sequences, n, seed, exclude)
+        return task.prompt_tokens(texts), texts[0]
+    if kind == "text":
+        from nope_interp.text import text_windows
+
+        texts = text_windows(n_sequences, n, seed)
         return task.prompt_tokens(texts), texts[0]
     raise NopeInterpError(f"unknown input kind {kind!r}; allowed: {', '.join(INPUTS)}")
 
@@ -277,8 +284,8 @@ def run(config: LongContextConfig, models: list[ModelEntry] | None = None, *, lo
         for n in config.lengths:
             for kind in config.inputs:
                 next(bar, None)
-                if kind == "task" and cfg is None:
-                    emit(log, f"  {entry.label}: no task inputs (its vocabulary is not the tasks' characters)")
+                if kind in ("task", "text") and cfg is None:
+                    emit(log, f"  {entry.label}: no {kind} inputs (its vocabulary is not the tasks' characters)")
                     continue
                 t1 = time.perf_counter()
                 toks, text = inputs(kind, entry.task, model.cfg.d_vocab, config.n_sequences, n, in_seed,
