@@ -486,13 +486,25 @@ class _Bar:
 
 def _warm_worker(threads: int) -> None:
     """Pool initializer: set the torch threads and import the analysis stack once per worker, so a point's
-    ``seconds`` measure the point and not the imports."""
+    ``seconds`` measure the point and not the imports; and end the worker when its driver dies (a killed
+    driver would otherwise leave idle workers blocked on its pipe forever; a point cut short this way has
+    no ``result.json`` and is run again, or resumed from its checkpoint, by the next driver)."""
+    import threading
+
     import torch
 
     import nope_interp.analysis  # noqa: F401
     import nope_interp.train  # noqa: F401
 
     torch.set_num_threads(threads)
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="sweep-parent-watch").start()
 
 
 def _run_local(spec: SweepSpec, todo: list[Point], out: Path, workers: int, threads: int,

@@ -46,6 +46,27 @@ def _done_counts(out: Path) -> dict[str, int]:
     return {p.name: (p / "attempts.log").read_text().count("done ") for p in (out / "points").iterdir() if p.is_dir()}
 
 
+def _children(pid: int) -> list[int]:
+    """PIDs of the processes whose parent is ``pid`` (Linux /proc)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 def _in_process(spec_file: Path, out: Path) -> Path:
     """The uninterrupted reference: every point run by :func:`run_point` in this process, one after another."""
     from nope_interp.sweep import load_spec, run_point
@@ -126,8 +147,14 @@ def test_killed_driver_resumes_without_running_a_point_twice_and_matches_an_unin
     deadline = time.time() + 300
     while time.time() < deadline and not list(part.glob("points/*/result.json")):
         time.sleep(0.05)
-    driver.send_signal(signal.SIGKILL)  # the driver only: its workers may still be finishing a point
+    workers = _children(driver.pid)
+    assert workers  # the pool's processes
+    driver.send_signal(signal.SIGKILL)  # the driver only: its workers notice and end within a second
     driver.wait()
+    deadline = time.time() + 30
+    while time.time() < deadline and any(_alive(p) for p in workers):
+        time.sleep(0.2)
+    assert not any(_alive(p) for p in workers), "workers of a killed driver must not linger"
     finished_before = len(list(part.glob("points/*/result.json")))
     assert 1 <= finished_before
     again = _cli("sweep", str(spec), "--out-dir", str(part), "--no-progress")
