@@ -491,12 +491,6 @@ def _warm_worker(threads: int) -> None:
     no ``result.json`` and is run again, or resumed from its checkpoint, by the next driver)."""
     import threading
 
-    import torch
-
-    import nope_interp.analysis  # noqa: F401
-    import nope_interp.train  # noqa: F401
-
-    torch.set_num_threads(threads)
     parent = os.getppid()
 
     def watch() -> None:
@@ -504,7 +498,14 @@ def _warm_worker(threads: int) -> None:
             time.sleep(0.5)
         os._exit(1)
 
+    # first, so that a worker still importing (tens of seconds on a busy machine) also ends with its driver
     threading.Thread(target=watch, daemon=True, name="sweep-parent-watch").start()
+    import torch
+
+    import nope_interp.analysis  # noqa: F401
+    import nope_interp.train  # noqa: F401
+
+    torch.set_num_threads(threads)
 
 
 def _run_local(spec: SweepSpec, todo: list[Point], out: Path, workers: int, threads: int,
