@@ -484,17 +484,15 @@ class _Bar:
         self.bar.close()
 
 
-def _warm_worker(threads: int) -> None:
+def _warm_worker(threads: int, driver: int) -> None:
     """Pool initializer: set the torch threads and import the analysis stack once per worker, so a point's
     ``seconds`` measure the point and not the imports; and end the worker when its driver dies (a killed
     driver would otherwise leave idle workers blocked on its pipe forever; a point cut short this way has
     no ``result.json`` and is run again, or resumed from its checkpoint, by the next driver)."""
     import threading
 
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent:
+    def watch() -> None:  # the driver's PID comes from the driver: a worker born after its death ends too
+        while os.getppid() == driver:
             time.sleep(0.5)
         os._exit(1)
 
@@ -520,7 +518,7 @@ def _run_local(spec: SweepSpec, todo: list[Point], out: Path, workers: int, thre
     queue = list(todo)
     bar = _Bar(len(todo), 0, progress)
     with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=ctx, initializer=_warm_worker,
-                             initargs=(threads,)) as pool:
+                             initargs=(threads, os.getpid())) as pool:
         running: dict[Any, Point] = {}
         while queue or running:
             while queue and len(running) < workers:
