@@ -61,7 +61,11 @@ _SECTIONS = {"sweep", "base", "axes", "points", "resources"}
 
 
 def allowed_fields(kind: str) -> tuple[str, ...]:
-    """Every field a point of ``kind`` may set."""
+    """Every field a point of ``kind`` (one of :data:`KINDS`) may set.
+
+    Raises:
+        KeyError: an unknown kind (callers check ``kind`` first).
+    """
     return (*_COMMON, *(f"model_{f}" for f in _MODEL_FIELDS), *_KIND_FIELDS[kind])
 
 
@@ -317,6 +321,10 @@ def run_point(kind: str, values: dict[str, Any], out_dir: str, threads: int = 1)
     Skips a point whose ``result.json`` exists; returns ``{"key", "status": "done" | "skipped" | "failed" |
     "busy", "seconds"}`` (``busy``: another process holds the point's lock). A failure writes
     ``error.json`` and returns ``failed``: it never raises for the point's own errors.
+
+    Raises:
+        NopeInterpError: ``values`` that do not resolve to a point of ``kind`` (:func:`resolve`); the point's
+            folder cannot be locked or created.
     """
     import torch
 
