@@ -21,6 +21,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from nope_interp import ckernel
 from nope_interp.errors import NopeInterpError
 
 REDUCTIONS = ("row_mean", "pooled")
@@ -167,14 +168,20 @@ SORT_THRESHOLD = 48
 def adjacency_counts(sim: Float[Tensor, "*batch pos pos"]) -> Int[Tensor, "*batch pos"]:
     """Successes per row: #{i < j < k : sim[k, i] < sim[k, j]} (ties and NaN comparisons fail).
 
-    Exact in both methods: all-pairs comparison (:func:`adjacency_counts_naive`) below
-    :data:`SORT_THRESHOLD` positions, the O(pos log pos)-per-row count of :func:`adjacency_counts_sorted`
-    from it on. Runs on the tensor's device.
+    Exact in every method (the same integers): on the CPU, the compiled merge-sort counter of
+    :mod:`nope_interp.ckernel` (O(pos log pos) per row) when it is available; otherwise, on the tensor's
+    device, all-pairs comparison (:func:`adjacency_counts_naive`) below :data:`SORT_THRESHOLD` positions
+    and the vectorised O(pos log pos)-per-row count of :func:`adjacency_counts_sorted` from it on.
 
     Raises:
         NopeInterpError: if the last two dimensions are not square, or the matrix has NaN entries
             below the diagonal (near-zero vectors; see :func:`cosine_similarity_matrix`).
     """
+    if sim.ndim >= 2 and sim.shape[-1] >= 3 and sim.numel() > 0:
+        _check_square_no_nan(sim)
+        counts = ckernel.adjacency_counts_c(sim)
+        if counts is not None:
+            return counts.to(sim.device)
     if sim.shape[-1] < SORT_THRESHOLD:
         return adjacency_counts_naive(sim)
     return adjacency_counts_sorted(sim)

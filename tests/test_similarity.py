@@ -360,3 +360,102 @@ def test_lag_profile_bad_input_is_one_line(S, call, match):
     with pytest.raises(NopeInterpError, match=match) as err:
         call(S)
     assert "\n" not in str(err.value)
+
+
+@pytest.fixture
+def fresh_ckernel(monkeypatch, tmp_path):
+    """The compiled counter's module with its load state forgotten and a private build cache."""
+    from nope_interp import ckernel
+
+    monkeypatch.setattr(ckernel, "_STATE", {})
+    monkeypatch.setenv("NOPE_INTERP_CACHE_DIR", str(tmp_path / "cache"))
+    return ckernel
+
+
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_compiled_count_equals_the_naive_reference(S, gen, ties, threads):
+    """The C merge-sort count gives the all-pairs integers (odd sizes, run and merge boundaries, ties)."""
+    from nope_interp import ckernel
+
+    assert ckernel.available(), ckernel.unavailable_reason()  # CI has a C compiler: the fast path is tested
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for n in (3, 4, 8, 9, 16, 17, 33, 100, 257):
+            if ties:
+                mats = torch.randint(-4, 5, (3, n, n), generator=gen).double()
+            else:
+                mats = torch.randn(3, n, n, generator=gen, dtype=torch.float64)
+            got = ckernel.adjacency_counts_c(mats)
+            assert torch.equal(got, S.adjacency_counts_naive(mats)), n
+            assert torch.equal(S.adjacency_counts(mats), got), n  # the public count takes this path on the CPU
+    finally:
+        torch.set_num_threads(before)
+    succ, _ = naive_row_scores(mats[1].numpy())
+    assert got[1].tolist() == succ
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_compiled_count_of_every_float_dtype_and_batch_shape(S, gen, dtype):
+    from nope_interp import ckernel
+
+    mats = torch.randn(2, 3, 40, 40, generator=gen).to(dtype)  # low precision: many ties
+    got = ckernel.adjacency_counts_c(mats)
+    assert got.shape == (2, 3, 40) and got.dtype == torch.int64
+    assert torch.equal(got, S.adjacency_counts_naive(mats.double()))
+    assert torch.equal(got, S.adjacency_counts_naive(mats))  # widening to float64 keeps every comparison
+    view = mats.double().transpose(-1, -2).transpose(-1, -2)[:, :, :30, :30]  # a non-contiguous view
+    assert torch.equal(ckernel.adjacency_counts_c(view), S.adjacency_counts_naive(view))
+
+
+def test_compiled_count_rejects_what_the_torch_counts_reject(S):
+    for bad, match in ((torch.zeros(3, 4), "square"), (torch.zeros(2, 3, 4), "square"),
+                       (torch.full((5, 5), float("nan")), "NaN"), (torch.full((2, 6, 6), float("nan")), "NaN")):
+        with pytest.raises(S.NopeInterpError, match=match):
+            unhooked(S.adjacency_counts)(bad)
+
+
+def test_without_a_compiler_the_torch_count_is_used_with_one_warning(S, gen, fresh_ckernel, monkeypatch):
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    mats = torch.randn(2, 60, 60, generator=gen, dtype=torch.float64)
+    with pytest.warns(UserWarning, match="could not build the C adjacency counter.*torch counter"):
+        got = S.adjacency_counts(mats)
+    assert torch.equal(got, S.adjacency_counts_naive(mats))
+    assert not fresh_ckernel.available() and "/nonexistent/cc" in fresh_ckernel.unavailable_reason()
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # warned once per process, not at every call
+        assert torch.equal(S.adjacency_counts(mats), got)
+
+
+def test_a_compiler_error_is_reported_in_one_line(S, gen, fresh_ckernel, monkeypatch, tmp_path):
+    fake = tmp_path / "cc"
+    fake.write_text("#!/bin/sh\necho 'fatal: out of coffee' >&2\necho 'second line' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("CC", str(fake))
+    with pytest.warns(UserWarning) as record:
+        assert fresh_ckernel.adjacency_counts_c(torch.zeros(4, 4, dtype=torch.float64)) is None
+    (message,) = [str(w.message) for w in record]
+    assert "exited with 3: fatal: out of coffee" in message and "\n" not in message
+
+
+def test_switched_off_means_the_torch_count_and_no_warning(S, gen, fresh_ckernel, monkeypatch):
+    monkeypatch.setenv("NOPE_INTERP_C_KERNEL", "0")
+    import warnings
+
+    mats = torch.randint(-2, 3, (2, 50, 50), generator=gen).double()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert torch.equal(S.adjacency_counts(mats), S.adjacency_counts_naive(mats))
+    assert fresh_ckernel.unavailable_reason() == "switched off by NOPE_INTERP_C_KERNEL=0"
+
+
+def test_the_build_is_cached_once_per_source(fresh_ckernel, tmp_path):
+    assert fresh_ckernel.available()
+    built = sorted((tmp_path / "cache").glob("adjacency_count-*.so"))
+    assert len(built) == 1 and not [p for p in (tmp_path / "cache").iterdir() if p.is_dir()]  # no temp dirs left
+    fresh_ckernel._STATE.clear()
+    mtime = built[0].stat().st_mtime_ns
+    assert fresh_ckernel.available() and built[0].stat().st_mtime_ns == mtime  # loaded, not rebuilt
