@@ -36,8 +36,12 @@ notebooks: venv
 	$(BIN)/python -m pip install --quiet -e ".[notebook]"
 	$(BIN)/jupyter lab notebooks/
 
+# The shipped recipes as a sweep (4 tasks x 3 seeds, resumable; see README "Sweeps"), its seed table, then
+# the demo on each task's seed-0 model of that sweep.
 reproduce: venv
-	$(BIN)/nope-interp demo --retrain
+	$(BIN)/nope-interp sweep trained-seeds --workers 2
+	$(BIN)/nope-interp sweep-report trained-seeds
+	$(BIN)/nope-interp demo --from-sweep trained-seeds
 
 clean-venv:
 	rm -rf $(VENV)

@@ -51,3 +51,56 @@ def test_bad_config(kwargs, match):
 
     with pytest.raises(NopeInterpError, match=match):
         DemoConfig(**kwargs)
+
+
+TRAIN_SPEC = """
+[sweep]
+name = "demo-sweep"
+kind = "train"
+[base]
+preset = "tiny"
+steps = 6
+batch_size = 8
+warmup_steps = 1
+eval_every = 3
+eval_n = 8
+checkpoint_every = 3
+n_train = 200
+n_test = 50
+analyze_n_prompts = 0
+[[points]]
+task = "reversal"
+[axes]
+seed = [1, 0]
+"""
+
+
+def test_demo_from_a_training_sweep_takes_each_tasks_lowest_seed(tmp_path):
+    """`make reproduce` is a sweep: the demo then analyses the sweep's seed-0 models, not the shipped ones."""
+    from nope_interp import sweep
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs import demo
+
+    spec_path = tmp_path / "spec.toml"
+    spec_path.write_text(TRAIN_SPEC)
+    spec = sweep.load_spec(spec_path)
+    out = tmp_path / "sweep"
+    with pytest.raises(NopeInterpError, match=r"no finished point of task 'reversal'.*nope-interp sweep"):
+        demo.sweep_models(str(spec_path), ("reversal",), out)
+    for p in spec.points:  # what every executor runs per point, here in this process (no worker start-up)
+        assert sweep.run_point(spec.kind, p.fields, str(out))["status"] == "done"
+    seed0 = next(p for p in spec.points if p.settings["train"]["seed"] == 0)
+    cfg = demo.DemoConfig(tasks=("reversal",), from_sweep=str(spec_path), sweep_dir=str(out), n_prompts=8,
+                          eval_n=10, init_preset="tiny", protocols=("full",))
+    (entry,) = demo.default_models(cfg)
+    assert entry.label == "reversal-demo-sweep-s0"
+    assert entry.source["model_source"] == str(out / "points" / seed0.key / "run")
+    res = demo.run(cfg)
+    assert [t.task for t in res.tasks] == ["reversal"] and 0 <= res.tasks[0].test_acc_remeasured <= 1
+    with pytest.raises(NopeInterpError, match="no finished point of task 'addition'"):
+        demo.sweep_models(str(spec_path), ("addition",), out)
+    with pytest.raises(NopeInterpError, match="kind 'init'"):
+        demo.sweep_models("tiny-init", ("reversal",), out)
+    for kwargs, match in (({"retrain": True}, "exclude each other"), ({"from_sweep": ""}, "sweep_dir needs")):
+        with pytest.raises(NopeInterpError, match=match):
+            demo.DemoConfig(**{"from_sweep": str(spec_path), "sweep_dir": str(out), **kwargs})

@@ -2,7 +2,8 @@
 
 For each task: analyse a freshly initialised NoPE model of the paper's shape, the shipped trained model's
 own step-0 weights (same config and seed, before any update) and the shipped trained model (or, with
-``retrain``, one trained now with the shipped model's recorded configs), re-measure the trained model's
+``retrain``, one trained now with the shipped model's recorded configs; with ``from_sweep``, the lowest-seed
+model of a finished training sweep, as ``make reproduce`` runs it), re-measure the trained model's
 exact match, and put the adjacency scores beside the paper's claims (``docs/method.md``, "Claims").
 Writes ``results/demo/summary.{md,json}`` and ``figures/demo/*.html``.
 """
@@ -67,6 +68,9 @@ class DemoConfig(FrozenConfig):
     retrain: bool = opt(False, "train the models again with the shipped recipes (1.5-3 h on 2 CPU cores)")
     runs_dir: str = opt("runs", "where --retrain writes its runs (<runs-dir>/<task>-retrain/)")
     device: str = opt("auto", "device for --retrain: auto, cpu or cuda[:N]")
+    from_sweep: str = opt("", "analyse the models of a finished training sweep instead (a spec name or TOML "
+                              "path, as `nope-interp sweep`): per task, its finished point with the lowest seed")
+    sweep_dir: str = opt("", "that sweep's output folder (default runs/sweeps/<name>/, as `nope-interp sweep`)")
     init_preset: str = opt("paper", "shape of the initialised models")
     protocols: tuple[str, ...] = opt(("full", "authors"),
                                      f"analysis inputs to compare, full first: {', '.join(tasks_pkg.PROTOCOLS)}")
@@ -78,10 +82,14 @@ class DemoConfig(FrozenConfig):
         if self.protocols[0] != "full":
             raise NopeInterpError(f"protocols must start with full (the main tables), got {self.protocols}")
         check_int("window", self.window, 3, 1_000_000)
+        if self.from_sweep and self.retrain:
+            raise NopeInterpError("from_sweep and retrain exclude each other: the trained models come from one place")
+        if self.sweep_dir and not self.from_sweep:
+            raise NopeInterpError("sweep_dir needs from_sweep (the spec whose points it holds)")
         check_int("n_prompts", self.n_prompts, 1, 100_000)
         check_int("eval_n", self.eval_n, 1, 10**7)
         check_choice("init_preset", self.init_preset, tuple(PRESETS))
-        if not self.retrain:
+        if not self.retrain and not self.from_sweep:
             missing = [t for t in self.tasks if t not in available_pretrained()]
             if missing:
                 raise NopeInterpError(f"no shipped model for {missing}; available: {', '.join(available_pretrained())}")
@@ -200,8 +208,44 @@ def retrain(task: str, runs_dir: str | Path, device: str = "auto", progress_bar:
     return entry_from_run(load_run(run_dir), f"{task}-retrain")
 
 
+def sweep_models(spec: str, tasks: tuple[str, ...], sweep_dir: str | Path = "") -> list[ModelEntry]:
+    """The trained model of each task from a finished training sweep (:mod:`nope_interp.sweep`): per task,
+    the finished point of the task's default size with the lowest seed (``make reproduce`` runs the
+    ``trained-seeds`` sweep, then the demo on its seed-0 models).
+
+    Args:
+        spec: a shipped spec name or a TOML path. sweep_dir: its output folder (default
+            ``runs/sweeps/<name>/``).
+
+    Raises:
+        NopeInterpError: a bad spec; a spec of kind ``init``; a task with no finished point (the message
+            gives the command that runs the sweep).
+    """
+    from nope_interp.sweep import load_spec
+
+    sp = load_spec(spec)
+    if sp.kind != "train":
+        raise NopeInterpError(f"sweep {sp.name!r} is of kind {sp.kind!r}: the demo needs trained models "
+                              "(a spec of kind 'train', such as trained-seeds)")
+    out = Path(sweep_dir) if sweep_dir else Path("runs") / "sweeps" / sp.name
+    entries = []
+    for task in tasks:
+        done = [p for p in sp.points if p.task == task and not p.task_params
+                and (out / "points" / p.key / "result.json").exists()]
+        if not done:
+            raise NopeInterpError(f"sweep {sp.name!r} has no finished point of task {task!r} in {out}; run "
+                                  f"`nope-interp sweep {spec}" + (f" --out-dir {out}" if sweep_dir else "") + "`")
+        best = min(done, key=lambda p: (p.settings["train"]["seed"], p.key))
+        seed = best.settings["train"]["seed"]
+        entries.append(entry_from_run(load_run(out / "points" / best.key / "run"), f"{task}-{sp.name}-s{seed}"))
+    return entries
+
+
 def default_models(config: DemoConfig) -> list[ModelEntry]:
-    """The trained model of each task: the shipped one, or a retrained one with ``config.retrain``."""
+    """The trained model of each task: the shipped one, a retrained one with ``config.retrain``, or a sweep's
+    with ``config.from_sweep`` (:func:`sweep_models`)."""
+    if config.from_sweep:
+        return sweep_models(config.from_sweep, tuple(config.tasks), config.sweep_dir)
     if config.retrain:
         return [retrain(t, config.runs_dir, config.device) for t in config.tasks]
     return [entry_from_run(load_pretrained(t), f"pretrained-{t}", "pretrained") for t in config.tasks]
