@@ -140,11 +140,25 @@ def _jobs() -> tuple[Any, ...]:
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from nope_interp.config import PRESETS, ModelConfig, TrainConfig
+    from nope_interp.config import PRESETS, ModelConfig, TextTrainConfig, TrainConfig
     from nope_interp.jobs.common import ModelSource
 
     parser = OneLineParser(prog="nope-interp", description=__doc__.splitlines()[0].replace("``", ""))
     sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("train-text", help="train a character-level language model on Shakespeare (text extra); "
+                                          "writes runs/<name>/",
+                       description="Train a character-level language model on the training plays' dialogue "
+                                   "(NoPE by default; --model-positional learned or rotary for the twins).")
+    p.add_argument("--preset", default="cpu", help=f"model preset: {', '.join(PRESETS)} (default cpu)")
+    p.add_argument("--name", default=None, help="run name (default: text-<positional>-<preset>-s<seed>)")
+    p.add_argument("--runs-dir", default="runs", help="parent of the run directory (default runs/)")
+    p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
+    p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu or cuda[:N]")
+    p.add_argument("--threads", type=ascii_int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_config_flags(p, ModelConfig, prefix="model-", only=MODEL_FLAGS, defaults_from="--preset")
+    add_config_flags(p, TextTrainConfig)
 
     p = sub.add_parser("train", help="train a NoPE model on a task; writes runs/<name>/")
     p.add_argument("--task", required=True, help=f"one of: {', '.join(TASK_NAMES)}")
@@ -228,6 +242,30 @@ def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
+def _cmd_train_text(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    import torch
+
+    from nope_interp.config import ModelConfig, TextTrainConfig, check_name, preset
+    from nope_interp.text_train import train_text
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise NopeInterpError(f"--threads must be a positive integer, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    model_kw = config_kwargs(args, ModelConfig, prefix="model-")
+    cfg = TextTrainConfig(**config_kwargs(args, TextTrainConfig))
+    model_kw.setdefault("n_ctx", 2 * cfg.window)  # room for the 2x evaluation (and for learned positions)
+    model_cfg = preset(args.preset, **model_kw)
+    name = args.name or f"text-{model_cfg.positional}-{args.preset}-s{model_cfg.seed}"
+    check_name("run name", name)
+    run_dir = Path(args.runs_dir) / name
+    result = train_text(model_cfg, cfg, run_dir, resume=args.resume, device=args.device,
+                        command=shlex.join(["nope-interp", *argv]), progress=not args.no_progress)
+    print(f"held-out bits per character {result.eval_bpc:.4f} after {result.steps} steps "
+          f"({result.wall_time_s / 60:.1f} min); outputs in {run_dir}/")
+    return 0
+
+
 def _cmd_job(job: Any, args: argparse.Namespace) -> int:
     from nope_interp import io
     from nope_interp.config import ModelConfig
@@ -287,6 +325,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "train":
             return _cmd_train(args, argv)
+        if args.command == "train-text":
+            return _cmd_train_text(args, argv)
         if args.command in ("sweep", "sweep-report"):
             return _cmd_sweep(args)
         job = next(j for j in _jobs() if j.NAME == args.command)

@@ -447,3 +447,56 @@ class TrainConfig(FrozenConfig):
     def make_task(self) -> tasks_pkg.Task:
         """The configured task object."""
         return tasks_pkg.get_task(self.task, **self.task_params)
+
+
+@dataclass(frozen=True)
+class TextTrainConfig(FrozenConfig):
+    """Settings of a character-level language model trained on text (:mod:`nope_interp.text_train`).
+
+    The data is the ``train`` split of :func:`nope_interp.text.corpus` (Shakespeare's dialogue, held-out
+    plays excluded) as one character stream; each step takes ``batch_size`` windows of ``window``
+    characters at random offsets, loss on every position (next-character cross-entropy). Optimiser and
+    schedule fields mean what they mean in :class:`TrainConfig`.
+
+    Attributes:
+        steps: optimizer steps (end of the cosine decay). batch_size: windows per step. window: characters
+            per window (the training context). eval_every / eval_windows: held-out bits per character on
+            this many fixed windows of ``window`` characters. checkpoint_every: steps between checkpoints.
+        seed: seed of the window sampler.
+
+    Raises:
+        NopeInterpError: a non-positive count, or an optimiser field out of range (as :class:`TrainConfig`).
+    """
+
+    steps: int = opt(5_000, "optimizer steps (end of the cosine decay)")
+    batch_size: int = opt(32, "windows per step")
+    window: int = opt(128, "characters per training window: the training context (at most n_ctx)")
+    lr: float = opt(1e-3, "peak learning rate")
+    min_lr_ratio: float = opt(0.1, "final lr as a fraction of the peak")
+    warmup_steps: int = opt(200, "linear warmup steps")
+    weight_decay: float = opt(0.1, "AdamW weight decay on matrices")
+    beta1: float = opt(0.9, "AdamW beta1")
+    beta2: float = opt(0.99, "AdamW beta2")
+    grad_clip: float = opt(1.0, "gradient-norm clip")
+    eval_every: int = opt(250, "steps between evaluations")
+    eval_windows: int = opt(64, "held-out windows per evaluation (bits per character)")
+    checkpoint_every: int = opt(250, "steps between checkpoints")
+    seed: int = opt(0, "seed of the window sampler")
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "eval_every", "eval_windows", "checkpoint_every"):
+            check_int(name, getattr(self, name), 1)
+        check_int("window", self.window, 2, 1_000_000)
+        for name in ("seed", "warmup_steps"):
+            check_int(name, getattr(self, name), 0, 2**63 - 1)
+        check_float("lr", self.lr, 0.0, 10.0, low_open=True)
+        for name in ("min_lr_ratio", "beta1", "beta2"):
+            check_float(name, getattr(self, name), 0.0, 1.0)
+        for name in ("beta1", "beta2"):
+            if getattr(self, name) >= 1.0:
+                raise NopeInterpError(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
+        check_float("weight_decay", self.weight_decay, 0.0, 1e3)
+        if self.lr * self.weight_decay > 1.0:
+            raise NopeInterpError(f"lr * weight_decay must be at most 1 (AdamW scales the weights by "
+                                  f"1 - lr * weight_decay each step), got {self.lr!r} * {self.weight_decay!r}")
+        check_float("grad_clip", self.grad_clip, 0.0, 1e9, low_open=True)

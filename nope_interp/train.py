@@ -23,7 +23,7 @@ from transformer_lens import HookedTransformer
 
 import tasks as tasks_pkg
 from nope_interp import io
-from nope_interp.config import ModelConfig, TrainConfig
+from nope_interp.config import ModelConfig, TextTrainConfig, TrainConfig
 from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import answer_loss, exact_match_accuracy
 from nope_interp.model import build_model, check_device, check_nope, load_state
@@ -67,7 +67,7 @@ def trajectory_path(run_dir: str | Path, step: int) -> Path:
     return Path(run_dir) / io.TRAJECTORY_DIR / f"step_{step:06d}.safetensors"
 
 
-def lr_at(step: int, cfg: TrainConfig) -> float:
+def lr_at(step: int, cfg: TrainConfig | TextTrainConfig) -> float:
     """Learning rate at ``step`` (0-based): linear warmup, then cosine decay to ``lr * min_lr_ratio``."""
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
@@ -76,7 +76,7 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return floor + 0.5 * (1 + math.cos(math.pi * progress)) * (cfg.lr - floor)
 
 
-def make_optimizer(model: HookedTransformer, cfg: TrainConfig) -> torch.optim.AdamW:
+def make_optimizer(model: HookedTransformer, cfg: TrainConfig | TextTrainConfig) -> torch.optim.AdamW:
     """AdamW with weight decay on trainable matrices (ndim >= 2) only; vectors get none."""
     params = [p for p in model.parameters() if p.requires_grad]
     decay = [p for p in params if p.ndim >= 2]

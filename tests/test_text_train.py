@@ -1,0 +1,143 @@
+"""Character-level language models on Shakespeare: bits per character, training, resume, twins, bad input."""
+
+import json
+import math
+
+import pytest
+import torch
+from conftest import assert_strict_json_files
+
+TINY = ["--preset", "tiny", "--steps", "8", "--batch-size", "4", "--window", "24", "--eval-every", "4",
+        "--eval-windows", "6", "--checkpoint-every", "4", "--warmup-steps", "2", "--no-progress"]
+
+
+def _train(root, name, *extra):
+    from nope_interp.cli import main
+
+    assert main(["train-text", *TINY, "--runs-dir", str(root), "--name", name, *extra]) == 0
+    return root / name
+
+
+def test_bits_per_char_is_the_mean_cross_entropy_in_bits(gen):
+    """Against a per-position loop in float64, and the closed form log2(96) for a model with zero logits."""
+    from nope_interp.config import preset
+    from nope_interp.model import build_model
+    from nope_interp.text_train import bits_per_char, eval_tokens
+
+    model = build_model(preset("tiny", n_ctx=24))
+    windows = eval_tokens(5, 20)
+    assert windows.shape == (5, 21)
+    got = bits_per_char(model, windows, batch_size=2)
+    ref, count = 0.0, 0
+    with torch.no_grad():
+        for row in windows:
+            logits = model(row[None, :-1])[0].double()
+            for pos in range(20):
+                ref -= torch.log_softmax(logits[pos], -1)[row[pos + 1]].item() / math.log(2)
+                count += 1
+    assert got == pytest.approx(ref / count, rel=1e-6)
+    with torch.no_grad():
+        model.unembed.W_U.zero_()
+        model.unembed.b_U.zero_()
+    assert bits_per_char(model, windows) == pytest.approx(math.log2(96), abs=1e-9)
+
+
+def test_nope_run_writes_a_run_with_bits_per_char_at_1x_and_2x(tmp_path):
+    run = _train(tmp_path, "nope")
+    assert_strict_json_files(run)
+    summary = json.loads((run / "summary.json").read_text())
+    config = json.loads((run / "config.json").read_text())
+    assert summary["positional"] == "none" and summary["steps"] == 8 and summary["window"] == 24
+    assert 0 < summary["bpc_1x"] < 7 and 0 < summary["bpc_2x"] < 7
+    assert config["model"]["n_ctx"] == 48  # 2x the window by default
+    assert config["data"]["held_out"] and config["text_train"]["window"] == 24
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [4, 8]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir())[0] == "step_000000.safetensors"
+    from nope_interp.text_train import bits_per_char, eval_tokens, load_text_run
+
+    model, model_cfg, cfg = load_text_run(run)
+    assert model_cfg.positional == "none" and cfg.steps == 8
+    assert bits_per_char(model, eval_tokens(6, 24)) == pytest.approx(summary["bpc_1x"], rel=1e-9)
+
+
+def test_resume_continues_from_the_checkpoint_exactly(tmp_path):
+    """Train 8 steps; rewind the checkpoint to step 4 (as a killed run leaves it); resume; same weights."""
+    import nope_interp.text_train as tt
+    from nope_interp.cli import main
+    from nope_interp.config import ModelConfig, TextTrainConfig, preset
+    from nope_interp.io import load_weights
+
+    straight = _train(tmp_path, "straight")
+    cfg_json = json.loads((straight / "config.json").read_text())
+    model_cfg, cfg = ModelConfig.from_dict(cfg_json["model"]), TextTrainConfig.from_dict(cfg_json["text_train"])
+    assert model_cfg == preset("tiny", n_ctx=48)
+    half = tmp_path / "half"
+
+    # a 4-step run of the same schedule cannot be made by changing steps (the cosine decay would differ):
+    # kill the 8-step run at its step-8 evaluation, before its last checkpoint: step 4's is on disk
+    class Stop(Exception):
+        pass
+
+    real = tt.io.append_jsonl
+
+    def stop_at_the_last_eval(path, record):
+        real(path, record)
+        if record["step"] == 8:
+            raise Stop
+
+    tt.io.append_jsonl = stop_at_the_last_eval
+    try:
+        with pytest.raises(Stop):
+            tt.train_text(model_cfg, cfg, half, progress=False, device="cpu")
+    finally:
+        tt.io.append_jsonl = real
+    assert not (half / "summary.json").exists() and torch.load(half / "checkpoint.pt")["step"] == 4
+    assert main(["train-text", *TINY, "--runs-dir", str(tmp_path), "--name", "half", "--resume"]) == 0
+    a, b = load_weights(straight / "model.safetensors"), load_weights(half / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("positional", ["learned", "rotary"])
+def test_twins_train_and_report_2x(tmp_path, positional):
+    run = _train(tmp_path, positional, "--model-positional", positional)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["positional"] == positional and 0 < summary["bpc_1x"] < 7
+    assert summary["bpc_2x"] is not None  # n_ctx defaults to 2x the window, so learned positions exist there
+    short = _train(tmp_path, positional + "-short", "--model-positional", positional, "--model-n-ctx", "24")
+    s2 = json.loads((short / "summary.json").read_text())
+    if positional == "learned":
+        assert s2["bpc_2x"] is None and "n_ctx 24 < 48" in s2["bpc_2x_missing"]
+    else:
+        assert s2["bpc_2x"] is not None
+
+
+@pytest.mark.parametrize("extra,match", [
+    (["--window", "100", "--model-n-ctx", "64"], "window 100 exceeds the model's n_ctx 64"),
+    (["--window", "1"], "window"),
+    (["--eval-windows", "0"], "eval_windows"),
+    (["--lr", "nan"], "lr"),
+    (["--name", "../x"], "name"),
+])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, extra, match):
+    from nope_interp.cli import main
+
+    assert main(["train-text", *TINY, "--runs-dir", str(tmp_path / "runs"), "--name", "r", *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert match in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "runs" / "r").exists()
+
+
+def test_resume_with_other_settings_or_a_task_run_is_refused(tmp_path, capsys, tiny_run):
+    from nope_interp.cli import main
+
+    _train(tmp_path, "r")
+    assert main(["train-text", *TINY, "--runs-dir", str(tmp_path), "--name", "r", "--resume", "--lr", "0.5"]) == 2
+    assert "settings differ" in capsys.readouterr().err
+    assert main(["train-text", *TINY, "--runs-dir", str(tmp_path), "--name", "r"]) == 2
+    assert "not empty" in capsys.readouterr().err
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.text_train import load_text_run
+
+    with pytest.raises(NopeInterpError, match="is this a text run"):
+        load_text_run(tiny_run)
