@@ -1,7 +1,9 @@
 """Benchmark: the adjacency score on long sequences.
 
 Compares, at n in {256, 1024, 4096} positions and d_model 768 (one random sequence):
-  ours   = cosine_similarity_matrix + adjacency_score (sorted count), cosine matrix included;
+  ours   = cosine_similarity_matrix + adjacency_score, cosine matrix included (on the CPU the compiled
+           merge-sort counter of nope_interp.ckernel);
+  torch  = the same with NOPE_INTERP_C_KERNEL=0: the vectorised torch counter (the fallback, and the CUDA path);
   naive  = cosine matrix + the all-pairs vectorised reference (adjacency_counts_naive), where it finishes
            within --naive-max-n;
   scipy  = scipy.stats.kendalltau row by row on the same cosine matrix (cosine excluded; tau-b, so
@@ -13,6 +15,7 @@ Prints a table of seconds, ratios (reference / ours) and peak MB. Usage:
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -32,7 +35,7 @@ def _one(method: str, n: int, device: str, repeats: int) -> dict:
         if device.startswith("cuda"):
             torch.cuda.synchronize()
         t0 = time.perf_counter()
-        if method == "ours":
+        if method in ("ours", "torch"):
             score = float(adjacency_score_of_activations(x))
         elif method == "naive":
             c = cosine_similarity_matrix(x)
@@ -65,23 +68,27 @@ def main() -> None:
     import torch
 
     print(f"adjacency-score benchmark, d_model 768, device {args.device}, torch threads {torch.get_num_threads()}")
-    print(f"{'n':>6} {'ours s':>8} {'naive s':>9} {'scipy s':>9} {'naive/ours':>11} {'scipy/ours':>11} "
+    print(f"{'n':>6} {'ours s':>8} {'torch s':>8} {'naive s':>9} {'scipy s':>9} {'torch/ours':>10} {'naive/ours':>11} "
+          f"{'scipy/ours':>11} "
           f"{'ours MB':>8} {'naive MB':>9} {'same score':>10}")
     for n in args.sizes:
         res = {}
-        for method in ("ours", "naive", "scipy"):
+        for method in ("ours", "torch", "naive", "scipy"):
             if method == "naive" and n > args.naive_max_n:
                 continue
             repeats = 1 if method != "ours" else args.repeats
+            env = {**os.environ, "NOPE_INTERP_C_KERNEL": "0" if method == "torch" else "1"}
             out = subprocess.run([sys.executable, __file__, "--one", method, str(n), "--device", args.device,
-                                  "--repeats", str(repeats)], capture_output=True, text=True, check=True)
+                                  "--repeats", str(repeats)], capture_output=True, text=True, check=True, env=env)
             res[method] = json.loads(out.stdout.strip().splitlines()[-1])
         ours, naive, scipy_ = res["ours"], res.get("naive"), res["scipy"]
         same = all(abs(r["score"] - ours["score"]) < 1e-9 for r in res.values())
         naive_s = f"{naive['seconds']:.3f}" if naive else "-"
         naive_ratio = f"{naive['seconds'] / ours['seconds']:.1f}x" if naive else "-"
         naive_mb = f"{naive['peak_mb']:.0f}" if naive else "-"
-        print(f"{n:>6} {ours['seconds']:>8.3f} {naive_s:>9} {scipy_['seconds']:>9.3f} {naive_ratio:>11} "
+        torch_ = res["torch"]
+        print(f"{n:>6} {ours['seconds']:>8.3f} {torch_['seconds']:>8.3f} {naive_s:>9} {scipy_['seconds']:>9.3f} "
+              f"{torch_['seconds'] / ours['seconds']:>9.1f}x {naive_ratio:>11} "
               f"{scipy_['seconds'] / ours['seconds']:>10.2f}x {ours['peak_mb']:>8.0f} {naive_mb:>9} {str(same):>10}",
               flush=True)
 
