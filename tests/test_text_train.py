@@ -141,3 +141,21 @@ def test_resume_with_other_settings_or_a_task_run_is_refused(tmp_path, capsys, t
 
     with pytest.raises(NopeInterpError, match="is this a text run"):
         load_text_run(tiny_run)
+
+
+def test_long_context_takes_text_runs_and_other_jobs_refuse_them(tmp_path, capsys):
+    from nope_interp.cli import main
+
+    nope = _train(tmp_path, "nope")
+    rotary = _train(tmp_path, "rot", "--model-positional", "rotary")
+    out = tmp_path / "out"
+    argv = ["long-context", "--run", str(nope), str(rotary), "--lengths", "16", "60", "--inputs", "text",
+            "--n-sequences", "2", "--max-lag", "4", "--out-root", str(out)]
+    assert main(argv) == 0
+    rows = json.loads((out / "results" / "long_context" / "long_context.json").read_text())["rows"]
+    assert {(r["model"], r["n"]) for r in rows} == {(m, n) for m in ("nope", "rot") for n in (16, 60)}
+    assert all(r["input"] == "text" for r in rows)  # 60 > the window (24): run past the training context
+    capsys.readouterr()
+    assert main(["analyze", "--run", str(nope), "--out-root", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "train-text language model works with long-context" in err and len(err.splitlines()) == 1

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from tqdm.auto import tqdm
 
 import tasks as tasks_pkg
+from nope_interp import io
 from nope_interp.config import FrozenConfig, ModelConfig, check_name, check_tasks, opt, preset
 from nope_interp.errors import NopeInterpError
 from nope_interp.model import LensModel, build_model
@@ -91,7 +92,7 @@ class ModelEntry:
     Attributes:
         label: a short name for tables and file names (``init-paper-reversal``, a run directory's name,
             ``pretrained-reversal``, ``hf-<folder>``).
-        kind: ``"init"``, ``"run"``, ``"pretrained"`` or ``"hf"``.
+        kind: ``"init"``, ``"run"``, ``"pretrained"``, ``"hf"`` or ``"text"`` (a ``train-text`` language model).
         model: the HookedTransformer (eval mode), or a TransformerBridge for ``hf``.
         model_cfg: its config (None for ``hf``: a Hugging Face model has no ModelConfig). task: the task it
             is analysed on.
@@ -180,13 +181,43 @@ def load_models(source: ModelSource) -> list[ModelEntry]:
         return shipped_entries(tasks_pkg.TASK_NAMES, with_seeds=True)
     entries = []
     for path in source.run:
-        run = load_run(path)  # label: the directory's own name, also for "runs/x/.." or "."
-        entries.append(entry_from_run(run, Path(os.path.abspath(run.path)).name, "run", task))
+        label = Path(os.path.abspath(path)).name  # the directory's own name, also for "runs/x/.." or "."
+        if is_text_run(path):
+            entries.append(text_entry(path, label, task))
+            continue
+        run = load_run(path)
+        entries.append(entry_from_run(run, label, "run", task))
     for name in source.pretrained:
         entries.append(entry_from_run(load_pretrained(name), f"pretrained-{name}", "pretrained", task))
         if source.with_seeds:
             entries += [entry_from_run(load_run(p), p.name, "run", task) for p in available_seed_runs(name)]
     return entries
+
+
+def is_text_run(path: str | Path) -> bool:
+    """Whether ``path`` is a run of ``nope-interp train-text`` (its ``config.json`` has ``text_train``)."""
+    try:
+        config = io.read_json(Path(path) / io.CONFIG_FILE, "run config")
+    except NopeInterpError:
+        return False  # load_run reports what is wrong with it
+    return isinstance(config, dict) and "text_train" in config
+
+
+def text_entry(path: str | Path, label: str, task: tasks_pkg.Task | None = None) -> ModelEntry:
+    """A :class:`ModelEntry` (kind ``text``) for a character-level language model of ``nope-interp train-text``:
+    the tasks' vocabulary, no task of its own (``task`` only names the inputs of ``task`` kind; default
+    reversal) and no training prompts.
+
+    Raises:
+        NopeInterpError: a corrupt run (:func:`nope_interp.text_train.load_text_run`); a label that is not safe.
+    """
+    from nope_interp.text_train import load_text_run
+
+    check_name("run label", label)
+    model, model_cfg, _ = load_text_run(path)
+    return ModelEntry(label=label, kind="text", model=model, model_cfg=model_cfg,
+                      task=task or tasks_pkg.get_task("reversal"), source={"model_source": str(path), "text_run": True,
+                                                                            "model": model_cfg.to_dict()})
 
 
 def shipped_entries(task_names: Iterable[str], with_seeds: bool = False) -> list[ModelEntry]:
