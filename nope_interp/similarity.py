@@ -418,25 +418,34 @@ def _unit_vectors(x: Tensor) -> Tensor:
     return y.div_(torch.linalg.vector_norm(y, dim=-1, keepdim=True))
 
 
+#: Fewest query positions per band of :func:`lag_profile` (a band is one matrix product of ``block x
+#: (block + max_lag)`` cosines, of which ``block x max_lag`` are kept).
+MIN_LAG_BLOCK = 256
+
+
 def _lag_sums(u: Tensor, max_lag: int, max_elements: int) -> Tensor:
     """Sums over query positions i >= d of the clamped cosine of unit vectors ``u`` (``seq pos d``) at
     positions i and i - d, for d = 1..max_lag: ``seq lag`` float64.
 
-    Query positions are taken in blocks of ``block``; one block's band of the cosine matrix (its queries
-    against the ``max_lag`` keys before each) is one matrix product, and the wanted diagonals are gathered
-    from it. Memory: about ``seq * block * (block + 2 max_lag)`` float64 entries, bounded by ``max_elements``
-    (at least one block of one query), never ``pos x pos``."""
+    Query positions are taken in blocks of ``block`` (at least :data:`MIN_LAG_BLOCK` where memory allows);
+    one block's band of the cosine matrix (its queries against the ``max_lag`` keys before each) is one
+    matrix product, and the wanted diagonals are gathered from it. Memory: about ``seq * block * (block +
+    max_lag)`` float64 entries, bounded by ``max_elements`` (at least one block of one query), never
+    ``pos x pos``."""
     s, n, _ = u.shape
     lags = torch.arange(1, max_lag + 1, device=u.device)
-    block = max(1, min(n - 1, max_lag, max_elements // max(1, s * 3 * max_lag)))
+    # blocks of at least MIN_LAG_BLOCK queries: few lags would otherwise mean many tiny products
+    block = max(1, min(n - 1, max(max_lag, MIN_LAG_BLOCK)))
+    while block > 1 and s * block * (block + max_lag) > max_elements:
+        block //= 2
     sums = torch.zeros(s, max_lag, dtype=torch.float64, device=u.device)
     for q0 in range(1, n, block):
         q1 = min(n, q0 + block)
         k0 = max(0, q0 - max_lag)
-        band = (u[:, q0:q1] @ u[:, k0 : q1 - 1].transpose(-1, -2)).clamp_(-1.0, 1.0)  # seq query key
+        band = u[:, q0:q1] @ u[:, k0 : q1 - 1].transpose(-1, -2)  # seq query key
         key = torch.arange(q0, q1, device=u.device)[:, None] - lags[None, :]  # query lag -> key position
         valid = key >= 0
-        picked = band.gather(-1, (key - k0).clamp_(min=0).expand(s, -1, -1))  # seq query lag
+        picked = band.gather(-1, (key - k0).clamp_(min=0).expand(s, -1, -1)).clamp_(-1.0, 1.0)  # seq query lag
         sums += picked.masked_fill_(~valid, 0.0).sum(-2)
     return sums
 
