@@ -209,16 +209,26 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
+def _set_threads(threads: int | None) -> None:
+    """``--threads``: torch's CPU threads (None: torch's choice).
+
+    Raises:
+        NopeInterpError: fewer than 1.
+    """
+    if threads is None:
+        return
+    if threads < 1:
+        raise NopeInterpError(f"--threads must be a positive integer, got {threads}")
     import torch
 
+    torch.set_num_threads(threads)
+
+
+def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from nope_interp.config import ModelConfig, TrainConfig, check_name, preset
     from nope_interp.train import finalize, train
 
-    if args.threads is not None:
-        if args.threads < 1:
-            raise NopeInterpError(f"--threads must be a positive integer, got {args.threads}")
-        torch.set_num_threads(args.threads)
+    _set_threads(args.threads)
     if args.name is not None:
         check_name("--name", args.name)
     if args.finalize:
@@ -243,15 +253,10 @@ def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def _cmd_train_text(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    import torch
-
     from nope_interp.config import ModelConfig, TextTrainConfig, check_name, preset
     from nope_interp.text_train import train_text
 
-    if args.threads is not None:
-        if args.threads < 1:
-            raise NopeInterpError(f"--threads must be a positive integer, got {args.threads}")
-        torch.set_num_threads(args.threads)
+    _set_threads(args.threads)
     model_kw = config_kwargs(args, ModelConfig, prefix="model-")
     cfg = TextTrainConfig(**config_kwargs(args, TextTrainConfig))
     model_kw.setdefault("n_ctx", 2 * cfg.window)  # room for the 2x evaluation (and for learned positions)

@@ -366,6 +366,27 @@ def preset(name: str, **overrides: Any) -> ModelConfig:
     return PRESETS[name].replace(**overrides)
 
 
+def check_optimizer_fields(cfg: Any) -> None:
+    """Check the optimiser and schedule fields shared by :class:`TrainConfig` and :class:`TextTrainConfig`:
+    lr in (0, 10], min_lr_ratio in [0, 1], beta1 and beta2 in [0, 1), weight_decay in [0, 1000] with
+    lr * weight_decay <= 1, grad_clip in (0, 1e9]. NaN and inf never pass.
+
+    Raises:
+        NopeInterpError: the first field out of range, named.
+    """
+    check_float("lr", cfg.lr, 0.0, 10.0, low_open=True)
+    for name in ("min_lr_ratio", "beta1", "beta2"):
+        check_float(name, getattr(cfg, name), 0.0, 1.0)
+    for name in ("beta1", "beta2"):  # Adam divides by 1 - beta**t: a beta of 1 gives NaN at once
+        if getattr(cfg, name) >= 1.0:
+            raise NopeInterpError(f"{name} must be in [0, 1), got {getattr(cfg, name)!r}")
+    check_float("weight_decay", cfg.weight_decay, 0.0, 1e3)
+    if cfg.lr * cfg.weight_decay > 1.0:  # AdamW multiplies the weights by 1 - lr * weight_decay
+        raise NopeInterpError(f"lr * weight_decay must be at most 1 (AdamW scales the weights by "
+                              f"1 - lr * weight_decay each step), got {cfg.lr!r} * {cfg.weight_decay!r}")
+    check_float("grad_clip", cfg.grad_clip, 0.0, 1e9, low_open=True)
+
+
 @dataclass(frozen=True)
 class TrainConfig(FrozenConfig):
     """Training settings (frozen; JSON round-trip via :meth:`to_dict` / :meth:`from_dict`).
@@ -424,17 +445,8 @@ class TrainConfig(FrozenConfig):
             check_int(name, getattr(self, name), 1)
         for name in ("data_seed", "seed", "warmup_steps"):
             check_int(name, getattr(self, name), 0, 2**63 - 1)
-        check_float("lr", self.lr, 0.0, 10.0, low_open=True)
-        for name in ("min_lr_ratio", "beta1", "beta2", "target_acc"):
-            check_float(name, getattr(self, name), 0.0, 1.0)
-        for name in ("beta1", "beta2"):  # Adam divides by 1 - beta**t: a beta of 1 gives NaN at once
-            if getattr(self, name) >= 1.0:
-                raise NopeInterpError(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
-        check_float("weight_decay", self.weight_decay, 0.0, 1e3)
-        if self.lr * self.weight_decay > 1.0:  # AdamW multiplies the weights by 1 - lr * weight_decay
-            raise NopeInterpError(f"lr * weight_decay must be at most 1 (AdamW scales the weights by "
-                                  f"1 - lr * weight_decay each step), got {self.lr!r} * {self.weight_decay!r}")
-        check_float("grad_clip", self.grad_clip, 0.0, 1e9, low_open=True)
+        check_float("target_acc", self.target_acc, 0.0, 1.0)
+        check_optimizer_fields(self)
         check_choice("objective", self.objective, OBJECTIVES)
         check_int("window", self.window, 1, 1_000_000)
 
@@ -489,14 +501,4 @@ class TextTrainConfig(FrozenConfig):
         check_int("window", self.window, 2, 1_000_000)
         for name in ("seed", "warmup_steps"):
             check_int(name, getattr(self, name), 0, 2**63 - 1)
-        check_float("lr", self.lr, 0.0, 10.0, low_open=True)
-        for name in ("min_lr_ratio", "beta1", "beta2"):
-            check_float(name, getattr(self, name), 0.0, 1.0)
-        for name in ("beta1", "beta2"):
-            if getattr(self, name) >= 1.0:
-                raise NopeInterpError(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
-        check_float("weight_decay", self.weight_decay, 0.0, 1e3)
-        if self.lr * self.weight_decay > 1.0:
-            raise NopeInterpError(f"lr * weight_decay must be at most 1 (AdamW scales the weights by "
-                                  f"1 - lr * weight_decay each step), got {self.lr!r} * {self.weight_decay!r}")
-        check_float("grad_clip", self.grad_clip, 0.0, 1e9, low_open=True)
+        check_optimizer_fields(self)

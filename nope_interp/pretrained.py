@@ -59,12 +59,16 @@ class LoadedRun:
         return "shipped" if self.path.resolve() == (PRETRAINED_DIR / self.task.name).resolve() else self.path.name
 
 
-def parse_run_config(config: Any, where: str | Path) -> tuple[ModelConfig, TrainConfig]:
+def parse_run_config(config: Any, where: str | Path,
+                     sections: tuple[tuple[str, type], ...] = (("model", ModelConfig), ("train", TrainConfig))
+                     ) -> tuple[Any, ...]:
     """The model and training configs of a run's ``config.json`` content (already parsed JSON).
 
     Args:
         config: the parsed file: a JSON object with a ``"model"`` and a ``"train"`` object.
         where: the file, for the error message.
+        sections: ``(key, config class)`` of each entry to read, in the order returned (a text run of
+            :mod:`nope_interp.text_train` has ``model`` and ``text_train``).
 
     Raises:
         NopeInterpError: the file is not a JSON object, ``model`` or ``train`` is missing or not a JSON
@@ -72,10 +76,10 @@ def parse_run_config(config: Any, where: str | Path) -> tuple[ModelConfig, Train
             file and the entry.
     """
     if not isinstance(config, dict):
-        raise NopeInterpError(f"run config is corrupt: {where}: expected a JSON object with 'model' and 'train', "
-                              f"got {_json_kind(config)}")
+        raise NopeInterpError(f"run config is corrupt: {where}: expected a JSON object with "
+                              f"{' and '.join(repr(k) for k, _ in sections)}, got {_json_kind(config)}")
     out = []
-    for key, cls in (("model", ModelConfig), ("train", TrainConfig)):
+    for key, cls in sections:
         if key not in config:
             raise NopeInterpError(f"run config is corrupt: {where}: the entry {key!r} is missing")
         if not isinstance(config[key], dict):
@@ -85,7 +89,7 @@ def parse_run_config(config: Any, where: str | Path) -> tuple[ModelConfig, Train
             out.append(cls.from_dict(config[key]))
         except NopeInterpError as err:
             raise NopeInterpError(f"run config is invalid: {where}: {key!r}: {err}") from None
-    return out[0], out[1]
+    return tuple(out)
 
 
 def _json_kind(value: Any) -> str:

@@ -33,15 +33,17 @@ import tasks as tasks_pkg
 from nope_interp import io, text
 from nope_interp.config import ModelConfig, TextTrainConfig
 from nope_interp.errors import NopeInterpError
-from nope_interp.evaluate import answer_loss
 from nope_interp.model import build_model, check_nope, check_tokens, load_state, with_context
+from nope_interp.pretrained import parse_run_config
 from nope_interp.train import (
     _check_finite_weights,
     _cpu_name,
-    _remove_new_run,
+    check_same_settings,
+    locked_run,
     log_spaced_steps,
     lr_at,
     make_optimizer,
+    optimizer_step,
     resolve_device,
     trajectory_path,
 )
@@ -132,37 +134,19 @@ def train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: str | Path
                               f"got {model_cfg.d_vocab}")
     stream = encode_text(text.corpus("train"))  # raises first when the text extra is missing
     device = resolve_device(device)
-    io.check_writable_dir(run_dir, "run directory")
-    with io.exclusive(run_dir, "run directory"):
-        existed = run_dir.is_dir()
-        new = not resume and not (existed and any(run_dir.iterdir()))
-        try:
-            return _train_text(model_cfg, cfg, run_dir, stream, resume=resume, device=device, command=command,
-                               progress=progress)
-        except BaseException:
-            if new and not (run_dir / io.CHECKPOINT_FILE).exists():
-                _remove_new_run(run_dir, keep_dir=existed)
-            raise
+    return locked_run(run_dir, resume, lambda: _train_text(model_cfg, cfg, run_dir, stream, resume=resume,
+                                                           device=device, command=command, progress=progress))
 
 
 def parse_text_run_config(config: Any, where: str | Path) -> tuple[ModelConfig, TextTrainConfig]:
-    """The model and text-training configs of a text run's ``config.json`` content.
+    """The model and text-training configs of a text run's ``config.json`` content
+    (:func:`nope_interp.pretrained.parse_run_config` with the ``model`` and ``text_train`` entries).
 
     Raises:
         NopeInterpError: not a JSON object, an entry missing or not an object, a field unknown or invalid.
     """
-    if not isinstance(config, dict):
-        raise NopeInterpError(f"run config is corrupt: {where}: expected a JSON object")
-    out = []
-    for key, cls in (("model", ModelConfig), ("text_train", TextTrainConfig)):
-        if not isinstance(config.get(key), dict):
-            raise NopeInterpError(f"run config is corrupt: {where}: {key!r} must be a JSON object of "
-                                  f"{cls.__name__} fields (is this a text run?)")
-        try:
-            out.append(cls.from_dict(config[key]))
-        except NopeInterpError as err:
-            raise NopeInterpError(f"run config is invalid: {where}: {key!r}: {err}") from None
-    return out[0], out[1]
+    model_cfg, cfg = parse_run_config(config, where, (("model", ModelConfig), ("text_train", TextTrainConfig)))
+    return model_cfg, cfg
 
 
 def load_text_run(run_dir: str | Path, device: str = "cpu") -> tuple[HookedTransformer, ModelConfig, TextTrainConfig]:
@@ -196,10 +180,8 @@ def _train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: Path, str
             raise NopeInterpError(f"--resume given but no checkpoint in {run_dir} (expected {ckpt_path.name})")
         old_model, old_cfg = parse_text_run_config(io.read_json(run_dir / io.CONFIG_FILE, "run config"),
                                                    run_dir / io.CONFIG_FILE)
-        stored, given = {**old_model.to_dict(), **old_cfg.to_dict()}, {**model_cfg.to_dict(), **cfg.to_dict()}
-        differ = [f"{k} (stored {stored[k]!r}, given {given[k]!r})" for k in given if stored.get(k) != given[k]]
-        if differ:
-            raise NopeInterpError(f"--resume: settings differ from those stored in {run_dir}: {', '.join(differ)}")
+        check_same_settings({**old_model.to_dict(), **old_cfg.to_dict()}, {**model_cfg.to_dict(), **cfg.to_dict()},
+                            run_dir)
         ckpt = io.load_checkpoint(ckpt_path, device)
         load_state(model, ckpt["model"], f"the weights of checkpoint {ckpt_path}")
         opt.load_state_dict(ckpt["optimizer"])
@@ -227,20 +209,13 @@ def _train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: Path, str
     while step < cfg.steps:
         gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
         batch = tasks_pkg.packed_batch(stream, cfg.window, cfg.batch_size, gen)
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, cfg)
-        model.train()
-        loss = answer_loss(model, batch, fast=True)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        if not bool(torch.isfinite(loss.detach()) & torch.isfinite(grad_norm)):
-            raise NopeInterpError(f"training diverged at step {step + 1}: loss {loss.item():.4g} (not finite); "
-                                  "lower --lr or raise --warmup-steps and train a new run")
-        opt.step()
-        model.eval()
+        loss_value, grad_norm = optimizer_step(model, opt, batch, cfg, step)
+        if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):  # the update was not applied
+            raise NopeInterpError(f"training diverged at step {step + 1}: loss {loss_value:.4g}, gradient norm "
+                                  f"{grad_norm:.4g} (not finite); lower --lr or raise --warmup-steps and train a "
+                                  "new run")
         step += 1
-        running = loss.item() if running is None else 0.9 * running + 0.1 * loss.item()
+        running = loss_value if running is None else 0.9 * running + 0.1 * loss_value
         bar.update(1)
         if step % cfg.eval_every == 0 or step == cfg.steps:
             bpc = bits_per_char(model, held_out)

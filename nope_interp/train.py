@@ -13,9 +13,10 @@ import math
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from tqdm.auto import tqdm
@@ -28,6 +29,8 @@ from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import answer_loss, exact_match_accuracy
 from nope_interp.model import build_model, check_device, check_nope, load_state
 from nope_interp.pretrained import parse_run_config
+
+T = TypeVar("T")
 
 __all__ = ["TrainConfig", "TrainResult", "train", "finalize", "answer_loss", "lr_at", "make_optimizer",
            "resolve_device", "log_spaced_steps", "trajectory_path"]
@@ -230,17 +233,63 @@ def train(
     _check_fits(model_cfg, task, cfg)
     device = resolve_device(device)
     check_train_memory(model_cfg, cfg, task, device)
+    return locked_run(run_dir, resume, lambda: _train(model_cfg, cfg, run_dir, task, resume=resume, device=device,
+                                                      command=command, progress=progress))
+
+
+def locked_run(run_dir: Path, resume: bool, body: Callable[[], T]) -> T:
+    """Run ``body`` (a training into ``run_dir``) with the run directory checked and locked
+    (:func:`nope_interp.io.exclusive`); if a new run stops before its first checkpoint (an error, Ctrl-C),
+    its directory is removed again, so that it never blocks a rerun.
+
+    Raises:
+        NopeInterpError: a run directory that is a file, not writable, or being written by another process;
+            whatever ``body`` raises.
+    """
     io.check_writable_dir(run_dir, "run directory")
     with io.exclusive(run_dir, "run directory"):
         existed = run_dir.is_dir()
         new = not resume and not (existed and any(run_dir.iterdir()))
         try:
-            return _train(model_cfg, cfg, run_dir, task, resume=resume, device=device, command=command,
-                          progress=progress)
+            return body()
         except BaseException:
             if new and not (run_dir / io.CHECKPOINT_FILE).exists():
                 _remove_new_run(run_dir, keep_dir=existed)  # nothing to resume: never leave a half-made run
             raise
+
+
+def optimizer_step(model: HookedTransformer, opt: torch.optim.Optimizer, batch: tasks_pkg.Batch,
+                   cfg: TrainConfig | TextTrainConfig, step: int) -> tuple[float, float]:
+    """One update at 0-based ``step``: the scheduled lr (:func:`lr_at`), the loss on ``batch``
+    (:func:`~nope_interp.evaluate.answer_loss`, hook-free forward, train mode), clipped gradients, and the
+    optimizer step, which is skipped when the loss or the gradient norm is not finite (the caller stops).
+    The model is left in eval mode.
+
+    Returns:
+        ``(loss in nats, gradient norm before clipping)``.
+    """
+    for group in opt.param_groups:
+        group["lr"] = lr_at(step, cfg)
+    model.train()
+    loss = answer_loss(model, batch, fast=True)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    if bool(torch.isfinite(loss.detach()) & torch.isfinite(grad_norm)):
+        opt.step()
+    model.eval()
+    return loss.item(), grad_norm.item()
+
+
+def check_same_settings(stored: dict[str, Any], given: dict[str, Any], run_dir: Path) -> None:
+    """Refuse ``--resume`` when the given settings differ from those stored in the run.
+
+    Raises:
+        NopeInterpError: the differing fields, with both values.
+    """
+    differ = [f"{k} (stored {stored[k]!r}, given {given[k]!r})" for k in given if stored.get(k) != given[k]]
+    if differ:
+        raise NopeInterpError(f"--resume: settings differ from those stored in {run_dir}: {', '.join(differ)}")
 
 
 def _remove_new_run(run_dir: Path, keep_dir: bool) -> None:
@@ -274,11 +323,8 @@ def _train(model_cfg: ModelConfig, cfg: TrainConfig, run_dir: Path, task: tasks_
         old = io.read_json(run_dir / io.CONFIG_FILE, "run config")
         # compare as configs, so a run written before a config gained a field (with its default) resumes
         old_model, old_train = parse_run_config(old, run_dir / io.CONFIG_FILE)
-        stored = {**old_model.to_dict(), **old_train.to_dict()}
-        given = {**model_cfg.to_dict(), **cfg.to_dict()}
-        differ = [f"{k} (stored {stored[k]!r}, given {given[k]!r})" for k in given if stored.get(k) != given[k]]
-        if differ:
-            raise NopeInterpError(f"--resume: settings differ from those stored in {run_dir}: {', '.join(differ)}")
+        check_same_settings({**old_model.to_dict(), **old_train.to_dict()}, {**model_cfg.to_dict(), **cfg.to_dict()},
+                            run_dir)
         config["command"] = old.get("command", config["command"])
     elif run_dir.exists() and any(run_dir.iterdir()):
         raise NopeInterpError(f"run directory {run_dir} is not empty; use --resume or choose another --name")
@@ -338,23 +384,14 @@ def _train(model_cfg: ModelConfig, cfg: TrainConfig, run_dir: Path, task: tasks_
             width = int(data.loss_mask[idx].any(0).nonzero().max()) + 1
             batch = tasks_pkg.Batch(data.tokens[idx, :width], data.targets[idx, :width],
                                     data.loss_mask[idx, :width])
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, cfg)
-        model.train()
-        loss = answer_loss(model, batch, fast=True)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        if not bool(torch.isfinite(loss.detach()) & torch.isfinite(grad_norm)):  # stop before the update
+        loss_value, grad_norm = optimizer_step(model, opt, batch, cfg, step)
+        if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):  # the update was not applied
             kept = (f"{ckpt_path} keeps step {saved_step[0]}" if saved_step
                     else "no checkpoint had been written yet")
-            raise NopeInterpError(f"training diverged at step {step + 1}: loss {loss.item():.4g}, gradient norm "
-                                  f"{grad_norm.item():.4g} (not finite); this step was not applied and {kept}. "
+            raise NopeInterpError(f"training diverged at step {step + 1}: loss {loss_value:.4g}, gradient norm "
+                                  f"{grad_norm:.4g} (not finite); this step was not applied and {kept}. "
                                   f"Lower --lr, raise --warmup-steps or lower --grad-clip and train a new run")
-        opt.step()
-        model.eval()
         step += 1
-        loss_value = loss.item()
         running = loss_value if running is None else 0.9 * running + 0.1 * loss_value
         bar.update(1)
         wall = wall_before + time.perf_counter() - t0

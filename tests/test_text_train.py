@@ -139,7 +139,7 @@ def test_resume_with_other_settings_or_a_task_run_is_refused(tmp_path, capsys, t
     from nope_interp.errors import NopeInterpError
     from nope_interp.text_train import load_text_run
 
-    with pytest.raises(NopeInterpError, match="is this a text run"):
+    with pytest.raises(NopeInterpError, match="'text_train' is missing"):
         load_text_run(tiny_run)
 
 
