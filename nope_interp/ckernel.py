@@ -7,7 +7,8 @@ checks every path against the all-pairs loop). The source is ``nope_interp/csrc/
 Build: the C compiler named by ``$CC`` (else Python's configured one, else ``cc``) compiles it once per
 source version into ``$NOPE_INTERP_CACHE_DIR`` (default ``$XDG_CACHE_HOME/nope_interp`` or
 ``~/.cache/nope_interp``), written atomically so concurrent processes are safe. No compiler, a failed
-build or ``NOPE_INTERP_C_KERNEL=0`` means the torch counters are used, with one warning naming the reason
+build or ``NOPE_INTERP_C_KERNEL=0`` (or ``off``, ``false``, ``no``) means the torch counters are used,
+with one warning naming the reason
 (none when it was switched off on purpose).
 
 Threads: rows are counted in ``torch.get_num_threads()`` Python threads (ctypes releases the GIL).
@@ -72,8 +73,9 @@ def _load() -> ctypes.CDLL | None:
         if "lib" in _STATE:
             return _STATE["lib"]  # type: ignore[return-value]
         lib = None
-        if os.environ.get("NOPE_INTERP_C_KERNEL", "1") == "0":
-            _STATE["reason"] = "switched off by NOPE_INTERP_C_KERNEL=0"
+        switch = os.environ.get("NOPE_INTERP_C_KERNEL", "1").strip().lower()
+        if switch in ("0", "off", "false", "no"):
+            _STATE["reason"] = f"switched off by NOPE_INTERP_C_KERNEL={switch}"
         else:
             try:
                 lib = ctypes.CDLL(str(_build(_SOURCE.read_bytes())))

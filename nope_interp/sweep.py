@@ -318,7 +318,7 @@ def _peak_mib() -> float:
 def run_point(kind: str, values: dict[str, Any], out_dir: str, threads: int = 1) -> dict[str, Any]:
     """Run one point in this process (what every executor calls; picklable by reference).
 
-    Skips a point whose ``result.json`` exists; returns ``{"key", "status": "done" | "skipped" | "failed" |
+    Skips a finished point (:func:`finished_result`); returns ``{"key", "status": "done" | "skipped" | "failed" |
     "busy", "seconds"}`` (``busy``: another process holds the point's lock). A failure writes
     ``error.json`` and returns ``failed``: it never raises for the point's own errors.
 
@@ -332,12 +332,12 @@ def run_point(kind: str, values: dict[str, Any], out_dir: str, threads: int = 1)
         torch.set_num_threads(threads)
     point = resolve(kind, values)
     pdir = Path(out_dir) / "points" / point.key
-    if (pdir / "result.json").exists():
+    if finished_result(pdir) is not None:
         return {"key": point.key, "status": "skipped", "seconds": 0.0}
     t0 = time.perf_counter()
     try:
         with io.exclusive(pdir, "sweep point"):
-            if (pdir / "result.json").exists():  # finished by another worker while this one waited
+            if finished_result(pdir) is not None:  # finished by another worker while this one waited
                 return {"key": point.key, "status": "skipped", "seconds": 0.0}
             pdir.mkdir(parents=True, exist_ok=True)
             io.write_json(pdir / "point.json", {"key": point.key, "fields": values, **point.resolved()})
@@ -446,7 +446,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", 
     io.check_writable_dir(out, "sweep output folder")
     out.mkdir(parents=True, exist_ok=True)
     io.atomic_write_text(out / "spec.toml", Path(spec.path).read_text())
-    todo = [p for p in spec.points if not (out / "points" / p.key / "result.json").exists()]
+    todo = [p for p in spec.points if finished_result(out / "points" / p.key) is None]
     skipped = len(spec.points) - len(todo)
     if log:
         log(f"sweep {spec.name}: {len(spec.points)} points, {skipped} already finished, {len(todo)} to run "
@@ -605,13 +605,29 @@ def _check_reachable(address: str, timeout: float = 10.0) -> None:
                               f"--head` running there?)") from None
 
 
+def finished_result(point_dir: str | Path) -> dict[str, Any] | None:
+    """The content of a point's ``result.json`` when the point finished, else None: no file, or one that is
+    not a readable JSON object with ``metrics``, ``seconds`` and ``peak_mib`` (a truncated or foreign
+    file), so that the point is run again rather than read."""
+    path = Path(point_dir) / "result.json"
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    ok = (isinstance(data, dict) and isinstance(data.get("metrics"), dict)
+          and all(isinstance(data.get(k), (int, float)) for k in ("seconds", "peak_mib")))
+    return data if ok else None
+
+
 def read_results(spec: SweepSpec, out_dir: str | Path) -> tuple[list[dict[str, Any]], list[str], list[str]]:
     """``(rows, missing keys, failed keys)``: one row per finished point (its fields, then its scalar metrics)."""
     rows, missing, failed = [], [], []
     for p in spec.points:
         pdir = Path(out_dir) / "points" / p.key
-        if (pdir / "result.json").exists():
-            data = json.loads((pdir / "result.json").read_text())
+        data = finished_result(pdir)
+        if data is not None:
             metrics = {k: v for k, v in data["metrics"].items()
                        if isinstance(v, (int, float)) and not isinstance(v, bool)}
             rows.append({"key": p.key, **{k: p.fields.get(k, spec.base.get(k)) for k in spec.varied},

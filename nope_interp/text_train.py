@@ -45,6 +45,7 @@ from nope_interp.train import (
     make_optimizer,
     optimizer_step,
     resolve_device,
+    resumed_running_loss,
     trajectory_path,
 )
 
@@ -134,8 +135,48 @@ def train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: str | Path
                               f"got {model_cfg.d_vocab}")
     stream = encode_text(text.corpus("train"))  # raises first when the text extra is missing
     device = resolve_device(device)
+    check_text_train_memory(model_cfg, cfg, device)
     return locked_run(run_dir, resume, lambda: _train_text(model_cfg, cfg, run_dir, stream, resume=resume,
                                                            device=device, command=command, progress=progress))
+
+
+def estimate_text_train_memory(model_cfg: ModelConfig, cfg: TextTrainConfig) -> dict[str, int]:
+    """Bytes a text training run needs at its peak, by part, from the sizes alone (the per-token widths of
+    :func:`nope_interp.train.estimate_train_memory`): model and optimizer (5 x the weights), one training
+    batch's activations (``batch_size`` windows of ``window``) or one evaluation batch at 2x the window if
+    larger, and the data (the training stream as int64 plus its text, and the evaluation windows).
+    """
+    from nope_interp.model import model_memory_bytes
+
+    d, m, h, n_layers, v = model_cfg.d_model, model_cfg.d_mlp, model_cfg.n_heads, model_cfg.n_layers, model_cfg.d_vocab
+    seq = cfg.window
+    hooked = model_cfg.positional == "rotary" or model_cfg.attention == "sliding"
+    per_layer = (16 * d + 4 * m + 4 * h * seq) if hooked else (8 * d + 3 * m + h * seq // 2)
+    train_acts = 4 * cfg.batch_size * seq * (n_layers * per_layer + 4 * v + 4 * d)
+    long = 2 * seq
+    eval_acts = 4 * min(16, cfg.eval_windows) * long * (n_layers * (4 * d + m + h * long) + 2 * v)
+    data = 10 * 5_000_000 + cfg.eval_windows * (2 * seq + 1) * 9
+    return {"model and optimizer": 5 * model_memory_bytes(model_cfg), "activations": max(train_acts, eval_acts),
+            "data": data}
+
+
+def check_text_train_memory(model_cfg: ModelConfig, cfg: TextTrainConfig, device: str) -> None:
+    """Refuse, before anything is built or written, a text run whose :func:`estimate_text_train_memory`
+    exceeds the free memory (as :func:`nope_interp.train.check_train_memory`).
+
+    Raises:
+        NopeInterpError: the estimate does not fit; the message gives it by part and what is free.
+    """
+    from nope_interp.model import check_fits_memory
+
+    need = estimate_text_train_memory(model_cfg, cfg)
+    advice = "lower --batch-size, --window, --eval-windows or the model size"
+    what = f"text training ({model_cfg.n_layers}x{model_cfg.d_model} model, batch {cfg.batch_size} x {cfg.window})"
+    if torch.device(device).type == "cpu":
+        check_fits_memory(need, "cpu", what, advice)
+    else:
+        check_fits_memory({"data": need["data"]}, "cpu", what, advice)
+        check_fits_memory({k: need[k] for k in ("model and optimizer", "activations")}, device, what, advice)
 
 
 def parse_text_run_config(config: Any, where: str | Path) -> tuple[ModelConfig, TextTrainConfig]:
@@ -174,7 +215,7 @@ def _train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: Path, str
     ckpt_path = run_dir / io.CHECKPOINT_FILE
     model = build_model(model_cfg, device=device)
     opt = make_optimizer(model, cfg)
-    start_step, wall_before = 0, 0.0
+    start_step, wall_before, resumed_loss = 0, 0.0, None
     if resume:
         if not ckpt_path.is_file():
             raise NopeInterpError(f"--resume given but no checkpoint in {run_dir} (expected {ckpt_path.name})")
@@ -186,6 +227,7 @@ def _train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: Path, str
         load_state(model, ckpt["model"], f"the weights of checkpoint {ckpt_path}")
         opt.load_state_dict(ckpt["optimizer"])
         start_step, wall_before = ckpt["step"], ckpt["wall_time_s"]
+        resumed_loss = resumed_running_loss(ckpt)
         kept = [r for r in io.read_jsonl(run_dir / io.METRICS_FILE) if r["step"] <= start_step]
         io.atomic_write_text(run_dir / io.METRICS_FILE, "".join(io.jsonl_line(r) for r in kept))
     elif run_dir.exists() and any(run_dir.iterdir()):
@@ -197,14 +239,14 @@ def _train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: Path, str
     def save_checkpoint(step: int, wall: float) -> None:
         _check_finite_weights(model, step)
         io.save_torch(ckpt_path, {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
-                                  "wall_time_s": wall})
+                                  "wall_time_s": wall, "running_loss": running})
         io.save_weights(run_dir / io.WEIGHTS_FILE, model.state_dict())
 
     keep = set(log_spaced_steps(cfg.steps))
     if start_step == 0:
         io.save_weights(trajectory_path(run_dir, 0), model.state_dict())
     t0 = time.perf_counter()
-    step, running, bpc = start_step, None, float("nan")
+    step, running, bpc = start_step, resumed_loss, float("nan")
     bar = tqdm(total=cfg.steps, initial=start_step, disable=not progress, desc="train-text", unit="step")
     while step < cfg.steps:
         gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)

@@ -9,11 +9,14 @@ is drawn (with replacement) by a generator seeded from ``(seed, s)``, so a resum
 the batches an uninterrupted one would, and the same seed on the same machine gives the same weights.
 """
 
+import contextlib
 import math
 import shlex
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -247,7 +250,7 @@ def locked_run(run_dir: Path, resume: bool, body: Callable[[], T]) -> T:
             whatever ``body`` raises.
     """
     io.check_writable_dir(run_dir, "run directory")
-    with io.exclusive(run_dir, "run directory"):
+    with io.exclusive(run_dir, "run directory"), _sigterm_as_exit():
         existed = run_dir.is_dir()
         new = not resume and not (existed and any(run_dir.iterdir()))
         try:
@@ -256,6 +259,25 @@ def locked_run(run_dir: Path, resume: bool, body: Callable[[], T]) -> T:
             if new and not (run_dir / io.CHECKPOINT_FILE).exists():
                 _remove_new_run(run_dir, keep_dir=existed)  # nothing to resume: never leave a half-made run
             raise
+
+
+@contextlib.contextmanager
+def _sigterm_as_exit() -> Iterator[None]:
+    """Within the block (main thread only), SIGTERM (``kill``, ``timeout``, a scheduler) raises SystemExit
+    like Ctrl-C raises KeyboardInterrupt, so the cleanup of :func:`locked_run` runs; the old handler is
+    restored after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    old = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def optimizer_step(model: HookedTransformer, opt: torch.optim.Optimizer, batch: tasks_pkg.Batch,
@@ -279,6 +301,13 @@ def optimizer_step(model: HookedTransformer, opt: torch.optim.Optimizer, batch: 
         opt.step()
     model.eval()
     return loss.item(), grad_norm.item()
+
+
+def resumed_running_loss(ckpt: dict[str, Any]) -> float | None:
+    """The smoothed training loss a checkpoint saved (``running_loss``), so that the loss logged after
+    ``--resume`` equals an uninterrupted run's; None for checkpoints written before it was saved."""
+    value = ckpt.get("running_loss")
+    return float(value) if isinstance(value, float) and math.isfinite(value) else None
 
 
 def check_same_settings(stored: dict[str, Any], given: dict[str, Any], run_dir: Path) -> None:
@@ -343,7 +372,7 @@ def _train(model_cfg: ModelConfig, cfg: TrainConfig, run_dir: Path, task: tasks_
 
     model = build_model(model_cfg, device=device)
     opt = make_optimizer(model, cfg)
-    start_step, wall_before, best_acc = 0, 0.0, 0.0
+    start_step, wall_before, best_acc, resumed_loss = 0, 0.0, 0.0, None
     if resume:
         ckpt = io.load_checkpoint(ckpt_path, device)
         load_state(model, ckpt["model"], f"the weights of checkpoint {ckpt_path}")
@@ -353,6 +382,7 @@ def _train(model_cfg: ModelConfig, cfg: TrainConfig, run_dir: Path, task: tasks_
             raise NopeInterpError(f"checkpoint is corrupt: {ckpt_path}: its optimizer state does not fit the "
                                   f"model: {str(err).splitlines()[0] if str(err) else type(err).__name__}") from None
         start_step, wall_before = ckpt["step"], ckpt["wall_time_s"]
+        resumed_loss = resumed_running_loss(ckpt)
         kept = [r for r in io.read_jsonl(run_dir / io.METRICS_FILE) if r["step"] <= start_step]
         io.atomic_write_text(run_dir / io.METRICS_FILE, "".join(io.jsonl_line(r) for r in kept))
     else:
@@ -362,9 +392,8 @@ def _train(model_cfg: ModelConfig, cfg: TrainConfig, run_dir: Path, task: tasks_
 
     def save_checkpoint(step: int, wall: float) -> None:
         _check_finite_weights(model, step)  # a checkpoint always holds the last good weights
-        io.save_torch(
-            ckpt_path, {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, "wall_time_s": wall}
-        )
+        io.save_torch(ckpt_path, {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
+                                  "wall_time_s": wall, "running_loss": running})
         saved_step[:] = [step]
         io.save_weights(run_dir / io.WEIGHTS_FILE, model.state_dict())
 
@@ -374,7 +403,7 @@ def _train(model_cfg: ModelConfig, cfg: TrainConfig, run_dir: Path, task: tasks_
     t0 = time.perf_counter()
     stopped_early, step, full_acc = False, start_step, None
     bar = tqdm(total=cfg.steps, initial=start_step, disable=not progress, desc=f"train {task.name}", unit="step")
-    running = None
+    running = resumed_loss  # the logged loss is smoothed over steps: a resumed run continues the same average
     while step < cfg.steps:
         gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
         if packed:

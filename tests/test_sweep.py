@@ -272,3 +272,26 @@ def test_ray_executor_with_an_unreachable_address_is_one_line(tmp_path):
                f"127.0.0.1:{_free_port()}", "--no-progress", timeout=300)
     assert got.returncode == 2
     assert got.stderr.strip().count("\n") == 0 and "Ray cluster" in got.stderr
+
+
+@pytest.mark.parametrize("content", ["{trunc", "[1, 2]", '{"metrics": {}}',
+                                     '{"metrics": 1, "seconds": 1, "peak_mib": 1}', None])
+def test_a_corrupt_result_file_is_not_a_finished_point(tmp_path, content):
+    """A truncated or foreign result.json (or a folder of that name) means the point runs again; it is never
+    read as a result (sweep-report) nor taken as finished (resume, demo --from-sweep)."""
+    from nope_interp.sweep import finished_result, load_spec, read_results
+
+    spec = load_spec(_write(tmp_path, SPEC.format(n_prompts=4)))
+    pdir = tmp_path / "out" / "points" / spec.points[0].key
+    pdir.mkdir(parents=True)
+    if content is None:
+        (pdir / "result.json").mkdir()
+    else:
+        (pdir / "result.json").write_text(content)
+    assert finished_result(pdir) is None
+    rows, missing, failed = read_results(spec, tmp_path / "out")
+    assert rows == [] and spec.points[0].key in missing and failed == []
+    if content is None:
+        (pdir / "result.json").rmdir()
+    (pdir / "result.json").write_text('{"metrics": {"L0_z": 0.9}, "seconds": 1.5, "peak_mib": 100}')
+    assert finished_result(pdir)["metrics"] == {"L0_z": 0.9}

@@ -149,13 +149,47 @@ def test_long_context_takes_text_runs_and_other_jobs_refuse_them(tmp_path, capsy
     nope = _train(tmp_path, "nope")
     rotary = _train(tmp_path, "rot", "--model-positional", "rotary")
     out = tmp_path / "out"
-    argv = ["long-context", "--run", str(nope), str(rotary), "--lengths", "16", "60", "--inputs", "text",
+    argv = ["long-context", "--run", str(nope), str(rotary), "--lengths", "16", "60", "--inputs", "text", "task",
             "--n-sequences", "2", "--max-lag", "4", "--out-root", str(out)]
     assert main(argv) == 0
+    printed = capsys.readouterr()
+    assert "nope: no task inputs (a train-text language model has no task" in printed.out + printed.err
     rows = json.loads((out / "results" / "long_context" / "long_context.json").read_text())["rows"]
     assert {(r["model"], r["n"]) for r in rows} == {(m, n) for m in ("nope", "rot") for n in (16, 60)}
-    assert all(r["input"] == "text" for r in rows)  # 60 > the window (24): run past the training context
+    assert all(r["input"] == "text" for r in rows)  # task inputs skipped; 60 > the window (24): past the context
     capsys.readouterr()
     assert main(["analyze", "--run", str(nope), "--out-root", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert "train-text language model works with long-context" in err and len(err.splitlines()) == 1
+
+
+def test_sizes_that_cannot_fit_are_refused_before_any_work(tmp_path, capsys):
+    from nope_interp.cli import main
+
+    for extra in (["--batch-size", "10000000"], ["--eval-windows", "100000000"]):
+        assert main(["train-text", *TINY, "--runs-dir", str(tmp_path), "--name", "big", *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "needs about" in err and "is free" in err, err
+        assert len(err.splitlines()) == 1 and not (tmp_path / "big").exists()
+
+
+def test_sigterm_before_the_first_checkpoint_leaves_no_half_made_run(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    cmd = [sys.executable, "-m", "nope_interp.cli", "train-text", "--preset", "tiny", "--steps", "100000",
+           "--batch-size", "2", "--window", "16", "--checkpoint-every", "100000", "--eval-every", "100000",
+           "--no-progress", "--runs-dir", str(tmp_path), "--name", "killed"]
+    proc = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, text=True)
+    run = tmp_path / "killed"
+    deadline = time.time() + 300
+    while not (run / "config.json").exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.5)
+    assert proc.poll() is None, proc.stderr.read()
+    time.sleep(2)  # training, before any checkpoint
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 128 + signal.SIGTERM
+    assert not run.exists() or not any(run.iterdir())  # a rerun is not refused as "not empty"

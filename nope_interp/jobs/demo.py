@@ -221,7 +221,7 @@ def sweep_models(spec: str, tasks: tuple[str, ...], sweep_dir: str | Path = "") 
         NopeInterpError: a bad spec; a spec of kind ``init``; a task with no finished point (the message
             gives the command that runs the sweep).
     """
-    from nope_interp.sweep import load_spec
+    from nope_interp.sweep import finished_result, load_spec
 
     sp = load_spec(spec)
     if sp.kind != "train":
@@ -231,7 +231,7 @@ def sweep_models(spec: str, tasks: tuple[str, ...], sweep_dir: str | Path = "") 
     entries = []
     for task in tasks:
         done = [p for p in sp.points if p.task == task and not p.task_params
-                and (out / "points" / p.key / "result.json").exists()]
+                and finished_result(out / "points" / p.key) is not None]
         if not done:
             raise NopeInterpError(f"sweep {sp.name!r} has no finished point of task {task!r} in {out}; run "
                                   f"`nope-interp sweep {spec}" + (f" --out-dir {out}" if sweep_dir else "") + "`")

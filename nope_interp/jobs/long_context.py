@@ -287,6 +287,10 @@ def run(config: LongContextConfig, models: list[ModelEntry] | None = None, *, lo
                 if kind in ("task", "text") and cfg is None:
                     emit(log, f"  {entry.label}: no {kind} inputs (its vocabulary is not the tasks' characters)")
                     continue
+                if kind == "task" and entry.kind == "text":
+                    emit(log, f"  {entry.label}: no task inputs (a train-text language model has no task; "
+                              "its inputs are text and random)")
+                    continue
                 t1 = time.perf_counter()
                 toks, text = inputs(kind, entry.task, model.cfg.d_vocab, config.n_sequences, n, in_seed,
                                     entry.train_prompts)
