@@ -343,6 +343,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (NopeInterpError, TaskError) as err:
         print(f"nope-interp: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback; trainings and sweeps resume on a rerun
+        print(f"nope-interp: interrupted ({args.command}); what finished is kept: rerun the same command to "
+              "resume (train: add --resume)", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -405,3 +405,15 @@ def test_a_run_directory_named_dot_dot_or_with_a_space_never_becomes_a_path(main
     shutil.copytree(tiny_run, tmp_path / "runs" / "a b")
     assert main(argv[:1] + ["--run", str(tmp_path / "runs" / "a b")] + argv[1:]) == 2
     assert "model label must be one folder name" in capsys.readouterr().err
+
+
+def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
+    import nope_interp.cli as cli
+
+    def interrupted(args, argv):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_cmd_train", interrupted)
+    assert cli.main(["train", "--task", "addition"]) == 130
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("nope-interp: interrupted (train)") and len(err.splitlines()) == 1
