@@ -67,7 +67,12 @@ def encode_text(chars: str) -> Int[Tensor, " n"]:
 
 def eval_tokens(n: int, length: int, split: str = "held_out") -> Int[Tensor, "n length_plus_1"]:
     """``n`` fixed windows of ``length + 1`` characters of ``split`` (seed :data:`EVAL_SEED`), as token ids:
-    a model reads the first ``length`` and predicts the next character at each of them."""
+    a model reads the first ``length`` and predicts the next character at each of them.
+
+    Raises:
+        NopeInterpError: ``n`` or ``length`` < 1, a window longer than the split, or the text extra missing
+            (:func:`nope_interp.text.text_windows`).
+    """
     return torch.stack([encode_text(w) for w in text.text_windows(n, length + 1, seed=EVAL_SEED, split=split)])
 
 
@@ -76,6 +81,8 @@ def bits_per_char(model: HookedTransformer, windows: Int[Tensor, "batch length_p
                   batch_size: int = 16) -> float:
     """Mean next-character cross-entropy in bits (>= 0; log2(96) = 6.58 for a uniform guess) of ``model``
     over every position of ``windows`` (each row: ``length`` inputs and their ``length`` next characters).
+    Method: the standard bits-per-character of character-level language modelling, the summed natural-log
+    cross-entropy in float64 divided by the number of predictions and by ln 2.
 
     Raises:
         NopeInterpError: token ids outside ``[0, d_vocab)``; windows shorter than 2 or longer than ``n_ctx`` + 1.
@@ -191,7 +198,7 @@ def parse_text_run_config(config: Any, where: str | Path) -> tuple[ModelConfig, 
 
 
 def load_text_run(run_dir: str | Path, device: str = "cpu") -> tuple[HookedTransformer, ModelConfig, TextTrainConfig]:
-    """The trained model of a text run (``model.safetensors``) and its configs.
+    """The trained model of a text run (``model.safetensors``, in eval mode on ``device``) and its configs.
 
     Raises:
         NopeInterpError: a missing or corrupt ``config.json`` or weights file.
