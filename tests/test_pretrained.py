@@ -135,3 +135,24 @@ def test_ship_refuses_a_task_name_that_is_not_a_task(tiny_run, tmp_path, monkeyp
         with pytest.raises(pretrained.NopeInterpError, match="task must be one of addition, reversal"):
             pretrained.ship(tiny_run, task=bad)
     assert not (tmp_path / "pretrained").exists()
+
+
+def test_with_seeds_warns_when_a_task_has_no_extra_seeds(tmp_path, monkeypatch):
+    """A wheel install has no seeds (they stay in the repository): --with-seeds says so instead of silently
+    analysing the shipped model alone; with seeds present there is no warning."""
+    import warnings
+
+    import nope_interp.pretrained as pretrained
+    from nope_interp.jobs.common import ModelSource, load_models, shipped_entries
+
+    real = pretrained.SEEDS_DIR
+    monkeypatch.setattr(pretrained, "SEEDS_DIR", tmp_path / "no-seeds")
+    for make in (lambda: load_models(ModelSource(pretrained=("reversal",), with_seeds=True)),
+                 lambda: shipped_entries(["reversal"], with_seeds=True)):
+        with pytest.warns(UserWarning, match="no extra seeds of reversal in .*no-seeds.*not in the wheel"):
+            assert [e.label for e in make()] == ["pretrained-reversal"]
+    monkeypatch.setattr(pretrained, "SEEDS_DIR", real)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert [e.label for e in shipped_entries(["reversal"], with_seeds=True)] == [
+            "pretrained-reversal", "reversal-s1", "reversal-s2"]

@@ -108,6 +108,23 @@ def test_shipped_specs_load():
     assert sizes == {"init-size-grid": 180, "init-std-grid": 90, "trained-seeds": 12, "tiny-init": 4}
 
 
+
+def test_trained_seeds_spec_is_the_shipped_recipes():
+    """`make reproduce` retrains what ships: each task's seed-0 point has the shipped model's model and
+    training configs (eval and checkpoint cadence aside, which do not change the weights)."""
+    from nope_interp import pretrained
+    from nope_interp.sweep import load_spec
+
+    cadence = ("eval_every", "eval_n", "checkpoint_every")
+    points = {p.task: p for p in load_spec("trained-seeds").points if p.model.seed == 0}
+    assert sorted(points) == sorted(pretrained.available_pretrained())
+    for task, point in points.items():
+        path = pretrained.PRETRAINED_DIR / task / "config.json"
+        model, train = pretrained.parse_run_config(json.loads(path.read_text()), path)
+        assert point.model.to_dict() == model.to_dict(), task
+        swept = {k: v for k, v in point.settings["train"].items() if k not in cadence}
+        assert swept == {k: v for k, v in train.to_dict().items() if k not in cadence}, task
+
 @pytest.mark.parametrize(("text", "match"), [
     ("[sweep]\nname='t'\nkind='init'\n[base]\ntask='reversal'\nmodel_n_layerz=2\n", "unknown field"),
     ("[sweep]\nname='t'\nkind='init'\n[base]\ntask='reversal'\n[axes]\nseed=[]\n", "axis 'seed' is empty"),

@@ -15,6 +15,7 @@ The contract of a job module ``nope_interp/jobs/<job>.py`` (see the README, "Add
 """
 
 import os
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -190,8 +191,24 @@ def load_models(source: ModelSource) -> list[ModelEntry]:
     for name in source.pretrained:
         entries.append(entry_from_run(load_pretrained(name), f"pretrained-{name}", "pretrained", task))
         if source.with_seeds:
-            entries += [entry_from_run(load_run(p), p.name, "run", task) for p in available_seed_runs(name)]
+            entries += seed_entries(name, task)
     return entries
+
+
+def seed_entries(name: str, task: tasks_pkg.Task | None = None) -> list[ModelEntry]:
+    """The extra shipped seeds of task ``name`` as :class:`ModelEntry` s; a warning when there are none (they
+    live in the repository, not in the wheel, and a task may have none yet).
+
+    Raises:
+        NopeInterpError: unknown task name; a corrupt seed run.
+    """
+    from nope_interp import pretrained  # at call time: tests move SEEDS_DIR
+
+    paths = available_seed_runs(name)
+    if not paths:
+        warnings.warn(f"no extra seeds of {name} in {pretrained.SEEDS_DIR} (they ship in the repository, not in "
+                      f"the wheel; a task may have none yet): using the shipped model alone", stacklevel=2)
+    return [entry_from_run(load_run(p), p.name, "run", task) for p in paths]
 
 
 def is_text_run(path: str | Path) -> bool:
@@ -234,7 +251,7 @@ def shipped_entries(task_names: Iterable[str], with_seeds: bool = False) -> list
         if name in available_pretrained():
             entries.append(entry_from_run(load_pretrained(name), f"pretrained-{name}", "pretrained"))
             if with_seeds:
-                entries += [entry_from_run(load_run(p), p.name, "run") for p in available_seed_runs(name)]
+                entries += seed_entries(name)
     return entries
 
 
