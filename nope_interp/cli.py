@@ -291,9 +291,9 @@ def _cmd_job(job: Any, args: argparse.Namespace) -> int:
                                   f"nope_interp.analysis.analyze_tokens takes any TransformerLens model)")
         models = load_models(source) if source.given else None
         text_runs = [m.label for m in models or () if m.kind == "text"]
-        if text_runs and not getattr(job, "TAKES_HF", False):
-            raise NopeInterpError(f"{', '.join(text_runs)}: a train-text language model works with long-context "
-                                  f"for now, not {job.NAME} (it has no task of its own)")
+        if text_runs and not getattr(job, "TAKES_TEXT", False):
+            raise NopeInterpError(f"{', '.join(text_runs)}: a train-text language model works with long-context, "
+                                  f"ablate and probe, not {job.NAME} (it has no task of its own)")
     with io.exclusive(res_dir, "--out-root output folder"):  # one writer per job and --out-root at a time
         result = job.run(cfg, models, log=print)
         paths = job.write(result, args.out_root)

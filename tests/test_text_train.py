@@ -193,3 +193,45 @@ def test_sigterm_before_the_first_checkpoint_leaves_no_half_made_run(tmp_path):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=120) == 128 + signal.SIGTERM
     assert not run.exists() or not any(run.iterdir())  # a rerun is not refused as "not empty"
+
+
+def test_ablate_and_probe_take_text_runs_with_next_character_accuracy(tmp_path, capsys):
+    """ablate on a text model measures next-character accuracy and loss on held-out windows of its training
+    length: checked against a naive per-position loop and bits_per_char; the twins are summarised apart;
+    probe runs on the same windows with its noise control at that length."""
+    from nope_interp.cli import main
+    from nope_interp.text_train import bits_per_char, eval_tokens, load_text_run
+
+    nope = _train(tmp_path, "nope")
+    learned = _train(tmp_path, "learned", "--model-positional", "learned")
+    out = tmp_path / "out"
+    assert main(["ablate", "--run", str(nope), str(learned), "--n-eval", "6", "--n-mu", "12", "--n-analysis", "4",
+                 "--ranks", "0", "1", "--n-random", "1", "--layers", "1", "--out-root", str(out)]) == 0
+    data = json.loads((out / "results" / "ablate" / "ablate.json").read_text())
+    assert [r["task"] for r in data["results"]] == ["text-nope", "text-learned"]
+    assert sorted(data["seed_summary"]) == ["text-learned", "text-nope"]  # twins are not seeds of each other
+    md = (out / "results" / "ablate" / "ablate_seeds.md").read_text()
+    assert "clean next-character accuracy" in md
+    for r, run in zip(data["results"], (nope, learned), strict=True):
+        assert r["metric"] == "next_char_accuracy" and r["n_eval"] == 6 and r["n_mu"] == 12
+        model, _, cfg = load_text_run(run)
+        windows = eval_tokens(6, cfg.window)
+        correct = 0
+        with torch.no_grad():
+            for row in windows:
+                logits = model(row[None, :-1])[0]
+                correct += sum(int(logits[p].argmax()) == int(row[p + 1]) for p in range(cfg.window))
+        assert r["clean"]["exact_match"] == pytest.approx(correct / (6 * cfg.window), abs=1e-12)
+        assert r["clean"]["answer_loss"] / math.log(2) == pytest.approx(bits_per_char(model, windows), rel=1e-9)
+        curve = {p["rank"]: p for p in r["rank_curve"]["points"]}
+        assert curve[0]["positional"] == r["clean"]["exact_match"]  # removing nothing changes nothing
+        ablated = r["sites"]["blocks.1.hook_resid_pre"]
+        assert ablated["mean_positional"]["answer_loss"] != pytest.approx(r["clean"]["answer_loss"], rel=1e-6)
+        assert set(r["sites"]["blocks.1.hook_resid_pre"]) == {"shuffle_positional", "mean_positional", "project_out",
+                                                                "project_out_random", "shuffle_vectors", "swap_prompts"}
+    capsys.readouterr()
+    assert main(["probe", "--run", str(nope), "--n-prompts", "8", "--quick", "--features", "cos_profile", "norm",
+                 "--out-root", str(out)]) == 0
+    probe = json.loads((out / "results" / "probe" / "probe.json").read_text())
+    assert {r["task"] for r in probe["rows"]} == {"text-nope"}
+    assert {r["task"] for r in probe["noise_control"]["rows"]} == {"text-nope"}

@@ -11,6 +11,12 @@ positional subspace projected out, beside the same with random subspaces of rank
 mean and spread). Runs of the same task (the shipped seeds) are summarised by mean, std and 95% CI
 (:func:`nope_interp.stats.mean_std_ci`). The method is described in ``docs/method.md``.
 
+A character-level language model of ``nope-interp train-text`` (task ``text``) has no answers to match: its
+``exact_match`` is the next-character accuracy (greedy top-1 over every position) and its ``answer_loss`` the
+next-character cross-entropy in nats (bits per character x ln 2), on windows of its training length from
+the held-out plays; mu and the adjacency scores come from other held-out windows of that length (random
+offsets, so a window may overlap another).
+
 Writes ``results/ablate/{ablate.json, ablate.csv, ablate_seeds.csv, ablate_seeds.md,
 ablate_decomposition.csv}`` and ``figures/ablate/ablations.html`` (plus ``ablations_seeds.html`` when
 some task has two or more runs).
@@ -18,14 +24,15 @@ some task has two or more runs).
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import plotly.graph_objects as go
 import torch
-from jaxtyping import Float
+import torch.nn.functional as F
+from jaxtyping import Float, Int
 from plotly.subplots import make_subplots
 from torch import Tensor
 from transformer_lens import HookedTransformer
@@ -41,18 +48,19 @@ from nope_interp.ablations import (
     positional_subspace,
     random_subspace,
 )
-from nope_interp.analysis import analyze_model
+from nope_interp.analysis import analyze_model, analyze_tokens
 from nope_interp.config import FrozenConfig, check_int, opt
 from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import answer_loss, exact_match_accuracy
 from nope_interp.hooks import hook_name, short_label
-from nope_interp.jobs.common import Log, ModelEntry, emit, progress, shipped_entries
+from nope_interp.jobs.common import Log, ModelEntry, emit, progress, shipped_entries, text_task_name
 from nope_interp.plotting import save_figure
 from nope_interp.stats import SeedStats, mean_std_ci
 
 NAME = "ablate"
 HELP = "scramble or remove the positional structure; measure accuracy lost"
 TAKES_MODELS = True
+TAKES_TEXT = True  # train-text language models: next-character accuracy on held-out text
 DEFAULT_MODELS = "the four shipped models; --with-seeds adds their extra shipped seeds"
 
 #: The ablations, in table order (those of :mod:`nope_interp.ablations`).
@@ -235,6 +243,8 @@ class RunAblation:
         model_seed: the model's init seed. task: task name. n_eval, n_mu: prompts evaluated and used for mu.
         rank: rank of ``project_out`` in the site table. clean: the unablated model.
         sites: the ablated sites in order. rank_curve: the rank curve at the first site.
+        metric: what ``exact_match`` measures: ``exact_match`` (task answers) or ``next_char_accuracy``
+            (a ``train-text`` language model, task ``text``).
     """
 
     label: str
@@ -248,6 +258,7 @@ class RunAblation:
     clean: Measurement
     sites: tuple[SiteAblation, ...]
     rank_curve: RankCurve
+    metric: str = "exact_match"
 
     def site(self, name: str) -> SiteAblation:
         """The ablations at site ``name``. Raises NopeInterpError if it was not ablated."""
@@ -266,7 +277,8 @@ class RunAblation:
                 "clean": self.clean.to_dict(),
                 "sites": {s.site: {k: m.to_dict() for k, m in s.ablations.items()} for s in self.sites},
                 "decomposition": {s.site: s.decomposition.to_dict() for s in self.sites},
-                "rank_curve": self.rank_curve.to_dict(), "run": self.run, "model_seed": self.model_seed}
+                "rank_curve": self.rank_curve.to_dict(), "run": self.run, "model_seed": self.model_seed,
+                "metric": self.metric}
 
     def table_rows(self) -> list[dict[str, Any]]:
         """``ablate.csv`` rows: the clean model, then one per site and ablation (deltas against clean)."""
@@ -394,10 +406,68 @@ def default_models(config: AblateConfig) -> list[ModelEntry]:
 
 
 @torch.no_grad()
-def _site_acts(model: HookedTransformer, task: tasks_pkg.Task, prompts: list[str],
+def _site_acts(model: HookedTransformer, tokens: Int[Tensor, "batch pos"],
                site: str) -> Float[Tensor, "batch pos d_model"]:
-    _, cache = model.run_with_cache(task.prompt_tokens(prompts), names_filter=site, return_type=None)
+    _, cache = model.run_with_cache(tokens, names_filter=site, return_type=None)
     return cache[site]
+
+
+Hooks = list[tuple[str, ResidHook]]
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """What one model is ablated on: ``measure(hooks, with_scores)``, the tokens for mu, and names."""
+
+    measure: Callable[[Hooks, bool], Measurement]
+    mu_tokens: Tensor
+    n_eval: int
+    task: str
+    metric: str
+
+
+def _task_inputs(entry: ModelEntry, config: AblateConfig) -> _Inputs:
+    model, task = entry.model, entry.task
+    eval_prompts = task.analysis_prompts(config.n_eval, seed=EVAL_SEED, exclude=entry.train_prompts)
+    examples = [task.example(p) for p in eval_prompts]
+    mu_prompts = task.analysis_prompts(config.n_mu, seed=MU_SEED, exclude=entry.train_prompts | frozenset(eval_prompts))
+    return _Inputs(measure=lambda hooks, scores: _measure(model, task, examples, config.n_analysis, hooks, scores),
+                   mu_tokens=task.prompt_tokens(mu_prompts), n_eval=len(examples), task=task.name,
+                   metric="exact_match")
+
+
+def _text_inputs(entry: ModelEntry, config: AblateConfig) -> _Inputs:
+    from nope_interp.text import text_windows
+    from nope_interp.text_train import encode_text, eval_tokens
+
+    length = int(entry.source["text_window"])
+    windows = eval_tokens(config.n_eval, length)
+    mu_tokens = torch.stack([encode_text(w) for w in text_windows(config.n_mu, length, seed=MU_SEED)])
+    analysis = torch.stack([encode_text(w) for w in text_windows(config.n_analysis, length, seed=ANALYSIS_SEED)])
+    return _Inputs(measure=lambda hooks, scores: _measure_text(entry.model, windows, analysis, hooks, scores),
+                   mu_tokens=mu_tokens, n_eval=windows.shape[0], task=text_task_name(entry),
+                   metric="next_char_accuracy")
+
+
+
+@torch.no_grad()
+def _measure_text(model: HookedTransformer, windows: Int[Tensor, "batch length_plus_1"],
+                  analysis: Int[Tensor, "n pos"], hooks: Hooks, with_scores: bool = True,
+                  batch_size: int = 32) -> Measurement:
+    """Next-character accuracy (greedy top-1 over every position), cross-entropy in nats and (``with_scores``)
+    the adjacency scores on ``analysis``, with ``hooks`` attached."""
+    correct, nll, count = 0, 0.0, 0
+    with model.hooks(fwd_hooks=hooks):
+        for i in range(0, windows.shape[0], batch_size):
+            rows = windows[i : i + batch_size].to(model.cfg.device)
+            logits = model(rows[:, :-1], return_type="logits")
+            correct += int((logits.argmax(-1) == rows[:, 1:]).sum())
+            nll += F.cross_entropy(logits.flatten(0, 1).double(), rows[:, 1:].flatten(), reduction="sum").item()
+            count += rows[:, 1:].numel()
+        scores = (analyze_tokens(model, analysis, task="text", forward="hooked").scores["row_mean"]
+                  if with_scores else {})
+    return Measurement(exact_match=correct / count, answer_loss=nll / count,
+                       adjacency={s: v["mean"] for s, v in scores.items()})
 
 
 def _measure(model: HookedTransformer, task: tasks_pkg.Task, examples: Sequence[tasks_pkg.Example],
@@ -424,26 +494,25 @@ def ablate_model(entry: ModelEntry, config: AblateConfig, *, seed: int = 0, log:
     """Every ablation at every site of ``config``, plus the rank curve at the first site, for one model.
 
     Evaluation prompts (``n_eval``) and the prompts for mu (``n_mu``) are drawn from the task's full-length
-    prompts outside ``entry.train_prompts`` and disjoint from each other; ``seed`` seeds the permutations,
-    random subspaces and prompt swaps.
+    prompts outside ``entry.train_prompts`` and disjoint from each other (for a ``train-text`` model: windows
+    of its training length from the held-out plays, metric next-character accuracy; module docstring);
+    ``seed`` seeds the permutations, random subspaces and prompt swaps.
 
     Raises:
         NopeInterpError: a layer outside the model; ``rank`` above min(pos - 1, d_model); too few distinct
             full-length prompts; prompts longer than the model's ``n_ctx``.
     """
-    model, task = entry.model, entry.task
+    model = entry.model
     sites = ablation_sites(config, model.cfg.n_layers)
     rank_site = sites[0]
-    n_prompt = task.max_prompt_len
-    eval_prompts = task.analysis_prompts(config.n_eval, seed=EVAL_SEED, exclude=entry.train_prompts)
-    examples = [task.example(p) for p in eval_prompts]
-    mu_prompts = task.analysis_prompts(config.n_mu, seed=MU_SEED, exclude=entry.train_prompts | frozenset(eval_prompts))
+    inputs = _text_inputs(entry, config) if entry.kind == "text" else _task_inputs(entry, config)
+    name, n_prompt = inputs.task, inputs.mu_tokens.shape[1]
     gen = torch.Generator().manual_seed(seed)
     t0 = time.perf_counter()
-    clean = _measure(model, task, examples, config.n_analysis, [])
+    clean = inputs.measure([], True)
     site_results = []
     for site in sites:
-        acts = _site_acts(model, task, mu_prompts, site)
+        acts = _site_acts(model, inputs.mu_tokens, site)
         mu = positional_means(acts)
         dec = _decompose(site, acts)
         per: dict[str, Measurement] = {}
@@ -456,36 +525,36 @@ def ablate_model(entry: ModelEntry, config: AblateConfig, *, seed: int = 0, log:
             else:
                 basis = None
             hook = ablation_hook(kind, mu, perm=perm, basis=basis, generator=gen)
-            per[kind] = _measure(model, task, examples, config.n_analysis, [(site, hook)])
+            per[kind] = inputs.measure([(site, hook)], True)
         site_results.append(SiteAblation(site=site, decomposition=dec, ablations=per))
-        emit(log, f"{task.name} {site}: decomposition not computed: {dec.error}" if not dec.ok else
-             f"{task.name} {site}: position explains {dec.positional_variance_fraction:.2f} of the variance; "
+        emit(log, f"{name} {site}: decomposition not computed: {dec.error}" if not dec.ok else
+             f"{name} {site}: position explains {dec.positional_variance_fraction:.2f} of the variance; "
              f"adjacency full {dec.adjacency_full:.2f}, positional mean {dec.adjacency_positional:.2f}, "
              f"content {dec.adjacency_content:.2f}")
-        emit(log, f"{task.name} {site}: " + ", ".join(f"{k} {v.exact_match:.3f}" for k, v in per.items())
+        emit(log, f"{name} {site}: " + ", ".join(f"{k} {v.exact_match:.3f}" for k, v in per.items())
              + f" (clean {clean.exact_match:.3f}; {time.perf_counter() - t0:.0f}s)")
-    mu = positional_means(_site_acts(model, task, mu_prompts, rank_site))
+    mu = positional_means(_site_acts(model, inputs.mu_tokens, rank_site))
     max_rank = min(mu.shape[0] - 1, mu.shape[1])  # the centred means span at most pos - 1 directions
     points = []
     for r in [r for r in config.ranks if r <= max_rank]:
         hook = ablation_hook("project_out", mu, basis=positional_subspace(mu, r))
-        pos = _measure(model, task, examples, config.n_analysis, [(rank_site, hook)], with_scores=False)
+        pos = inputs.measure([(rank_site, hook)], False)
         rand = []
         for _ in range(config.n_random):
             hook = ablation_hook("project_out_random", mu, basis=random_subspace(mu.shape[1], r, gen))
-            rand.append(_measure(model, task, examples, config.n_analysis, [(rank_site, hook)],
-                                 with_scores=False).exact_match)
+            rand.append(inputs.measure([(rank_site, hook)], False).exact_match)
         rt = torch.tensor(rand, dtype=torch.float64)
         points.append(RankPoint(rank=r, positional=pos.exact_match, random_mean=float(rt.mean()),
                                 random_std=float(rt.std()) if len(rand) > 1 else 0.0, random_draws=tuple(rand)))
     curve = RankCurve(site=rank_site, points=tuple(points), max_rank=max_rank,
                       skipped_ranks=tuple(r for r in config.ranks if r > max_rank))
-    emit(log, f"{task.name} rank curve at {rank_site}: " + ", ".join(
+    emit(log, f"{name} rank curve at {rank_site}: " + ", ".join(
         f"r={p.rank}: {p.positional:.3f} vs random {p.random_mean:.3f}" for p in points))
     return RunAblation(label=entry.label, run=None if entry.run is None else str(entry.run.path),
                        run_name=entry.label if entry.run is None else entry.run.name,
-                       model_seed=entry.model_cfg.seed, task=task.name, n_eval=len(examples), n_mu=len(mu_prompts),
-                       rank=config.rank, clean=clean, sites=tuple(site_results), rank_curve=curve)
+                       model_seed=entry.model_cfg.seed, task=name, n_eval=inputs.n_eval,
+                       n_mu=inputs.mu_tokens.shape[0], rank=config.rank, clean=clean, sites=tuple(site_results),
+                       rank_curve=curve, metric=inputs.metric)
 
 
 def seed_summary(runs: Sequence[RunAblation]) -> tuple[TaskSeedSummary, ...]:
@@ -599,20 +668,22 @@ def seed_markdown(summaries: Sequence[TaskSeedSummary], runs: Sequence[RunAblati
     the runs' clean accuracies differ a lot."""
     lines = ["# Ablations over seeds", "",
              "mean ± sample std [95% Student-t CI of the mean] over the runs of each task; accuracy lost = clean "
-             "exact match - ablated exact match.", ""]
+             "exact match - ablated exact match (for a train-text language model, task text-*, next-character "
+             "accuracy instead of exact match).", ""]
     for e in summaries:
         n = e.n_seeds
-        lines += [f"## {e.task} ({n} run{'s' if n != 1 else ''}; clean exact match {_fmt(e.clean_exact_match)})", ""]
+        metric = "next-character accuracy" if e.task.startswith("text-") else "exact match"
+        lines += [f"## {e.task} ({n} run{'s' if n != 1 else ''}; clean {metric} {_fmt(e.clean_exact_match)})", ""]
         lines += ["runs: " + ", ".join(e.run_names), ""]
         kinds = list(e.accuracy_loss[0].by_kind) if e.accuracy_loss else []
         lines += ["| site | " + " | ".join(kinds) + " |", "|---" * (len(kinds) + 1) + "|"]
         lines += [f"| {s.site} | " + " | ".join(_fmt(s.by_kind[k]) for k in kinds) + " |" for s in e.accuracy_loss]
-        lines += ["", "| rank r | exact match, positional removed | exact match, random removed |", "|---|---|---|"]
+        lines += ["", f"| rank r | {metric}, positional removed | {metric}, random removed |", "|---|---|---|"]
         lines += [f"| {p.rank} | {_fmt(p.positional)} | {_fmt(p.random)} |" for p in e.rank_curve]
         task_runs = [r for r in runs if r.task == e.task]
         if task_runs:
             kinds_run = list(task_runs[0].sites[0].ablations) if task_runs[0].sites else []
-            lines += ["", "Exact match of each run:", "",
+            lines += ["", f"{metric.capitalize()} of each run:", "",
                       "| run | site | clean | " + " | ".join(kinds_run) + " |", "|---" * (len(kinds_run) + 3) + "|"]
             for r in task_runs:
                 lines += [f"| {r.run_name} | {s.site} | {r.clean.exact_match:.3f} | "

@@ -223,7 +223,7 @@ def is_text_run(path: str | Path) -> bool:
 def text_entry(path: str | Path, label: str, task: tasks_pkg.Task | None = None) -> ModelEntry:
     """A :class:`ModelEntry` (kind ``text``) for a character-level language model of ``nope-interp train-text``:
     the tasks' vocabulary, no task of its own (``task`` only names the inputs of ``task`` kind; default
-    reversal) and no training prompts.
+    reversal) and no training prompts; ``source["text_window"]`` is its training window (characters).
 
     Raises:
         NopeInterpError: a corrupt run (:func:`nope_interp.text_train.load_text_run`); a label that is not safe.
@@ -231,10 +231,24 @@ def text_entry(path: str | Path, label: str, task: tasks_pkg.Task | None = None)
     from nope_interp.text_train import load_text_run
 
     check_name("run label", label)
-    model, model_cfg, _ = load_text_run(path)
+    model, model_cfg, train_cfg = load_text_run(path)
     return ModelEntry(label=label, kind="text", model=model, model_cfg=model_cfg,
-                      task=task or tasks_pkg.get_task("reversal"), source={"model_source": str(path), "text_run": True,
-                                                                            "model": model_cfg.to_dict()})
+                      task=task or tasks_pkg.get_task("reversal"),
+                      source={"model_source": str(path), "text_run": True, "text_window": train_cfg.window,
+                              "model": model_cfg.to_dict()})
+
+
+def text_task_name(entry: ModelEntry) -> str:
+    """The ``task`` of a ``train-text`` model's result rows: ``text-nope``, ``text-learned`` or ``text-rotary``,
+    so that seeds of one positional type are summarised together and the twins apart.
+
+    Raises:
+        NopeInterpError: ``entry`` is not a ``train-text`` model.
+    """
+    if entry.kind != "text" or entry.model_cfg is None:
+        raise NopeInterpError(f"{entry.label} is not a train-text language model (kind {entry.kind!r})")
+    positional = entry.model_cfg.positional
+    return f"text-{'nope' if positional == 'none' else positional}"
 
 
 def shipped_entries(task_names: Iterable[str], with_seeds: bool = False) -> list[ModelEntry]:

@@ -57,6 +57,7 @@ NAME = "long-context"
 HELP = "adjacency score and lag profile against sequence length (random tokens and task text)"
 TAKES_MODELS = True
 TAKES_HF = True  # --hf-path: a Hugging Face model in a TransformerBridge (random inputs; layers typed)
+TAKES_TEXT = True  # train-text language models: text and random inputs
 DEFAULT_MODELS = "initialised models of the normalisation x attention grid at the cpu preset's shape"
 
 #: Kinds of input sequence (``text``: Shakespeare's dialogue from held-out plays; the ``text`` extra).

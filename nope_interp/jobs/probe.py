@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import plotly.graph_objects as go
+import torch
+from jaxtyping import Int
 from plotly.subplots import make_subplots
 from torch import Tensor
 
@@ -36,7 +38,7 @@ from nope_interp.activations import collect_activations
 from nope_interp.config import PRESETS, FrozenConfig, check_choice, check_choices, check_int, check_tasks, opt, preset
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import hook_name, short_label
-from nope_interp.jobs.common import Log, ModelEntry, emit, entry_from_init, progress, shipped_entries
+from nope_interp.jobs.common import Log, ModelEntry, emit, entry_from_init, progress, shipped_entries, text_task_name
 from nope_interp.plotting import save_figure
 from nope_interp.probing import (
     FEATURES,
@@ -51,6 +53,7 @@ from nope_interp.probing import (
 NAME = "probe"
 HELP = "position probes: cosine-similarity features vs Chi et al.'s variance"
 TAKES_MODELS = True
+TAKES_TEXT = True  # train-text language models: windows of held-out text
 DEFAULT_MODELS = "for each of --tasks, an initialised model of --default-preset and the shipped trained model"
 
 #: Defaults of the fields whose default depends on ``quick``: (normal, quick).
@@ -240,18 +243,36 @@ def probe_entry(config: ProbeConfig, entry: ModelEntry) -> list[ProbeRow]:
     Raises:
         NopeInterpError: a site that the model has no activation for; prompts longer than ``n_ctx``.
     """
-    task = entry.task
+    name, tokens = entry_inputs(config, entry)
     sites = list(config.sites or default_sites(entry.model_cfg.n_layers))
-    acts = collect_activations(entry.model, task.prompt_tokens(
-        task.analysis_prompts(config.prompts_used, 1, entry.train_prompts)))
+    acts = collect_activations(entry.model, tokens)
     missing = [s for s in sites if s not in acts.labels]
     if missing:
         raise NopeInterpError(f"unknown site(s) {missing}; allowed: {', '.join(acts.labels)}")
     label = model_label(entry)
     rows = []
     for site in sites:
-        rows += _probe_rows(config, task.name, label, site, acts.acts[acts.labels.index(site)])
+        rows += _probe_rows(config, name, label, site, acts.acts[acts.labels.index(site)])
     return rows
+
+
+def entry_inputs(config: ProbeConfig, entry: ModelEntry) -> tuple[str, Int[Tensor, "n pos"]]:
+    """The task name of ``entry``'s rows and the ``config.prompts_used`` held-out inputs it is probed on: its
+    task's full-length prompts (prompt seed 1, training prompts excluded) or, for a ``train-text`` model
+    (task ``text-nope`` / ``text-learned`` / ``text-rotary``), windows of its training length from the
+    held-out plays (seed 1).
+
+    Raises:
+        NopeInterpError: too few distinct prompts; the text extra missing for a text model.
+    """
+    if entry.kind == "text":
+        from nope_interp.text import text_windows
+        from nope_interp.text_train import encode_text
+
+        windows = text_windows(config.prompts_used, int(entry.source["text_window"]), seed=1)
+        return text_task_name(entry), torch.stack([encode_text(w) for w in windows])
+    task = entry.task
+    return task.name, task.prompt_tokens(task.analysis_prompts(config.prompts_used, 1, entry.train_prompts))
 
 
 def _probe_rows(config: ProbeConfig, task: str, label: str, site: str, site_acts: Tensor) -> list[ProbeRow]:
@@ -267,17 +288,23 @@ def _probe_rows(config: ProbeConfig, task: str, label: str, site: str, site_acts
     return rows
 
 
-def noise_control(config: ProbeConfig, task: tasks_pkg.Task, d_model: int) -> list[ProbeRow]:
+def noise_control(config: ProbeConfig, task: tasks_pkg.Task | str, d_model: int,
+                  n_pos: int | None = None) -> list[ProbeRow]:
     """The noise-input control for one task and model width: every feature, probe and seed of ``config``
-    on :func:`~nope_interp.probing.noise_activations` of shape ``(prompts_used, task.max_prompt_len,
-    d_model)`` (seed :data:`NOISE_SEED`). Rows have model ``noise control (d_model N)`` and site ``noise``;
-    every feature should score about 1.0 (chance).
+    on :func:`~nope_interp.probing.noise_activations` of shape ``(prompts_used, n_pos, d_model)`` (``n_pos``
+    default ``task.max_prompt_len``; seed :data:`NOISE_SEED`). ``task`` is a Task or, with ``n_pos``, a task
+    name such as ``text-nope``. Rows have model ``noise control (d_model N)`` and site ``noise``; every
+    feature should score about 1.0 (chance).
 
     Raises:
-        NopeInterpError: a task whose prompts are too short for the probes.
+        NopeInterpError: a task whose prompts are too short for the probes; a task name without ``n_pos``.
     """
-    acts = noise_activations(config.prompts_used, task.max_prompt_len, d_model, seed=NOISE_SEED)
-    return _probe_rows(config, task.name, f"noise control (d_model {d_model})", NOISE_SITE, acts)
+    if isinstance(task, str) and n_pos is None:
+        raise NopeInterpError(f"noise_control: give n_pos with the task name {task!r}")
+    name = task if isinstance(task, str) else task.name
+    length = n_pos if n_pos is not None else task.max_prompt_len  # type: ignore[union-attr]
+    acts = noise_activations(config.prompts_used, length, d_model, seed=NOISE_SEED)
+    return _probe_rows(config, name, f"noise control (d_model {d_model})", NOISE_SITE, acts)
 
 
 def run(config: ProbeConfig, models: list[ModelEntry] | None = None, *, log: Log = None) -> ProbeResult:
@@ -294,10 +321,12 @@ def run(config: ProbeConfig, models: list[ModelEntry] | None = None, *, log: Log
     for entry in progress(models, "probe", log):
         new = probe_entry(config, entry)
         rows += new
-        emit(log, f"{entry.task.name} {model_label(entry)}: {len(new)} probes ({time.perf_counter() - t0:.0f}s)")
-        if (entry.task.name, entry.model_cfg.d_model) not in controls:
-            controls.add((entry.task.name, entry.model_cfg.d_model))
-            noise_rows += noise_control(config, entry.task, entry.model_cfg.d_model)
+        name = new[0].task if new else entry.task.name
+        emit(log, f"{name} {model_label(entry)}: {len(new)} probes ({time.perf_counter() - t0:.0f}s)")
+        if (name, entry.model_cfg.d_model) not in controls:
+            controls.add((name, entry.model_cfg.d_model))
+            n_pos = int(entry.source["text_window"]) if entry.kind == "text" else None
+            noise_rows += noise_control(config, name if n_pos else entry.task, entry.model_cfg.d_model, n_pos)
     result = ProbeResult(config=config, n_prompts=config.prompts_used, features=config.features_used,
                          probes=config.probes_used, seeds=config.seeds_used, rows=tuple(rows),
                          provenance=io.provenance(), wall_time_s=round(time.perf_counter() - t0, 1),
