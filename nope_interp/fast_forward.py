@@ -13,10 +13,11 @@ path, whose memory grows with pos rather than n_heads x pos^2. Every other analy
 model.
 
 Equal to ``model(tokens)`` up to float rounding (tested in ``tests/test_fast_forward.py`` against the
-hooked model for every supported option). Supported: positional ``none`` (NoPE) and ``learned``;
+hooked model for every supported option). Supported: positional ``none`` (NoPE), ``learned`` and ``rotary``
+(through TransformerLens's own ``apply_rotary`` on queries and keys, so the rotation is the library's);
 attention ``causal`` and ``bidirectional``; normalisation ``LN``, ``LNPre``, ``RMS``, ``RMSPre``;
 activations ``gelu``, ``gelu_new``, ``relu``, ``silu``; tied or untied embeddings. Anything else
-(rotary positions, grouped-query attention, parallel blocks, local attention, ...) is reported by
+(grouped-query attention, parallel blocks, local attention, dynamic-NTK or log-n scaling, ...) is reported by
 :func:`unsupported_reason` and the trainer falls back to the hooked forward.
 """
 
@@ -52,7 +53,11 @@ def unsupported_reason(model: HookedTransformer, allow_sliding: bool = False) ->
     c = model.cfg
     sliding = allow_sliding and _is_sliding(c)
     checks = [
-        (c.positional_embedding_type != "standard", f"positional_embedding_type={c.positional_embedding_type!r}"),
+        (c.positional_embedding_type not in ("standard", "rotary"),
+         f"positional_embedding_type={c.positional_embedding_type!r}"),
+        (bool(getattr(c, "use_dynamic_ntk_rope", False)), "dynamic-NTK rotary scaling"),
+        (bool(getattr(c, "use_logn_attn", False)), "log-n attention scaling"),
+        (getattr(c, "clip_qkv", None) is not None, "clip_qkv"),
         (c.normalization_type not in _NORMS, f"normalization_type={c.normalization_type!r}"),
         (c.act_fn not in _ACTIVATIONS, f"act_fn={c.act_fn!r}"),
         (c.attention_dir not in ("causal", "bidirectional"), f"attention_dir={c.attention_dir!r}"),
@@ -123,9 +128,11 @@ def _forward(model: HookedTransformer, tokens: Tensor, p_drop: float, record: fr
     embed = model.embed.W_E[tokens]
     keep("hook_embed", embed)
     x = drop(embed)
-    w_pos = model.pos_embed.W_pos
-    if w_pos.requires_grad or bool(torch.any(w_pos != 0)):
-        x = x + w_pos[:p]
+    rotary = c.positional_embedding_type == "rotary"
+    if not rotary:  # a rotary model has no pos_embed
+        w_pos = model.pos_embed.W_pos
+        if w_pos.requires_grad or bool(torch.any(w_pos != 0)):
+            x = x + w_pos[:p]
     act = _ACTIVATIONS[c.act_fn]
     h, dh = c.n_heads, c.d_head
     mask = _attention_mask(model, p, tokens.device)
@@ -141,7 +148,12 @@ def _forward(model: HookedTransformer, tokens: Tensor, p_drop: float, record: fr
         w_qkv = torch.cat([attn.W_Q, attn.W_K, attn.W_V], 0).permute(1, 0, 2).reshape(c.d_model, 3 * h * dh)
         b_qkv = torch.cat([attn.b_Q, attn.b_K, attn.b_V], 0).reshape(3 * h * dh)
         qkv = torch.addmm(b_qkv, normed.reshape(b * p, c.d_model), w_qkv).view(b, p, 3, h, dh)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        if rotary:  # TransformerLens's rotation, on [batch, pos, head, d_head] as in its attention
+            q_, k_, v_ = qkv.unbind(2)
+            q, k, v = (attn.apply_rotary(q_).transpose(1, 2), attn.apply_rotary(k_).transpose(1, 2),
+                       v_.transpose(1, 2))
+        else:
+            q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
         z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
         z = z.transpose(1, 2).reshape(b * p, h * dh)
         keep(f"blocks.{layer}.attn.hook_z", z.view(b, p, h * dh))

@@ -157,7 +157,7 @@ def estimate_text_train_memory(model_cfg: ModelConfig, cfg: TextTrainConfig) -> 
 
     d, m, h, n_layers, v = model_cfg.d_model, model_cfg.d_mlp, model_cfg.n_heads, model_cfg.n_layers, model_cfg.d_vocab
     seq = cfg.window
-    hooked = model_cfg.positional == "rotary" or model_cfg.attention == "sliding"
+    hooked = model_cfg.attention == "sliding"  # the hooked forward; rotary has the fast one
     per_layer = (16 * d + 4 * m + 4 * h * seq) if hooked else (8 * d + 3 * m + h * seq // 2)
     train_acts = 4 * cfg.batch_size * seq * (n_layers * per_layer + 4 * v + 4 * d)
     long = 2 * seq

@@ -142,7 +142,8 @@ def estimate_train_memory(model_cfg: ModelConfig, cfg: TrainConfig, task: tasks_
         two moments and a saving copy (5 x the weights); one training batch's activations kept for the
         backward pass (``batch_size`` x sequence length x per-token width of every layer: about
         ``8 d_model + 3 d_mlp`` floats with the trainer's hook-free forward, ``16 d_model + 4 d_mlp`` plus the
-        attention scores with the hooked forward that rotary models use), or one evaluation batch if larger;
+        attention scores with the hooked forward that sliding-window models use), or one evaluation batch if
+        larger;
         the train and test examples as Python strings, their token tensors (answer-only: tokens, targets and
         mask; packed: the token stream) and, when the split takes more than a quarter of the task's prompts,
         the enumerated prompt space.
@@ -152,8 +153,8 @@ def estimate_train_memory(model_cfg: ModelConfig, cfg: TrainConfig, task: tasks_
     d, m, h, n_layers, v = model_cfg.d_model, model_cfg.d_mlp, model_cfg.n_heads, model_cfg.n_layers, model_cfg.d_vocab
     line = len(cfg.eval_prefix) + task.max_prompt_len + task.max_answer_len + 1
     seq = cfg.window if cfg.objective == "packed" else line
-    if model_cfg.positional == "rotary" or model_cfg.attention == "sliding":  # the hooked forward (the fast
-        # forward of nope_interp.fast_forward does neither rotary nor local attention)
+    if model_cfg.attention == "sliding":  # the hooked forward (the fast forward of nope_interp.fast_forward
+        # has no local attention in training)
         per_layer = 16 * d + 4 * m + 4 * h * seq
     else:
         per_layer = 8 * d + 3 * m + h * seq // 2

@@ -6,7 +6,7 @@ from conftest import perturbed_model as _perturbed
 
 OPTIONS = [{}, {"normalization": "RMS"}, {"normalization": "LNPre"}, {"normalization": "RMSPre"},
            {"normalization": "none"}, {"act_fn": "gelu_new"}, {"act_fn": "relu"}, {"act_fn": "silu"},
-           {"positional": "learned"},
+           {"positional": "learned"}, {"positional": "rotary"}, {"positional": "rotary", "n_heads": 2, "d_head": 16},
            {"tied_embeddings": True}, {"attention": "bidirectional"}, {"biases": True},
            {"n_layers": 3, "n_heads": 4, "d_head": 8}]
 
@@ -50,8 +50,7 @@ def test_dropout_draws_the_same_masks_as_the_hooks_and_only_in_train_mode():
     assert torch.equal(fast_logits(model, tokens), fast_logits(model, tokens))  # eval: deterministic
 
 
-@pytest.mark.parametrize("overrides,why", [({"positional": "rotary"}, "rotary"),
-                                           ({"attention": "sliding", "window": 2}, "local attention")])
+@pytest.mark.parametrize("overrides,why", [({"attention": "sliding", "window": 2}, "local attention")])
 def test_unsupported_models_are_named_and_the_loss_falls_back(overrides, why):
     from nope_interp.config import preset
     from nope_interp.errors import NopeInterpError

@@ -10,7 +10,9 @@ from conftest import perturbed_model as _perturbed
 
 ARCHS = [{}, {"normalization": "RMS"}, {"normalization": "none"}, {"attention": "sliding", "window": 3},
          {"attention": "sliding", "window": 1}, {"tied_embeddings": True, "dropout": 0.2},
-         {"positional": "learned"}, {"n_layers": 3, "n_heads": 4, "d_head": 8}]
+         {"positional": "learned"}, {"positional": "rotary"},
+         {"positional": "rotary", "attention": "sliding", "window": 3},
+         {"n_layers": 3, "n_heads": 4, "d_head": 8}]
 
 
 @pytest.mark.parametrize("options", ARCHS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "default")
@@ -49,8 +51,11 @@ def test_fast_activations_run_only_the_layers_asked_for_and_refuse_what_they_can
         assert "hook names" in fast_activations_unsupported(model, bad)
         with pytest.raises(NopeInterpError, match="hook names"):
             fast_activations(model, tokens, bad)
-    rotary = build_model(preset("tiny", positional="rotary"))
-    assert "positional_embedding_type" in fast_activations_unsupported(rotary)
+    for flag, value, why in (("use_logn_attn", True, "log-n"), ("use_dynamic_ntk_rope", True, "dynamic-NTK"),
+                             ("clip_qkv", 8.0, "clip_qkv"), ("positional_embedding_type", "alibi", "alibi")):
+        odd = build_model(preset("tiny", positional="rotary"))
+        setattr(odd.cfg, flag, value)  # options TransformerLens has and the fast path does not implement
+        assert why in fast_activations_unsupported(odd)
     with pytest.raises(NopeInterpError, match="more than n_ctx"):
         fast_activations(model, torch.zeros(1, model.cfg.n_ctx + 1, dtype=torch.long), ["hook_embed"])
 
