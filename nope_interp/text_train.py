@@ -34,7 +34,7 @@ from nope_interp import io, text
 from nope_interp.config import ModelConfig, TextTrainConfig
 from nope_interp.errors import NopeInterpError
 from nope_interp.model import build_model, check_nope, check_tokens, load_state, with_context
-from nope_interp.pretrained import parse_run_config
+from nope_interp.pretrained import PRETRAINED_DIR, parse_run_config
 from nope_interp.train import (
     _check_finite_weights,
     _cpu_name,
@@ -210,6 +210,42 @@ def load_text_run(run_dir: str | Path, device: str = "cpu") -> tuple[HookedTrans
     load_state(model, io.load_weights(run_dir / io.WEIGHTS_FILE), f"the weights of {run_dir}")
     model.eval()
     return model, model_cfg, cfg
+
+
+#: The shipped text models (``nope_interp/pretrained/text/<name>/``): in the repository, not in the wheel.
+TEXT_DIR = PRETRAINED_DIR / "text"
+
+
+def available_text_models() -> list[Path]:
+    """Directories of the shipped text models (those with weights), sorted by name: load one with
+    :func:`load_text_run` or pass it to ``--run``."""
+    return sorted(p for p in TEXT_DIR.glob("*") if (p / io.WEIGHTS_FILE).is_file())
+
+
+def ship_text(run_dir: str | Path, name: str | None = None) -> Path:
+    """Copy a finished text run into ``nope_interp/pretrained/text/<name>/`` (default: the run's folder name):
+    config.json, model.safetensors, metrics.jsonl and summary.json, not the optimizer checkpoint or the kept
+    weights (a maintainer's tool, as :func:`nope_interp.pretrained.ship`).
+
+    Raises:
+        NopeInterpError: not a text run or a corrupt one; not finished (no summary.json); a name that is not
+            one safe path component.
+    """
+    import shutil
+
+    from nope_interp.config import check_name
+
+    run_dir = Path(run_dir)
+    name = run_dir.resolve().name if name is None else name
+    check_name("text model name", name)
+    load_text_run(run_dir)  # a text run whose weights load
+    if not (run_dir / io.SUMMARY_FILE).is_file():
+        raise NopeInterpError(f"text run {run_dir} has no summary.json: it has not finished")
+    dest = TEXT_DIR / name
+    dest.mkdir(parents=True, exist_ok=True)
+    for fname in (io.CONFIG_FILE, io.WEIGHTS_FILE, io.METRICS_FILE, io.SUMMARY_FILE):
+        shutil.copyfile(run_dir / fname, dest / fname)
+    return dest
 
 
 def _train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: Path, stream: Tensor, *, resume: bool,

@@ -235,3 +235,31 @@ def test_ablate_and_probe_take_text_runs_with_next_character_accuracy(tmp_path, 
     probe = json.loads((out / "results" / "probe" / "probe.json").read_text())
     assert {r["task"] for r in probe["rows"]} == {"text-nope"}
     assert {r["task"] for r in probe["noise_control"]["rows"]} == {"text-nope"}
+
+
+def test_ship_text_copies_a_finished_run_and_shipped_text_models_reproduce_their_summary(tmp_path, monkeypatch,
+                                                                                          tiny_run):
+    import nope_interp.text_train as tt
+    from nope_interp.errors import NopeInterpError
+
+    shipped = tt.available_text_models()  # the real ones, checked below
+    run = _train(tmp_path, "nope")
+    monkeypatch.setattr(tt, "TEXT_DIR", tmp_path / "text")
+    dest = tt.ship_text(run)
+    assert dest == tmp_path / "text" / "nope" and tt.available_text_models() == [dest]
+    assert sorted(p.name for p in dest.iterdir()) == ["config.json", "metrics.jsonl", "model.safetensors",
+                                                      "summary.json"]
+    (run / "summary.json").unlink()
+    with pytest.raises(NopeInterpError, match="has not finished"):
+        tt.ship_text(run, "other")
+    with pytest.raises(NopeInterpError, match="name"):
+        tt.ship_text(dest, "../x")
+    with pytest.raises(NopeInterpError, match="'text_train' is missing"):
+        tt.ship_text(tiny_run)
+    for path in shipped:  # each shipped text model: its weights give its recorded held-out bits per character
+        model, model_cfg, cfg = tt.load_text_run(path)
+        summary = json.loads((path / "summary.json").read_text())
+        assert (path / "model.safetensors").stat().st_size <= 10 * 2**20
+        got = tt.bits_per_char(model, tt.eval_tokens(cfg.eval_windows, cfg.window))
+        assert got == pytest.approx(summary["bpc_1x"], rel=1e-6)
+        assert json.loads((path / "config.json").read_text())["command"].startswith("nope-interp train-text")
