@@ -24,7 +24,8 @@ from tasks import TASK_NAMES, TaskError
 
 #: ModelConfig fields offered as ``--model-*`` flags.
 MODEL_FLAGS = ("n_layers", "d_model", "n_heads", "d_head", "d_mlp", "n_ctx", "act_fn", "normalization",
-               "positional", "attention", "init_mean", "init_std", "seed", "tied_embeddings", "dropout", "window")
+               "positional", "attention", "init_mean", "init_std", "seed", "tied_embeddings", "dropout", "window",
+               "nope_layers")
 _TRAIN_SKIP = ("task", "task_params")
 _SOURCE_SKIP = ("model_overrides",)
 

@@ -287,12 +287,16 @@ class ModelConfig(FrozenConfig):
             one parameter, as in nanoGPT (the authors' model). Default off.
         dropout: probability in [0, 1) of dropout on the embeddings, every attention output and every
             MLP output, in train mode only (nanoGPT's placement; the authors used 0.2). Default 0.
+        nope_layers: with ``positional="rotary"``, the layers whose queries and keys are not rotated: NoPE
+            layers in a RoPE model, the hybrid of SmolLM3 (RoPE left out of every fourth layer) and Llama 4.
+            Strictly increasing layer indices in [0, n_layers); None (default) for no hybrid.
 
     Raises:
         NopeInterpError: a size outside [1, 1e6], ``n_heads * d_head != d_model``, an unknown choice,
             ``init_mean`` outside [-1000, 1000] or ``init_std`` outside (0, 1000] (NaN and inf never pass),
             a negative seed, ``attention="sliding"`` without an integer ``window`` >= 1, or a ``window``
-            with other attention.
+            with other attention; ``nope_layers`` without rotary positions, empty, out of range or not
+            strictly increasing.
     """
 
     n_layers: int = opt(2, "number of transformer blocks")
@@ -313,6 +317,8 @@ class ModelConfig(FrozenConfig):
     tied_embeddings: bool = opt(False, "tie the unembedding to the token embedding (W_U = W_E.T), as nanoGPT")
     dropout: float = opt(0.0, "dropout on embeddings, attention and MLP outputs in train mode, in [0, 1)")
     window: int | None = opt(None, "keys each query sees with --model-attention sliding, itself included (>= 1)")
+    nope_layers: tuple[int, ...] | None = opt(
+        None, "with --model-positional rotary: layers left without rotation (NoPE), a hybrid as SmolLM3 or Llama 4")
 
     def __post_init__(self) -> None:
         for name in ("n_layers", "d_model", "n_heads", "d_head", "d_mlp", "n_ctx", "d_vocab"):
@@ -330,6 +336,16 @@ class ModelConfig(FrozenConfig):
         check_int("seed", self.seed, 0, 2**63 - 1)
         if not isinstance(self.tied_embeddings, bool):
             raise NopeInterpError(f"tied_embeddings must be true or false, got {self.tied_embeddings!r}")
+        if self.nope_layers is not None:
+            if self.positional != "rotary":
+                raise NopeInterpError(f"nope_layers needs positional rotary (a hybrid of RoPE and NoPE layers), "
+                                      f"got positional {self.positional!r}")
+            if not self.nope_layers:
+                raise NopeInterpError("nope_layers must not be empty (None: every layer rotary)")
+            for layer in self.nope_layers:
+                check_int("nope_layers", layer, 0, self.n_layers - 1)
+            if list(self.nope_layers) != sorted(set(self.nope_layers)):
+                raise NopeInterpError(f"nope_layers must be strictly increasing, got {list(self.nope_layers)}")
         check_float("dropout", self.dropout, 0.0, 1.0)
         if self.dropout >= 1.0:
             raise NopeInterpError(f"dropout must be in [0, 1), got {self.dropout!r}")

@@ -18,6 +18,7 @@ import os
 import re
 import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -258,6 +259,11 @@ def check_device(device: str | torch.device) -> torch.device:
     return device
 
 
+def _no_rotation(x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+    """The rotation of a NoPE layer in a hybrid rotary model (``ModelConfig.nope_layers``): none."""
+    return x
+
+
 def build_model(cfg: ModelConfig, device: str | torch.device = "cpu") -> HookedTransformer:
     """Build a ``HookedTransformer`` for ``cfg`` and apply :func:`init_weights`.
 
@@ -270,7 +276,8 @@ def build_model(cfg: ModelConfig, device: str | torch.device = "cpu") -> HookedT
     With ``tied_embeddings`` the unembedding is a :class:`TiedUnembed`; with ``dropout > 0`` a permanent
     hook at ``hook_embed``, ``blocks.L.hook_attn_out`` and ``blocks.L.hook_mlp_out`` applies dropout when
     the model is in train mode and is the identity in eval mode (permanent hooks survive
-    ``reset_hooks()``; TransformerLens has no dropout of its own).
+    ``reset_hooks()``; TransformerLens has no dropout of its own). With ``nope_layers`` (rotary models),
+    those layers' ``apply_rotary`` is the identity: NoPE layers in a RoPE model.
 
     Returns:
         The model, in eval mode.
@@ -296,6 +303,11 @@ def build_model(cfg: ModelConfig, device: str | torch.device = "cpu") -> HookedT
         for name in names:
             model.hook_dict[name].add_perma_hook(_dropout_hook(cfg.dropout))
     model.nope_dropout = cfg.dropout  # read by the trainer's hook-free forward (nope_interp.fast_forward)
+    for layer in cfg.nope_layers or ():
+        # a NoPE layer in a rotary model: TransformerLens's rotation becomes the identity for this layer only,
+        # so hook_rot_q equals hook_q there (nope_interp.positional measures it) and every path (hooked,
+        # fast_forward, with_context) sees the same layer
+        model.blocks[layer].attn.apply_rotary = _no_rotation
     init_weights(model, cfg)
     model.to(device, print_details=False)
     model.eval()

@@ -52,6 +52,9 @@ EXECUTORS = ("local", "ray")
 #: Folder of the shipped specs (package data).
 SHIPPED_DIR = Path(__file__).parent / "sweeps"
 _MODEL_FIELDS = tuple(f.name for f in fields(ModelConfig))
+#: ModelConfig fields added after sweep keys were first written: left out of the key at their default (None),
+#: so that adding them does not rename (and so rerun) every finished point.
+_ADDED_MODEL_FIELDS = ("nope_layers",)
 _TRAIN_FIELDS = tuple(f.name for f in fields(TrainConfig) if f.name not in ("task", "task_params", "seed"))
 _COMMON = ("task", "n_digits", "preset", "seed")
 _KIND_FIELDS = {"init": ("n_prompts", "points"), "train": (*_TRAIN_FIELDS, "analyze_n_prompts")}
@@ -91,8 +94,9 @@ class Point:
 
     def resolved(self) -> dict[str, Any]:
         """The full config of the point (what its key hashes), JSON-ready."""
+        model = {k: v for k, v in self.model.to_dict().items() if not (k in _ADDED_MODEL_FIELDS and v is None)}
         return {"kind": self.kind, "task": self.task, "task_params": self.task_params,
-                "model": self.model.to_dict(), "settings": self.settings}
+                "model": model, "settings": self.settings}
 
 
 @dataclass(frozen=True)
@@ -267,7 +271,9 @@ def resolve(kind: str, values: dict[str, Any]) -> Point:
         raise NopeInterpError(f"seed must be an integer in [0, 2**31), got {seed!r}")
     task_params = {} if v.get("n_digits") is None else {"n_digits": v["n_digits"]}
     tasks_pkg.get_task(task, **task_params)  # validates n_digits
-    model_kw = {k.removeprefix("model_"): val for k, val in v.items() if k.startswith("model_")}
+    # TOML lists -> tuples (tuple-typed fields such as nope_layers)
+    model_kw = {k.removeprefix("model_"): tuple(val) if isinstance(val, list) else val
+                for k, val in v.items() if k.startswith("model_")}
     for k, val in model_kw.items():
         check_field_value(ModelConfig, k, val, f"model_{k}")
     if kind == "train":

@@ -36,6 +36,10 @@ def test_analyze_a_run_and_an_initialised_model(main, tiny_run, tmp_path, capsys
                                                       "plotly.min.js"]
     out = capsys.readouterr().out
     assert "blocks.0.attn.hook_z" in out and "outputs:" in out and "cosine.html" in out
+    # a hybrid RoPE/NoPE model from the command line: a tuple override makes a safe label
+    assert main(["analyze", "--init", "--task", "reversal", "--preset", "tiny", "--model-positional", "rotary",
+                 "--model-nope-layers", "1", "--n-prompts", "4", "--out-root", str(tmp_path)]) == 0
+    assert (tmp_path / "results" / "analyze" / "init-tiny-reversal-nope_layers1-positionalrotary").is_dir()
 
 
 def test_demo_on_one_task(main, tmp_path):
@@ -71,6 +75,11 @@ BAD = [
     (["train", "--task", "addition", "--objective", "every_token"], "objective must be one of answer_only, packed"),
     (["train", "--task", "addition", "--lr", "nan"], "lr must be a finite number"),
     (["train", "--task", "addition", "--model-dropout", "1.0"], "dropout must be in [0, 1)"),
+    (["train", "--task", "addition", "--model-nope-layers", "1"], "nope_layers needs positional rotary"),
+    (["analyze", "--init", "--task", "reversal", "--preset", "tiny", "--model-positional", "rotary",
+      "--model-nope-layers", "1", "0"], "nope_layers must be strictly increasing, got [1, 0]"),
+    (["train", "--task", "addition", "--model-positional", "rotary", "--model-nope-layers", "3"],
+     "nope_layers must be an integer in [0, 2], got 3"),
     (["train", "--task", "addition", "--preset", "tiny", "--objective", "packed", "--window", "100"],
      "window=100 is longer than the model's n_ctx=48"),
     (["analyze", "--init", "--task", "addition", "--protocol", "padded"],

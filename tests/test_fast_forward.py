@@ -7,6 +7,7 @@ from conftest import perturbed_model as _perturbed
 OPTIONS = [{}, {"normalization": "RMS"}, {"normalization": "LNPre"}, {"normalization": "RMSPre"},
            {"normalization": "none"}, {"act_fn": "gelu_new"}, {"act_fn": "relu"}, {"act_fn": "silu"},
            {"positional": "learned"}, {"positional": "rotary"}, {"positional": "rotary", "n_heads": 2, "d_head": 16},
+           {"positional": "rotary", "nope_layers": (0,)},
            {"tied_embeddings": True}, {"attention": "bidirectional"}, {"biases": True},
            {"n_layers": 3, "n_heads": 4, "d_head": 8}]
 

@@ -11,7 +11,7 @@ from conftest import perturbed_model as _perturbed
 ARCHS = [{}, {"normalization": "RMS"}, {"normalization": "none"}, {"attention": "sliding", "window": 3},
          {"attention": "sliding", "window": 1}, {"tied_embeddings": True, "dropout": 0.2},
          {"positional": "learned"}, {"positional": "rotary"},
-         {"positional": "rotary", "attention": "sliding", "window": 3},
+         {"positional": "rotary", "attention": "sliding", "window": 3}, {"positional": "rotary", "nope_layers": (1,)},
          {"n_layers": 3, "n_heads": 4, "d_head": 8}]
 
 

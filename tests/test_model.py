@@ -371,3 +371,46 @@ def test_normalization_none_has_no_norm_modules_and_nope_stays_exact(M):
 def test_n_parameters_for_every_normalization_and_sliding_window(M, overrides):
     cfg = M.preset("tiny", **overrides)
     assert M.n_parameters(cfg) == sum(p.numel() for p in M.build_model(cfg).parameters())
+
+
+def test_hybrid_rotary_model_has_nope_layers_where_asked():
+    """nope_layers: measured per layer from the hooks; every layer NoPE gives exactly the NoPE model's function
+    (same weights), one NoPE layer differs from the all-rotary model; with_context keeps the hybrid."""
+    import dataclasses
+
+    from nope_interp.config import preset
+    from nope_interp.model import build_model, with_context
+    from nope_interp.positional import layer_positional_types
+
+    cfg = preset("tiny", n_layers=3, positional="rotary", nope_layers=(1,))
+    hybrid = build_model(cfg)
+    assert layer_positional_types(hybrid) == ("rope", "nope", "rope")
+    tokens = torch.randint(0, 96, (2, 12), generator=torch.Generator().manual_seed(0))
+    rotary = build_model(dataclasses.replace(cfg, nope_layers=None))
+    rotary.load_state_dict(hybrid.state_dict())
+    assert not torch.allclose(rotary(tokens), hybrid(tokens), atol=1e-4)
+    all_nope = build_model(dataclasses.replace(cfg, nope_layers=(0, 1, 2)))
+    nope = build_model(dataclasses.replace(cfg, positional="none", nope_layers=None))
+    params = dict(all_nope.named_parameters())
+    nope.load_state_dict({k: params.get(k, v) for k, v in nope.state_dict().items()})
+    assert layer_positional_types(all_nope) == ("nope", "nope", "nope")
+    torch.testing.assert_close(all_nope(tokens), nope(tokens), atol=1e-5, rtol=1e-5)
+    longer, longer_cfg = with_context(hybrid, cfg, 96)
+    assert longer_cfg.nope_layers == (1,) and layer_positional_types(longer) == ("rope", "nope", "rope")
+    torch.testing.assert_close(longer(tokens), hybrid(tokens), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("overrides,match", [
+    ({"nope_layers": (1,)}, "needs positional rotary"),
+    ({"positional": "rotary", "nope_layers": ()}, "must not be empty"),
+    ({"positional": "rotary", "nope_layers": (2,)}, "nope_layers"),
+    ({"positional": "rotary", "nope_layers": (1, 0)}, "strictly increasing"),
+    ({"positional": "rotary", "nope_layers": (0, 0)}, "strictly increasing"),
+    ({"positional": "rotary", "nope_layers": (-1,)}, "nope_layers"),
+])
+def test_bad_nope_layers_are_refused(overrides, match):
+    from nope_interp.config import preset
+    from nope_interp.errors import NopeInterpError
+
+    with pytest.raises(NopeInterpError, match=match):
+        preset("tiny", **overrides)

@@ -101,6 +101,18 @@ def test_spec_expands_to_the_product_with_stable_distinct_keys(tmp_path):
     assert (d.model.d_head, d.model.d_mlp) == (32, 768)  # d_head = d_model / n_heads, d_mlp = 4 d_model
 
 
+def test_point_keys_are_stable_across_versions():
+    """A key names a finished point on disk: adding a ModelConfig field must not rename (and so rerun) every
+    point. Keys pinned when they were first written (2026-11-30)."""
+    from nope_interp.sweep import resolve
+
+    assert resolve("train", {"task": "reversal", "preset": "cpu", "steps": 100}).key == "8f3e4a50c72a34bb"
+    assert resolve("init", {"task": "addition", "preset": "tiny"}).key == "8cbd291f406688b5"
+    hybrid = resolve("init", {"task": "addition", "preset": "tiny", "model_positional": "rotary",
+                              "model_nope_layers": [1]})
+    assert hybrid.key != resolve("init", {"task": "addition", "preset": "tiny", "model_positional": "rotary"}).key
+
+
 def test_shipped_specs_load():
     from nope_interp.sweep import available_specs, load_spec
 

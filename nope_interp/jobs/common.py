@@ -176,7 +176,8 @@ def load_models(source: ModelSource) -> list[ModelEntry]:
     if source.init:
         assert task is not None  # checked by ModelSource
         cfg = preset(source.preset, **source.model_overrides)
-        tweaks = "".join(f"-{k}{v}" for k, v in sorted(source.model_overrides.items()))
+        tweaks = "".join(f"-{k}{'_'.join(map(str, v)) if isinstance(v, tuple | list) else v}"
+                         for k, v in sorted(source.model_overrides.items()))  # tuples: nope_layers1_3
         return [entry_from_init(cfg, task, f"init-{source.preset}-{task.name}{tweaks}")]
     if source.with_seeds and not source.pretrained:
         return shipped_entries(tasks_pkg.TASK_NAMES, with_seeds=True)
