@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import plotly.graph_objects as go
+from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 
 import tasks as tasks_pkg
@@ -152,13 +153,22 @@ def run(config: TrajectoryConfig, models: list[ModelEntry] | None = None, *, log
 
 
 def plot_trajectory(run_traj: RunTrajectory, protocol: str = "full") -> go.Figure:
-    """Left: adjacency score vs step (log axis; step 0 drawn at 1), a line per site, chance at 0.5.
+    """Left: adjacency score vs step (log axis; step 0 drawn at 1), a line per site (colour = layer, solid =
+    ``hook_z``, dashed = ``resid_post``, dotted = other sites, gray = embeddings), chance at 0.5.
     Right: evaluation exact match vs step."""
     fig = make_subplots(rows=1, cols=2, column_widths=[0.65, 0.35],
                         subplot_titles=[f"adjacency score (row mean, {protocol} inputs)", "eval exact match"])
     x = [max(1, s) for s in run_traj.steps]
+    layers = [int(site.split(".")[1]) for site in run_traj.sites if site.startswith("blocks.")]
+    n_colors = max(layers, default=0) + 1
+    palette = sample_colorscale("Viridis", [i / max(1, n_colors - 1) * 0.9 for i in range(n_colors)])
     for site in run_traj.sites:
+        # one colour per layer (dark = early), one dash per kind of site: 13+ lines stay tellable apart
+        layer = int(site.split(".")[1]) if site.startswith("blocks.") else None
+        color = "gray" if layer is None else palette[layer]
+        dash = "solid" if site.endswith("hook_z") else "dash" if site.endswith("resid_post") else "dot"
         fig.add_trace(go.Scatter(x=x, y=list(run_traj.scores[site]), mode="lines+markers", name=short_label(site),
+                                 line={"color": color, "dash": dash}, marker={"color": color},
                                  customdata=list(run_traj.steps), hovertemplate="step %{customdata}: %{y:.3f}"),
                       row=1, col=1)
     fig.add_hline(y=0.5, line_dash="dot", line_color="gray", annotation_text="chance", row=1, col=1)
