@@ -288,13 +288,13 @@ def _cmd_job(job: Any, args: argparse.Namespace) -> int:
         source = ModelSource(**config_kwargs(args, ModelSource),
                              model_overrides=config_kwargs(args, ModelConfig, prefix="model-"))
         if source.hf_path and not getattr(job, "TAKES_HF", False):
-            raise NopeInterpError(f"--hf-path works with long-context for now, not {job.NAME} (from Python, "
-                                  f"nope_interp.analysis.analyze_tokens takes any TransformerLens model)")
+            raise NopeInterpError(f"--hf-path works with long-context, analyze and probe, not {job.NAME} (from "
+                                  f"Python, nope_interp.analysis.analyze_tokens takes any TransformerLens model)")
         models = load_models(source) if source.given else None
         text_runs = [m.label for m in models or () if m.kind == "text"]
         if text_runs and not getattr(job, "TAKES_TEXT", False):
             raise NopeInterpError(f"{', '.join(text_runs)}: a train-text language model works with long-context, "
-                                  f"ablate and probe, not {job.NAME} (it has no task of its own)")
+                                  f"analyze, ablate and probe, not {job.NAME} (it has no task of its own)")
     with io.exclusive(res_dir, "--out-root output folder"):  # one writer per job and --out-root at a time
         result = job.run(cfg, models, log=print)
         paths = job.write(result, args.out_root)

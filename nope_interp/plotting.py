@@ -21,20 +21,21 @@ short_site_label = short_label  # the name used before hooks.py owned it
 _SCALE = "RdBu_r"
 
 
-def _axis_labels(tokens: str) -> list[str]:
+def _axis_labels(tokens: str | Sequence[str]) -> list[str]:
     # one label per position; repeated characters stay distinct because of the index prefix
     return [f"{i}:{'␤' if ch == chr(10) else ch}" for i, ch in enumerate(tokens)]
 
 
 def plot_cosine_heatmaps(
-    sim: Float[Tensor, "site pos pos"], site_labels: Sequence[str], tokens: str, title: str = ""
+    sim: Float[Tensor, "site pos pos"], site_labels: Sequence[str], tokens: str | Sequence[str], title: str = ""
 ) -> go.Figure:
     """Interactive cosine-similarity heatmaps, one per hook site, chosen with a slider.
 
     Args:
         sim: cosine matrices of one prompt at each site, values in [-1, 1].
         site_labels: a name per site (e.g. TransformerLens hook names).
-        tokens: the prompt's characters (one per position) for both axes.
+        tokens: the prompt's characters (one per position) for both axes, or one label per position (a
+            sequence of strings, e.g. ``[""] * pos`` for position numbers alone).
         title: figure title.
 
     Raises:

@@ -84,13 +84,49 @@ def test_long_context_from_an_hf_folder_marks_nope_layers(tmp_path, capsys):
     assert "L3 z (NoPE)" in html and "L0 z (RoPE)" in html
 
 
+def test_analyze_and_probe_from_an_hf_folder(tmp_path, capsys):
+    """analyze and probe take --hf-path: random tokens of the model's vocabulary, layer types measured; the
+    scores equal analyze_tokens on the same tokens (seeded), and the probe's noise control has that length."""
+    import torch
+
+    from nope_interp.analysis import analyze_tokens
+    from nope_interp.cli import main
+    from nope_interp.hf import load_hf, tiny_hf_model
+    from nope_interp.jobs.common import HF_RANDOM_LENGTH
+
+    tiny_hf_model("smollm3-mixed", seed=0).save_pretrained(tmp_path / "smol")
+    out = tmp_path / "out"
+    assert main(["analyze", "--hf-path", str(tmp_path / "smol"), "--n-prompts", "3", "--points", "z",
+                 "--out-root", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "blocks.3.attn.hook_z (nope)" in printed and "blocks.0.attn.hook_z (rope)" in printed
+    scores = json.loads((out / "results/analyze/hf-smol/scores.json").read_text())
+    assert scores["layer_types"] == ["rope", "rope", "rope", "nope"] and scores["protocol"] == "random"
+    bridge = load_hf(tmp_path / "smol")
+    tokens = torch.randint(0, bridge.cfg.d_vocab, (3, HF_RANDOM_LENGTH), generator=torch.Generator().manual_seed(1))
+    ref = analyze_tokens(bridge, tokens, ("z",)).scores["row_mean"]
+    for site, value in ref.items():
+        assert scores["scores"]["row_mean"][site]["mean"] == pytest.approx(value["mean"], abs=1e-6)
+    assert main(["probe", "--hf-path", str(tmp_path / "smol"), "--n-prompts", "8", "--quick", "--features",
+                 "norm", "--out-root", str(out)]) == 0
+    probe = json.loads((out / "results/probe/probe.json").read_text())
+    assert {r["task"] for r in probe["rows"]} == {"random"}
+    assert {r["site"] for r in probe["rows"]} == {"hook_embed", "blocks.0.attn.hook_z", "blocks.0.hook_resid_post",
+                                                  "blocks.3.attn.hook_z", "blocks.3.hook_resid_post"}
+    assert main(["analyze", "--hf-path", str(tmp_path / "smol"), "--protocol", "authors",
+                 "--out-root", str(out)]) == 2
+    assert "applies to task models" in capsys.readouterr().err
+
+
 def test_hf_path_errors_are_one_line(tmp_path, capsys):
     from nope_interp.cli import main
 
     assert main(["long-context", "--hf-path", str(tmp_path), "--lengths", "16", "--max-lag", "4"]) == 2
     assert "no config.json" in capsys.readouterr().err
     assert main(["analyze", "--hf-path", str(tmp_path)]) == 2
-    assert "long-context" in capsys.readouterr().err
+    assert "no config.json" in capsys.readouterr().err
+    assert main(["ablate", "--hf-path", str(tmp_path)]) == 2
+    assert "works with long-context, analyze and probe, not ablate" in capsys.readouterr().err
     assert main(["long-context", "--hf-path", str(tmp_path), "--pretrained", "reversal"]) == 2
 
 

@@ -158,9 +158,15 @@ def test_long_context_takes_text_runs_and_other_jobs_refuse_them(tmp_path, capsy
     assert {(r["model"], r["n"]) for r in rows} == {(m, n) for m in ("nope", "rot") for n in (16, 60)}
     assert all(r["input"] == "text" for r in rows)  # task inputs skipped; 60 > the window (24): past the context
     capsys.readouterr()
-    assert main(["analyze", "--run", str(nope), "--out-root", str(out)]) == 2
+    assert main(["trajectory", "--run", str(nope), "--out-root", str(out)]) == 2
     err = capsys.readouterr().err.strip()
-    assert "train-text language model works with long-context" in err and len(err.splitlines()) == 1
+    assert "train-text language model works with long-context, analyze, ablate and probe" in err
+    assert len(err.splitlines()) == 1
+    # analyze reads held-out text windows of the training length (24 here), task text-nope
+    assert main(["analyze", "--run", str(nope), "--n-prompts", "3", "--out-root", str(out)]) == 0
+    scores = json.loads((out / "results" / "analyze" / "nope" / "scores.json").read_text())
+    assert scores["task"] == "text-nope" and scores["protocol"] == "text" and len(scores["example_prompt"]) == 24
+    assert scores["layer_types"] == ["nope", "nope"]
 
 
 def test_sizes_that_cannot_fit_are_refused_before_any_work(tmp_path, capsys):

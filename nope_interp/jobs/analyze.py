@@ -1,7 +1,10 @@
 """``nope-interp analyze``: adjacency scores at every hook site of one model, with figures.
 
-For each model given (``--run``, ``--pretrained`` or ``--init``): ``n_prompts`` held-out full-length prompts
-of its task, activations at every requested hook site, cosine similarity matrices and both reductions
+For each model given (``--run``, ``--pretrained``, ``--init`` or ``--hf-path``): ``n_prompts`` held-out
+full-length prompts of its task (a ``train-text`` model: held-out text windows of its training length; a
+Hugging Face model: random token sequences, and each layer's positional type measured and recorded in
+``layer_types`` of scores.json; :func:`nope_interp.jobs.common.entry_tokens`), activations at every requested
+hook site, cosine similarity matrices and both reductions
 of the adjacency score, and the lag profile (mean cosine by distance, with the idealised uniform-causal
 curve; ``docs/method.md``). Writes ``results/analyze/<label>/scores.json`` (``lag_profile`` among its
 fields) and ``figures/analyze/<label>/{cosine,adjacency,lag_profile}.html``.
@@ -16,17 +19,20 @@ import plotly.graph_objects as go
 
 import tasks as tasks_pkg
 from nope_interp import io
-from nope_interp.analysis import AnalysisResult, analyze_model
+from nope_interp.analysis import AnalysisResult, analyze_model, analyze_tokens
 from nope_interp.config import FrozenConfig, check_choice, check_choices, check_int, check_name, opt
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names
-from nope_interp.jobs.common import Log, ModelEntry, emit, progress
+from nope_interp.jobs.common import Log, ModelEntry, emit, entry_tokens, progress
 from nope_interp.plotting import plot_adjacency_by_layer, plot_cosine_heatmaps, plot_lag_profile, save_figure
+from nope_interp.positional import layer_positional_types
 from nope_interp.similarity import uniform_causal_lag_profile
 
 NAME = "analyze"
 HELP = "adjacency scores at every hook site + figures for one model"
 TAKES_MODELS = True
+TAKES_TEXT = True  # train-text language models: windows of held-out text of their training length
+TAKES_HF = True  # --hf-path: random tokens of the model's vocabulary; layers typed (NoPE / RoPE)
 DEFAULT_MODELS = "none: give --run, --pretrained or --init"
 
 
@@ -107,16 +113,35 @@ def run(config: AnalyzeConfig, models: list[ModelEntry] | None = None, *, log: L
         label = config.label if config.label and len(models) == 1 else entry.label
         if config.protocol != "full" and not config.label:
             label += f"-{config.protocol}"  # outputs of the protocols never overwrite each other
-        activation_hook_names(entry.model_cfg.n_layers, tuple(config.points))  # validates before any work
-        emit(log, f"analysing {label}: {config.n_prompts} {entry.task.name} inputs ({config.protocol} protocol) ...")
-        res = analyze_model(entry.model, entry.task, config.n_prompts, seed=config.prompt_seed,
-                            points=tuple(config.points), exclude=entry.train_prompts,
-                            meta={**entry.source, **io.provenance()}, protocol=config.protocol,
-                            window=config.window)
+        activation_hook_names(entry.model.cfg.n_layers, tuple(config.points))  # validates before any work
+        types: tuple[str, ...] = ()
+        if entry.kind in ("text", "hf"):  # no task prompts: held-out text, or random tokens of its vocabulary
+            if config.protocol != "full":
+                raise NopeInterpError(f"{entry.label}: --protocol {config.protocol} applies to task models; a "
+                                      f"{'train-text' if entry.kind == 'text' else 'Hugging Face'} model reads "
+                                      f"{'held-out text windows' if entry.kind == 'text' else 'random tokens'}")
+            name, protocol, tokens = entry_tokens(entry, config.n_prompts, config.prompt_seed)
+            types = layer_positional_types(entry.model)
+            emit(log, f"analysing {label}: {config.n_prompts} {protocol} inputs of {tokens.shape[1]} tokens ...")
+            example = entry.model.to_string(tokens[0]) if entry.kind == "hf" and entry.model.tokenizer else ""
+            if entry.kind == "text":
+                example = tasks_pkg.vocab.decode(tokens[0].tolist())
+            res = analyze_tokens(entry.model, tokens, tuple(config.points), task=name, protocol=protocol,
+                                 example_prompt=example[:200],
+                                 meta={**entry.source, "layer_types": list(types), **io.provenance()})
+        else:
+            emit(log, f"analysing {label}: {config.n_prompts} {entry.task.name} inputs ({config.protocol} "
+                      "protocol) ...")
+            res = analyze_model(entry.model, entry.task, config.n_prompts, seed=config.prompt_seed,
+                                points=tuple(config.points), exclude=entry.train_prompts,
+                                meta={**entry.source, **io.provenance()}, protocol=config.protocol,
+                                window=config.window)
         row = res.scores["row_mean"]
         for site in res.sites:
             gap = res.lag_profile[site]["recency_gap"]
-            emit(log, f"  {site:28s} {row[site]['mean']:.3f} ± {row[site]['std']:.3f}   "
+            parts = site.split(".")
+            kind = f" ({types[int(parts[1])]})" if types and parts[0] == "blocks" else ""
+            emit(log, f"  {site + kind:34s} {row[site]['mean']:.3f} ± {row[site]['std']:.3f}   "
                       f"recency gap {gap['mean']:+.3f}")
         out.append(ModelScores(label=label, analysis=res))
     return AnalyzeResult(config=config, models=tuple(out), wall_time_s=round(time.perf_counter() - t0, 1))
@@ -125,8 +150,12 @@ def run(config: AnalyzeConfig, models: list[ModelEntry] | None = None, *, log: L
 def plot_cosine(scores: ModelScores) -> go.Figure:
     """Cosine heatmaps of the example prompt at every site (slider), from a result."""
     res = scores.analysis
-    return plot_cosine_heatmaps(res.example_sim, res.sites, res.example_prompt,
-                                f"{scores.label} ({res.protocol} inputs): cosine similarity of {res.example_prompt!r}")
+    n_pos = res.example_sim.shape[-1]
+    # random tokens of a foreign vocabulary have no characters to show: positions alone
+    tokens = res.example_prompt if len(res.example_prompt) == n_pos else [""] * n_pos
+    what = repr(res.example_prompt) if len(res.example_prompt) == n_pos else "the first sequence"
+    return plot_cosine_heatmaps(res.example_sim, res.sites, tokens,
+                                f"{scores.label} ({res.protocol} inputs): cosine similarity of {what}")
 
 
 def plot_scores(scores: ModelScores) -> go.Figure:

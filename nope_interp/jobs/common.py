@@ -21,6 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import torch
+from jaxtyping import Int
+from torch import Tensor
 from tqdm.auto import tqdm
 
 import tasks as tasks_pkg
@@ -250,6 +253,37 @@ def text_task_name(entry: ModelEntry) -> str:
         raise NopeInterpError(f"{entry.label} is not a train-text language model (kind {entry.kind!r})")
     positional = entry.model_cfg.positional
     return f"text-{'nope' if positional == 'none' else positional}"
+
+
+#: Length of the random-token inputs of a Hugging Face model (``kind="hf"``) in analyze and probe.
+HF_RANDOM_LENGTH = 64
+
+
+def entry_tokens(entry: ModelEntry, n: int, seed: int) -> tuple[str, str, Int[Tensor, "n pos"]]:
+    """The inputs a token-level analysis reads for ``entry``, as ``(task name, protocol, tokens)``.
+
+    - a task model: ``n`` full-length held-out prompts of its task (``seed``, training prompts excluded),
+      protocol ``full``;
+    - a ``train-text`` language model: ``n`` windows of its training length from the held-out plays
+      (:func:`nope_interp.text.text_windows`, ``seed``), task :func:`text_task_name`, protocol ``text``;
+    - a Hugging Face model (a ``TransformerBridge``, its own vocabulary): ``n`` sequences of
+      :data:`HF_RANDOM_LENGTH` token ids i.i.d. uniform in ``[0, d_vocab)`` (``seed``), task ``random``,
+      protocol ``random``.
+
+    Raises:
+        NopeInterpError: too few distinct prompts; the text extra missing for a text model.
+    """
+    if entry.kind == "text":
+        from nope_interp.text import text_windows
+        from nope_interp.text_train import encode_text
+
+        windows = text_windows(n, int(entry.source["text_window"]), seed=seed)
+        return text_task_name(entry), "text", torch.stack([encode_text(w) for w in windows])
+    if entry.kind == "hf":
+        gen = torch.Generator().manual_seed(seed)
+        return "random", "random", torch.randint(0, int(entry.model.cfg.d_vocab), (n, HF_RANDOM_LENGTH), generator=gen)
+    task = entry.task
+    return task.name, "full", task.prompt_tokens(task.analysis_prompts(n, seed, entry.train_prompts))
 
 
 def shipped_entries(task_names: Iterable[str], with_seeds: bool = False) -> list[ModelEntry]:

@@ -27,8 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import plotly.graph_objects as go
-import torch
-from jaxtyping import Int
 from plotly.subplots import make_subplots
 from torch import Tensor
 
@@ -38,7 +36,16 @@ from nope_interp.activations import collect_activations
 from nope_interp.config import PRESETS, FrozenConfig, check_choice, check_choices, check_int, check_tasks, opt, preset
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import hook_name, short_label
-from nope_interp.jobs.common import Log, ModelEntry, emit, entry_from_init, progress, shipped_entries, text_task_name
+from nope_interp.jobs.common import (
+    HF_RANDOM_LENGTH,
+    Log,
+    ModelEntry,
+    emit,
+    entry_from_init,
+    entry_tokens,
+    progress,
+    shipped_entries,
+)
 from nope_interp.plotting import save_figure
 from nope_interp.probing import (
     FEATURES,
@@ -54,6 +61,7 @@ NAME = "probe"
 HELP = "position probes: cosine-similarity features vs Chi et al.'s variance"
 TAKES_MODELS = True
 TAKES_TEXT = True  # train-text language models: windows of held-out text
+TAKES_HF = True  # a Hugging Face model: random tokens of its vocabulary
 DEFAULT_MODELS = "for each of --tasks, an initialised model of --default-preset and the shipped trained model"
 
 #: Defaults of the fields whose default depends on ``quick``: (normal, quick).
@@ -243,8 +251,8 @@ def probe_entry(config: ProbeConfig, entry: ModelEntry) -> list[ProbeRow]:
     Raises:
         NopeInterpError: a site that the model has no activation for; prompts longer than ``n_ctx``.
     """
-    name, tokens = entry_inputs(config, entry)
-    sites = list(config.sites or default_sites(entry.model_cfg.n_layers))
+    name, _, tokens = entry_tokens(entry, config.prompts_used, 1)
+    sites = list(config.sites or default_sites(entry.model.cfg.n_layers))
     acts = collect_activations(entry.model, tokens)
     missing = [s for s in sites if s not in acts.labels]
     if missing:
@@ -254,25 +262,6 @@ def probe_entry(config: ProbeConfig, entry: ModelEntry) -> list[ProbeRow]:
     for site in sites:
         rows += _probe_rows(config, name, label, site, acts.acts[acts.labels.index(site)])
     return rows
-
-
-def entry_inputs(config: ProbeConfig, entry: ModelEntry) -> tuple[str, Int[Tensor, "n pos"]]:
-    """The task name of ``entry``'s rows and the ``config.prompts_used`` held-out inputs it is probed on: its
-    task's full-length prompts (prompt seed 1, training prompts excluded) or, for a ``train-text`` model
-    (task ``text-nope`` / ``text-learned`` / ``text-rotary``), windows of its training length from the
-    held-out plays (seed 1).
-
-    Raises:
-        NopeInterpError: too few distinct prompts; the text extra missing for a text model.
-    """
-    if entry.kind == "text":
-        from nope_interp.text import text_windows
-        from nope_interp.text_train import encode_text
-
-        windows = text_windows(config.prompts_used, int(entry.source["text_window"]), seed=1)
-        return text_task_name(entry), torch.stack([encode_text(w) for w in windows])
-    task = entry.task
-    return task.name, task.prompt_tokens(task.analysis_prompts(config.prompts_used, 1, entry.train_prompts))
 
 
 def _probe_rows(config: ProbeConfig, task: str, label: str, site: str, site_acts: Tensor) -> list[ProbeRow]:
@@ -323,10 +312,12 @@ def run(config: ProbeConfig, models: list[ModelEntry] | None = None, *, log: Log
         rows += new
         name = new[0].task if new else entry.task.name
         emit(log, f"{name} {model_label(entry)}: {len(new)} probes ({time.perf_counter() - t0:.0f}s)")
-        if (name, entry.model_cfg.d_model) not in controls:
-            controls.add((name, entry.model_cfg.d_model))
-            n_pos = int(entry.source["text_window"]) if entry.kind == "text" else None
-            noise_rows += noise_control(config, name if n_pos else entry.task, entry.model_cfg.d_model, n_pos)
+        d_model = int(entry.model.cfg.d_model)
+        if (name, d_model) not in controls:
+            controls.add((name, d_model))
+            n_pos = None if entry.kind not in ("text", "hf") else (
+                int(entry.source["text_window"]) if entry.kind == "text" else HF_RANDOM_LENGTH)
+            noise_rows += noise_control(config, name if n_pos else entry.task, d_model, n_pos)
     result = ProbeResult(config=config, n_prompts=config.prompts_used, features=config.features_used,
                          probes=config.probes_used, seeds=config.seeds_used, rows=tuple(rows),
                          provenance=io.provenance(), wall_time_s=round(time.perf_counter() - t0, 1),
