@@ -625,7 +625,7 @@ def plot_ablations(runs: Sequence[RunAblation]) -> go.Figure:
     runs = list(runs)
     fig = make_subplots(rows=len(runs), cols=2, column_widths=[0.6, 0.4],
                         subplot_titles=[t for r in runs for t in
-                                        (f"{r.task} ({r.run_name}): exact match lost",
+                                        (f"{r.task} ({r.run_name}): {_metric_words(r.metric)} lost",
                                          f"{r.task} ({r.run_name}): rank curve at {short_label(r.rank_curve.site)}")],
                         vertical_spacing=0.4 / max(2, len(runs)))
     for i, res in enumerate(runs, start=1):
@@ -648,11 +648,15 @@ def plot_ablations(runs: Sequence[RunAblation]) -> go.Figure:
                                  line={"color": "#1f77b4"}, name="top-r positional removed",
                                  legendgroup="pos", showlegend=(i == 1)), row=i, col=2)
         fig.update_yaxes(title_text="accuracy lost", row=i, col=1)
-        fig.update_yaxes(title_text="exact match", range=[-0.02, 1.02], row=i, col=2)
+        fig.update_yaxes(title_text=_metric_words(res.metric), range=[-0.02, 1.02], row=i, col=2)
         fig.update_xaxes(title_text="rank r", row=i, col=2)
     fig.update_layout(barmode="group", title="Ablating the positional structure of the residual stream",
                       height=200 + 360 * len(runs), width=1250)
     return fig
+
+
+def _metric_words(metric: str) -> str:
+    return "next-character accuracy" if metric == "next_char_accuracy" else "exact match"
 
 
 def _fmt(st: SeedStats) -> str:
