@@ -612,7 +612,8 @@ def run(config: AblateConfig, models: list[ModelEntry] | None = None, *, log: Lo
                                   "ablate supports answer_only runs (its hooks act on prompt positions 0..P-1, "
                                   "and a packed model is evaluated after a leading newline)")
     emit(log, f"ablating {len(models)} model(s): " + ", ".join(
-        f"{e.task.name}:{e.label if e.run is None else e.run.path.name}" for e in models))
+        f"{text_task_name(e) if e.kind == 'text' else e.task.name}:{e.label if e.run is None else e.run.path.name}"
+        for e in models))
     t0 = time.perf_counter()
     runs = tuple(ablate_model(entry, config, log=log) for entry in progress(models, "ablate", log))
     return AblateResult(config=config, runs=runs, seed_summary=seed_summary(runs),
