@@ -132,7 +132,8 @@ def test_to_dict_is_json_with_the_old_layout(AJ, tiny_ablation):
     assert list(data) == ["results", "seed_summary"]
     (r,) = data["results"]
     assert list(r) == ["task", "n_eval", "n_mu", "rank", "clean", "sites", "decomposition", "rank_curve", "run",
-                       "model_seed"]
+                       "model_seed", "metric"]  # metric added at the end: older readers keep working
+    assert r["metric"] == "exact_match"
     assert list(r["sites"]) == SITES and list(r["sites"][SITES[0]]) == ["shuffle_positional", "project_out",
                                                                            "shuffle_vectors"]
     assert list(r["decomposition"][SITES[0]]) == [*KEYS, "dropped_positions", "n_prompts"]

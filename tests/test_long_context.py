@@ -129,10 +129,11 @@ def test_analyze_tokens_checks_its_inputs():
     for kwargs, match in cases:
         with pytest.raises(NopeInterpError, match=match):
             analyze_tokens(model, **kwargs)
-    rotary = build_model(preset("tiny", positional="rotary"))
-    with pytest.raises(NopeInterpError, match="forward='fast' does not support"):
-        analyze_tokens(rotary, ok, forward="fast")
-    assert analyze_tokens(rotary, ok).n_prompts == 2  # auto falls back to the hooked forward
+    clipped = build_model(preset("tiny", positional="rotary"))
+    clipped.cfg.clip_qkv = 8.0  # a TransformerLens option the fast path does not implement
+    with pytest.raises(NopeInterpError, match="forward='fast' does not support clip_qkv"):
+        analyze_tokens(clipped, ok, forward="fast")
+    assert analyze_tokens(clipped, ok).n_prompts == 2  # auto falls back to the hooked forward
 
 
 @pytest.mark.parametrize(("attention", "window"), [("causal", None), ("sliding", 8), ("sliding", 3)])
