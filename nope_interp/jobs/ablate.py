@@ -53,7 +53,7 @@ from nope_interp.config import FrozenConfig, check_int, opt
 from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import answer_loss, exact_match_accuracy
 from nope_interp.hooks import hook_name, short_label
-from nope_interp.jobs.common import Log, ModelEntry, emit, progress, shipped_entries, text_task_name
+from nope_interp.jobs.common import Log, ModelEntry, emit, entry_tokens, progress, shipped_entries, text_task_name
 from nope_interp.plotting import save_figure
 from nope_interp.stats import SeedStats, mean_std_ci
 
@@ -437,13 +437,11 @@ def _task_inputs(entry: ModelEntry, config: AblateConfig) -> _Inputs:
 
 
 def _text_inputs(entry: ModelEntry, config: AblateConfig) -> _Inputs:
-    from nope_interp.text import text_windows
-    from nope_interp.text_train import encode_text, eval_tokens
+    from nope_interp.text_train import eval_tokens
 
-    length = int(entry.source["text_window"])
-    windows = eval_tokens(config.n_eval, length)
-    mu_tokens = torch.stack([encode_text(w) for w in text_windows(config.n_mu, length, seed=MU_SEED)])
-    analysis = torch.stack([encode_text(w) for w in text_windows(config.n_analysis, length, seed=ANALYSIS_SEED)])
+    windows = eval_tokens(config.n_eval, int(entry.source["text_window"]))
+    mu_tokens = entry_tokens(entry, config.n_mu, MU_SEED)[2]  # held-out windows of the training length
+    analysis = entry_tokens(entry, config.n_analysis, ANALYSIS_SEED)[2]
     return _Inputs(measure=lambda hooks, scores: _measure_text(entry.model, windows, analysis, hooks, scores),
                    mu_tokens=mu_tokens, n_eval=windows.shape[0], task=text_task_name(entry),
                    metric="next_char_accuracy")
