@@ -103,7 +103,8 @@ def test_analyze_and_probe_from_an_hf_folder(tmp_path, capsys):
     scores = json.loads((out / "results/analyze/hf-smol/scores.json").read_text())
     assert scores["layer_types"] == ["rope", "rope", "rope", "nope"] and scores["protocol"] == "random"
     bridge = load_hf(tmp_path / "smol")
-    tokens = torch.randint(0, bridge.cfg.d_vocab, (3, HF_RANDOM_LENGTH), generator=torch.Generator().manual_seed(1))
+    ids = torch.arange(1, bridge.cfg.d_vocab)  # id 0 is the padding id: zero embedding, never drawn
+    tokens = ids[torch.randint(0, len(ids), (3, HF_RANDOM_LENGTH), generator=torch.Generator().manual_seed(1))]
     ref = analyze_tokens(bridge, tokens, ("z",)).scores["row_mean"]
     for site, value in ref.items():
         assert scores["scores"]["row_mean"][site]["mean"] == pytest.approx(value["mean"], abs=1e-6)
@@ -116,6 +117,22 @@ def test_analyze_and_probe_from_an_hf_folder(tmp_path, capsys):
     assert main(["analyze", "--hf-path", str(tmp_path / "smol"), "--protocol", "authors",
                  "--out-root", str(out)]) == 2
     assert "applies to task models" in capsys.readouterr().err
+
+
+def test_random_tokens_never_draw_an_id_with_a_zero_embedding(tiny_models):
+    """A Hugging Face padding id has a zero embedding (no cosine): random inputs skip it, for several seeds
+    and lengths (at 4 x 64 draws from 128 ids, a draw over every id would hit it almost surely)."""
+    from nope_interp.jobs.common import random_tokens
+
+    for name in ("smollm3-mixed", "llama"):
+        bridge = tiny_models[name][1]
+        zero = torch.nonzero(bridge.W_E.norm(dim=-1) == 0).flatten().tolist()
+        assert zero, name  # the fault exists in these models, so the test can fail
+        for seed in range(4):
+            for length in (16, 64):
+                toks = random_tokens(bridge, 4, length, seed)
+                assert toks.shape == (4, length) and not set(toks.flatten().tolist()) & set(zero)
+        assert len(set(random_tokens(bridge, 8, 64, 0).flatten().tolist())) > 100  # still spread over the rest
 
 
 def test_hf_path_errors_are_one_line(tmp_path, capsys):

@@ -267,8 +267,7 @@ def entry_tokens(entry: ModelEntry, n: int, seed: int) -> tuple[str, str, Int[Te
     - a ``train-text`` language model: ``n`` windows of its training length from the held-out plays
       (:func:`nope_interp.text.text_windows`, ``seed``), task :func:`text_task_name`, protocol ``text``;
     - a Hugging Face model (a ``TransformerBridge``, its own vocabulary): ``n`` sequences of
-      :data:`HF_RANDOM_LENGTH` token ids i.i.d. uniform in ``[0, d_vocab)`` (``seed``), task ``random``,
-      protocol ``random``.
+      :data:`HF_RANDOM_LENGTH` ids of :func:`random_tokens` (``seed``), task ``random``, protocol ``random``.
 
     Raises:
         NopeInterpError: too few distinct prompts; the text extra missing for a text model.
@@ -280,10 +279,25 @@ def entry_tokens(entry: ModelEntry, n: int, seed: int) -> tuple[str, str, Int[Te
         windows = text_windows(n, int(entry.source["text_window"]), seed=seed)
         return text_task_name(entry), "text", torch.stack([encode_text(w) for w in windows])
     if entry.kind == "hf":
-        gen = torch.Generator().manual_seed(seed)
-        return "random", "random", torch.randint(0, int(entry.model.cfg.d_vocab), (n, HF_RANDOM_LENGTH), generator=gen)
+        return "random", "random", random_tokens(entry.model, n, HF_RANDOM_LENGTH, seed)
     task = entry.task
     return task.name, "full", task.prompt_tokens(task.analysis_prompts(n, seed, entry.train_prompts))
+
+
+def random_tokens(model: Any, n: int, length: int, seed: int) -> Int[Tensor, "n length"]:
+    """``n`` sequences of ``length`` token ids drawn i.i.d. uniformly (generator seeded with ``seed``) from the
+    ids of ``model``'s vocabulary whose token embedding (``model.W_E``) is not zero: a Hugging Face model's
+    padding id has a zero embedding (``padding_idx``), and a zero vector has no cosine.
+
+    Raises:
+        NopeInterpError: every token embedding is zero.
+    """
+    with torch.no_grad():
+        ids = torch.nonzero(model.W_E.detach().float().norm(dim=-1) > 0).flatten().cpu()
+    if ids.numel() == 0:
+        raise NopeInterpError("every token embedding of the model is zero: no random tokens to draw")
+    gen = torch.Generator().manual_seed(seed)
+    return ids[torch.randint(0, ids.numel(), (n, length), generator=gen)]
 
 
 def shipped_entries(task_names: Iterable[str], with_seeds: bool = False) -> list[ModelEntry]:

@@ -46,7 +46,7 @@ from nope_interp.config import (
 )
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, short_label
-from nope_interp.jobs.common import Log, ModelEntry, emit, entry_from_init, progress
+from nope_interp.jobs.common import Log, ModelEntry, emit, entry_from_init, progress, random_tokens
 from nope_interp.model import with_context
 from nope_interp.plotting import save_figure
 from nope_interp.positional import layer_positional_types
@@ -293,8 +293,11 @@ def run(config: LongContextConfig, models: list[ModelEntry] | None = None, *, lo
                               "its inputs are text and random)")
                     continue
                 t1 = time.perf_counter()
-                toks, text = inputs(kind, entry.task, model.cfg.d_vocab, config.n_sequences, n, in_seed,
-                                    entry.train_prompts)
+                if kind == "random" and entry.kind == "hf":  # a foreign vocabulary may hold a zero (padding) embedding
+                    toks, text = random_tokens(model, config.n_sequences, n, in_seed), ""
+                else:
+                    toks, text = inputs(kind, entry.task, model.cfg.d_vocab, config.n_sequences, n, in_seed,
+                                        entry.train_prompts)
                 res = analyze_tokens(model, toks, tuple(config.points), max_lag=min(config.max_lag, n - 1),
                                      task=entry.task.name, example_prompt=text[:200], protocol=kind)
                 scores = {site: {"row_mean": res.scores["row_mean"][site], "pooled": res.scores["pooled"][site],
