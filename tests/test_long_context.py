@@ -2,6 +2,7 @@
 the ``long-context`` job (against the closed-form lag profiles and with real files)."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -237,3 +238,53 @@ def test_cli_long_context_writes_and_reports(tmp_path, capsys):
     assert (tmp_path / "figures/long_context/score_vs_n_task.html").exists()
     assert main(["long-context", "--lengths", "4", "--out-root", str(tmp_path)]) == 2
     assert "length" in capsys.readouterr().err
+
+
+def _row(model, types, n, value):
+    from nope_interp.jobs.long_context import LongContextRow
+
+    sites = tuple(f"blocks.{i}.attn.hook_z" for i in range(len(types)))
+    score = {"row_mean": {"mean": value, "std": 0.0, "n": 1}, "pooled": {"mean": value, "std": 0.0, "n": 1},
+             "recency_gap": {"mean": 0.1, "std": 0.0, "n": 1}, "lag_mean": [0.5, 0.4]}
+    return LongContextRow(model=model, arch={"normalization": "LN", "attention": "causal", "window": None},
+                          seed=None, input="random", n=n, sites=sites, scores={s: score for s in sites},
+                          seconds=0.0, layer_types=types)
+
+
+@pytest.mark.parametrize("kinds", [(("nope", "rope"), ("rope", "rope", "nope")),
+                                   (("rope", "nope", "rope"), ("nope", "nope")),
+                                   (("nope", "nope"), ("learned", "nope", "nope", "nope"))])
+def test_figures_of_models_with_different_layers_mark_each_models_own_types(kinds):
+    """Two models whose layers differ in number and positional type: every site of either appears, no
+    subplot title claims one model's type for the other's layer, each trace's hover names its own layer's
+    type, and the legend gives each model's types layer by layer."""
+    from nope_interp.jobs.long_context import (LongContextConfig, LongContextResult, layer_type_letters,
+                                               plot_gap_vs_n, plot_lag_profiles, plot_score_vs_n, site_title)
+
+    a, b = kinds
+    rows = tuple(_row(m, t, n, 0.5) for m, t in (("model-a", a), ("model-b", b)) for n in (16, 32))
+    result = LongContextResult(config=LongContextConfig(lengths=(16, 32), inputs=("random",), max_lag=2),
+                               rows=rows, wall_time_s=0.0)
+    deepest = max(len(a), len(b))
+    for fig in (plot_score_vs_n(result), plot_gap_vs_n(result)):
+        titles = [ann.text for ann in fig.layout.annotations]
+        assert titles == [f"L{i} z" for i in range(deepest)]  # plain: the types differ between models
+        for trace in fig.data:
+            model_types = a if trace.legendgroup == "model-a" else b
+            layer = int(re.search(r"L(\d+) z", trace.hovertemplate).group(1))
+            assert site_title(f"blocks.{layer}.attn.hook_z", model_types) in trace.hovertemplate
+        names = {t.name for t in fig.data if t.showlegend}
+        assert names == {f"model-a [{layer_type_letters(a)}]", f"model-b [{layer_type_letters(b)}]"}
+    deep_site = f"blocks.{deepest - 1}.attn.hook_z"  # only in the deeper model: the lag profile skips the other
+    assert {t.name for t in plot_lag_profiles(result, site=deep_site).data if not t.name.startswith("idealised")} \
+        == {"model-a" if len(a) == deepest else "model-b"}
+
+
+def test_figure_of_one_hybrid_model_keeps_types_in_the_titles():
+    from nope_interp.jobs.long_context import LongContextConfig, LongContextResult, plot_score_vs_n
+
+    rows = tuple(_row("hybrid", ("rope", "nope"), n, 0.5) for n in (16, 32))
+    fig = plot_score_vs_n(LongContextResult(config=LongContextConfig(lengths=(16, 32), inputs=("random",),
+                                                                     max_lag=2), rows=rows, wall_time_s=0.0))
+    assert [ann.text for ann in fig.layout.annotations] == ["L0 z (RoPE)", "L1 z (NoPE)"]
+    assert [t.name for t in fig.data] == ["hybrid", "hybrid"]

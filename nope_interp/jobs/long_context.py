@@ -319,11 +319,14 @@ def run(config: LongContextConfig, models: list[ModelEntry] | None = None, *, lo
 def _metric_vs_n(result: LongContextResult, metric: str, kind: str, title: str, y_title: str) -> go.Figure:
     """One panel per site (three to a row) for the ``kind`` inputs; one line per configuration, mean over
     seeds ± std."""
-    sites = list(result.rows[0].sites)
+    rows_of_kind = [r for r in result.rows if r.input == kind] or list(result.rows)
+    sites = list(dict.fromkeys(s for r in rows_of_kind for s in r.sites))
+    types_of = {_config_of(r): r.layer_types for r in rows_of_kind}
+    shared_types = next(iter(types_of.values())) if len(set(types_of.values())) == 1 else ()
     cols = min(3, len(sites))
     n_rows = -(-len(sites) // cols)
     fig = make_subplots(rows=n_rows, cols=cols, shared_yaxes=True,
-                        subplot_titles=[site_title(s, result.rows[0].layer_types) for s in sites],
+                        subplot_titles=[site_title(s, shared_types) for s in sites],
                         vertical_spacing=0.3 / max(1, n_rows - 1)
                         if n_rows > 1 else 0.1)
     configs = list(dict.fromkeys(_config_of(r) for r in result.rows))
@@ -344,16 +347,22 @@ def _metric_vs_n(result: LongContextResult, metric: str, kind: str, title: str, 
                 continue
             ns = sorted(by_n)
             stats = [mean_std_ci(by_n[n]) for n in ns]
+            name = cfg if shared_types or not types_of[cfg] else f"{cfg} [{layer_type_letters(types_of[cfg])}]"
+            where = site_title(site, types_of[cfg])
             fig.add_trace(go.Scatter(
-                x=ns, y=[s.mean for s in stats], mode="lines+markers", name=cfg, legendgroup=cfg,
-                showlegend=si == 0, line={"color": colour, "dash": "dot" if "sliding" in cfg else "solid"},
+                x=ns, y=[s.mean for s in stats], mode="lines+markers", name=name, legendgroup=cfg,
+                showlegend=not any(t.legendgroup == cfg for t in fig.data),
+                line={"color": colour, "dash": "dot" if "sliding" in cfg else "solid"},
                 error_y={"type": "data", "array": [s.std for s in stats], "visible": True},
-                hovertemplate=f"{cfg}<br>n=%{{x}}<br>{y_title} %{{y:.3f}}<extra></extra>"),
+                hovertemplate=f"{cfg}<br>{where}<br>n=%{{x}}<br>{y_title} %{{y:.3f}}<extra></extra>"),
                 row=si // cols + 1, col=si % cols + 1)
     fig.update_xaxes(type="log", title_text="sequence length n (tokens)")
     fig.update_yaxes(title_text=y_title, col=1)
+    legend_title = "configuration<br>(mean ± std over seeds)"
+    if not shared_types and any(types_of.values()):
+        legend_title += "<br>[layer types by layer:<br>N NoPE, R RoPE, L learned]"
     fig.update_layout(title=f"{title} ({kind} inputs)", height=330 * n_rows + 130, width=1150,
-                      legend={"title": "configuration<br>(mean ± std over seeds)"})
+                      legend={"title": legend_title})
     return fig
 
 
@@ -366,6 +375,13 @@ def site_title(site: str, layer_types: tuple[str, ...]) -> str:
         names = {"nope": "NoPE", "rope": "RoPE", "learned": "learned"}
         label += f" ({names.get(layer_types[int(parts[1])], layer_types[int(parts[1])])})"
     return label
+
+
+def layer_type_letters(layer_types: tuple[str, ...]) -> str:
+    """``"NNNR"``: one letter per layer (N NoPE, R RoPE, L learned, ? anything else), for legends where
+    the models of one figure differ in their layers' positional types."""
+    letters = {"nope": "N", "rope": "R", "learned": "L"}
+    return "".join(letters.get(t, "?") for t in layer_types)
 
 
 def _config_of(r: LongContextRow) -> str:
@@ -399,7 +415,7 @@ def plot_lag_profiles(result: LongContextResult, site: str | None = None, kind: 
         start = len(fig.data)
         for cfg in configs:
             profs = [r.scores[site]["lag_mean"] for r in result.rows
-                     if r.n == n and r.input == kind and _config_of(r) == cfg]
+                     if r.n == n and r.input == kind and _config_of(r) == cfg and site in r.scores]
             if not profs:
                 continue
             mean = torch.tensor(profs, dtype=torch.float64).mean(0).tolist()
