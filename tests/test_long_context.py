@@ -258,8 +258,15 @@ def test_figures_of_models_with_different_layers_mark_each_models_own_types(kind
     """Two models whose layers differ in number and positional type: every site of either appears, no
     subplot title claims one model's type for the other's layer, each trace's hover names its own layer's
     type, and the legend gives each model's types layer by layer."""
-    from nope_interp.jobs.long_context import (LongContextConfig, LongContextResult, layer_type_letters,
-                                               plot_gap_vs_n, plot_lag_profiles, plot_score_vs_n, site_title)
+    from nope_interp.jobs.long_context import (
+        LongContextConfig,
+        LongContextResult,
+        layer_type_letters,
+        plot_gap_vs_n,
+        plot_lag_profiles,
+        plot_score_vs_n,
+        site_title,
+    )
 
     a, b = kinds
     rows = tuple(_row(m, t, n, 0.5) for m, t in (("model-a", a), ("model-b", b)) for n in (16, 32))
