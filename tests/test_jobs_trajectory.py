@@ -72,3 +72,59 @@ def test_kept_steps_read_only_ascii_step_numbers(tmp_path):
                  "step_\uff13.safetensors", "step_\u00b2.safetensors", "step_1x.safetensors"):
         (folder / name).write_bytes(b"")
     assert list(kept_steps(tmp_path)) == [10, 250]
+
+
+def _traj(label, task, objective, steps, l0):
+    from nope_interp.jobs.trajectory import RunTrajectory
+
+    return RunTrajectory(label=label, task=task, objective=objective, steps=tuple(steps),
+                         sites=("hook_embed", "blocks.0.attn.hook_z"),
+                         scores={"hook_embed": tuple(0.5 for _ in steps), "blocks.0.attn.hook_z": tuple(l0)},
+                         eval_steps=tuple(steps[1:]), eval_acc=tuple(0.1 * i for i in range(len(steps) - 1)))
+
+
+def test_saved_trajectories_load_back_and_plot_side_by_side(tmp_path):
+    """A written result loads back equal; the comparison figure has a column per task, a score and an accuracy
+    trace per run (dash = objective), step 0 drawn at 1, and it is written when several runs are given."""
+    from nope_interp.jobs import trajectory
+
+    runs = (_traj("add-ao", "addition", "answer_only", [0, 25, 400], [0.99, 0.7, 0.6]),
+            _traj("add-packed", "addition", "packed", [0, 25, 400, 800], [0.99, 0.9, 0.8, 0.82]),
+            _traj("rev-ao", "reversal", "answer_only", [0, 50], [0.98, 0.97]))
+    result = trajectory.TrajectoryResult(config=trajectory.TrajectoryConfig(), runs=runs, wall_time_s=0.0)
+    paths = trajectory.write(result, tmp_path)
+    assert tmp_path / "figures" / "trajectory" / "compare_blocks.0.attn.hook_z.html" in paths
+    for r in runs:
+        assert trajectory.load_trajectory(tmp_path / "results" / "trajectory" / f"{r.label}.json") == r
+    fig = trajectory.plot_site_by_objective(runs)
+    titles = [a.text for a in fig.layout.annotations if "z adjacency" in a.text or "exact match" in a.text]
+    assert titles == ["addition: L0 z adjacency score", "reversal: L0 z adjacency score",
+                      "addition: eval exact match", "reversal: eval exact match"]
+    score_traces = [t for t in fig.data if t.mode == "lines+markers"]
+    assert [t.name for t in score_traces] == ["add-ao (answer_only)", "add-packed (packed)", "rev-ao (answer_only)"]
+    assert [t.line.dash for t in score_traces] == ["solid", "dash", "solid"]
+    assert list(score_traces[1].x) == [1, 25, 400, 800] and list(score_traces[1].y) == [0.99, 0.9, 0.8, 0.82]
+    assert score_traces[2].xaxis == "x2"  # reversal in the second column
+
+
+def test_bad_trajectory_files_and_missing_sites_are_one_clear_error(tmp_path):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs import trajectory
+
+    good = _traj("a", "addition", "packed", [0, 25], [0.9, 0.8]).to_dict()
+    bad = {"missing key": {k: v for k, v in good.items() if k != "steps"},
+           "short scores": {**good, "scores": {**good["scores"], "hook_embed": [0.5]}},
+           "score above 1": {**good, "scores": {**good["scores"], "hook_embed": [0.5, 1.5]}},
+           "not a list": {**good, "eval_acc": 3}}
+    for what, data in bad.items():
+        path = tmp_path / "bad.json"
+        path.write_text(json.dumps(data))
+        with pytest.raises(NopeInterpError, match="trajectory"):
+            trajectory.load_trajectory(path)
+            pytest.fail(f"accepted: {what}")
+    with pytest.raises(NopeInterpError, match="not found"):
+        trajectory.load_trajectory(tmp_path / "nope.json")
+    with pytest.raises(NopeInterpError, match="was not analysed in a"):
+        trajectory.plot_site_by_objective([trajectory.RunTrajectory.from_dict(good)], "blocks.3.attn.hook_z")
+    with pytest.raises(NopeInterpError, match="at least one"):
+        trajectory.plot_site_by_objective([])

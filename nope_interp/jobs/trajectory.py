@@ -83,6 +83,27 @@ class RunTrajectory:
                 "sites": list(self.sites), "scores": {s: list(v) for s, v in self.scores.items()},
                 "eval_steps": list(self.eval_steps), "eval_acc": list(self.eval_acc)}
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunTrajectory":
+        """The inverse of :meth:`to_dict` (extra keys such as ``config`` are ignored).
+
+        Raises:
+            NopeInterpError: a key is missing, the lists differ in length, or a score is not in [0, 1].
+        """
+        try:
+            steps, sites = tuple(int(s) for s in data["steps"]), tuple(data["sites"])
+            scores = {s: tuple(float(v) for v in data["scores"][s]) for s in sites}
+            out = cls(label=str(data["label"]), task=str(data["task"]), objective=str(data["objective"]),
+                      steps=steps, sites=sites, scores=scores, eval_steps=tuple(int(s) for s in data["eval_steps"]),
+                      eval_acc=tuple(float(a) for a in data["eval_acc"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise NopeInterpError(f"not a trajectory result (as `nope-interp trajectory` writes): {exc!r}") from None
+        if any(len(v) != len(steps) for v in scores.values()) or len(out.eval_steps) != len(out.eval_acc):
+            raise NopeInterpError(f"trajectory {out.label}: scores and steps differ in length")
+        if any(not 0.0 <= v <= 1.0 for vs in scores.values() for v in vs):
+            raise NopeInterpError(f"trajectory {out.label}: a score outside [0, 1]")
+        return out
+
     def rows(self) -> list[dict[str, Any]]:
         """CSV rows: one per kept step, a column per site."""
         return [{"step": st, **{s: self.scores[s][i] for s in self.sites}} for i, st in enumerate(self.steps)]
@@ -182,8 +203,68 @@ def plot_trajectory(run_traj: RunTrajectory, protocol: str = "full") -> go.Figur
     return fig
 
 
+def load_trajectory(path: str | Path) -> RunTrajectory:
+    """One run's trajectory from the ``results/trajectory/<run>.json`` that :func:`write` wrote.
+
+    Raises:
+        NopeInterpError: the file is missing or not such a result.
+    """
+    return RunTrajectory.from_dict(io.read_json(path, "trajectory result"))
+
+
+OBJECTIVE_DASH = {"answer_only": "solid", "packed": "dash"}
+
+
+def plot_site_by_objective(runs: list[RunTrajectory] | tuple[RunTrajectory, ...],
+                           site: str = "blocks.0.attn.hook_z") -> go.Figure:
+    """One site through training, every run side by side: a column per task, the adjacency score (row mean, in
+    [0, 1]; chance 0.5; the paper's 0.8 as a dotted line) on top and eval exact match below, a line per run
+    (dash = objective: solid answer-only, dashed packed). Step 0 is drawn at 1 (log axis).
+
+    Raises:
+        NopeInterpError: no runs, or a run without ``site``.
+    """
+    if not runs:
+        raise NopeInterpError("plot_site_by_objective needs at least one trajectory")
+    missing = [r.label for r in runs if site not in r.scores]
+    if missing:
+        raise NopeInterpError(f"{site} was not analysed in {', '.join(missing)}")
+    task_names = list(dict.fromkeys(r.task for r in runs))
+    fig = make_subplots(rows=2, cols=len(task_names), shared_xaxes=True, row_heights=[0.62, 0.38],
+                        vertical_spacing=0.08, horizontal_spacing=0.06,
+                        subplot_titles=[f"{t}: {short_label(site)} adjacency score" for t in task_names]
+                        + [f"{t}: eval exact match" for t in task_names])
+    palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
+    for i, r in enumerate(runs):
+        col = task_names.index(r.task) + 1
+        line = {"color": palette[i % len(palette)], "dash": OBJECTIVE_DASH.get(r.objective, "dot")}
+        name = f"{r.label} ({r.objective})"
+        fig.add_trace(go.Scatter(x=[max(1, s) for s in r.steps], y=list(r.scores[site]), mode="lines+markers",
+                                 name=name, legendgroup=r.label, line=line, customdata=list(r.steps),
+                                 hovertemplate=f"{r.label}<br>step %{{customdata}}: %{{y:.3f}}<extra></extra>"),
+                      row=1, col=col)
+        fig.add_trace(go.Scatter(x=[max(1, s) for s in r.eval_steps], y=list(r.eval_acc), mode="lines",
+                                 name=name, legendgroup=r.label, showlegend=False, line=line,
+                                 customdata=list(r.eval_steps),
+                                 hovertemplate=f"{r.label}<br>step %{{customdata}}: exact match %{{y:.3f}}"
+                                               "<extra></extra>"),
+                      row=2, col=col)
+    for col in range(1, len(task_names) + 1):
+        fig.add_hline(y=0.5, line_dash="dot", line_color="gray", annotation_text="chance", row=1, col=col)
+        fig.add_hline(y=0.8, line_dash="dot", line_color="green", annotation_text="paper: 0.8-1.0", row=1, col=col)
+    fig.update_xaxes(type="log")
+    fig.update_xaxes(title_text="training step (0 drawn at 1)", row=2)
+    fig.update_yaxes(range=[0.4, 1.02], row=1)
+    fig.update_yaxes(range=[0, 1.02], row=2)
+    fig.update_layout(title=f"Adjacency at {site} through training, by task and objective", width=1150,
+                      height=720, legend={"orientation": "h", "yanchor": "top", "y": -0.12, "x": 0})
+    return fig
+
+
 def write(result: TrajectoryResult, out_root: str | Path = ".") -> list[Path]:
-    """Write ``results/trajectory/<run>.json`` and ``.csv`` and ``figures/trajectory/<run>.html``."""
+    """Write ``results/trajectory/<run>.json`` and ``.csv`` and ``figures/trajectory/<run>.html``; with more
+    than one run also ``figures/trajectory/compare_<site>.html`` (:func:`plot_site_by_objective`) for layer 0's
+    ``hook_z``, when every run has it."""
     res_dir, fig_dir = io.job_dirs(out_root, NAME)
     paths = []
     for r in result.runs:
@@ -191,4 +272,7 @@ def write(result: TrajectoryResult, out_root: str | Path = ".") -> list[Path]:
                                                               **io.provenance()}),
                   io.atomic_write_text(res_dir / f"{r.label}.csv", io.to_csv(r.rows())),
                   save_figure(plot_trajectory(r, result.config.protocol), fig_dir / f"{r.label}.html")]
+    site = "blocks.0.attn.hook_z"
+    if len(result.runs) > 1 and all(site in r.scores for r in result.runs):
+        paths.append(save_figure(plot_site_by_objective(result.runs, site), fig_dir / f"compare_{site}.html"))
     return paths

@@ -1,7 +1,9 @@
 """Per-layer hook_z score and recency gap of tiny randomly initialised Hugging Face models (SmolLM3 with
 RoPE left out of layers 3 and 7, SmolLM3 without RoPE, Llama), 8 layers, 3 seeds, random tokens (README,
-"Any TransformerLens model"). Run: OMP_NUM_THREADS=1 .venv/bin/python docs/measured/scripts/hybrid_init.py
+"Any TransformerLens model"). Run: OMP_NUM_THREADS=1 .venv/bin/python docs/measured/scripts/hybrid_init.py [OUT]
+(the result files and figures go under OUT, default /tmp/hybrid_init).
 """
+import sys
 import torch
 torch.set_num_threads(1)
 from nope_interp.hf import tiny_hf_model, bridge_from_hf
@@ -24,4 +26,5 @@ for r in res.rows:
 for k,v in sorted(agg.items()):
     import statistics
     print(k, round(statistics.mean(x for x,_ in v),3), round(statistics.mean(g for _,g in v),3))
-long_context.write(res, ".")
+for path in long_context.write(res, sys.argv[1] if len(sys.argv) > 1 else "/tmp/hybrid_init"):
+    print("wrote", path)
