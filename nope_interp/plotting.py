@@ -10,6 +10,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 from jaxtyping import Float
+from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 from torch import Tensor
 
@@ -17,6 +18,10 @@ from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import short_label
 
 short_site_label = short_label  # the name used before hooks.py owned it
+
+#: Colours of lines that stand for models, runs or sites: plotly's 24 distinct "Dark24" colours, so up to 24
+#: lines in one figure never share a colour (a palette of 8 made the 9th line repeat the 1st).
+LINE_COLOURS: tuple[str, ...] = tuple(qualitative.Dark24)
 
 _SCALE = "RdBu_r"
 

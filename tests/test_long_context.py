@@ -295,3 +295,12 @@ def test_figure_of_one_hybrid_model_keeps_types_in_the_titles():
                                                                      max_lag=2), rows=rows, wall_time_s=0.0))
     assert [ann.text for ann in fig.layout.annotations] == ["L0 z (RoPE)", "L1 z (NoPE)"]
     assert [t.name for t in fig.data] == ["hybrid", "hybrid"]
+
+
+def test_up_to_24_models_get_distinct_line_colours():
+    from nope_interp.jobs.long_context import LongContextConfig, LongContextResult, plot_score_vs_n
+
+    rows = tuple(_row(f"m{i}", ("nope",), n, 0.5) for i in range(12) for n in (16, 32))
+    fig = plot_score_vs_n(LongContextResult(config=LongContextConfig(lengths=(16, 32), inputs=("random",),
+                                                                     max_lag=2), rows=rows, wall_time_s=0.0))
+    assert len({t.line.color for t in fig.data}) == 12

@@ -48,7 +48,7 @@ from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, short_label
 from nope_interp.jobs.common import Log, ModelEntry, emit, entry_from_init, progress, random_tokens
 from nope_interp.model import with_context
-from nope_interp.plotting import save_figure
+from nope_interp.plotting import LINE_COLOURS, save_figure
 from nope_interp.positional import layer_positional_types
 from nope_interp.similarity import sliding_window_lag_profile, uniform_causal_lag_profile
 from nope_interp.stats import mean_std_ci
@@ -330,7 +330,7 @@ def _metric_vs_n(result: LongContextResult, metric: str, kind: str, title: str, 
                         vertical_spacing=0.3 / max(1, n_rows - 1)
                         if n_rows > 1 else 0.1)
     configs = list(dict.fromkeys(_config_of(r) for r in result.rows))
-    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
+    palette = LINE_COLOURS
     groups: dict[tuple[str, str], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in result.rows:
         if r.input != kind:

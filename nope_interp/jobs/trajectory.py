@@ -25,7 +25,7 @@ from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, short_label
 from nope_interp.jobs.common import Log, ModelEntry, emit, progress
 from nope_interp.model import build_model, load_state
-from nope_interp.plotting import save_figure
+from nope_interp.plotting import LINE_COLOURS, save_figure
 
 NAME = "trajectory"
 HELP = "adjacency score at every site through training (weights kept at log-spaced steps)"
@@ -234,7 +234,7 @@ def plot_site_by_objective(runs: list[RunTrajectory] | tuple[RunTrajectory, ...]
                         vertical_spacing=0.08, horizontal_spacing=0.06,
                         subplot_titles=[f"{t}: {short_label(site)} adjacency score" for t in task_names]
                         + [f"{t}: eval exact match" for t in task_names])
-    palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
+    palette = LINE_COLOURS
     for i, r in enumerate(runs):
         col = task_names.index(r.task) + 1
         line = {"color": palette[i % len(palette)], "dash": OBJECTIVE_DASH.get(r.objective, "dot")}
