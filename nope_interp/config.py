@@ -358,6 +358,14 @@ class ModelConfig(FrozenConfig):
             raise NopeInterpError(f"window must be None (null) unless attention='sliding', got {self.window!r} "
                                   f"with attention={self.attention!r}")
 
+    @property
+    def positional_label(self) -> str:
+        """The positional scheme in one name: ``nope``, ``learned``, ``rotary``, or for a hybrid ``rotary-nope``
+        and its NoPE layers (``rotary-nope2``, ``rotary-nope1-3``), so a hybrid is never filed as its RoPE twin."""
+        if self.nope_layers:
+            return "rotary-nope" + "-".join(str(layer) for layer in self.nope_layers)
+        return "nope" if self.positional == "none" else self.positional
+
 
 #: Named model shapes. ``paper``: the paper's nanoGPT shape. ``paper-recipe``: the same with the authors'
 #: architecture options on (tied embeddings, dropout 0.2). ``cpu``: the shape the shipped models use,

@@ -317,7 +317,8 @@ def _train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: Path, str
     wall = wall_before + time.perf_counter() - t0
     save_checkpoint(step, wall)
     summary = {"steps": step, "window": cfg.window, "positional": model_cfg.positional,
-               "eval_windows": cfg.eval_windows, "bpc_1x": bits_per_char(model, held_out), "bpc_2x": None,
+               "nope_layers": model_cfg.nope_layers, "eval_windows": cfg.eval_windows,
+               "bpc_1x": bits_per_char(model, held_out), "bpc_2x": None,
                "train_wall_time_s": round(wall, 1), "device": device, "torch_threads": torch.get_num_threads(),
                "cpu": _cpu_name(), **io.provenance()}
     if model_cfg.positional != "learned" or model_cfg.n_ctx >= 2 * cfg.window:

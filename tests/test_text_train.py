@@ -269,3 +269,32 @@ def test_ship_text_copies_a_finished_run_and_shipped_text_models_reproduce_their
         got = tt.bits_per_char(model, tt.eval_tokens(cfg.eval_windows, cfg.window))
         assert got == pytest.approx(summary["bpc_1x"], rel=1e-6)
         assert json.loads((path / "config.json").read_text())["command"].startswith("nope-interp train-text")
+
+
+@pytest.mark.parametrize(("kw", "label"), [
+    ({}, "nope"), ({"positional": "learned"}, "learned"), ({"positional": "rotary"}, "rotary"),
+    ({"positional": "rotary", "nope_layers": (1,)}, "rotary-nope1"),
+    ({"positional": "rotary", "nope_layers": (0, 1)}, "rotary-nope0-1")])
+def test_a_hybrid_is_never_filed_as_its_rotary_twin(kw, label):
+    """The task name of a text model's result rows (so ablate's seed summaries), from the positional scheme,
+    hybrid layers included; different schemes never share a name."""
+    import tasks
+    from nope_interp.config import preset
+    from nope_interp.jobs.common import ModelEntry, text_task_name
+    from nope_interp.model import build_model
+
+    cfg = preset("tiny", **kw)
+    assert cfg.positional_label == label
+    entry = ModelEntry(label="m", kind="text", model=build_model(cfg), model_cfg=cfg, task=tasks.get_task("reversal"))
+    assert text_task_name(entry) == f"text-{label}"
+
+
+def test_train_text_default_names_keep_a_hybrid_apart_from_its_rotary_twin(tmp_path):
+    from nope_interp.cli import main
+
+    for extra in (["--model-positional", "rotary"], ["--model-positional", "rotary", "--model-nope-layers", "1"]):
+        assert main(["train-text", *TINY, "--steps", "2", "--runs-dir", str(tmp_path), *extra]) == 0
+    runs = sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("."))  # not the lock files
+    assert runs == ["text-rotary-nope1-tiny-s0", "text-rotary-tiny-s0"]
+    summary = json.loads((tmp_path / "text-rotary-nope1-tiny-s0" / "summary.json").read_text())
+    assert summary["nope_layers"] == [1]

@@ -243,16 +243,16 @@ def text_entry(path: str | Path, label: str, task: tasks_pkg.Task | None = None)
 
 
 def text_task_name(entry: ModelEntry) -> str:
-    """The ``task`` of a ``train-text`` model's result rows: ``text-nope``, ``text-learned`` or ``text-rotary``,
-    so that seeds of one positional type are summarised together and the twins apart.
+    """The ``task`` of a ``train-text`` model's result rows: ``text-nope``, ``text-learned``, ``text-rotary`` or, for
+    a hybrid, ``text-rotary-nope<layers>`` (:attr:`nope_interp.config.ModelConfig.positional_label`), so that
+    seeds of one positional scheme are summarised together and the twins and hybrids apart.
 
     Raises:
         NopeInterpError: ``entry`` is not a ``train-text`` model.
     """
     if entry.kind != "text" or entry.model_cfg is None:
         raise NopeInterpError(f"{entry.label} is not a train-text language model (kind {entry.kind!r})")
-    positional = entry.model_cfg.positional
-    return f"text-{'nope' if positional == 'none' else positional}"
+    return f"text-{entry.model_cfg.positional_label}"
 
 
 #: Length of the random-token inputs of a Hugging Face model (``kind="hf"``) in analyze and probe.
