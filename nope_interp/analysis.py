@@ -233,3 +233,105 @@ def analysis_chunk_size(n_sites: int, n_pos: int, d_model: int, max_bytes: int =
     :data:`MAX_CHUNK_PROMPTS`."""
     per_prompt = max(1, n_sites * n_pos * d_model * 4)
     return max(1, min(MAX_CHUNK_PROMPTS, max_bytes // per_prompt))
+
+
+#: What :func:`text_windows_of` and :func:`analyze_text` take as a tokenizer: None (the tasks' character
+#: vocabulary, :mod:`tasks.vocab`, what this project's models read), a callable ``str -> ids``, or an object with
+#: ``encode`` (a Hugging Face tokenizer: ``encode(text, add_special_tokens=False)``, no BOS inside windows).
+Tokenizer = Any
+
+
+def _encode(tokenizer: Tokenizer, text: str) -> list[int]:
+    if tokenizer is None:
+        try:
+            return tasks_pkg.vocab.encode(text)
+        except tasks_pkg.vocab.UnknownCharacterError as err:
+            raise NopeInterpError(f"{err} (give the tokenizer your model reads)") from None
+    if hasattr(tokenizer, "encode"):
+        try:
+            ids = tokenizer.encode(text, add_special_tokens=False)
+        except TypeError:  # an encode without that keyword
+            ids = tokenizer.encode(text)
+    elif callable(tokenizer):
+        ids = tokenizer(text)
+    else:
+        raise NopeInterpError(f"tokenizer must be None, a callable str -> ids or an object with encode(), "
+                              f"got {type(tokenizer).__name__}")
+    if hasattr(ids, "ids"):  # a `tokenizers` Encoding
+        ids = ids.ids
+    ids = ids.tolist() if isinstance(ids, Tensor) else list(ids)
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise NopeInterpError("the tokenizer must return integer token ids, got "
+                              f"{type(next(i for i in ids if not isinstance(i, int) or isinstance(i, bool))).__name__}")
+    return ids
+
+
+def text_windows_of(texts: str | list[str] | tuple[str, ...], length: int, n_windows: int | None = None,
+                    tokenizer: Tokenizer = None) -> Int[Tensor, "n length"]:
+    """Equal-length token windows of human-written text, for :func:`analyze_tokens`: each text is tokenised
+    on its own and cut into consecutive, non-overlapping windows of ``length`` tokens from its start (a
+    window never spans two texts; the remainder of each text is dropped), texts in the order given, at most
+    ``n_windows`` windows in all (None: every window).
+
+    Args:
+        texts: one string or a list of strings (documents).
+        length: tokens per window, >= 3. n_windows: >= 1 or None.
+        tokenizer: see :data:`Tokenizer`.
+
+    Raises:
+        NopeInterpError: no text, a bad ``length`` or ``n_windows``, a tokenizer that is not one or returns
+            something other than integer ids, a character outside the vocabulary (default tokenizer), or
+            no text with ``length`` tokens (the message gives the longest).
+    """
+    if isinstance(texts, str):
+        texts = [texts]
+    if not texts or not all(isinstance(t, str) for t in texts):
+        raise NopeInterpError("texts must be a string or a non-empty list of strings")
+    if isinstance(length, bool) or not isinstance(length, int) or length < 3:
+        raise NopeInterpError(f"length must be an integer >= 3 (tokens per window), got {length!r}")
+    if n_windows is not None and (isinstance(n_windows, bool) or not isinstance(n_windows, int) or n_windows < 1):
+        raise NopeInterpError(f"n_windows must be an integer >= 1 or None, got {n_windows!r}")
+    windows: list[list[int]] = []
+    longest = 0
+    for text in texts:
+        ids = _encode(tokenizer, text)
+        longest = max(longest, len(ids))
+        for start in range(0, len(ids) - length + 1, length):
+            windows.append(ids[start : start + length])
+            if n_windows is not None and len(windows) == n_windows:
+                return torch.tensor(windows, dtype=torch.long)
+    if not windows:
+        raise NopeInterpError(f"no text has {length} tokens (the longest has {longest}): give longer texts or "
+                              "a smaller length")
+    return torch.tensor(windows, dtype=torch.long)
+
+
+def analyze_text(model: LensModel, texts: str | list[str] | tuple[str, ...], length: int,
+                 n_windows: int | None = 256, tokenizer: Tokenizer = None,
+                 points: tuple[str, ...] = ACTIVATION_POINTS, **kwargs: Any) -> AnalysisResult:
+    """:func:`analyze_tokens` on windows of human-written text (:func:`text_windows_of`): the adjacency
+    analysis of any model on natural text, tokenised by the tokenizer it reads. The result's ``task`` is
+    ``"text"`` and its ``protocol`` ``"text"`` unless given; ``example_prompt`` is the first window decoded
+    when the tokenizer can decode (the default one can).
+
+    Args:
+        model: a HookedTransformer or a TransformerBridge (``n_ctx >= length``).
+        texts, length, n_windows, tokenizer: as :func:`text_windows_of` (default 256 windows, as the paper's
+            256 prompts).
+        points, kwargs: as :func:`analyze_tokens` (``max_lag``, ``meta``, ``forward``, ...).
+
+    Raises:
+        NopeInterpError: everything :func:`text_windows_of` and :func:`analyze_tokens` raise (ids outside the
+            model's vocabulary among them: a tokenizer that is not the model's).
+    """
+    tokens = text_windows_of(texts, length, n_windows, tokenizer)
+    example = ""
+    try:
+        example = (tasks_pkg.vocab.decode(tokens[0].tolist()) if tokenizer is None
+                   else str(tokenizer.decode(tokens[0].tolist())) if hasattr(tokenizer, "decode") else "")
+    except Exception:  # noqa: BLE001 - a decode that fails only loses the example text
+        example = ""
+    kwargs.setdefault("task", "text")
+    kwargs.setdefault("protocol", "text")
+    kwargs.setdefault("example_prompt", example[:200])
+    return analyze_tokens(model, tokens, points, **kwargs)

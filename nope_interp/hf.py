@@ -68,6 +68,22 @@ def load_hf(path: str | Path) -> Any:
     return bridge_from_hf(model)
 
 
+def load_hf_tokenizer(path: str | Path) -> Any:
+    """The tokenizer saved beside a model in ``path`` (``tokenizer.save_pretrained``; offline), for
+    :func:`nope_interp.analysis.analyze_text`.
+
+    Raises:
+        NopeInterpError: no tokenizer can be loaded from ``path`` (the message says how to save one).
+    """
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(Path(path), local_files_only=True)
+    except Exception as err:
+        raise NopeInterpError(f"no tokenizer in {path} ({' '.join(str(err).split())[:200]}): save the model's "
+                              "tokenizer there with tokenizer.save_pretrained(DIR)") from None
+
+
 def tiny_hf_model(kind: str = "smollm3-mixed", seed: int = 0, n_layers: int = 4, d_model: int = 64,
                   vocab: int = 128, n_ctx: int = 512) -> torch.nn.Module:
     """A small randomly initialised Hugging Face causal LM (eager attention, eval mode), built locally.

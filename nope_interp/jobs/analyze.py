@@ -3,7 +3,9 @@
 For each model given (``--run``, ``--pretrained``, ``--init`` or ``--hf-path``): ``n_prompts`` held-out
 full-length prompts of its task (a ``train-text`` model: held-out text windows of its training length; a
 Hugging Face model: random token sequences, and each layer's positional type measured and recorded in
-``layer_types`` of scores.json; :func:`nope_interp.jobs.common.entry_tokens`), activations at every requested
+``layer_types`` of scores.json; :func:`nope_interp.jobs.common.entry_tokens`; with ``--text-file``, windows of
+the user's text tokenised by the model's own tokenizer, :func:`nope_interp.analysis.analyze_text`), activations
+at every requested
 hook site, cosine similarity matrices and both reductions
 of the adjacency score, and the lag profile (mean cosine by distance, with the idealised uniform-causal
 curve; ``docs/method.md``). Writes ``results/analyze/<label>/scores.json`` (``lag_profile`` among its
@@ -19,7 +21,7 @@ import plotly.graph_objects as go
 
 import tasks as tasks_pkg
 from nope_interp import io
-from nope_interp.analysis import AnalysisResult, analyze_model, analyze_tokens
+from nope_interp.analysis import AnalysisResult, analyze_model, analyze_text, analyze_tokens
 from nope_interp.config import FrozenConfig, check_choice, check_choices, check_int, check_name, opt
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names
@@ -51,11 +53,19 @@ class AnalyzeConfig(FrozenConfig):
     label: str | None = opt(None, "output label (default from the model source)")
     protocol: str = opt("full", f"analysis inputs: {', '.join(tasks_pkg.PROTOCOLS)} (docs/method.md)")
     window: int = opt(64, "characters per input of the window protocol")
+    text_file: str | None = opt(None, "a UTF-8 text file analysed instead of the model's own inputs: up to "
+                                      "--n-prompts consecutive windows of --text-length tokens, tokenised by "
+                                      "the model's tokenizer (an --hf-path folder's own; else the 96 characters)")
+    text_length: int = opt(128, "tokens per window of --text-file")
 
     def __post_init__(self) -> None:
         check_int("n_prompts", self.n_prompts, 1, 100_000)
         check_choice("protocol", self.protocol, tasks_pkg.PROTOCOLS)
         check_int("window", self.window, 3, 1_000_000)
+        check_int("text_length", self.text_length, 3, 1_000_000)
+        if self.text_file is not None and self.protocol != "full":
+            raise NopeInterpError(f"--text-file and --protocol {self.protocol} exclude each other: the text file "
+                                  "is the input")
         check_choices("activation point", tuple(self.points), ACTIVATION_POINTS)
         check_int("prompt_seed", self.prompt_seed, 0, 2**63 - 1)
         if self.label is not None:  # a folder name under results/analyze/ and figures/analyze/
@@ -115,7 +125,22 @@ def run(config: AnalyzeConfig, models: list[ModelEntry] | None = None, *, log: L
             label += f"-{config.protocol}"  # outputs of the protocols never overwrite each other
         activation_hook_names(entry.model.cfg.n_layers, tuple(config.points))  # validates before any work
         types: tuple[str, ...] = ()
-        if entry.kind in ("text", "hf"):  # no task prompts: held-out text, or random tokens of its vocabulary
+        if config.text_file is not None:  # the user's text, tokenised by the model's own tokenizer
+            if not config.label:
+                label += "-textfile"  # never overwrites the analysis of the model's own inputs
+            types = layer_positional_types(entry.model)
+            tokenizer = None
+            if entry.kind == "hf":
+                from nope_interp.hf import load_hf_tokenizer
+
+                tokenizer = load_hf_tokenizer(entry.source["hf_path"])
+            emit(log, f"analysing {label}: up to {config.n_prompts} windows of {config.text_length} tokens of "
+                      f"{config.text_file} ...")
+            res = analyze_text(entry.model, _read_text(config.text_file), config.text_length, config.n_prompts,
+                               tokenizer, tuple(config.points), task="text-file",
+                               meta={**entry.source, "text_file": str(config.text_file),
+                                     "layer_types": list(types), **io.provenance()})
+        elif entry.kind in ("text", "hf"):  # no task prompts: held-out text, or random tokens of its vocabulary
             if config.protocol != "full":
                 raise NopeInterpError(f"{entry.label}: --protocol {config.protocol} applies to task models; a "
                                       f"{'train-text' if entry.kind == 'text' else 'Hugging Face'} model reads "
@@ -145,6 +170,16 @@ def run(config: AnalyzeConfig, models: list[ModelEntry] | None = None, *, log: L
                       f"recency gap {gap['mean']:+.3f}")
         out.append(ModelScores(label=label, analysis=res))
     return AnalyzeResult(config=config, models=tuple(out), wall_time_s=round(time.perf_counter() - t0, 1))
+
+
+def _read_text(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise NopeInterpError(f"--text-file {path} does not exist") from None
+    except (IsADirectoryError, UnicodeDecodeError, OSError) as err:
+        raise NopeInterpError(f"--text-file {path} is not a readable UTF-8 text file ({err.__class__.__name__})") \
+            from None
 
 
 def plot_cosine(scores: ModelScores) -> go.Figure:

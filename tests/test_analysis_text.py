@@ -1,0 +1,184 @@
+"""Analysis of human-written text with the tokenizer a model reads: windows against a naive reference, the
+scores equal analyze_tokens on those windows, any tokenizer kind (none, a callable, a Hugging Face tokenizer
+built locally), and one clear error per bad input."""
+
+import pytest
+import torch
+from conftest import unhooked
+
+TEXTS = ["To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer",
+         "short",
+         "The slings and arrows of outrageous fortune,\nOr to take arms against a sea of troubles"]
+
+
+def _naive_windows(id_lists, length, n_windows):
+    out = []
+    for ids in id_lists:
+        k = 0
+        while (k + 1) * length <= len(ids):
+            out.append(ids[k * length:(k + 1) * length])
+            k += 1
+    return out if n_windows is None else out[:n_windows]
+
+
+@pytest.mark.parametrize(("length", "n_windows"), [(3, None), (7, 5), (16, None), (20, 3), (40, None), (84, 1)])
+def test_windows_are_consecutive_per_text_and_never_span_two_texts(length, n_windows):
+    import tasks
+    from nope_interp.analysis import text_windows_of
+
+    for tokenizer, encode in ((None, tasks.vocab.encode), (lambda s: [ord(c) % 61 for c in s],
+                                                            lambda s: [ord(c) % 61 for c in s])):
+        got = text_windows_of(TEXTS, length, n_windows, tokenizer)
+        ref = _naive_windows([encode(t) for t in TEXTS], length, n_windows)
+        assert got.dtype == torch.long and got.tolist() == ref
+
+
+def test_analyze_text_equals_analyze_tokens_on_the_same_windows():
+    from nope_interp.analysis import analyze_text, analyze_tokens, text_windows_of
+    from nope_interp.config import preset
+    from nope_interp.model import build_model
+
+    model = build_model(preset("tiny"))
+    res = analyze_text(model, TEXTS, 12, n_windows=8, points=("z", "resid_post"))
+    ref = analyze_tokens(model, text_windows_of(TEXTS, 12, 8), ("z", "resid_post"))
+    assert res.task == "text" and res.protocol == "text" and res.n_prompts == 8
+    assert res.example_prompt == TEXTS[0][:12]
+    for site in ref.sites:
+        torch.testing.assert_close(res.per_sequence["row_mean"][res.sites.index(site)],
+                                   ref.per_sequence["row_mean"][ref.sites.index(site)], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"texts": []}, "non-empty list"), ({"texts": ["ok", 3]}, "non-empty list"),
+    ({"length": 2}, "length must be an integer >= 3"), ({"length": 4.0}, "length must be"),
+    ({"n_windows": 0}, "n_windows must be"), ({"n_windows": True}, "n_windows must be"),
+    ({"length": 500}, f"no text has 500 tokens \\(the longest has {max(map(len, TEXTS))}\\)"),
+    ({"texts": ["caf\u00e9 au lait and more"]}, "not in the vocabulary.*give the tokenizer"),
+    ({"tokenizer": 42}, "tokenizer must be None, a callable"),
+    ({"tokenizer": lambda s: [0.5] * len(s)}, "integer token ids, got float"),
+])
+def test_bad_text_inputs_are_one_clear_error(kwargs, match):
+    from nope_interp.analysis import text_windows_of
+    from nope_interp.errors import NopeInterpError
+
+    args = {"texts": TEXTS, "length": 8, "n_windows": None, "tokenizer": None, **kwargs}
+    with pytest.raises(NopeInterpError, match=match):
+        unhooked(text_windows_of)(**args)  # the code users run (pytest's type checker would pre-empt it)
+
+
+def test_ids_outside_the_models_vocabulary_are_refused():
+    from nope_interp.analysis import analyze_text
+    from nope_interp.config import preset
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.model import build_model
+
+    model = build_model(preset("tiny"))  # d_vocab 96
+    with pytest.raises(NopeInterpError, match="vocab"):
+        analyze_text(model, TEXTS, 8, tokenizer=lambda s: [100 + ord(c) % 5 for c in s])
+
+
+def _word_tokenizer(tmp_path):
+    """A word-level Hugging Face tokenizer built and saved locally (no download)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = sorted({w for t in TEXTS for w in t.replace("\n", " ").split()})
+    vocab = {"<unk>": 0, "<s>": 1, **{w: i + 2 for i, w in enumerate(words)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>")
+    fast.save_pretrained(tmp_path / "tok")
+    return fast, vocab
+
+
+def test_a_hugging_face_tokenizer_and_a_bridge(tmp_path):
+    """Word-level ids, no BOS inside windows; a bridge around a tiny mixed SmolLM3 analysed on them equals
+    analyze_tokens on the same ids; the example text is decoded by the tokenizer."""
+    pytest.importorskip("transformers")
+    from nope_interp.analysis import analyze_text, analyze_tokens
+    from nope_interp.hf import bridge_from_hf, tiny_hf_model
+
+    fast, vocab = _word_tokenizer(tmp_path)
+    from nope_interp.analysis import text_windows_of
+
+    got = text_windows_of(TEXTS, 4, None, fast)
+    ref = _naive_windows([[vocab[w] for w in t.replace("\n", " ").split()] for t in TEXTS], 4, None)
+    assert got.tolist() == ref and vocab["<s>"] not in got.flatten().tolist()
+    bridge = bridge_from_hf(tiny_hf_model("smollm3-mixed", seed=0))
+    res = analyze_text(bridge, TEXTS, 4, tokenizer=fast, points=("z",))
+    base = analyze_tokens(bridge, got, ("z",))
+    torch.testing.assert_close(res.per_sequence["row_mean"], base.per_sequence["row_mean"])
+    assert res.example_prompt == "To be, or not"
+
+
+def test_cli_analyze_reads_a_text_file_with_the_models_own_tokenizer(tmp_path, tiny_run, capsys):
+    """--text-file: a task model reads it through the 96-character vocabulary, a Hugging Face folder through
+    the tokenizer saved in it; the scores equal analyze_text on the same file; outputs say where they went."""
+    import json
+
+    pytest.importorskip("transformers")
+    from nope_interp.analysis import analyze_text
+    from nope_interp.cli import main
+    from nope_interp.hf import load_hf, tiny_hf_model
+    from nope_interp.pretrained import load_run
+
+    text = tmp_path / "speech.txt"
+    text.write_text("\n".join(TEXTS * 3), encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["analyze", "--run", str(tiny_run), "--text-file", str(text), "--text-length", "16",
+                 "--n-prompts", "5", "--points", "z", "--out-root", str(out)]) == 0
+    label = f"{tiny_run.name}-textfile"
+    scores = json.loads((out / "results" / "analyze" / label / "scores.json").read_text())
+    assert scores["task"] == "text-file" and scores["n_prompts"] == 5 and scores["text_file"] == str(text)
+    assert str(out / "figures" / "analyze" / label) in capsys.readouterr().out
+    model = load_run(tiny_run).model
+    ref = analyze_text(model, text.read_text(), 16, 5, points=("z",))
+    for site, value in ref.scores["row_mean"].items():
+        assert scores["scores"]["row_mean"][site]["mean"] == pytest.approx(value["mean"], abs=1e-9)
+
+    fast, _ = _word_tokenizer(tmp_path)
+    tiny_hf_model("smollm3-mixed", seed=0).save_pretrained(tmp_path / "tok")  # model and tokenizer together
+    assert main(["analyze", "--hf-path", str(tmp_path / "tok"), "--text-file", str(text), "--text-length", "4",
+                 "--n-prompts", "6", "--points", "z", "--out-root", str(out)]) == 0
+    scores = json.loads((out / "results" / "analyze" / "hf-tok-textfile" / "scores.json").read_text())
+    ref = analyze_text(load_hf(tmp_path / "tok"), text.read_text(), 4, 6, fast, points=("z",))
+    assert scores["layer_types"] == ["rope", "rope", "rope", "nope"] and scores["n_prompts"] == 6
+    for site, value in ref.scores["row_mean"].items():
+        assert scores["scores"]["row_mean"][site]["mean"] == pytest.approx(value["mean"], abs=1e-6)
+
+
+@pytest.mark.parametrize("case", ["missing file", "directory", "not utf-8", "with a protocol", "no tokenizer",
+                                  "too short", "bad length"])
+def test_cli_text_file_errors_are_one_line_exit_2_nothing_written(tmp_path, tiny_run, capsys, case):
+    from nope_interp.cli import main
+
+    text = tmp_path / "t.txt"
+    text.write_text(TEXTS[0], encoding="utf-8")
+    args = ["analyze", "--run", str(tiny_run), "--text-file", str(text), "--text-length", "8"]
+    if case == "missing file":
+        args[4] = str(tmp_path / "none.txt")
+    elif case == "directory":
+        args[4] = str(tmp_path)
+    elif case == "not utf-8":
+        text.write_bytes(b"\xff\xfe bad bytes \xff" * 10)
+    elif case == "with a protocol":
+        args += ["--protocol", "authors"]
+    elif case == "no tokenizer":
+        pytest.importorskip("transformers")
+        from nope_interp.hf import tiny_hf_model
+
+        tiny_hf_model("llama", seed=0).save_pretrained(tmp_path / "bare")
+        args[1:3] = ["--hf-path", str(tmp_path / "bare")]
+    elif case == "too short":
+        args[-1] = "500"
+    elif case == "bad length":
+        args[-1] = "2"
+    out = tmp_path / "out"
+    assert main([*args, "--out-root", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]  # after transformers' own progress bars
+    assert err.startswith("nope-interp: error:"), err
+    expected = {"missing file": "does not exist", "directory": "not a readable UTF-8", "not utf-8": "not a readable",
+                "with a protocol": "exclude each other", "no tokenizer": "no tokenizer in",
+                "too short": "no text has 500 tokens", "bad length": "text_length"}[case]
+    assert expected in err
+    assert not (out / "results").exists()
