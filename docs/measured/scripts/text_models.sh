@@ -3,13 +3,14 @@
 # adjacency score and lag profile by layer at lengths up to and past the 128-character training window,
 # the positional ablation with its random-subspace control, and the position probes.
 # Usage: docs/measured/scripts/text_models.sh [MODELS_DIR] [OUT_ROOT]
-#   MODELS_DIR holds text-nope/, text-learned/, text-rotary/ (default: the shipped ones)
+#   MODELS_DIR holds text-nope/, text-learned/, text-rotary/, text-hybrid/ (default: the shipped ones;
+#   any that is missing is skipped)
 set -euo pipefail
 DIR=${1:-nope_interp/pretrained/text}
 OUT=${2:-results/text}
 BIN=${BIN:-.venv/bin/nope-interp}
 RUNS=()
-for name in text-nope text-learned text-rotary; do
+for name in text-nope text-learned text-rotary text-hybrid; do
   if [ -d "$DIR/$name" ]; then RUNS+=("$DIR/$name"); fi
 done
 LONG=()
