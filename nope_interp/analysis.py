@@ -5,6 +5,7 @@ prompt length (no padding), eval mode, every hook site of :data:`~nope_interp.ho
 both reductions of the adjacency score and the lag profile, mean and spread over sequences.
 """
 
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -241,17 +242,32 @@ def analysis_chunk_size(n_sites: int, n_pos: int, d_model: int, max_bytes: int =
 Tokenizer = Any
 
 
+def _unknown_characters(text: str) -> str:
+    """Where the first character outside the 96-character vocabulary is (line and column, 1-based) and
+    which such characters the text holds: never the text itself (it may be a book)."""
+    vocab = set(tasks_pkg.vocab.VOCAB)
+    bad = sorted({c for c in text if c not in vocab})
+    first = min(text.index(c) for c in bad)
+    line = text.count("\n", 0, first) + 1
+    col = first - (text.rfind("\n", 0, first) + 1) + 1
+    shown = ", ".join(repr(c) for c in bad[:10]) + (", ..." if len(bad) > 10 else "")
+    return (f"line {line}, column {col}: character {text[first]!r} is not in the 96-character vocabulary "
+            f"({len(bad)} such characters: {shown})")
+
+
 def _encode(tokenizer: Tokenizer, text: str) -> list[int]:
     if tokenizer is None:
-        try:
-            return tasks_pkg.vocab.encode(text)
-        except tasks_pkg.vocab.UnknownCharacterError as err:
-            raise NopeInterpError(f"{err} (give the tokenizer your model reads)") from None
+        if not set(text) <= set(tasks_pkg.vocab.VOCAB):
+            raise NopeInterpError(f"{_unknown_characters(text)}: remove or replace them, or analyse with the "
+                                  "tokenizer your model reads")
+        return tasks_pkg.vocab.encode(text)
     if hasattr(tokenizer, "encode"):
         try:
             ids = tokenizer.encode(text, add_special_tokens=False)
-        except TypeError:  # an encode without that keyword
-            ids = tokenizer.encode(text)
+        except TypeError as err:
+            if "add_special_tokens" not in str(err):  # the tokenizer's own failure, not the keyword
+                raise NopeInterpError(f"the tokenizer's encode failed: {err}") from None
+            ids = tokenizer.encode(text)  # an encode without that keyword
     elif callable(tokenizer):
         ids = tokenizer(text)
     else:
@@ -259,11 +275,20 @@ def _encode(tokenizer: Tokenizer, text: str) -> list[int]:
                               f"got {type(tokenizer).__name__}")
     if hasattr(ids, "ids"):  # a `tokenizers` Encoding
         ids = ids.ids
-    ids = ids.tolist() if isinstance(ids, Tensor) else list(ids)
-    if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        raise NopeInterpError("the tokenizer must return integer token ids, got "
-                              f"{type(next(i for i in ids if not isinstance(i, int) or isinstance(i, bool))).__name__}")
-    return ids
+    if hasattr(ids, "tolist"):  # a tensor or numpy array
+        ids = ids.tolist()
+    if not isinstance(ids, list | tuple):
+        raise NopeInterpError(f"the tokenizer must return a flat sequence of integer token ids, got "
+                              f"{type(ids).__name__}")
+    out = []
+    for i in ids:
+        if isinstance(i, bool) or not isinstance(i, numbers.Integral):
+            raise NopeInterpError(f"the tokenizer must return a flat sequence of integer token ids, got an element "
+                                  f"of type {type(i).__name__}")
+        if not 0 <= int(i) < 2**62:
+            raise NopeInterpError(f"the tokenizer returned the id {int(i)}: token ids are >= 0")
+        out.append(int(i))
+    return out
 
 
 def text_windows_of(texts: str | list[str] | tuple[str, ...], length: int, n_windows: int | None = None,
@@ -285,12 +310,14 @@ def text_windows_of(texts: str | list[str] | tuple[str, ...], length: int, n_win
     """
     if isinstance(texts, str):
         texts = [texts]
-    if not texts or not all(isinstance(t, str) for t in texts):
-        raise NopeInterpError("texts must be a string or a non-empty list of strings")
-    if isinstance(length, bool) or not isinstance(length, int) or length < 3:
+    if not isinstance(texts, list | tuple) or not texts or not all(isinstance(t, str) for t in texts):
+        raise NopeInterpError("texts must be a string or a non-empty list or tuple of strings (documents, in order)")
+    if isinstance(length, bool) or not isinstance(length, numbers.Integral) or length < 3:
         raise NopeInterpError(f"length must be an integer >= 3 (tokens per window), got {length!r}")
-    if n_windows is not None and (isinstance(n_windows, bool) or not isinstance(n_windows, int) or n_windows < 1):
+    if n_windows is not None and (isinstance(n_windows, bool) or not isinstance(n_windows, numbers.Integral)
+                                  or n_windows < 1):
         raise NopeInterpError(f"n_windows must be an integer >= 1 or None, got {n_windows!r}")
+    length, n_windows = int(length), None if n_windows is None else int(n_windows)
     windows: list[list[int]] = []
     longest = 0
     for text in texts:
@@ -325,13 +352,18 @@ def analyze_text(model: LensModel, texts: str | list[str] | tuple[str, ...], len
             model's vocabulary among them: a tokenizer that is not the model's).
     """
     tokens = text_windows_of(texts, length, n_windows, tokenizer)
-    example = ""
-    try:
-        example = (tasks_pkg.vocab.decode(tokens[0].tolist()) if tokenizer is None
-                   else str(tokenizer.decode(tokens[0].tolist())) if hasattr(tokenizer, "decode") else "")
-    except Exception:  # noqa: BLE001 - a decode that fails only loses the example text
-        example = ""
     kwargs.setdefault("task", "text")
     kwargs.setdefault("protocol", "text")
-    kwargs.setdefault("example_prompt", example[:200])
+    kwargs.setdefault("example_prompt", decode_window(tokens[0], tokenizer)[:200])
     return analyze_tokens(model, tokens, points, **kwargs)
+
+
+def decode_window(window: Int[Tensor, " pos"], tokenizer: Tokenizer = None) -> str:
+    """The text of one window of :func:`text_windows_of` by the same tokenizer ("" when it cannot decode)."""
+    try:
+        if tokenizer is None:
+            return tasks_pkg.vocab.decode(window.tolist())
+        text = tokenizer.decode(window.tolist()) if hasattr(tokenizer, "decode") else ""
+        return text if isinstance(text, str) else ""
+    except Exception:  # noqa: BLE001 - a decode that fails only loses the example text
+        return ""

@@ -53,9 +53,9 @@ def test_analyze_text_equals_analyze_tokens_on_the_same_windows():
     ({"length": 2}, "length must be an integer >= 3"), ({"length": 4.0}, "length must be"),
     ({"n_windows": 0}, "n_windows must be"), ({"n_windows": True}, "n_windows must be"),
     ({"length": 500}, f"no text has 500 tokens \\(the longest has {max(map(len, TEXTS))}\\)"),
-    ({"texts": ["caf\u00e9 au lait and more"]}, "not in the vocabulary.*give the tokenizer"),
+    ({"texts": ["caf\u00e9 au lait and more"]}, "not in the 96-character vocabulary.*tokenizer your model reads"),
     ({"tokenizer": 42}, "tokenizer must be None, a callable"),
-    ({"tokenizer": lambda s: [0.5] * len(s)}, "integer token ids, got float"),
+    ({"tokenizer": lambda s: [0.5] * len(s)}, "integer token ids, got an element of type float"),
 ])
 def test_bad_text_inputs_are_one_clear_error(kwargs, match):
     from nope_interp.analysis import text_windows_of
@@ -129,7 +129,8 @@ def test_cli_analyze_reads_a_text_file_with_the_models_own_tokenizer(tmp_path, t
                  "--n-prompts", "5", "--points", "z", "--out-root", str(out)]) == 0
     label = f"{tiny_run.name}-textfile"
     scores = json.loads((out / "results" / "analyze" / label / "scores.json").read_text())
-    assert scores["task"] == "text-file" and scores["n_prompts"] == 5 and scores["text_file"] == str(text)
+    assert scores["task"] == "text-file" and scores["n_prompts"] == 5
+    assert scores["text_file"] == str(text.resolve()) and scores["text_length"] == 16
     assert str(out / "figures" / "analyze" / label) in capsys.readouterr().out
     model = load_run(tiny_run).model
     ref = analyze_text(model, text.read_text(), 16, 5, points=("z",))
@@ -148,7 +149,7 @@ def test_cli_analyze_reads_a_text_file_with_the_models_own_tokenizer(tmp_path, t
 
 
 @pytest.mark.parametrize("case", ["missing file", "directory", "not utf-8", "with a protocol", "no tokenizer",
-                                  "too short", "bad length"])
+                                  "too short", "bad length", "over n_ctx", "outside the vocabulary"])
 def test_cli_text_file_errors_are_one_line_exit_2_nothing_written(tmp_path, tiny_run, capsys, case):
     from nope_interp.cli import main
 
@@ -170,7 +171,11 @@ def test_cli_text_file_errors_are_one_line_exit_2_nothing_written(tmp_path, tiny
         tiny_hf_model("llama", seed=0).save_pretrained(tmp_path / "bare")
         args[1:3] = ["--hf-path", str(tmp_path / "bare")]
     elif case == "too short":
+        text.write_text("short", encoding="utf-8")
+    elif case == "over n_ctx":
         args[-1] = "500"
+    elif case == "outside the vocabulary":
+        text.write_text("fine line\n" * 2000 + "caf\u00e9 \u00e9t\u00e9\n", encoding="utf-8")
     elif case == "bad length":
         args[-1] = "2"
     out = tmp_path / "out"
@@ -179,6 +184,68 @@ def test_cli_text_file_errors_are_one_line_exit_2_nothing_written(tmp_path, tiny
     assert err.startswith("nope-interp: error:"), err
     expected = {"missing file": "does not exist", "directory": "not a readable UTF-8", "not utf-8": "not a readable",
                 "with a protocol": "exclude each other", "no tokenizer": "no tokenizer in",
-                "too short": "no text has 500 tokens", "bad length": "text_length"}[case]
-    assert expected in err
+                "too short": "no text has 8 tokens", "bad length": "text_length",
+                "over n_ctx": "--text-length 500 exceeds", "outside the vocabulary":
+                "line 2001, column 4: character '\u00e9' is not in the 96-character vocabulary"}[case]
+    assert expected in err and len(err) < 400, err  # never the file's text
     assert not (out / "results").exists()
+
+
+def test_cli_text_file_bom_short_file_and_labels(tmp_path, tiny_run, capsys):
+    """A byte-order mark is not text; a file with fewer windows than asked says so; --label with two models
+    keeps each model's own label and suffix (never overwriting their own analyses); two runs of one folder
+    name are refused before any work."""
+    import json
+    import shutil
+
+    from nope_interp.cli import main
+
+    text = tmp_path / "t.txt"
+    text.write_bytes("\ufeff".encode() + ("To be, or not to be\n" * 3).encode())
+    out = tmp_path / "out"
+    assert main(["analyze", "--run", str(tiny_run), "--text-file", str(text), "--text-length", "10",
+                 "--n-prompts", "50", "--points", "z", "--out-root", str(out)]) == 0
+    printed = capsys.readouterr()
+    assert "the file holds only 6 of the 50 asked for" in printed.err + printed.out
+    scores = json.loads((out / "results/analyze" / f"{tiny_run.name}-textfile" / "scores.json").read_text())
+    assert scores["example_prompt"] == "To be, or " and scores["n_prompts"] == 6 and scores["windows_asked"] == 50
+    other = tmp_path / "other"
+    shutil.copytree(tiny_run, other)
+    assert main(["analyze", "--run", str(tiny_run), str(other), "--label", "mine", "--text-file", str(text),
+                 "--text-length", "10", "--points", "z", "--out-root", str(out)]) == 0
+    assert not (out / "results/analyze/mine").exists()
+    assert (out / "results/analyze/other-textfile/scores.json").is_file()
+    twin = tmp_path / "x" / tiny_run.name
+    shutil.copytree(tiny_run, twin)
+    capsys.readouterr()
+    assert main(["analyze", "--run", str(tiny_run), str(twin), "--points", "z",
+                 "--out-root", str(tmp_path / "o2")]) == 2
+    assert "share the folder name" in capsys.readouterr().err
+    assert not (tmp_path / "o2").exists()
+
+
+@pytest.mark.parametrize("ids", ["numpy", "numpy-int32", "tensor", "list of numpy"])
+def test_tokenizers_returning_array_types_are_read_as_ids(ids):
+    import numpy as np
+
+    from nope_interp.analysis import text_windows_of
+
+    def encode(s):
+        raw = [ord(c) % 61 for c in s]
+        return {"numpy": np.array(raw), "numpy-int32": np.array(raw, dtype=np.int32), "tensor": torch.tensor(raw),
+                "list of numpy": [np.int64(i) for i in raw]}[ids]
+
+    got = text_windows_of(TEXTS, 8, None, encode)
+    assert got.tolist() == _naive_windows([[ord(c) % 61 for c in t] for t in TEXTS], 8, None)
+
+
+@pytest.mark.parametrize(("tokenizer", "texts", "match"), [
+    (lambda s: [[1, 2, 3]] * len(s), TEXTS, "flat sequence"), (lambda s: None, TEXTS, "flat sequence"),
+    (lambda s: 7, TEXTS, "flat sequence"), (lambda s: [-1] * len(s), TEXTS, "token ids are >= 0"),
+    (None, (t for t in TEXTS), "list or tuple"), (None, set(TEXTS), "list or tuple")])
+def test_bad_tokenizer_outputs_and_text_containers(tokenizer, texts, match):
+    from nope_interp.analysis import text_windows_of
+    from nope_interp.errors import NopeInterpError
+
+    with pytest.raises(NopeInterpError, match=match):
+        unhooked(text_windows_of)(texts, 8, None, tokenizer)

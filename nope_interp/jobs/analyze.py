@@ -21,7 +21,7 @@ import plotly.graph_objects as go
 
 import tasks as tasks_pkg
 from nope_interp import io
-from nope_interp.analysis import AnalysisResult, analyze_model, analyze_text, analyze_tokens
+from nope_interp.analysis import AnalysisResult, analyze_model, analyze_tokens, decode_window, text_windows_of
 from nope_interp.config import FrozenConfig, check_choice, check_choices, check_int, check_name, opt
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names
@@ -56,13 +56,15 @@ class AnalyzeConfig(FrozenConfig):
     text_file: str | None = opt(None, "a UTF-8 text file analysed instead of the model's own inputs: up to "
                                       "--n-prompts consecutive windows of --text-length tokens, tokenised by "
                                       "the model's tokenizer (an --hf-path folder's own; else the 96 characters)")
-    text_length: int = opt(128, "tokens per window of --text-file")
+    text_length: int | None = opt(None, "tokens per window of --text-file (default: 128, or the model's n_ctx "
+                                        "when smaller)")
 
     def __post_init__(self) -> None:
         check_int("n_prompts", self.n_prompts, 1, 100_000)
         check_choice("protocol", self.protocol, tasks_pkg.PROTOCOLS)
         check_int("window", self.window, 3, 1_000_000)
-        check_int("text_length", self.text_length, 3, 1_000_000)
+        if self.text_length is not None:
+            check_int("text_length", self.text_length, 3, 1_000_000)
         if self.text_file is not None and self.protocol != "full":
             raise NopeInterpError(f"--text-file and --protocol {self.protocol} exclude each other: the text file "
                                   "is the input")
@@ -119,14 +121,17 @@ def run(config: AnalyzeConfig, models: list[ModelEntry] | None = None, *, log: L
     models = default_models(config) if not models else models
     t0 = time.perf_counter()
     out = []
+    if config.label and len(models) > 1:
+        emit(log, f"--label {config.label} names the output of one model; {len(models)} models keep their own labels")
     for entry in progress(models, "analyze", log):
-        label = config.label if config.label and len(models) == 1 else entry.label
-        if config.protocol != "full" and not config.label:
+        own_label = bool(config.label) and len(models) == 1  # --label names the output of one model only
+        label = config.label if own_label else entry.label
+        if config.protocol != "full" and not own_label:
             label += f"-{config.protocol}"  # outputs of the protocols never overwrite each other
         activation_hook_names(entry.model.cfg.n_layers, tuple(config.points))  # validates before any work
         types: tuple[str, ...] = ()
         if config.text_file is not None:  # the user's text, tokenised by the model's own tokenizer
-            if not config.label:
+            if not own_label:
                 label += "-textfile"  # never overwrites the analysis of the model's own inputs
             types = layer_positional_types(entry.model)
             tokenizer = None
@@ -134,12 +139,20 @@ def run(config: AnalyzeConfig, models: list[ModelEntry] | None = None, *, log: L
                 from nope_interp.hf import load_hf_tokenizer
 
                 tokenizer = load_hf_tokenizer(entry.source["hf_path"])
-            emit(log, f"analysing {label}: up to {config.n_prompts} windows of {config.text_length} tokens of "
-                      f"{config.text_file} ...")
-            res = analyze_text(entry.model, _read_text(config.text_file), config.text_length, config.n_prompts,
-                               tokenizer, tuple(config.points), task="text-file",
-                               meta={**entry.source, "text_file": str(config.text_file),
-                                     "layer_types": list(types), **io.provenance()})
+            n_ctx = entry.model.cfg.n_ctx
+            length = config.text_length if config.text_length is not None else min(128, n_ctx)
+            if length > n_ctx:
+                raise NopeInterpError(f"--text-length {length} exceeds {entry.label}'s n_ctx={n_ctx}: give "
+                                      f"--text-length <= {n_ctx}")
+            windows = text_windows_of(_read_text(config.text_file), length, config.n_prompts, tokenizer)
+            emit(log, f"analysing {label}: {len(windows)} windows of {length} tokens of {config.text_file}"
+                      + (f" (the file holds only {len(windows)} of the {config.n_prompts} asked for)"
+                         if len(windows) < config.n_prompts else "") + " ...")
+            res = analyze_tokens(entry.model, windows, tuple(config.points), task="text-file", protocol="text",
+                                 example_prompt=decode_window(windows[0], tokenizer)[:200],
+                                 meta={**entry.source, "text_file": str(Path(config.text_file).resolve()),
+                                       "text_length": length, "windows_asked": config.n_prompts,
+                                       "layer_types": list(types), **io.provenance()})
         elif entry.kind in ("text", "hf"):  # no task prompts: held-out text, or random tokens of its vocabulary
             if config.protocol != "full":
                 raise NopeInterpError(f"{entry.label}: --protocol {config.protocol} applies to task models; a "
@@ -174,7 +187,7 @@ def run(config: AnalyzeConfig, models: list[ModelEntry] | None = None, *, log: L
 
 def _read_text(path: str) -> str:
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8-sig")  # a byte-order mark is not text
     except FileNotFoundError:
         raise NopeInterpError(f"--text-file {path} does not exist") from None
     except (IsADirectoryError, UnicodeDecodeError, OSError) as err:

@@ -167,7 +167,8 @@ def load_models(source: ModelSource) -> list[ModelEntry]:
 
     Raises:
         NopeInterpError: a missing or corrupt run directory; a task without a shipped model; a run directory
-            whose name is not a safe label (:func:`~nope_interp.config.check_name`).
+            whose name is not a safe label (:func:`~nope_interp.config.check_name`); two run directories of
+            the same folder name (the same run given twice, too).
     """
     task = None if source.task is None else tasks_pkg.get_task(source.task, **source.task_params)
     if source.hf_path:
@@ -184,6 +185,13 @@ def load_models(source: ModelSource) -> list[ModelEntry]:
         return [entry_from_init(cfg, task, f"init-{source.preset}-{task.name}{tweaks}")]
     if source.with_seeds and not source.pretrained:
         return shipped_entries(tasks_pkg.TASK_NAMES, with_seeds=True)
+    seen: dict[str, str] = {}
+    for path in source.run:  # labels name result rows, files and figure lines: two models must not share one
+        label = Path(os.path.abspath(path)).name
+        if label in seen:
+            raise NopeInterpError(f"--run {seen[label]} and {path} share the folder name {label!r}, which labels "
+                                  "results and figures: give each run its own folder name (copy or rename one)")
+        seen[label] = str(path)
     entries = []
     for path in source.run:
         label = Path(os.path.abspath(path)).name  # the directory's own name, also for "runs/x/.." or "."
