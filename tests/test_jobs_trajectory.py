@@ -115,7 +115,18 @@ def test_bad_trajectory_files_and_missing_sites_are_one_clear_error(tmp_path):
     bad = {"missing key": {k: v for k, v in good.items() if k != "steps"},
            "short scores": {**good, "scores": {**good["scores"], "hook_embed": [0.5]}},
            "score above 1": {**good, "scores": {**good["scores"], "hook_embed": [0.5, 1.5]}},
-           "not a list": {**good, "eval_acc": 3}}
+           "not a list": {**good, "eval_acc": 3},
+           "nan accuracy": {**good, "eval_acc": [float("nan")]},
+           "accuracy above 1": {**good, "eval_acc": [7.5]},
+           "string steps": {**good, "eval_steps": "2"},
+           "float step": {**good, "steps": [0, 2.7]},
+           "unsorted steps": {**good, "steps": [25, 0]},
+           "negative step": {**good, "steps": [-1, 25]},
+           "bool score": {**good, "scores": {**good["scores"], "hook_embed": [True, 0.5]}},
+           "null label": {**good, "label": None},
+           "duplicate site": {**good, "sites": ["hook_embed", "hook_embed"]},
+           "extra score key": {**good, "scores": {**good["scores"], "blocks.9.attn.hook_z": [0.5, 0.5]}},
+           "a list": [good]}
     for what, data in bad.items():
         path = tmp_path / "bad.json"
         path.write_text(json.dumps(data))

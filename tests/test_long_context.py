@@ -304,3 +304,30 @@ def test_up_to_24_models_get_distinct_line_colours():
     fig = plot_score_vs_n(LongContextResult(config=LongContextConfig(lengths=(16, 32), inputs=("random",),
                                                                      max_lag=2), rows=rows, wall_time_s=0.0))
     assert len({t.line.color for t in fig.data}) == 12
+
+
+def test_lag_profile_colours_stay_with_a_model_and_absent_inputs_are_refused():
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.long_context import (
+        LongContextConfig,
+        LongContextResult,
+        plot_gap_vs_n,
+        plot_lag_profiles,
+        plot_score_vs_n,
+    )
+
+    rows = tuple(_row(f"m{i}", ("nope",), n, 0.5) for i in range(11) for n in (16, 32))
+    result = LongContextResult(config=LongContextConfig(lengths=(16, 32), inputs=("random",), max_lag=2),
+                               rows=rows, wall_time_s=0.0)
+    fig = plot_lag_profiles(result)
+    colours = {}
+    for t in fig.data:
+        if not t.name.startswith("idealised"):
+            assert colours.setdefault(t.name, t.line.color) == t.line.color  # the same colour at both lengths
+    assert len(set(colours.values())) == 11
+    for call, match in ((lambda: plot_lag_profiles(result, site="blocks.5.attn.hook_z"), "no row has random"),
+                        (lambda: plot_lag_profiles(result, kind="task"), "no row has task"),
+                        (lambda: plot_score_vs_n(result, "task"), "no row has task inputs"),
+                        (lambda: plot_gap_vs_n(result, "text"), "no row has text inputs")):
+        with pytest.raises(NopeInterpError, match=match):
+            call()

@@ -319,7 +319,10 @@ def run(config: LongContextConfig, models: list[ModelEntry] | None = None, *, lo
 def _metric_vs_n(result: LongContextResult, metric: str, kind: str, title: str, y_title: str) -> go.Figure:
     """One panel per site (three to a row) for the ``kind`` inputs; one line per configuration, mean over
     seeds ± std."""
-    rows_of_kind = [r for r in result.rows if r.input == kind] or list(result.rows)
+    rows_of_kind = [r for r in result.rows if r.input == kind]
+    if not rows_of_kind:
+        raise NopeInterpError(f"no row has {kind} inputs (inputs: "
+                              f"{', '.join(dict.fromkeys(r.input for r in result.rows)) or 'none'})")
     sites = list(dict.fromkeys(s for r in rows_of_kind for s in r.sites))
     types_of = {_config_of(r): r.layer_types for r in rows_of_kind}
     shared_types = next(iter(types_of.values())) if len(set(types_of.values())) == 1 else ()
@@ -390,12 +393,20 @@ def _config_of(r: LongContextRow) -> str:
 
 
 def plot_score_vs_n(result: LongContextResult, kind: str = "random") -> go.Figure:
-    """Adjacency score (row mean) against sequence length, per site, for the ``kind`` inputs."""
+    """Adjacency score (row mean) against sequence length, per site, for the ``kind`` inputs.
+
+    Raises:
+        NopeInterpError: no row has ``kind`` inputs.
+    """
     return _metric_vs_n(result, "score", kind, "Adjacency score against sequence length", "adjacency score")
 
 
 def plot_gap_vs_n(result: LongContextResult, kind: str = "random") -> go.Figure:
-    """Recency gap c(1) - c(D) against sequence length, per site, for the ``kind`` inputs."""
+    """Recency gap c(1) - c(D) against sequence length, per site, for the ``kind`` inputs.
+
+    Raises:
+        NopeInterpError: no row has ``kind`` inputs.
+    """
     d = result.config.max_lag
     return _metric_vs_n(result, "gap", kind, f"Recency gap c(1) - c({d}) against sequence length",
                         f"c(1) - c({d})")
@@ -404,11 +415,20 @@ def plot_gap_vs_n(result: LongContextResult, kind: str = "random") -> go.Figure:
 def plot_lag_profiles(result: LongContextResult, site: str | None = None, kind: str | None = None) -> go.Figure:
     """Lag profile c(d) at one site (default: the first analysed) for every length (a slider), one line per
     configuration (mean over seeds), with the idealised uniform-causal (dashed black) and sliding-window
-    (dotted grey) curves of that length."""
+    (dotted grey) curves of that length; a configuration keeps its colour at every length.
+
+    Raises:
+        NopeInterpError: no row has ``kind`` inputs analysed at ``site``.
+    """
     site = site or result.rows[0].sites[0]
     kind = kind or result.rows[0].input
+    if not any(r.input == kind and site in r.scores for r in result.rows):
+        raise NopeInterpError(f"no row has {kind} inputs analysed at {site} (inputs: "
+                              f"{', '.join(dict.fromkeys(r.input for r in result.rows))}; sites: "
+                              f"{', '.join(dict.fromkeys(s for r in result.rows for s in r.sites))})")
     lengths = sorted({r.n for r in result.rows})
     configs = list(dict.fromkeys(_config_of(r) for r in result.rows))
+    colour = {cfg: LINE_COLOURS[i % len(LINE_COLOURS)] for i, cfg in enumerate(configs)}  # same at every n
     fig = go.Figure()
     traces_per_n = []
     for n in lengths:
@@ -420,7 +440,8 @@ def plot_lag_profiles(result: LongContextResult, site: str | None = None, kind: 
                 continue
             mean = torch.tensor(profs, dtype=torch.float64).mean(0).tolist()
             fig.add_trace(go.Scatter(x=list(range(1, len(mean) + 1)), y=mean, mode="lines", name=cfg,
-                                     line={"dash": "dot" if "sliding" in cfg else "solid"}, visible=n == lengths[0]))
+                                     line={"color": colour[cfg], "dash": "dot" if "sliding" in cfg else "solid"},
+                                     visible=n == lengths[0]))
         fig.add_trace(go.Scatter(x=list(range(1, min(result.config.max_lag, n - 1) + 1)), y=result.idealised(n),
                                  mode="lines", name="idealised: uniform causal", visible=n == lengths[0],
                                  line={"color": "black", "dash": "dash"}))

@@ -84,25 +84,58 @@ class RunTrajectory:
                 "eval_steps": list(self.eval_steps), "eval_acc": list(self.eval_acc)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RunTrajectory":
+    def from_dict(cls, data: Any) -> "RunTrajectory":
         """The inverse of :meth:`to_dict` (extra keys such as ``config`` are ignored).
 
         Raises:
-            NopeInterpError: a key is missing, the lists differ in length, or a score is not in [0, 1].
+            NopeInterpError: a key is missing or of the wrong type; steps that are not strictly increasing
+                integers >= 0; sites that differ from the keys of ``scores``; lists of different lengths; a
+                score or accuracy that is not a number in [0, 1] (NaN included).
         """
-        try:
-            steps, sites = tuple(int(s) for s in data["steps"]), tuple(data["sites"])
-            scores = {s: tuple(float(v) for v in data["scores"][s]) for s in sites}
-            out = cls(label=str(data["label"]), task=str(data["task"]), objective=str(data["objective"]),
-                      steps=steps, sites=sites, scores=scores, eval_steps=tuple(int(s) for s in data["eval_steps"]),
-                      eval_acc=tuple(float(a) for a in data["eval_acc"]))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise NopeInterpError(f"not a trajectory result (as `nope-interp trajectory` writes): {exc!r}") from None
-        if any(len(v) != len(steps) for v in scores.values()) or len(out.eval_steps) != len(out.eval_acc):
-            raise NopeInterpError(f"trajectory {out.label}: scores and steps differ in length")
-        if any(not 0.0 <= v <= 1.0 for vs in scores.values() for v in vs):
-            raise NopeInterpError(f"trajectory {out.label}: a score outside [0, 1]")
-        return out
+        def bad(what: str) -> NopeInterpError:
+            return NopeInterpError(f"not a trajectory result (as `nope-interp trajectory` writes): {what}")
+
+        if not isinstance(data, dict):
+            raise bad(f"a JSON {type(data).__name__}, not an object")
+        missing = [k for k in ("label", "task", "objective", "steps", "sites", "scores", "eval_steps", "eval_acc")
+                   if k not in data]
+        if missing:
+            raise bad(f"missing {', '.join(missing)}")
+        for key in ("label", "task", "objective"):
+            if not isinstance(data[key], str) or not data[key]:
+                raise bad(f"{key} must be a non-empty string")
+        for key in ("steps", "sites", "eval_steps", "eval_acc"):
+            if not isinstance(data[key], list):
+                raise bad(f"{key} must be a list")
+        if not isinstance(data["scores"], dict):
+            raise bad("scores must be an object {site: [score at each step]}")
+
+        def steps_of(key: str) -> tuple[int, ...]:
+            values = data[key]
+            if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+                raise bad(f"{key} must be integers >= 0")
+            if any(b <= a for a, b in zip(values, values[1:], strict=False)):
+                raise bad(f"{key} must be strictly increasing")
+            return tuple(values)
+
+        def fractions(values: Any, what: str) -> tuple[float, ...]:
+            if not isinstance(values, list) or not all(
+                    isinstance(v, int | float) and not isinstance(v, bool) and 0.0 <= v <= 1.0 for v in values):
+                raise bad(f"{what} must be a list of numbers in [0, 1]")
+            return tuple(float(v) for v in values)
+
+        steps, eval_steps = steps_of("steps"), steps_of("eval_steps")
+        sites = tuple(data["sites"])
+        if not all(isinstance(s, str) for s in sites) or len(set(sites)) != len(sites):
+            raise bad("sites must be distinct strings")
+        if set(sites) != set(data["scores"]):
+            raise bad("the sites and the keys of scores differ")
+        scores = {s: fractions(data["scores"][s], f"the scores of {s}") for s in sites}
+        eval_acc = fractions(data["eval_acc"], "eval_acc")
+        if any(len(v) != len(steps) for v in scores.values()) or len(eval_steps) != len(eval_acc):
+            raise bad(f"{data['label']}: scores and steps differ in length")
+        return cls(label=data["label"], task=data["task"], objective=data["objective"], steps=steps, sites=sites,
+                   scores=scores, eval_steps=eval_steps, eval_acc=eval_acc)
 
     def rows(self) -> list[dict[str, Any]]:
         """CSV rows: one per kept step, a column per site."""
@@ -254,7 +287,8 @@ def plot_site_by_objective(runs: list[RunTrajectory] | tuple[RunTrajectory, ...]
         fig.add_hline(y=0.8, line_dash="dot", line_color="green", annotation_text="paper: 0.8-1.0", row=1, col=col)
     fig.update_xaxes(type="log")
     fig.update_xaxes(title_text="training step (0 drawn at 1)", row=2)
-    fig.update_yaxes(range=[0.4, 1.02], row=1)
+    lowest = min((v for r in runs for v in r.scores[site]), default=0.4)
+    fig.update_yaxes(range=[min(0.4, lowest - 0.05), 1.02], row=1)  # never hides a score below 0.4
     fig.update_yaxes(range=[0, 1.02], row=2)
     fig.update_layout(title=f"Adjacency at {site} through training, by task and objective", width=1150,
                       height=720, legend={"orientation": "h", "yanchor": "top", "y": -0.12, "x": 0})

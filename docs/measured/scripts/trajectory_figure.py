@@ -13,5 +13,7 @@ from nope_interp.plotting import save_figure
 here = Path(__file__).resolve().parents[1] / "trajectory"
 order = {"reversal": 0, "addition": 1, "indexing": 2, "ordering": 3}
 runs = sorted((load_trajectory(p) for p in here.glob("*.json")), key=lambda r: (order.get(r.task, 9), r.objective))
+if len(sys.argv) > 2 or (len(sys.argv) == 2 and sys.argv[1].startswith("-")):
+    sys.exit(__doc__)
 out = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/trajectory_figure")
 print("wrote", save_figure(plot_site_by_objective(runs), out / "trajectory_l0_z.html"))
