@@ -145,6 +145,9 @@ def run(config: AnalyzeConfig, models: list[ModelEntry] | None = None, *, log: L
                 raise NopeInterpError(f"--text-length {length} exceeds {entry.label}'s n_ctx={n_ctx}: give "
                                       f"--text-length <= {n_ctx}")
             windows = text_windows_of(_read_text(config.text_file), length, config.n_prompts, tokenizer)
+            if int(windows.max()) >= entry.model.cfg.d_vocab:
+                raise NopeInterpError(f"the tokenizer gives id {int(windows.max())} but {entry.label} has "
+                                      f"d_vocab={entry.model.cfg.d_vocab}: not the tokenizer this model reads")
             emit(log, f"analysing {label}: {len(windows)} windows of {length} tokens of {config.text_file}"
                       + (f" (the file holds only {len(windows)} of the {config.n_prompts} asked for)"
                          if len(windows) < config.n_prompts else "") + " ...")
