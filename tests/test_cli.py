@@ -190,9 +190,14 @@ def test_ablate_command(main, tiny_run, tmp_path):
     dec = res["decomposition"]["blocks.1.hook_resid_pre"]
     assert 0.0 <= dec["positional_variance_fraction"] <= 1.0 and 0.0 <= dec["adjacency_content"] <= 1.0
     assert "adjacency_content" in (tmp_path / "results" / "ablate" / "ablate_decomposition.csv").read_text()
-    # one run: no seed figure; the same run twice counts as two seeds (zero spread) and gets one
+    # one run: no seed figure; a copy of the run beside it counts as two seeds (zero spread) and gets one
+    # (the same folder twice is refused: its label would name two result rows)
     assert not (tmp_path / "figures" / "ablate" / "ablations_seeds.html").exists()
-    assert main(argv[:2] + [str(tiny_run)] + argv[2:]) == 0
+    assert main(argv[:2] + [str(tiny_run)] + argv[2:]) == 2
+    import shutil
+
+    twin = shutil.copytree(tiny_run, tmp_path / f"{tiny_run.name}-copy")
+    assert main(argv[:2] + [str(twin)] + argv[2:]) == 0
     summary = json.loads((tmp_path / "results" / "ablate" / "ablate.json").read_text())["seed_summary"]["addition"]
     assert summary["clean_exact_match"]["n_seeds"] == 2 and summary["clean_exact_match"]["std"] == 0.0
     assert set(summary["decomposition"]["blocks.1.hook_resid_pre"]) == {
@@ -201,7 +206,8 @@ def test_ablate_command(main, tiny_run, tmp_path):
     md = (tmp_path / "results" / "ablate" / "ablate_seeds.md").read_text()
     assert "## addition (2 runs" in md and "| blocks.1.hook_resid_pre | " in md and "± 0.000" in md
     clean = f"{res['clean']['exact_match']:.3f}"
-    assert md.count(f"| {tiny_run.name} | blocks.1.hook_resid_pre | {clean} | ") == 2  # one row per run
+    assert md.count(f" | blocks.1.hook_resid_pre | {clean} | ") == 2  # one row per run
+    assert f"| {tiny_run.name} | blocks.1.hook_resid_pre" in md and f"| {twin.name} | blocks.1.hook_resid_pre" in md
     assert main(["ablate", "--run", str(tiny_run), "--with-seeds", "--out-root", str(tmp_path / "x")]) == 2
     assert main(["ablate", "--run", str(tiny_run), "--kinds", "zero", "--out-root", str(tmp_path / "x")]) == 2
     assert main(["ablate", "--run", str(tiny_run), "--layers", "7", "--out-root", str(tmp_path / "x")]) == 2
