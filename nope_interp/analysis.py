@@ -307,6 +307,9 @@ def text_windows_of(texts: str | list[str] | tuple[str, ...], length: int, n_win
         NopeInterpError: no text, a bad ``length`` or ``n_windows``, a tokenizer that is not one or returns
             something other than integer ids, a character outside the vocabulary (default tokenizer), or
             no text with ``length`` tokens (the message gives the longest).
+
+    Method: this project's input protocol for models without a task (``docs/method.md``, "Analysis inputs");
+    the paper analysed task prompts only.
     """
     if isinstance(texts, str):
         texts = [texts]
@@ -350,6 +353,9 @@ def analyze_text(model: LensModel, texts: str | list[str] | tuple[str, ...], len
     Raises:
         NopeInterpError: everything :func:`text_windows_of` and :func:`analyze_tokens` raise (ids outside the
             model's vocabulary among them: a tokenizer that is not the model's).
+
+    Method: the adjacency score and lag profile of ``docs/method.md`` ("Definitions"), on the inputs of
+    "Analysis inputs" (natural text instead of task prompts, a direction the paper names as future work).
     """
     tokens = text_windows_of(texts, length, n_windows, tokenizer)
     kwargs.setdefault("task", "text")

@@ -262,7 +262,7 @@ def _cmd_train_text(args: argparse.Namespace, argv: Sequence[str]) -> int:
     cfg = TextTrainConfig(**config_kwargs(args, TextTrainConfig))
     model_kw.setdefault("n_ctx", 2 * cfg.window)  # room for the 2x evaluation (and for learned positions)
     model_cfg = preset(args.preset, **model_kw)
-    hybrid = "-nope" + "-".join(map(str, model_cfg.nope_layers)) if model_cfg.nope_layers else ""  # not its twin's
+    hybrid = model_cfg.positional_label.removeprefix("rotary") if model_cfg.nope_layers else ""  # not its twin's
     name = args.name or f"text-{model_cfg.positional}{hybrid}-{args.preset}-s{model_cfg.seed}"
     check_name("run name", name)
     run_dir = Path(args.runs_dir) / name
