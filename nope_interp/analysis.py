@@ -26,6 +26,7 @@ from nope_interp.similarity import (
     _check_lag,
     adjacency_scores_of_activations,
     cosine_similarity_matrix,
+    degenerate_report,
     lag_profile,
     lag_summary,
     summarize,
@@ -179,6 +180,11 @@ def analyze_tokens(
         NopeInterpError: fewer than 3 positions; sequences longer than ``n_ctx``; ids outside the vocabulary;
             unknown points or ``forward``; ``forward="fast"`` for a model it does not support; ``max_lag``
             outside [1, pos - 1]; non-finite or near-zero activations at a site (the message names it).
+
+    Warns:
+        DegenerateInputWarning: sequences whose vectors are parallel at every position of a site (one token
+            repeated): one warning naming every such site (per chunk of sequences); their counts go into
+            ``meta["degenerate_sequences"]`` (``{site: sequences}``, absent when there are none).
     """
     if forward not in FORWARDS:
         raise NopeInterpError(f"unknown forward {forward!r}; allowed: {', '.join(FORWARDS)}")
@@ -199,23 +205,25 @@ def analyze_tokens(
     per_chunk: dict[str, list[Tensor]] = {r: [] for r in REDUCTIONS}
     lag_chunks: list[Tensor] = []
     example_sim = None
-    for start in range(0, tokens.shape[0], chunk):  # one chunk of sequences in memory at a time
-        toks = tokens[start : start + chunk]
-        if fast:
-            got = fast_activations(model, toks.to(model.cfg.device), labels)
-            acts = torch.stack([got[name].float().cpu() for name in labels])
-            del got
-        else:
-            acts = next(iter_activations(model, toks, points, batch_size=chunk)).acts
-        if example_sim is None:
-            example_sim = cosine_similarity_matrix(acts[:, 0]) if n_pos <= EXAMPLE_MAX_POS else None
-        scores_by_site = [adjacency_scores_of_activations(acts[i], REDUCTIONS, what=f"activations at {site}")
-                          for i, site in enumerate(labels)]  # one site's float64 copies at a time
-        lag_chunks.append(torch.stack([lag_profile(acts[i], max_lag, what=f"activations at {site}")
-                                       for i, site in enumerate(labels)]))
-        del acts
-        for r in REDUCTIONS:
-            per_chunk[r].append(torch.stack([sc[r] for sc in scores_by_site]))
+    with degenerate_report(f"{task} inputs", tokens.shape[0]) as found:  # one warning for all sites and chunks
+        for start in range(0, tokens.shape[0], chunk):  # one chunk of sequences in memory at a time
+            toks = tokens[start : start + chunk]
+            if fast:
+                got = fast_activations(model, toks.to(model.cfg.device), labels)
+                acts = torch.stack([got[name].float().cpu() for name in labels])
+                del got
+            else:
+                acts = next(iter_activations(model, toks, points, batch_size=chunk)).acts
+            if example_sim is None:
+                example_sim = cosine_similarity_matrix(acts[:, 0]) if n_pos <= EXAMPLE_MAX_POS else None
+            scores_by_site = [adjacency_scores_of_activations(acts[i], REDUCTIONS, what=f"activations at {site}")
+                              for i, site in enumerate(labels)]  # one site's float64 copies at a time
+            lag_chunks.append(torch.stack([lag_profile(acts[i], max_lag, what=f"activations at {site}")
+                                           for i, site in enumerate(labels)]))
+            del acts
+            for r in REDUCTIONS:
+                per_chunk[r].append(torch.stack([sc[r] for sc in scores_by_site]))
+    degenerate = {what.removeprefix("activations at "): n for what, n in found.items()}
     per_sequence = {r: torch.cat(per_chunk[r], dim=1) for r in REDUCTIONS}
     scores = {
         r: {site: summarize(per_sequence[r][i]).to_dict() for i, site in enumerate(labels)} for r in REDUCTIONS
@@ -223,7 +231,8 @@ def analyze_tokens(
     lags = torch.cat(lag_chunks, dim=1)  # site batch lag
     return AnalysisResult(task=task, sites=labels, n_prompts=tokens.shape[0], scores=scores,
                           per_sequence=per_sequence, example_prompt=example_prompt, example_sim=example_sim,
-                          meta=dict(meta or {}), protocol=protocol,
+                          meta={**(meta or {}), **({"degenerate_sequences": degenerate} if degenerate else {})},
+                          protocol=protocol,
                           lag_profile={site: lag_summary(lags[i]) for i, site in enumerate(labels)},
                           lag_per_sequence=lags)
 

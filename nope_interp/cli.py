@@ -15,11 +15,12 @@ import shlex
 import sys
 import types
 import typing
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from nope_interp.errors import NopeInterpError
+from nope_interp.errors import DegenerateInputWarning, NopeInterpError
 from tasks import TASK_NAMES, TaskError
 
 #: ModelConfig fields offered as ``--model-*`` flags.
@@ -333,6 +334,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as stop:  # --help (0) or a one-line usage error (2)
         return stop.code if isinstance(stop.code, int) else 2
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning  # restored on exit: the CLI's one-line warnings stay in the CLI
+        return _run_command(args, argv)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+    """The toolkit's own warnings as one line on stderr (``nope-interp: warning: ...``), others as Python shows
+    them."""
+    if issubclass(category, DegenerateInputWarning):
+        print(f"nope-interp: warning: {message}", file=sys.stderr if file is None else file)
+    else:
+        (file or sys.stderr).write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
+def _run_command(args: argparse.Namespace, argv: list[str]) -> int:
     try:
         if args.command == "train":
             return _cmd_train(args, argv)

@@ -8,3 +8,17 @@ and the allowed values. The CLI turns it into exit status 2.
 
 class NopeInterpError(ValueError):
     """Bad input to the toolkit: the message names the parameter and what is allowed."""
+
+
+class DegenerateInputWarning(UserWarning):
+    """Sequences whose cosine similarity matrix is constant below the diagonal (every vector parallel, e.g. a
+    window of one repeated token): their adjacency scores come from float rounding, not from position.
+
+    Attributes:
+        what: the activations or matrices warned about (e.g. ``"activations at blocks.0.attn.hook_z"``).
+        n_degenerate: how many sequences are degenerate. n_sequences: how many were scored.
+    """
+
+    def __init__(self, message: str, what: str = "", n_degenerate: int = 0, n_sequences: int = 0):
+        super().__init__(message)
+        self.what, self.n_degenerate, self.n_sequences = what, n_degenerate, n_sequences

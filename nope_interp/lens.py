@@ -34,6 +34,7 @@ from nope_interp.similarity import (
     adjacency_score_of_activations,
     check_finite,
     cosine_similarity_matrix,
+    degenerate_report,
     lag_summary,
     summarize,
     uniform_causal_lag_profile,
@@ -139,12 +140,17 @@ def adjacency_scores(cache: ActivationCache, sites: list[str] | None = None,
     Raises:
         NopeInterpError: no scorable site; a site missing from the cache; fewer than 3 positions;
             near-zero or non-finite vectors (their cosines are undefined).
+
+    Warns:
+        DegenerateInputWarning: sequences whose vectors are parallel at every position of a site (one token
+            repeated), once, naming every such site.
     """
     if reduction not in REDUCTIONS:
         raise NopeInterpError(f"unknown reduction {reduction!r}; allowed: {', '.join(REDUCTIONS)}")
     sites = _sites(cache, sites)
-    per = {s: adjacency_score_of_activations(site_activations(cache, s), reduction, what=f"activations at {s}")
-           for s in sites}
+    with degenerate_report("the cached sequences"):  # one warning naming every degenerate site
+        per = {s: adjacency_score_of_activations(site_activations(cache, s), reduction, what=f"activations at {s}")
+               for s in sites}
     return SiteScores(reduction=reduction, sites=tuple(sites), per_sequence=per,
                       n_pos=site_activations(cache, sites[0]).shape[1])
 

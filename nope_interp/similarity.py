@@ -13,7 +13,9 @@ Definitions (``docs/method.md``, "Definitions"):
   recency gap c(1) - c(D) and the idealised curves of uniform causal and sliding-window averaging.
 """
 
-from collections.abc import Sequence
+import contextlib
+import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,11 +24,15 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from nope_interp import ckernel
-from nope_interp.errors import NopeInterpError
+from nope_interp.errors import DegenerateInputWarning, NopeInterpError
 
 REDUCTIONS = ("row_mean", "pooled")
 #: Vectors with an L2 norm below this are "near zero": their cosines are undefined (NaN).
 DEFAULT_MIN_NORM = 1e-8
+#: A sequence whose strictly-lower cosines span less than this (max - min) is degenerate: its vectors are
+#: parallel up to float rounding. Measured on trained models (2026-12-01): windows of one repeated character
+#: span 0 to 1.4e-13 at every site; real text and task prompts 1e-3 to 1.3.
+DEGENERATE_SPREAD = 1e-9
 
 
 def _pow2_scaled(x64: Tensor) -> tuple[Tensor, Tensor]:
@@ -279,6 +285,72 @@ def adjacency_counts_naive(
     return torch.cat(out).reshape(sim.shape[:-1])
 
 
+def cosine_spread(sim: Float[Tensor, "*batch pos pos"]) -> Float[Tensor, " *batch"]:
+    """Max minus min of the strictly lower triangle of each cosine matrix (the entries the adjacency score
+    compares), in [0, 2]; NaN entries are ignored (a matrix of only NaN gives NaN).
+
+    Raises:
+        NopeInterpError: if the last two dimensions are not square or there are fewer than 2 positions.
+    """
+    if sim.ndim < 2 or sim.shape[-1] != sim.shape[-2] or sim.shape[-1] < 2:
+        raise NopeInterpError(f"cosine_spread needs square matrices of at least 2 positions, got {tuple(sim.shape)}")
+    n = sim.shape[-1]
+    lower = torch.tril(torch.ones(n, n, dtype=torch.bool, device=sim.device), diagonal=-1)
+    v = sim[..., lower]
+    return v.nan_to_num(nan=float("-inf")).amax(-1) - v.nan_to_num(nan=float("inf")).amin(-1)
+
+
+def degenerate_sequences(sim: Float[Tensor, "*batch pos pos"],
+                         tol: float = DEGENERATE_SPREAD) -> Bool[Tensor, " *batch"]:
+    """True where a cosine matrix is constant below the diagonal (:func:`cosine_spread` < ``tol``): every
+    vector of the sequence parallel up to rounding (one token repeated; a constant input). Such a matrix has
+    no order to score: its adjacency score is 0 when the cosines tie exactly and a coin toss of rounding
+    noise otherwise, so it measures nothing about position.
+
+    Raises:
+        NopeInterpError: as :func:`cosine_spread`.
+    """
+    return cosine_spread(sim) < tol
+
+
+def _warn_degenerate(mask: Tensor, what: str) -> None:
+    """One :class:`~nope_interp.errors.DegenerateInputWarning` if any sequence in ``mask`` is degenerate."""
+    n_bad, n = int(mask.sum()), int(mask.numel())
+    if n_bad:
+        warnings.warn(DegenerateInputWarning(
+            f"{what}: {n_bad} of {n} sequences have parallel vectors at every position (cosines span < "
+            f"{DEGENERATE_SPREAD:g}, e.g. one token repeated): their adjacency scores come from float rounding, "
+            "not position; drop those sequences", what, n_bad, n), stacklevel=3)
+
+
+@contextlib.contextmanager
+def degenerate_report(summary_what: str = "the inputs", n_sequences: int | None = None) -> Iterator[dict[str, int]]:
+    """Collect :class:`~nope_interp.errors.DegenerateInputWarning` s raised inside the block into a dict
+    ``{what: degenerate sequences}`` (summed over calls) and re-raise them as ONE warning at the end, so that
+    an analysis of many sites and chunks warns once, naming every site. The dict is filled on exit.
+    ``n_sequences``: how many sequences each site scores in all (chunks that warn nothing count too); None
+    sums the warnings' own totals."""
+    found: dict[str, int] = {}
+    totals: dict[str, int] = {}
+    with warnings.catch_warnings(record=True) as records:
+        warnings.simplefilter("always", DegenerateInputWarning)
+        yield found
+    for rec in records:
+        w = rec.message
+        if isinstance(w, DegenerateInputWarning):
+            found[w.what] = found.get(w.what, 0) + w.n_degenerate
+            totals[w.what] = n_sequences if n_sequences is not None else totals.get(w.what, 0) + w.n_sequences
+        else:  # anything else passes through unchanged
+            warnings.warn_explicit(rec.message, rec.category, rec.filename, rec.lineno, source=rec.source)
+    if found:
+        worst = max(found, key=found.get)
+        sites = ", ".join(f"{k.removeprefix('activations at ')} ({v}/{totals[k]})" for k, v in found.items())
+        warnings.warn(DegenerateInputWarning(
+            f"{summary_what}: sequences with parallel vectors at every position (cosines span < "
+            f"{DEGENERATE_SPREAD:g}, e.g. one token repeated) at {len(found)} site(s): {sites}; their adjacency "
+            "scores come from float rounding, not position", worst, found[worst], totals[worst]), stacklevel=3)
+
+
 def adjacency_score(
     sim: Float[Tensor, "*batch pos pos"], reduction: str = "row_mean"
 ) -> Float[Tensor, "*batch"]:
@@ -291,10 +363,15 @@ def adjacency_score(
 
     Raises:
         NopeInterpError: unknown reduction; fewer than 3 positions (no pair to compare); NaN entries.
+
+    Warns:
+        DegenerateInputWarning: matrices constant below the diagonal (:func:`degenerate_sequences`).
     """
     _check_reductions((reduction,))
     _check_positions(sim.shape[-1])
-    return _reduce(adjacency_counts(sim), reduction)
+    counts = adjacency_counts(sim)
+    _warn_degenerate(degenerate_sequences(sim), "cosine matrices")
+    return _reduce(counts, reduction)
 
 
 def _check_reductions(reductions: Sequence[str]) -> None:
@@ -374,6 +451,10 @@ def adjacency_scores_of_activations(
     Raises:
         NopeInterpError: an unknown reduction; fewer than 3 positions; vectors with NaN or inf entries
             (:func:`check_finite`); near-zero vectors (norm below ``min_norm``), whose cosines are undefined.
+
+    Warns:
+        DegenerateInputWarning: sequences whose vectors are all parallel (:func:`degenerate_sequences`),
+            once per call, naming ``what`` and how many.
     """
     _check_reductions(reductions)
     n = x.shape[-2]
@@ -381,8 +462,14 @@ def adjacency_scores_of_activations(
     _check_scorable(x, min_norm, what)
     flat = x.reshape(-1, n, x.shape[-1])
     chunk = max(1, max_elements // max(1, n * n))
-    counts = torch.cat([adjacency_counts(_cosine(flat[i : i + chunk], min_norm, symmetric=False))
-                        for i in range(0, flat.shape[0], chunk)])
+    counts, degenerate = [], []
+    for i in range(0, flat.shape[0], chunk):
+        sim = _cosine(flat[i : i + chunk], min_norm, symmetric=False)
+        counts.append(adjacency_counts(sim))
+        degenerate.append(degenerate_sequences(sim))
+        del sim
+    _warn_degenerate(torch.cat(degenerate), what)
+    counts = torch.cat(counts)
     return {r: _reduce(counts, r).reshape(x.shape[:-2]) for r in reductions}
 
 

@@ -82,7 +82,10 @@ def test_perfect_reverse_and_random_order(S, gen):
         rand = S.adjacency_score(torch.rand(200, n, n, generator=gen).double(), red)
         assert abs(rand.mean().item() - 0.5) < 0.01
     const = torch.zeros(n, n, dtype=torch.float64)
-    assert S.adjacency_score(const).item() == 0.0  # all ties fail
+    from nope_interp.errors import DegenerateInputWarning
+
+    with pytest.warns(DegenerateInputWarning, match="1 of 1 sequences"):
+        assert S.adjacency_score(const).item() == 0.0  # all ties fail, and the caller is told
 
 
 def test_cosine_matrix_matches_numpy_and_is_clamped_float64(S, gen):

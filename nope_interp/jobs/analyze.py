@@ -182,8 +182,11 @@ def run(config: AnalyzeConfig, models: list[ModelEntry] | None = None, *, log: L
             gap = res.lag_profile[site]["recency_gap"]
             parts = site.split(".")
             kind = f" ({types[int(parts[1])]})" if types and parts[0] == "blocks" else ""
+            degenerate = res.meta.get("degenerate_sequences", {}).get(site)
             emit(log, f"  {site + kind:34s} {row[site]['mean']:.3f} ± {row[site]['std']:.3f}   "
-                      f"recency gap {gap['mean']:+.3f}")
+                      f"recency gap {gap['mean']:+.3f}"
+                      + (f"   ({degenerate}/{res.n_prompts} degenerate inputs: rounding, not position)"
+                         if degenerate else ""))
         out.append(ModelScores(label=label, analysis=res))
     return AnalyzeResult(config=config, models=tuple(out), wall_time_s=round(time.perf_counter() - t0, 1))
 

@@ -1,0 +1,141 @@
+"""Degenerate inputs (every vector of a sequence parallel: one token repeated) are flagged, not scored silently:
+the spread against a naive loop, the flag on exact and rounding-level parallel vectors but never on small real
+differences, one warning per analysis naming every site, the counts in the result, and no warning on real inputs."""
+
+import warnings
+
+import pytest
+import torch
+from conftest import unhooked
+
+
+def _naive_spread(sim):
+    out = []
+    for m in sim.reshape(-1, *sim.shape[-2:]):
+        vals = [float(m[i, j]) for i in range(m.shape[0]) for j in range(i)]
+        out.append(max(vals) - min(vals))
+    return torch.tensor(out, dtype=torch.float64).reshape(sim.shape[:-2])
+
+
+@pytest.mark.parametrize(("batch", "n"), [((), 2), ((3,), 5), ((2, 2), 9), ((1,), 33)])
+def test_cosine_spread_matches_a_naive_loop(batch, n):
+    from nope_interp.similarity import cosine_similarity_matrix, cosine_spread
+
+    gen = torch.Generator().manual_seed(n)
+    sim = cosine_similarity_matrix(torch.randn(*batch, n, 6, generator=gen))
+    torch.testing.assert_close(cosine_spread(sim), _naive_spread(sim))
+
+
+def test_cosine_spread_ignores_the_upper_triangle_and_diagonal():
+    from nope_interp.similarity import cosine_spread
+
+    sim = torch.full((4, 4), 0.3, dtype=torch.float64)
+    sim.diagonal().fill_(1.0)
+    sim[0, 3] = -0.9  # upper triangle: not read
+    assert float(cosine_spread(sim)) == 0.0
+    sim[3, 0] = -0.9
+    assert float(cosine_spread(sim)) == pytest.approx(1.2)
+
+
+@pytest.mark.parametrize("shape", [(1, 3), (3, 4)])
+def test_cosine_spread_refuses_non_square_input(shape):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.similarity import cosine_spread
+
+    with pytest.raises(NopeInterpError, match="square"):
+        unhooked(cosine_spread)(torch.zeros(shape))
+
+
+def test_parallel_vectors_are_degenerate_and_small_real_differences_are_not():
+    from nope_interp.similarity import cosine_similarity_matrix, degenerate_sequences
+
+    gen = torch.Generator().manual_seed(0)
+    v = torch.randn(16, generator=gen)
+    scales = torch.rand(12, 1, generator=gen) + 0.5
+    exact = scales * v  # positive multiples: cosines exactly 1 up to rounding
+    rounding = exact + 1e-7 * torch.randn(12, 16, generator=gen)  # float32 rounding level
+    small = exact + 1e-3 * torch.randn(12, 16, generator=gen)  # a real, if small, difference
+    sims = cosine_similarity_matrix(torch.stack([exact, rounding, small, torch.randn(12, 16, generator=gen)]))
+    assert degenerate_sequences(sims).tolist() == [True, True, False, False]
+
+
+def test_scoring_parallel_vectors_warns_once_with_the_count():
+    from nope_interp.errors import DegenerateInputWarning
+    from nope_interp.similarity import adjacency_score, adjacency_score_of_activations, cosine_similarity_matrix
+
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(5, 10, 8, generator=gen)
+    x[1] = x[1, :1].expand(10, 8)
+    x[3] = 2.0 * x[3, :1].expand(10, 8)
+    for score in (lambda: adjacency_score_of_activations(x, what="my activations"),
+                  lambda: adjacency_score(cosine_similarity_matrix(x))):
+        with pytest.warns(DegenerateInputWarning) as record:
+            score()
+        assert len(record) == 1
+        w = record[0].message
+        assert (w.n_degenerate, w.n_sequences) == (2, 5)
+        assert "2 of 5 sequences" in str(w)
+    with pytest.warns(DegenerateInputWarning, match="my activations"):
+        adjacency_score_of_activations(x, max_elements=10, what="my activations")  # chunked: one warning
+
+
+def test_real_inputs_never_warn():
+    from nope_interp.similarity import adjacency_score_of_activations
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        adjacency_score_of_activations(torch.randn(4, 12, 8, generator=torch.Generator().manual_seed(2)))
+
+
+def test_analyze_tokens_warns_once_naming_every_site_and_records_counts(tiny_model):
+    from nope_interp.analysis import analyze_tokens
+    from nope_interp.errors import DegenerateInputWarning
+
+    n = 12
+    toks = torch.stack([torch.full((n,), 5), torch.arange(10, 10 + n), torch.full((n,), 7),
+                        torch.arange(30, 30 + n)])
+    for forward in ("hooked", "fast"):
+        with pytest.warns(DegenerateInputWarning) as record:
+            result = analyze_tokens(tiny_model, toks, forward=forward, max_bytes=1)  # one sequence per chunk
+        assert len(record) == 1
+        assert result.meta["degenerate_sequences"] == {site: 2 for site in result.sites}
+        for site in result.sites:
+            assert f"{site} (2/4)" in str(record[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        clean = analyze_tokens(tiny_model, toks[1::2], meta={"label": "x"})
+    assert clean.meta == {"label": "x"}
+
+
+def test_lens_adjacency_scores_warns_once(tiny_model):
+    from nope_interp.errors import DegenerateInputWarning
+    from nope_interp.lens import adjacency_scores
+
+    _, cache = tiny_model.run_with_cache(torch.stack([torch.full((8,), 3), torch.arange(8) + 3]))
+    with pytest.warns(DegenerateInputWarning) as record:
+        scores = adjacency_scores(cache)
+    assert len(record) == 1
+    assert all(f"{s} (1/2)" in str(record[0].message) for s in scores.sites)
+
+
+def test_degenerate_report_passes_other_warnings_through():
+    from nope_interp.similarity import degenerate_report
+
+    with pytest.warns(RuntimeWarning, match="unrelated"):
+        with degenerate_report() as found:
+            warnings.warn("unrelated", RuntimeWarning, stacklevel=1)
+    assert found == {}
+
+
+def test_cli_analyze_of_a_repeated_character_warns_in_one_line_and_marks_every_site(tiny_run, tmp_path, capsys):
+    from nope_interp.cli import main
+
+    text = tmp_path / "a.txt"
+    text.write_text("a" * 40 + "\n" + "To be, or not to be, that is the question.")
+    assert main(["analyze", "--run", str(tiny_run), "--text-file", str(text), "--text-length", "8",
+                 "--out", str(tmp_path / "out")]) == 0
+    captured = capsys.readouterr()
+    warning_lines = [line for line in captured.err.splitlines() if "degenerate" in line or "parallel" in line]
+    assert len(warning_lines) == 1 and warning_lines[0].startswith("nope-interp: warning: text-file inputs")
+    site_lines = [line for line in captured.out.splitlines() if "recency gap" in line]
+    assert len(site_lines) == 9 and all("(5/10 degenerate inputs" in line for line in site_lines)  # tiny: 9 sites
