@@ -249,3 +249,23 @@ def test_bad_tokenizer_outputs_and_text_containers(tokenizer, texts, match):
 
     with pytest.raises(NopeInterpError, match=match):
         unhooked(text_windows_of)(texts, 8, None, tokenizer)
+
+
+@pytest.mark.parametrize(("n_windows", "length", "limit", "per_token", "chars"),
+                         [(3, 8, 64, 1, 64), (3, 8, 10_000, 1, None), (2, 5, 4, 0, 16), (20, 8, 8, 0, 512),
+                          (200, 8, 64, 1, None), (200, 8, 8, 0, None)])
+def test_text_file_reads_only_the_prefix_its_windows_need(tmp_path, monkeypatch, n_windows, length, limit, per_token,
+                                                           chars):
+    """A big --text-file is not read whole: the windows from a prefix equal the windows of the whole file;
+    a prefix too short for one window, or for the windows asked, reads more (x4), up to the whole file."""
+    from nope_interp.analysis import text_windows_of
+    from nope_interp.jobs import analyze as job
+
+    text = "".join(f"line {i}: to be or not to be.\n" for i in range(40))  # 1,160 characters
+    path = tmp_path / "t.txt"
+    path.write_text("\ufeff" + text, encoding="utf-8")
+    monkeypatch.setattr(job, "TEXT_MIN_CHARS", limit)
+    monkeypatch.setattr(job, "TEXT_CHARS_PER_TOKEN", per_token)
+    windows, chars_read = job._text_file_windows(str(path), length, n_windows, None)
+    assert torch.equal(windows, text_windows_of(text, length, n_windows))
+    assert chars_read == chars  # None: the whole file

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import plotly.graph_objects as go
+from torch import Tensor
 
 import tasks as tasks_pkg
 from nope_interp import io
@@ -144,7 +145,10 @@ def run(config: AnalyzeConfig, models: list[ModelEntry] | None = None, *, log: L
             if length > n_ctx:
                 raise NopeInterpError(f"--text-length {length} exceeds {entry.label}'s n_ctx={n_ctx}: give "
                                       f"--text-length <= {n_ctx}")
-            windows = text_windows_of(_read_text(config.text_file), length, config.n_prompts, tokenizer)
+            windows, chars_read = _text_file_windows(config.text_file, length, config.n_prompts, tokenizer)
+            if chars_read is not None:
+                emit(log, f"read the first {chars_read:,} characters of {config.text_file} (enough for "
+                          f"{len(windows)} windows; the rest is not read)")
             if int(windows.max()) >= entry.model.cfg.d_vocab:
                 raise NopeInterpError(f"the tokenizer gives id {int(windows.max())} but {entry.label} has "
                                       f"d_vocab={entry.model.cfg.d_vocab}: not the tokenizer this model reads")
@@ -191,9 +195,39 @@ def run(config: AnalyzeConfig, models: list[ModelEntry] | None = None, *, log: L
     return AnalyzeResult(config=config, models=tuple(out), wall_time_s=round(time.perf_counter() - t0, 1))
 
 
-def _read_text(path: str) -> str:
+#: --text-file reads at least this many characters, and at least TEXT_CHARS_PER_TOKEN per token asked for.
+TEXT_MIN_CHARS = 2**20
+TEXT_CHARS_PER_TOKEN = 16
+
+
+def _text_file_windows(path: str, length: int, n_windows: int, tokenizer: Any) -> tuple[Tensor, int | None]:
+    """The first ``n_windows`` windows of ``path`` (:func:`~nope_interp.analysis.text_windows_of`), reading
+    only as much of the file as they need: a prefix of ``max(TEXT_MIN_CHARS, TEXT_CHARS_PER_TOKEN *
+    n_windows * length)`` characters, four times more while that gives fewer windows, then the whole file.
+    Returns the windows and how many characters were read (None: the whole file)."""
+    limit = max(TEXT_MIN_CHARS, TEXT_CHARS_PER_TOKEN * n_windows * length)
+    while True:
+        text, whole = _read_text(path, limit)
+        try:
+            windows = text_windows_of(text, length, n_windows, tokenizer)
+        except NopeInterpError as err:
+            if whole or not str(err).startswith("no text has"):  # a bad character is in the file whatever is read
+                raise
+            windows = None  # the prefix is shorter than one window: read more
+        if whole or (windows is not None and len(windows) == n_windows):
+            return windows, None if whole else len(text)
+        limit *= 4
+
+
+def _read_text(path: str, max_chars: int | None = None) -> tuple[str, bool]:
+    """The text of ``path`` (UTF-8, a byte-order mark dropped), at most ``max_chars`` characters, and whether
+    that is the whole file."""
     try:
-        return Path(path).read_text(encoding="utf-8-sig")  # a byte-order mark is not text
+        with Path(path).open(encoding="utf-8-sig") as f:  # a byte-order mark is not text
+            text = f.read(-1 if max_chars is None else max_chars + 1)
+        if max_chars is not None and len(text) > max_chars:
+            return text[:max_chars], False
+        return text, True
     except FileNotFoundError:
         raise NopeInterpError(f"--text-file {path} does not exist") from None
     except (IsADirectoryError, UnicodeDecodeError, OSError) as err:
