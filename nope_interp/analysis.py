@@ -17,7 +17,7 @@ from transformer_lens import HookedTransformer
 import tasks as tasks_pkg
 from nope_interp.activations import iter_activations
 from nope_interp.errors import NopeInterpError
-from nope_interp.fast_forward import fast_activations, fast_activations_unsupported
+from nope_interp.fast_forward import attached_hooks, fast_activations, fast_activations_unsupported
 from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names
 from nope_interp.model import LensModel, check_tokens
 from nope_interp.similarity import (
@@ -173,17 +173,19 @@ def analyze_tokens(
         forward: ``"hooked"`` (``run_with_cache``: user hooks run; TransformerLens keeps every head's
             ``pos x pos`` scores and pattern, 4.9 GB at pos = 8,192 for the ``cpu`` preset), ``"fast"``
             (:func:`~nope_interp.fast_forward.fast_activations`: fused attention, memory linear in pos, equal
-            up to float rounding, no hooks) or ``"auto"`` (fast when the model and points allow it).
+            up to float rounding, no hooks) or ``"auto"`` (fast when the model and points allow it and no hook
+            is attached to the model: :func:`~nope_interp.fast_forward.attached_hooks`).
         max_bytes: memory bound of one chunk's cached activations (:func:`analysis_chunk_size`).
 
     Raises:
         NopeInterpError: fewer than 3 positions; sequences longer than ``n_ctx``; ids outside the vocabulary;
-            unknown points or ``forward``; ``forward="fast"`` for a model it does not support; ``max_lag``
-            outside [1, pos - 1]; non-finite or near-zero activations at a site (the message names it).
+            unknown points or ``forward``; ``forward="fast"`` for a model it does not support or with hooks
+            attached (they would not run); ``max_lag`` outside [1, pos - 1]; non-finite or near-zero
+            activations at a site (the message names it).
 
     Warns:
         DegenerateInputWarning: sequences whose vectors are parallel at every position of a site (one token
-            repeated): one warning naming every such site (per chunk of sequences); their counts go into
+            repeated): one warning naming every such site, over all chunks; their counts go into
             ``meta["degenerate_sequences"]`` (``{site: sequences}``, absent when there are none).
     """
     if forward not in FORWARDS:
@@ -198,7 +200,11 @@ def analyze_tokens(
     why = fast_activations_unsupported(model, labels)
     if forward == "fast" and why is not None:
         raise NopeInterpError(f"forward='fast' does not support {why}; use forward='hooked'")
-    fast = forward == "fast" or (forward == "auto" and why is None)
+    hooked_at = attached_hooks(model) if forward != "hooked" else []
+    if forward == "fast" and hooked_at:
+        raise NopeInterpError(f"forward='fast' would not run the hooks attached at {', '.join(hooked_at[:3])}"
+                              f"{', ...' if len(hooked_at) > 3 else ''}; use forward='hooked' (or 'auto')")
+    fast = forward == "fast" or (forward == "auto" and why is None and not hooked_at)
     if max_lag is not None:
         _check_lag(n_pos, max_lag)
     chunk = analysis_chunk_size(len(labels), n_pos, model.cfg.d_model, max_bytes)

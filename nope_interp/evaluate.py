@@ -14,9 +14,10 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer
+from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 
 from nope_interp.errors import NopeInterpError
-from nope_interp.fast_forward import fast_logits, unsupported_reason
+from nope_interp.fast_forward import attached_hooks, fast_logits, unsupported_reason
 from nope_interp.model import check_tokens
 from tasks import EOS, Batch, Example, Task, UnknownCharacterError, decode, encode
 
@@ -42,10 +43,44 @@ def greedy_decode(
             f"{max_new_tokens} answer tokens need n_ctx >= {prompt_tokens.shape[1] + max_new_tokens}"
         )
     tokens = prompt_tokens.to(model.cfg.device)
+    if max_new_tokens > 0 and kv_cache_unsupported(model) is None:
+        return _cached_greedy_decode(model, tokens, max_new_tokens).cpu()
     for _ in range(max_new_tokens):
         logits = model(tokens, return_type="logits")
         tokens = torch.cat([tokens, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
     return tokens[:, prompt_tokens.shape[1] :].cpu()
+
+
+def kv_cache_unsupported(model: HookedTransformer) -> str | None:
+    """Why :func:`greedy_decode` recomputes the whole sequence for every new token instead of caching past
+    keys and values (TransformerLens's ``TransformerLensKeyValueCache``), or None when it caches: hooks
+    attached to the model (a hook on a cached forward sees one position at a time), training mode (dropout
+    acts), or local (sliding-window) attention. Both paths give the same tokens up to float rounding in
+    the logits; the cached one does about ``pos`` times less work per token."""
+    if not isinstance(model, HookedTransformer):
+        return f"a {type(model).__name__} (only HookedTransformer)"
+    if model.training:
+        return "training mode"
+    hooked_at = attached_hooks(model)
+    if hooked_at:
+        return f"hooks attached at {', '.join(hooked_at[:3])}{', ...' if len(hooked_at) > 3 else ''}"
+    if getattr(model.cfg, "use_local_attn", False) or getattr(model.cfg, "attn_types", None):
+        return "local attention"
+    return None
+
+
+def _cached_greedy_decode(model: HookedTransformer, tokens: Int[Tensor, "batch pos"],
+                          max_new_tokens: int) -> Int[Tensor, "batch new"]:
+    """:func:`greedy_decode` with a key-value cache: the prompt once, then one position per new token."""
+    cache = TransformerLensKeyValueCache.init_cache(model.cfg, model.cfg.device, tokens.shape[0])
+    logits = model(tokens, return_type="logits", past_kv_cache=cache, attention_mask=torch.ones_like(tokens))
+    new = []
+    for i in range(max_new_tokens):
+        nxt = logits[:, -1].argmax(-1, keepdim=True)
+        new.append(nxt)
+        if i + 1 < max_new_tokens:
+            logits = model(nxt, return_type="logits", past_kv_cache=cache, attention_mask=torch.ones_like(nxt))
+    return torch.cat(new, dim=1)
 
 
 def predict(model: HookedTransformer, task: Task, prompts: Sequence[str], batch_size: int = 1024,

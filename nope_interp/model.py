@@ -119,6 +119,7 @@ def _dropout_hook(p: float):
     def hook(x: Tensor, hook: HookPoint) -> Tensor:
         return F.dropout(x, p, training=hook.training)
 
+    hook.nope_interp_dropout = True  # the model's own (a no-op in eval mode): fast_forward.attached_hooks skips it
     return hook
 
 

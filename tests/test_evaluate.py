@@ -125,3 +125,83 @@ def test_predict_and_greedy_decode_refuse_bad_sizes(tiny_model, addition_task):
             unhooked(exact_match_accuracy)(tiny_model, addition_task, examples)
     assert predict(tiny_model, addition_task, [""], prefix="\n")[0] is not None  # a prefix alone is one token
     assert predict(tiny_model, addition_task, []) == []
+
+
+def _recomputed(model, toks, n_new):
+    """Greedy decoding by rerunning the whole sequence for every new token (the reference)."""
+    for _ in range(n_new):
+        with torch.no_grad():
+            nxt = model(toks, return_type="logits")[:, -1].argmax(-1, keepdim=True)
+        toks = torch.cat([toks, nxt], dim=1)
+    return toks
+
+
+@pytest.mark.parametrize("changes", [{}, {"positional": "learned"}, {"positional": "rotary"},
+                                     {"positional": "rotary", "nope_layers": (1,)},
+                                     {"tied_embeddings": True, "dropout": 0.2}, {"normalization": "RMS"},
+                                     {"normalization": "none", "biases": True},
+                                     {"n_layers": 3, "n_heads": 4, "d_head": 8}])
+def test_cached_decoding_equals_recomputing_the_whole_sequence(tiny_cfg, changes):
+    """The key-value-cached greedy decode gives the same tokens as rerunning every prefix, for every
+    positional type (NoPE, learned, rotary, a NoPE layer in a rotary model), tied embeddings with dropout
+    (eval mode), every normalisation; and its last-step logits agree to float rounding."""
+    import nope_interp.evaluate as E
+    from nope_interp.model import build_model
+
+    model = build_model(tiny_cfg.replace(init_std=0.4, seed=5, **changes)).eval()
+    assert E.kv_cache_unsupported(model) is None
+    gen = torch.Generator().manual_seed(len(changes))
+    for length, n_new in ((1, 6), (7, 12), (20, 27)):
+        toks = torch.randint(0, 96, (9, length), generator=gen)
+        ref = _recomputed(model, toks, n_new)
+        got = E.greedy_decode(model, toks, n_new)
+        assert torch.equal(got, ref[:, length:])
+        assert len(set(map(tuple, got.tolist()))) > 1  # varied outputs: the comparison can fail
+    cache = E.TransformerLensKeyValueCache.init_cache(model.cfg, "cpu", 9)
+    head, last = ref[:, :-1], ref[:, -1:]
+    with torch.no_grad():
+        model(head, return_type="logits", past_kv_cache=cache, attention_mask=torch.ones_like(head))
+        step = model(last, return_type="logits", past_kv_cache=cache, attention_mask=torch.ones_like(last))
+        full = model(ref, return_type="logits")
+    torch.testing.assert_close(step[:, -1], full[:, -1], atol=1e-4, rtol=1e-4)
+
+
+def test_decoding_with_hooks_training_mode_or_local_attention_recomputes(tiny_cfg):
+    """A hook attached to the model sees every position at every step (no cache); so does training mode
+    and sliding-window attention (kv_cache_unsupported names why), and the tokens equal the reference."""
+    import nope_interp.evaluate as E
+    from nope_interp.model import build_model
+
+    model = build_model(tiny_cfg.replace(init_std=0.4, seed=6))
+    toks = torch.randint(0, 96, (4, 5), generator=torch.Generator().manual_seed(0))
+    seen = []
+
+    def record(x, hook):
+        seen.append(x.shape[1])
+
+    with model.hooks(fwd_hooks=[("blocks.0.hook_resid_mid", record)]):
+        assert "blocks.0.hook_resid_mid" in E.kv_cache_unsupported(model)
+        got = E.greedy_decode(model, toks, 6)
+    assert seen == [5, 6, 7, 8, 9, 10]
+    assert E.kv_cache_unsupported(model) is None  # the hook is gone
+    handle = model.blocks[1].register_forward_hook(lambda m, i, o: None)  # a plain torch hook counts too
+    assert "blocks.1" in E.kv_cache_unsupported(model)
+    handle.remove()
+    model.train()
+    assert E.kv_cache_unsupported(model) == "training mode"
+    model.eval()
+    assert torch.equal(got, E.greedy_decode(model, toks, 6))
+    local = build_model(tiny_cfg.replace(init_std=0.4, attention="sliding", window=3)).eval()
+    assert E.kv_cache_unsupported(local) == "local attention"
+    torch.testing.assert_close(E.greedy_decode(local, toks, 6), _recomputed(local, toks, 6)[:, 5:])
+
+
+def test_attached_hooks_skips_the_models_own_dropout(tiny_cfg):
+    from nope_interp.fast_forward import attached_hooks
+    from nope_interp.model import build_model
+
+    model = build_model(tiny_cfg.replace(dropout=0.1))
+    assert attached_hooks(model) == []
+    with model.hooks(fwd_hooks=[("hook_embed", lambda x, hook: x)]):  # the dropout hook's own site
+        assert attached_hooks(model) == ["hook_embed"]
+    assert attached_hooks(model) == []

@@ -71,3 +71,30 @@ def test_unsupported_models_are_named_and_the_loss_falls_back(overrides, why):
         assert answer_loss(model, batch, fast=True) != answer_loss(build_model(preset("tiny")), batch, fast=True)
     with pytest.raises(NopeInterpError, match="n_ctx"):
         fast_logits(build_model(preset("tiny")), torch.zeros(1, 49, dtype=torch.long))
+
+
+def test_analyze_tokens_runs_attached_hooks_on_auto_and_refuses_them_on_fast(tiny_cfg):
+    """A hook attached around analyze_tokens changes what is analysed: "auto" takes the hooked path (its
+    scores equal forward="hooked" with the hook and differ from the unhooked ones); "fast", which would
+    skip the hook, refuses with the hook's site named."""
+    from nope_interp.analysis import analyze_tokens
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.model import build_model
+
+    model = build_model(tiny_cfg.replace(seed=2))
+    toks = torch.randint(0, 96, (6, 24), generator=torch.Generator().manual_seed(3))
+    noise = torch.randn(24, tiny_cfg.d_model, generator=torch.Generator().manual_seed(4))
+
+    def shove(x, hook):
+        return x + 5.0 * noise.flip(0)  # a strong position-dependent push
+
+    site = "blocks.1.hook_resid_post"
+    plain = analyze_tokens(model, toks, forward="fast").per_sequence["row_mean"]
+    with model.hooks(fwd_hooks=[("blocks.0.hook_resid_mid", shove)]):
+        auto = analyze_tokens(model, toks).per_sequence["row_mean"]
+        hooked = analyze_tokens(model, toks, forward="hooked").per_sequence["row_mean"]
+        with pytest.raises(NopeInterpError, match="blocks.0.hook_resid_mid"):
+            analyze_tokens(model, toks, forward="fast")
+    torch.testing.assert_close(auto, hooked)
+    i = list(analyze_tokens(model, toks[:1]).sites).index(site)
+    assert (auto[i] - plain[i]).abs().max() > 0.05
