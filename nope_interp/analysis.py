@@ -6,6 +6,7 @@ both reductions of the adjacency score and the lag profile, mean and spread over
 """
 
 import numbers
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,6 +126,9 @@ def analyze_model(
     Raises:
         NopeInterpError: the inputs do not fit ``n_ctx``; unknown points or protocol; activations with
             NaN or inf entries (non-finite weights), or near-zero vectors, at a site (the message names it).
+
+    Warns:
+        DegenerateInputWarning: as :func:`analyze_tokens`.
     """
     if protocol not in tasks_pkg.PROTOCOLS:
         raise NopeInterpError(f"unknown protocol {protocol!r}; allowed: {', '.join(tasks_pkg.PROTOCOLS)}")
@@ -211,7 +215,11 @@ def analyze_tokens(
     per_chunk: dict[str, list[Tensor]] = {r: [] for r in REDUCTIONS}
     lag_chunks: list[Tensor] = []
     example_sim = None
-    with degenerate_report(f"{task} inputs", tokens.shape[0]) as found:  # one warning for all sites and chunks
+    if forward == "auto" and why is None and hooked_at and n_pos > EXAMPLE_MAX_POS:
+        warnings.warn(f"hooks are attached at {', '.join(hooked_at[:3])}{', ...' if len(hooked_at) > 3 else ''}: "
+                      f"analysing {n_pos} positions with the hooked forward, whose memory grows with pos^2 (remove "
+                      "the hooks for the fused path)", stacklevel=2)
+    with degenerate_report(f"{task} inputs", tokens.shape[0], stacklevel=4) as found:  # one warning in all
         for start in range(0, tokens.shape[0], chunk):  # one chunk of sequences in memory at a time
             toks = tokens[start : start + chunk]
             if fast:
@@ -368,6 +376,9 @@ def analyze_text(model: LensModel, texts: str | list[str] | tuple[str, ...], len
     Raises:
         NopeInterpError: everything :func:`text_windows_of` and :func:`analyze_tokens` raise (ids outside the
             model's vocabulary among them: a tokenizer that is not the model's).
+
+    Warns:
+        DegenerateInputWarning: as :func:`analyze_tokens` (a text of one repeated character, say).
 
     Method: the adjacency score and lag profile of ``docs/method.md`` ("Definitions"), on the inputs of
     "Analysis inputs" (natural text instead of task prompts, a direction the paper names as future work).

@@ -11,8 +11,8 @@ class NopeInterpError(ValueError):
 
 
 class DegenerateInputWarning(UserWarning):
-    """Sequences whose cosine similarity matrix is constant below the diagonal (every vector parallel, e.g. a
-    window of one repeated token): their adjacency scores come from float rounding, not from position.
+    """Sequences whose cosine similarity matrix is constant below the diagonal up to rounding (every vector
+    parallel, e.g. a window of one repeated token): their adjacency scores say nothing about position.
 
     Attributes:
         what: the activations or matrices warned about (e.g. ``"activations at blocks.0.attn.hook_z"``).

@@ -55,8 +55,10 @@ def kv_cache_unsupported(model: HookedTransformer) -> str | None:
     """Why :func:`greedy_decode` recomputes the whole sequence for every new token instead of caching past
     keys and values (TransformerLens's ``TransformerLensKeyValueCache``), or None when it caches: hooks
     attached to the model (a hook on a cached forward sees one position at a time), training mode (dropout
-    acts), or local (sliding-window) attention. Both paths give the same tokens up to float rounding in
-    the logits; the cached one does about ``pos`` times less work per token."""
+    acts), local (sliding-window) or non-causal attention (with bidirectional attention, earlier positions
+    change as tokens are added: a cache would be wrong). Where it caches, both paths give the same tokens
+    (tested), the logits equal up to float rounding; the cached one does about ``pos`` times less work per
+    token."""
     if not isinstance(model, HookedTransformer):
         return f"a {type(model).__name__} (only HookedTransformer)"
     if model.training:
@@ -66,6 +68,8 @@ def kv_cache_unsupported(model: HookedTransformer) -> str | None:
         return f"hooks attached at {', '.join(hooked_at[:3])}{', ...' if len(hooked_at) > 3 else ''}"
     if getattr(model.cfg, "use_local_attn", False) or getattr(model.cfg, "attn_types", None):
         return "local attention"
+    if model.cfg.attention_dir != "causal":  # earlier positions' keys and values change as tokens are added
+        return f"{model.cfg.attention_dir} attention"
     return None
 
 

@@ -47,15 +47,18 @@ def attached_hooks(model: torch.nn.Module) -> list[str]:
     """Names of ``model``'s modules with forward (or forward-pre) hooks attached: the hooks that the fused
     forward of this module and the key-value-cached decoding of :func:`nope_interp.evaluate.greedy_decode`
     would not run as the hooked forward does. The model's own dropout hooks (permanent, added by
-    :func:`nope_interp.model.build_model`, no-ops in eval mode and reproduced by the fused forward) are not
-    counted. An empty list: every path computes the same thing."""
+    :func:`nope_interp.model.build_model`) are not counted in eval mode, where they do nothing; in training
+    mode they are. An empty list: every path computes the same thing, as far as module hooks go (global
+    hooks of ``torch.nn.modules.module.register_module_forward_hook`` and replaced ``forward`` methods are
+    not seen)."""
     out = []
     for name, module in model.named_modules():
         n = len(module._forward_hooks) + len(module._forward_pre_hooks)
         if not n:
             continue
-        ours = sum(1 for h in getattr(module, "fwd_hooks", ())
-                   if getattr(getattr(h, "user_hook", None), "nope_interp_dropout", False))
+        ours = 0 if module.training else sum(
+            1 for h in getattr(module, "fwd_hooks", ())
+            if getattr(getattr(h, "user_hook", None), "nope_interp_dropout", False))
         if n > ours:
             out.append(name or type(module).__name__)
     return out

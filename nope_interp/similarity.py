@@ -29,10 +29,16 @@ from nope_interp.errors import DegenerateInputWarning, NopeInterpError
 REDUCTIONS = ("row_mean", "pooled")
 #: Vectors with an L2 norm below this are "near zero": their cosines are undefined (NaN).
 DEFAULT_MIN_NORM = 1e-8
-#: A sequence whose strictly-lower cosines span less than this (max - min) is degenerate: its vectors are
-#: parallel up to float rounding. Measured on trained models (2026-12-01): windows of one repeated character
-#: span 0 to 1.4e-13 at every site; real text and task prompts 1e-3 to 1.3.
-DEGENERATE_SPREAD = 1e-9
+#: Degenerate sequences (:func:`degenerate_sequences`): vectors parallel up to rounding, i.e. their unit vectors
+#: differ by less than about ``DEGENERATE_ULPS`` units of the dtype's precision, so that the strictly-lower
+#: cosines span less than ``(DEGENERATE_ULPS * eps) ** 2 / 2`` (:func:`degenerate_tolerance`): 1.2e-10 for
+#: float32 activations. Measured 2026-12-01 on float32 models, one character repeated: spread 1.4e-13 to
+#: 4.5e-13 at pos 32-64 (3 to 6 layers), 2.0e-12 (fused) and 6.3e-12 (hooked forward) at pos 256; real
+#: task prompts and text 1e-3 to 1.3; a real but tiny signal (init mean 8, std 2e-4, addition prompts)
+#: 3.9e-10. A heuristic: between those, rounding and signal cannot be told apart by the spread alone.
+DEGENERATE_ULPS = 128
+#: The same, for 16-bit activations (their precision is coarse enough that 128 units would flag real data).
+DEGENERATE_ULPS_16BIT = 16
 
 
 def _pow2_scaled(x64: Tensor) -> tuple[Tensor, Tensor]:
@@ -285,9 +291,10 @@ def adjacency_counts_naive(
     return torch.cat(out).reshape(sim.shape[:-1])
 
 
-def cosine_spread(sim: Float[Tensor, "*batch pos pos"]) -> Float[Tensor, " *batch"]:
+def cosine_spread(sim: Float[Tensor, "*batch pos pos"], block_elements: int = 2**22) -> Float[Tensor, " *batch"]:
     """Max minus min of the strictly lower triangle of each cosine matrix (the entries the adjacency score
-    compares), in [0, 2]; NaN entries are ignored (a matrix of only NaN gives NaN).
+    compares): in [0, 2] for cosines; NaN entries are ignored, and a matrix with no other entry gives NaN.
+    Computed in blocks of rows (about ``block_elements`` entries of extra memory), never copying the matrix.
 
     Raises:
         NopeInterpError: if the last two dimensions are not square or there are fewer than 2 positions.
@@ -295,60 +302,112 @@ def cosine_spread(sim: Float[Tensor, "*batch pos pos"]) -> Float[Tensor, " *batc
     if sim.ndim < 2 or sim.shape[-1] != sim.shape[-2] or sim.shape[-1] < 2:
         raise NopeInterpError(f"cosine_spread needs square matrices of at least 2 positions, got {tuple(sim.shape)}")
     n = sim.shape[-1]
-    lower = torch.tril(torch.ones(n, n, dtype=torch.bool, device=sim.device), diagonal=-1)
-    v = sim[..., lower]
-    return v.nan_to_num(nan=float("-inf")).amax(-1) - v.nan_to_num(nan=float("inf")).amin(-1)
+    flat = sim.reshape(-1, n, n)
+    hi = torch.full(flat.shape[:1], float("-inf"), dtype=torch.float64, device=sim.device)
+    lo = torch.full(flat.shape[:1], float("inf"), dtype=torch.float64, device=sim.device)
+    rows = max(1, block_elements // max(1, flat.shape[0] * n))
+    cols = torch.arange(n, device=sim.device)
+    for r0 in range(1, n, rows):  # row 0 has no entry below the diagonal
+        block = flat[:, r0 : r0 + rows].to(torch.float64, copy=True)  # never the caller's tensor
+        below = cols[None, :] < torch.arange(r0, r0 + block.shape[1], device=sim.device)[:, None]
+        keep = below & ~torch.isnan(block)
+        hi = torch.maximum(hi, block.masked_fill(~keep, float("-inf")).amax(dim=(-1, -2)))
+        lo = torch.minimum(lo, block.masked_fill_(~keep, float("inf")).amin(dim=(-1, -2)))
+        del block
+    out = hi - lo
+    out[torch.isinf(hi) & (hi < 0)] = float("nan")  # no entry that is not NaN
+    return out.reshape(sim.shape[:-2])
+
+
+def degenerate_tolerance(dtype: torch.dtype, cosines: bool = False) -> float:
+    """The spread below which :func:`degenerate_sequences` calls a sequence degenerate, for vectors of
+    ``dtype`` (``(ulps * eps) ** 2 / 2``, ulps = :data:`DEGENERATE_ULPS`, or :data:`DEGENERATE_ULPS_16BIT` for
+    16-bit types), or with ``cosines`` for a cosine matrix of ``dtype`` given as such: float64 is assumed to
+    come from float32 vectors (this module's matrices), a lower precision rounds the cosines themselves
+    (``ulps_16bit * eps``, linear)."""
+    if not dtype.is_floating_point:
+        raise NopeInterpError(f"degenerate_tolerance needs a float dtype, got {dtype}")
+    if cosines:
+        if dtype == torch.float64:
+            return degenerate_tolerance(torch.float32)
+        return DEGENERATE_ULPS_16BIT * torch.finfo(dtype).eps
+    ulps = DEGENERATE_ULPS_16BIT if torch.finfo(dtype).bits <= 16 else DEGENERATE_ULPS
+    return (ulps * torch.finfo(dtype).eps) ** 2 / 2
 
 
 def degenerate_sequences(sim: Float[Tensor, "*batch pos pos"],
-                         tol: float = DEGENERATE_SPREAD) -> Bool[Tensor, " *batch"]:
-    """True where a cosine matrix is constant below the diagonal (:func:`cosine_spread` < ``tol``): every
-    vector of the sequence parallel up to rounding (one token repeated; a constant input). Such a matrix has
-    no order to score: its adjacency score is 0 when the cosines tie exactly and a coin toss of rounding
-    noise otherwise, so it measures nothing about position.
+                         tol: float | None = None) -> Bool[Tensor, " *batch"]:
+    """True where a cosine matrix is constant below the diagonal up to rounding (:func:`cosine_spread` <
+    ``tol``; None: :func:`degenerate_tolerance` of the matrix's dtype): every vector of the sequence parallel
+    (one token repeated in a model without positional encoding; a constant input) or, rarely, vectors at
+    equal angles. Such a matrix has no order to score: its adjacency score is 0 where the cosines tie exactly
+    and set by rounding otherwise, so it says nothing about position. A matrix with only NaN entries is not
+    degenerate (the scores refuse it anyway).
 
     Raises:
-        NopeInterpError: as :func:`cosine_spread`.
+        NopeInterpError: as :func:`cosine_spread`; ``tol`` not a number >= 0.
     """
-    return cosine_spread(sim) < tol
+    if tol is None:
+        tol = degenerate_tolerance(sim.dtype, cosines=True)
+    if isinstance(tol, bool) or not isinstance(tol, int | float) or not tol >= 0:
+        raise NopeInterpError(f"tol must be a number >= 0 or None, got {tol!r}")
+    return cosine_spread(sim) < tol  # NaN compares False
 
 
 def _warn_degenerate(mask: Tensor, what: str) -> None:
-    """One :class:`~nope_interp.errors.DegenerateInputWarning` if any sequence in ``mask`` is degenerate."""
+    """Report the degenerate sequences of ``mask`` (a bool per sequence): to the innermost
+    :func:`degenerate_report`, or as one :class:`~nope_interp.errors.DegenerateInputWarning`."""
     n_bad, n = int(mask.sum()), int(mask.numel())
+    if _REPORTS:
+        found, totals = _REPORTS[-1]
+        found[what] = found.get(what, 0) + n_bad
+        totals[what] = totals.get(what, 0) + n
+        return
     if n_bad:
         warnings.warn(DegenerateInputWarning(
-            f"{what}: {n_bad} of {n} sequences have parallel vectors at every position (cosines span < "
-            f"{DEGENERATE_SPREAD:g}, e.g. one token repeated): their adjacency scores come from float rounding, "
-            "not position; drop those sequences", what, n_bad, n), stacklevel=3)
+            f"{what}: {n_bad} of {n} sequences have constant cosines (vectors parallel up to rounding, e.g. one "
+            "token repeated): their adjacency scores say nothing about position; drop those sequences",
+            what, n_bad, n), stacklevel=3)
+
+
+#: The open :func:`degenerate_report` s, innermost last: ({what: degenerate}, {what: sequences}).
+_REPORTS: list[tuple[dict[str, int], dict[str, int]]] = []
 
 
 @contextlib.contextmanager
-def degenerate_report(summary_what: str = "the inputs", n_sequences: int | None = None) -> Iterator[dict[str, int]]:
-    """Collect :class:`~nope_interp.errors.DegenerateInputWarning` s raised inside the block into a dict
-    ``{what: degenerate sequences}`` (summed over calls) and re-raise them as ONE warning at the end, so that
-    an analysis of many sites and chunks warns once, naming every site. The dict is filled on exit.
-    ``n_sequences``: how many sequences each site scores in all (chunks that warn nothing count too); None
-    sums the warnings' own totals."""
+def degenerate_report(summary_what: str = "the inputs", n_sequences: int | None = None,
+                      stacklevel: int = 3) -> Iterator[dict[str, int]]:
+    """Collect the degenerate sequences that scores inside the block find, as ``{what: sequences}`` (summed
+    over calls; filled on exit), and report them as ONE :class:`~nope_interp.errors.DegenerateInputWarning`
+    naming every site, so that an analysis of many sites and chunks warns once. Nested reports pass their
+    counts to the outer one, which warns. Other warnings are not touched. ``n_sequences``: how many sequences
+    each site scores in all (default: counted). ``stacklevel``: as :func:`warnings.warn`, from the
+    ``with`` statement's caller."""
     found: dict[str, int] = {}
     totals: dict[str, int] = {}
-    with warnings.catch_warnings(record=True) as records:
-        warnings.simplefilter("always", DegenerateInputWarning)
+    _REPORTS.append((found, totals))
+    try:
         yield found
-    for rec in records:
-        w = rec.message
-        if isinstance(w, DegenerateInputWarning):
-            found[w.what] = found.get(w.what, 0) + w.n_degenerate
-            totals[w.what] = n_sequences if n_sequences is not None else totals.get(w.what, 0) + w.n_sequences
-        else:  # anything else passes through unchanged
-            warnings.warn_explicit(rec.message, rec.category, rec.filename, rec.lineno, source=rec.source)
-    if found:
-        worst = max(found, key=found.get)
-        sites = ", ".join(f"{k.removeprefix('activations at ')} ({v}/{totals[k]})" for k, v in found.items())
+    finally:
+        _REPORTS.pop()
+    bad = {k: v for k, v in found.items() if v}
+    found.clear()
+    found.update(bad)
+    if n_sequences is not None:
+        totals = {k: n_sequences for k in totals}
+    if _REPORTS:  # nested: the outer report warns
+        outer_found, outer_totals = _REPORTS[-1]
+        for k, v in totals.items():
+            outer_found[k] = outer_found.get(k, 0) + bad.get(k, 0)
+            outer_totals[k] = outer_totals.get(k, 0) + v
+        return
+    if bad:
+        worst = max(bad, key=bad.get)
+        sites = ", ".join(f"{k.removeprefix('activations at ')} ({v}/{totals[k]})" for k, v in bad.items())
         warnings.warn(DegenerateInputWarning(
-            f"{summary_what}: sequences with parallel vectors at every position (cosines span < "
-            f"{DEGENERATE_SPREAD:g}, e.g. one token repeated) at {len(found)} site(s): {sites}; their adjacency "
-            "scores come from float rounding, not position", worst, found[worst], totals[worst]), stacklevel=3)
+            f"{summary_what}: sequences with constant cosines (vectors parallel up to rounding, e.g. one token "
+            f"repeated) at {len(bad)} site(s): {sites}; their adjacency scores say nothing about position",
+            worst, bad[worst], totals[worst]), stacklevel=stacklevel)
 
 
 def adjacency_score(
@@ -369,6 +428,8 @@ def adjacency_score(
     """
     _check_reductions((reduction,))
     _check_positions(sim.shape[-1])
+    if sim.numel() == 0:
+        raise NopeInterpError(f"no matrix to score (shape {tuple(sim.shape)})")
     counts = adjacency_counts(sim)
     _warn_degenerate(degenerate_sequences(sim), "cosine matrices")
     return _reduce(counts, reduction)
@@ -435,6 +496,9 @@ def adjacency_score_of_activations(
 
     Raises:
         NopeInterpError: as :func:`adjacency_scores_of_activations`.
+
+    Warns:
+        DegenerateInputWarning: as :func:`adjacency_scores_of_activations`.
     """
     return adjacency_scores_of_activations(x, (reduction,), max_elements, min_norm, what)[reduction]
 
@@ -453,20 +517,23 @@ def adjacency_scores_of_activations(
             (:func:`check_finite`); near-zero vectors (norm below ``min_norm``), whose cosines are undefined.
 
     Warns:
-        DegenerateInputWarning: sequences whose vectors are all parallel (:func:`degenerate_sequences`),
-            once per call, naming ``what`` and how many.
+        DegenerateInputWarning: sequences whose vectors are all parallel up to rounding
+            (:func:`degenerate_sequences` at :func:`degenerate_tolerance` of ``x``'s dtype), once per call,
+            naming ``what`` and how many (inside :func:`degenerate_report`: counted there instead).
     """
     _check_reductions(reductions)
     n = x.shape[-2]
     _check_positions(n)
     _check_scorable(x, min_norm, what)
     flat = x.reshape(-1, n, x.shape[-1])
+    if flat.shape[0] == 0:
+        raise NopeInterpError(f"{what}: no sequence to score (a batch of 0)")
     chunk = max(1, max_elements // max(1, n * n))
     counts, degenerate = [], []
     for i in range(0, flat.shape[0], chunk):
         sim = _cosine(flat[i : i + chunk], min_norm, symmetric=False)
         counts.append(adjacency_counts(sim))
-        degenerate.append(degenerate_sequences(sim))
+        degenerate.append(degenerate_sequences(sim, degenerate_tolerance(x.dtype)))
         del sim
     _warn_degenerate(torch.cat(degenerate), what)
     counts = torch.cat(counts)

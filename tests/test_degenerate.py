@@ -139,3 +139,125 @@ def test_cli_analyze_of_a_repeated_character_warns_in_one_line_and_marks_every_s
     assert len(warning_lines) == 1 and warning_lines[0].startswith("nope-interp: warning: text-file inputs")
     site_lines = [line for line in captured.out.splitlines() if "recency gap" in line]
     assert len(site_lines) == 9 and all("(5/10 degenerate inputs" in line for line in site_lines)  # tiny: 9 sites
+
+
+@pytest.mark.parametrize("block_elements", [1, 7, 2**22])
+def test_cosine_spread_in_blocks_equals_the_naive_loop_and_never_touches_the_input(block_elements):
+    from nope_interp.similarity import cosine_similarity_matrix, cosine_spread
+
+    sim = cosine_similarity_matrix(torch.randn(3, 11, 5, generator=torch.Generator().manual_seed(9)))
+    before = sim.clone()
+    torch.testing.assert_close(cosine_spread(sim, block_elements=block_elements), _naive_spread(sim))
+    assert torch.equal(sim, before)
+
+
+def test_cosine_spread_ignores_nan_and_all_nan_is_not_degenerate():
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.similarity import cosine_spread, degenerate_sequences
+
+    sim = torch.full((2, 4, 4), float("nan"), dtype=torch.float64)
+    sim[0, 2, 0], sim[0, 3, 1] = 0.2, 0.5
+    out = cosine_spread(sim)
+    assert out[0].item() == pytest.approx(0.3) and torch.isnan(out[1])
+    assert degenerate_sequences(sim).tolist() == [False, False]
+    for bad in ("x", -1.0, True, float("nan")):
+        with pytest.raises(NopeInterpError, match="tol"):
+            unhooked(degenerate_sequences)(sim, bad)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_repeated_tokens_are_flagged_in_every_dtype_and_real_prompts_never(tiny_cfg, dtype):
+    """The tolerance follows the activations' dtype: one token repeated through a float16 / bfloat16 model
+    (spreads 1e-7 to 1e-5) is flagged, task prompts are not, nor a real but tiny signal in float32."""
+    import tasks
+    from nope_interp.analysis import analyze_tokens
+    from nope_interp.model import build_model
+
+    model = build_model(tiny_cfg.replace(init_std=0.4, seed=1)).to(dtype)
+    task = tasks.get_task("addition")
+    prompts = task.prompt_tokens(task.analysis_prompts(8))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        analyze_tokens(model, prompts, forward="hooked")
+    with pytest.warns(Warning) as record:
+        result = analyze_tokens(model, torch.full((3, 9), 17), forward="hooked")
+    assert result.meta["degenerate_sequences"] == {site: 3 for site in result.sites}
+    assert len(record) == 1
+
+
+def test_a_tiny_real_signal_is_not_degenerate(tiny_cfg):
+    """Embeddings of mean 8 and std 2e-4 (an init-grid corner): nearly parallel, but the differences are
+    far above float32 rounding (spread 3.9e-10 measured), so no warning."""
+    import tasks
+    from nope_interp.analysis import analyze_tokens
+    from nope_interp.model import build_model
+
+    model = build_model(tiny_cfg.replace(init_mean=8.0, init_std=0.0002))
+    task = tasks.get_task("addition")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        analyze_tokens(model, task.prompt_tokens(task.analysis_prompts(16)), points=("embed",), forward="hooked")
+
+
+def test_a_users_float32_cosine_matrix_of_parallel_vectors_is_flagged():
+    import torch.nn.functional as F
+
+    from nope_interp.errors import DegenerateInputWarning
+    from nope_interp.similarity import adjacency_score
+
+    v = torch.randn(16, generator=torch.Generator().manual_seed(3))
+    x = (torch.rand(20, 1, generator=torch.Generator().manual_seed(4)) + 0.5) * v
+    sim = F.cosine_similarity(x[:, None], x[None, :], dim=-1)  # float32 cosines, rounded near 1
+    with pytest.warns(DegenerateInputWarning, match="1 of 1"):
+        adjacency_score(sim)
+
+
+def test_nested_reports_pass_every_site_out_and_other_warnings_are_untouched(tiny_model):
+    from nope_interp.analysis import analyze_tokens
+    from nope_interp.errors import DegenerateInputWarning
+    from nope_interp.similarity import degenerate_report
+
+    toks = torch.stack([torch.full((10,), 4), torch.arange(10) + 20])
+    with pytest.warns(DegenerateInputWarning) as record:
+        with degenerate_report("my study") as found:
+            result = analyze_tokens(tiny_model, toks)
+            analyze_tokens(tiny_model, toks)
+    assert len(record) == 1 and str(record[0].message).startswith("my study")
+    assert found == {f"activations at {site}": 2 for site in result.sites}
+
+    def noisy_nan(x, hook):
+        warnings.warn("from a hook", RuntimeWarning, stacklevel=1)
+        return x * float("nan")
+
+    from nope_interp.errors import NopeInterpError
+
+    with pytest.warns(RuntimeWarning, match="from a hook"):  # still shown when the analysis then fails
+        with tiny_model.hooks(fwd_hooks=[("blocks.1.hook_resid_mid", noisy_nan)]):
+            with pytest.raises(NopeInterpError, match="non-finite|NaN"):
+                analyze_tokens(tiny_model, toks)
+
+
+def test_empty_batches_are_refused_by_name():
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.similarity import adjacency_score, adjacency_score_of_activations
+
+    with pytest.raises(NopeInterpError, match="batch of 0"):
+        adjacency_score_of_activations(torch.zeros(0, 5, 4))
+    with pytest.raises(NopeInterpError, match="no matrix"):
+        adjacency_score(torch.zeros(0, 5, 5))
+
+
+def test_text_prefix_never_ends_the_last_window_on_a_cut_token(tmp_path, monkeypatch):
+    """Tokens longer than the reading margin: the last window used ends before the token the prefix cut."""
+    from nope_interp.analysis import text_windows_of
+    from nope_interp.jobs import analyze as job
+
+    words = " ".join(["w" * 29] * 400)
+    path = tmp_path / "words.txt"
+    path.write_text(words)
+    tok = lambda s: [len(w) for w in s.split(" ")]  # noqa: E731 - one id per word: its length
+    monkeypatch.setattr(job, "TEXT_MIN_CHARS", 1)
+    for n in (1, 3, 10, 26):
+        windows, chars = job._text_file_windows(str(path), 5, n, tok)
+        assert torch.equal(windows, text_windows_of(words, 5, n, tok))
+        assert chars is not None

@@ -205,3 +205,24 @@ def test_attached_hooks_skips_the_models_own_dropout(tiny_cfg):
     with model.hooks(fwd_hooks=[("hook_embed", lambda x, hook: x)]):  # the dropout hook's own site
         assert attached_hooks(model) == ["hook_embed"]
     assert attached_hooks(model) == []
+
+
+def test_bidirectional_models_decode_without_a_cache(tiny_cfg):
+    """With bidirectional attention earlier positions change as tokens are added: no cache, and the answers
+    equal rerunning the whole sequence."""
+    import nope_interp.evaluate as E
+    from nope_interp.model import build_model
+
+    model = build_model(tiny_cfg.replace(attention="bidirectional", init_std=0.4, seed=2)).eval()
+    assert E.kv_cache_unsupported(model) == "bidirectional attention"
+    toks = torch.randint(0, 96, (12, 6), generator=torch.Generator().manual_seed(1))
+    assert torch.equal(E.greedy_decode(model, toks, 8), _recomputed(model, toks, 8)[:, 6:])
+
+
+def test_attached_hooks_counts_dropout_in_training_mode(tiny_cfg):
+    from nope_interp.fast_forward import attached_hooks
+    from nope_interp.model import build_model
+
+    model = build_model(tiny_cfg.replace(dropout=0.3))
+    assert attached_hooks(model.eval()) == []
+    assert "hook_embed" in attached_hooks(model.train())

@@ -98,3 +98,14 @@ def test_analyze_tokens_runs_attached_hooks_on_auto_and_refuses_them_on_fast(tin
     torch.testing.assert_close(auto, hooked)
     i = list(analyze_tokens(model, toks[:1]).sites).index(site)
     assert (auto[i] - plain[i]).abs().max() > 0.05
+
+
+def test_hooks_that_force_the_hooked_path_on_long_inputs_are_said(tiny_cfg):
+    from nope_interp.analysis import analyze_tokens
+    from nope_interp.model import build_model
+
+    model = build_model(tiny_cfg.replace(n_ctx=600))
+    toks = torch.randint(0, 96, (1, 520), generator=torch.Generator().manual_seed(0))
+    with model.hooks(fwd_hooks=[("blocks.0.hook_resid_mid", lambda x, hook: x)]):
+        with pytest.warns(UserWarning, match="hooks are attached at blocks.0.hook_resid_mid.*pos\\^2"):
+            analyze_tokens(model, toks, points=("resid_post",), max_lag=4)

@@ -203,19 +203,22 @@ TEXT_CHARS_PER_TOKEN = 16
 def _text_file_windows(path: str, length: int, n_windows: int, tokenizer: Any) -> tuple[Tensor, int | None]:
     """The first ``n_windows`` windows of ``path`` (:func:`~nope_interp.analysis.text_windows_of`), reading
     only as much of the file as they need: a prefix of ``max(TEXT_MIN_CHARS, TEXT_CHARS_PER_TOKEN *
-    n_windows * length)`` characters, four times more while that gives fewer windows, then the whole file.
-    Returns the windows and how many characters were read (None: the whole file)."""
-    limit = max(TEXT_MIN_CHARS, TEXT_CHARS_PER_TOKEN * n_windows * length)
+    (n_windows + 1) * length)`` characters, four times more while it holds fewer than ``n_windows + 1``
+    windows (the spare window keeps the last one used clear of a token cut by the prefix's end), then the
+    whole file. Returns the windows and how many characters were read (None: the whole file)."""
+    limit = max(TEXT_MIN_CHARS, TEXT_CHARS_PER_TOKEN * (n_windows + 1) * length)
     while True:
         text, whole = _read_text(path, limit)
         try:
-            windows = text_windows_of(text, length, n_windows, tokenizer)
+            windows = text_windows_of(text, length, n_windows if whole else n_windows + 1, tokenizer)
         except NopeInterpError as err:
             if whole or not str(err).startswith("no text has"):  # a bad character is in the file whatever is read
                 raise
             windows = None  # the prefix is shorter than one window: read more
-        if whole or (windows is not None and len(windows) == n_windows):
-            return windows, None if whole else len(text)
+        if whole:
+            return windows, None
+        if windows is not None and len(windows) == n_windows + 1:
+            return windows[:n_windows], len(text)
         limit *= 4
 
 
