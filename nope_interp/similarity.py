@@ -346,6 +346,8 @@ def degenerate_sequences(sim: Float[Tensor, "*batch pos pos"],
 
     Raises:
         NopeInterpError: as :func:`cosine_spread`; ``tol`` not a number >= 0.
+
+    Method: this project's check, not the paper's (``docs/method.md``, "Definitions": degenerate sequences).
     """
     if tol is None:
         tol = degenerate_tolerance(sim.dtype, cosines=True)
