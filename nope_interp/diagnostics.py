@@ -10,8 +10,13 @@ Three ways a trained NoPE model's first layer can end up, each with its own numb
   output is almost purely positional (:func:`positional_share` near 1) yet blocky rather than "nearer is
   more similar". :func:`value_geometry` measures the collapse.
 
-Method: ``docs/method.md``, "The averaging argument"; the mean decomposition is Song & Zhong's
-(arXiv 2310.04861).
+The first two say what the layer looks like; :func:`layer0_interventions` tests them causally: it scores
+``blocks.0.attn.hook_z`` again with each explanation undone (attention made uniform; the delimiters'
+values made those of an average digit). An explanation holds for a model when undoing it brings the score
+back towards the initialised model's.
+
+Method: ``docs/method.md``, "The averaging argument" and "Which mechanism"; the mean decomposition is Song
+& Zhong's (arXiv 2310.04861).
 """
 
 from dataclasses import asdict, dataclass
@@ -26,9 +31,13 @@ import tasks as tasks_pkg
 from nope_interp.averaging import relative_entropy_to_uniform
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import hook_name
+from nope_interp.interventions import pattern_replacement_hook
 from nope_interp.model import check_tokens
+from nope_interp.similarity import adjacency_scores_of_activations, degenerate_report
 
 DIGITS = "0123456789"
+#: The interventions of :func:`layer0_interventions`, in the order of its result.
+INTERVENTIONS: tuple[str, ...] = ("none", "uniform_attention", "neutral_delimiters", "both")
 
 
 def positional_share(acts: Float[Tensor, "batch pos d"]) -> float:
@@ -91,6 +100,11 @@ class ValueGeometry:
         return asdict(self)
 
 
+def _require_nope(model: HookedTransformer, what: str) -> None:
+    if model.cfg.positional_embedding_type != "standard" or bool(torch.any(model.W_pos != 0)):
+        raise NopeInterpError(f"{what} applies to NoPE models (values depend on the token only)")
+
+
 @torch.no_grad()
 def value_geometry(model: HookedTransformer, task: tasks_pkg.Task) -> ValueGeometry:
     """The layer-0 value vectors ``v_t = ln1(W_E[t]) @ W_V + b_V`` of the digits and of the task's delimiters.
@@ -99,8 +113,7 @@ def value_geometry(model: HookedTransformer, task: tasks_pkg.Task) -> ValueGeome
         NopeInterpError: a model whose first layer has positional embeddings in its input (then values
             depend on position too, and this measurement does not apply).
     """
-    if model.cfg.positional_embedding_type != "standard" or bool(torch.any(model.W_pos != 0)):
-        raise NopeInterpError("value_geometry applies to NoPE models (values depend on the token only)")
+    _require_nope(model, "value_geometry")
     prompt = task.analysis_prompts(1, seed=0)[0]
     delimiters = "".join(sorted({c for c in prompt if c not in DIGITS}))
     ids = {c: tasks_pkg.encode(c)[0] for c in DIGITS + delimiters}
@@ -115,10 +128,91 @@ def value_geometry(model: HookedTransformer, task: tasks_pkg.Task) -> ValueGeome
     return ValueGeometry(digit_spread=spread, delimiter_norm_ratio=ratio, delimiters=delimiters)
 
 
+def _neutral_delimiters_hook(model: HookedTransformer, tokens: Tensor, content_ids: list[int], seed: int):
+    """A ``blocks.0.attn.hook_v`` hook that gives every non-content token the value of a content token drawn
+    at random (uniformly, independently per occurrence, from ``seed``)."""
+    name = hook_name("v", 0)
+    ids = torch.tensor(content_ids, device=model.cfg.device)
+    _, cache = model.run_with_cache(ids.unsqueeze(0), names_filter=name, stop_at_layer=1, return_type=None)
+    values = cache[name][0]  # content head d_head: under NoPE each position holds its token's value
+    delimiter = ~torch.isin(tokens, ids)  # batch pos
+    draw = torch.randint(len(content_ids), tokens.shape, generator=torch.Generator().manual_seed(seed))
+    replacement = values[draw.to(values.device)]  # batch pos head d_head
+
+    def hook(v: Float[Tensor, "batch pos head d_head"], hook: Any = None) -> Tensor:
+        return torch.where(delimiter[..., None, None], replacement.to(v.dtype), v)
+
+    return name, hook
+
+
+@torch.no_grad()
+def layer0_interventions(model: HookedTransformer, tokens: Int[Tensor, "batch pos"],
+                         content: str = DIGITS, seed: int = 0) -> dict[str, float]:
+    """The adjacency score at ``blocks.0.attn.hook_z`` with each explanation of a low score undone.
+
+    Row-mean score (``docs/method.md``, "Definitions") of every sequence, mean over ``tokens``, in [0, 1],
+    under each of :data:`INTERVENTIONS`:
+
+    * ``none``: the model as it is (the score :func:`~nope_interp.analysis.analyze_tokens` reports there);
+    * ``uniform_attention``: layer 0's attention pattern replaced by uniform causal attention (every query
+      the plain mean of the values up to it), which undoes attention collapse;
+    * ``neutral_delimiters``: at layer 0, the value vector (``hook_v``, all heads) of every token that is not
+      one of ``content``'s characters replaced by the value of a content character drawn at random
+      (uniformly, independently per occurrence: a resampling ablation), so that the values carry no
+      delimiter; queries and keys still see the real tokens. This undoes a delimiter-keyed position code
+      and leaves an untrained model's averaging of random values as it was (a constant replacement
+      would not: it puts one shared vector at every delimiter);
+    * ``both``: the two together: uniform averages of content values only.
+
+    Layer 0 only (the forward stops after it). Inputs shorter than 3 positions cannot be scored.
+
+    Args:
+        model: a NoPE model (values depend on the token only, so the content tokens' values are measured
+            once, on a sequence of the content characters).
+        tokens: ``Int[Tensor, "batch pos"]``, batch >= 1, 3 <= pos <= n_ctx.
+        content: the content characters (default the digits); every other token counts as a delimiter.
+        seed: seed of the random draw of ``neutral_delimiters`` (the same draw for ``both``).
+
+    Returns:
+        ``{intervention: mean score}`` in the order of :data:`INTERVENTIONS`.
+
+    Raises:
+        NopeInterpError: ``tokens`` that are not a 2-D integer tensor of ids in ``[0, d_vocab)``
+            (:func:`~nope_interp.model.check_tokens`), longer than ``n_ctx`` or shorter than 3; an empty
+            ``content`` or one with a character outside the vocabulary; a model with positional embeddings.
+
+    Warns:
+        DegenerateInputWarning: once, naming the interventions that leave sequences with parallel vectors
+            at every position (for example ``both`` when the content tokens' values are identical).
+    """
+    _require_nope(model, "layer0_interventions")
+    tokens = _checked_tokens(model, tokens).to(model.cfg.device)
+    if not isinstance(content, str) or not content:
+        raise NopeInterpError(f"content must be a non-empty string of characters, got {content!r}")
+    try:
+        content_ids = sorted(set(tasks_pkg.encode(content)))
+    except tasks_pkg.UnknownCharacterError as exc:
+        raise NopeInterpError(f"content: {exc}") from None
+    z = hook_name("z", 0)
+    uniform = (hook_name("pattern", 0), pattern_replacement_hook("uniform"))
+    neutral = _neutral_delimiters_hook(model, tokens, content_ids, seed)
+    hooks = {"none": [], "uniform_attention": [uniform], "neutral_delimiters": [neutral], "both": [uniform, neutral]}
+    out = {}
+    with degenerate_report("layer0_interventions", stacklevel=4):
+        for kind in INTERVENTIONS:
+            with model.hooks(fwd_hooks=hooks[kind]):
+                _, cache = model.run_with_cache(tokens, names_filter=z, stop_at_layer=1, return_type=None)
+            scores = adjacency_scores_of_activations(cache[z].flatten(-2).cpu(), ("row_mean",),
+                                                     what=f"{z} ({kind})")["row_mean"]
+            out[kind] = float(scores.mean())
+    return out
+
+
 def diagnose(model: HookedTransformer, task: tasks_pkg.Task, tokens: Int[Tensor, "batch pos"]) -> dict[str, Any]:
-    """All three diagnostics on ``tokens`` (``Int[Tensor, "batch pos"]``, batch >= 2): ``l0_attention_entropy``,
+    """All diagnostics on ``tokens`` (``Int[Tensor, "batch pos"]``, batch >= 2, pos >= 3): ``l0_attention_entropy``,
     ``l0_z_positional_share`` (at ``blocks.0.attn.hook_z``), ``digit_value_spread``,
-    ``delimiter_value_norm_ratio``.
+    ``delimiter_value_norm_ratio``, and ``l0_z_score_<intervention>`` for each of :data:`INTERVENTIONS`
+    (:func:`layer0_interventions`, content = the digits).
 
     Raises:
         NopeInterpError: ``tokens`` that are not a 2-D integer tensor of ids in ``[0, d_vocab)``
@@ -132,4 +226,5 @@ def diagnose(model: HookedTransformer, task: tasks_pkg.Task, tokens: Int[Tensor,
     geo = value_geometry(model, task)
     return {"l0_attention_entropy": layer0_attention_entropy(model, tokens),
             "l0_z_positional_share": positional_share(cache[name].flatten(-2).cpu()),
-            "digit_value_spread": geo.digit_spread, "delimiter_value_norm_ratio": geo.delimiter_norm_ratio}
+            "digit_value_spread": geo.digit_spread, "delimiter_value_norm_ratio": geo.delimiter_norm_ratio,
+            **{f"l0_z_score_{k}": v for k, v in layer0_interventions(model, tokens).items()}}

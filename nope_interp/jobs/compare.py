@@ -24,7 +24,7 @@ import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.analysis import analyze_model
 from nope_interp.config import FrozenConfig, check_choices, check_int, opt
-from nope_interp.diagnostics import diagnose
+from nope_interp.diagnostics import INTERVENTIONS, diagnose
 from nope_interp.errors import NopeInterpError
 from nope_interp.jobs.common import Log, ModelEntry, emit, progress, shipped_entries
 from nope_interp.jobs.demo import CLAIMS, FIRST_ATTENTION_SITES
@@ -278,6 +278,19 @@ def render_markdown(result: dict[str, Any]) -> str:
         lines.append(f"| {g['task']} | {g['recipe']} | {d['l0_attention_entropy']:.3f} | "
                      f"{d['l0_z_positional_share']:.3f} | {d['digit_value_spread']:.3f} | "
                      f"{d['delimiter_value_norm_ratio']:.2f} |")
+    lines += ["", "## Which explanation holds? L0 hook_z with each one undone (mean over seeds, full protocol)", "",
+              "Row-mean score at `blocks.0.attn.hook_z` with layer 0's attention made uniform (undoes attention "
+              "collapse), with the delimiters' layer-0 values resampled from the digits' (undoes a delimiter-keyed "
+              "code), and both (`nope_interp.diagnostics.layer0_interventions`). An explanation holds when undoing "
+              "it brings the trained score back towards the initialised one.", "",
+              "| task | recipe | model | as is | uniform attention | neutral delimiters | both |",
+              "|---|---|---|---|---|---|---|"]
+    for g in result["groups"]:
+        for kind in KINDS:
+            d = g["diagnostics"][kind]
+            if "l0_z_score_none" in d:
+                lines.append(f"| {g['task']} | {g['recipe']} | {kind} | " + " | ".join(
+                    f"{d['l0_z_score_' + i]:.3f}" for i in INTERVENTIONS) + " |")
     lines += ["", "## Verdicts", "", "Verdict on the mean over seeds; `seeds in range` counts the seeds inside "
               "the claimed range.", "",
               "| task | recipe | protocol | model | site | claim | mean ± std | seeds in range | verdict |",

@@ -29,7 +29,7 @@ from nope_interp.config import (
     opt,
     preset,
 )
-from nope_interp.diagnostics import diagnose
+from nope_interp.diagnostics import INTERVENTIONS, diagnose
 from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import exact_match_accuracy
 from nope_interp.jobs.common import Log, ModelEntry, emit, entry_from_run, eval_examples, progress
@@ -391,6 +391,17 @@ def render_summary(summary: dict[str, Any]) -> str:
             for kind, d in t["diagnostics"].items():
                 lines.append(f"| {name} | {kind} | {d['l0_attention_entropy']:.3f} | {d['l0_z_positional_share']:.3f} "
                              f"| {d['digit_value_spread']:.3f} | {d['delimiter_value_norm_ratio']:.2f} |")
+        lines += ["", "Causal check: the row-mean score at `blocks.0.attn.hook_z` with layer 0's attention made "
+                  "uniform (undoes attention collapse), with the delimiters' layer-0 values resampled from the "
+                  "digits' (undoes a delimiter-keyed code), and both (nope_interp.diagnostics.layer0_interventions). "
+                  "An explanation holds when undoing it brings the score back towards the initialised model's.", "",
+                  "| task | model | as is | uniform attention | neutral delimiters | both |",
+                  "|---|---|---|---|---|---|"]
+        for name, t in diag:
+            for kind, d in t["diagnostics"].items():
+                if "l0_z_score_none" in d:
+                    lines.append(f"| {name} | {kind} | " + " | ".join(f"{d['l0_z_score_' + i]:.3f}"
+                                                                     for i in INTERVENTIONS) + " |")
         lines.append("")
     lines += ["## Figures", ""] + [f"- `{p}`" for p in summary["figures"]]
     lines += ["", f"Demo wall time: {summary['wall_time_s']} s. Commit: {summary.get('git_commit')}.", ""]
