@@ -100,8 +100,14 @@ class ValueGeometry:
         return asdict(self)
 
 
+def is_nope(model: HookedTransformer) -> bool:
+    """True when no positional information enters ``model`` besides the causal mask: TransformerLens's
+    ``"standard"`` positional embedding with an all-zero ``W_pos`` (how this toolkit builds NoPE models)."""
+    return model.cfg.positional_embedding_type == "standard" and not bool(torch.any(model.W_pos != 0))
+
+
 def _require_nope(model: HookedTransformer, what: str) -> None:
-    if model.cfg.positional_embedding_type != "standard" or bool(torch.any(model.W_pos != 0)):
+    if not is_nope(model):
         raise NopeInterpError(f"{what} applies to NoPE models (values depend on the token only)")
 
 
@@ -179,13 +185,17 @@ def layer0_interventions(model: HookedTransformer, tokens: Int[Tensor, "batch po
     Raises:
         NopeInterpError: ``tokens`` that are not a 2-D integer tensor of ids in ``[0, d_vocab)``
             (:func:`~nope_interp.model.check_tokens`), longer than ``n_ctx`` or shorter than 3; an empty
-            ``content`` or one with a character outside the vocabulary; a model with positional embeddings.
+            ``content`` or one with a character outside the vocabulary; a model with positional embeddings or
+            bidirectional attention.
 
     Warns:
         DegenerateInputWarning: once, naming the interventions that leave sequences with parallel vectors
             at every position (for example ``both`` when the content tokens' values are identical).
     """
     _require_nope(model, "layer0_interventions")
+    if model.cfg.attention_dir != "causal":
+        raise NopeInterpError("layer0_interventions applies to causal attention (its uniform replacement is the "
+                              f"uniform causal pattern), got attention_dir={model.cfg.attention_dir!r}")
     tokens = _checked_tokens(model, tokens).to(model.cfg.device)
     if not isinstance(content, str) or not content:
         raise NopeInterpError(f"content must be a non-empty string of characters, got {content!r}")

@@ -45,7 +45,25 @@ def test_scores_equal_analysing_each_kept_checkpoint(tiny_addition_run_with_kept
     ref0 = analyze_model(build_model(entries[0].model_cfg), entries[0].task, 8, seed=1, points=("embed", "z"),
                          exclude=entries[0].train_prompts)
     assert r.scores["hook_embed"][0] == ref0.scores["row_mean"]["hook_embed"]["mean"]
+    # the layer-0 mechanisms at every kept step equal the diagnostics of that checkpoint
+    from nope_interp.diagnostics import layer0_attention_entropy, layer0_interventions
+
+    task = entries[0].task
+    tokens = task.prompt_tokens([task.example(p).prompt for p in task.analysis_prompts(8, 1, entries[0].train_prompts)])
+    assert set(r.mechanisms) == set(trajectory.MECHANISMS) and all(len(v) == 4 for v in r.mechanisms.values())
+    assert r.mechanisms["l0_attention_entropy"][1] == layer0_attention_entropy(model, tokens)
+    for kind, value in layer0_interventions(model, tokens).items():
+        assert r.mechanisms[f"l0_z_score_{kind}"][1] == value
+    assert r.mechanisms["l0_z_score_none"][1] == r.scores["blocks.0.attn.hook_z"][1]  # full protocol: the same
+    assert "l0_z_score_both" in r.rows()[1]
+    fig = trajectory.plot_trajectory(r)
+    assert [t.name for t in fig.data if t.xaxis == "x3"] == ["L0 z as is", "L0 z, uniform attention",
+                                                            "L0 z, neutral delimiters", "L0 z, both undone"]
+    assert [t.name for t in fig.data if t.xaxis == "x4"] == ["L0 attention entropy"]
+    skipped = trajectory.run(trajectory.TrajectoryConfig(n_prompts=8, points=("z",), no_mechanisms=True), entries)
+    assert skipped.runs[0].mechanisms == {} and len(trajectory.plot_trajectory(skipped.runs[0]).data) == 3
     paths = trajectory.write(result, tmp_path)
+    assert trajectory.load_trajectory(tmp_path / "results" / "trajectory" / "tiny-addition.json") == r
     assert_strict_json_files(tmp_path)  # result JSON is strict: NaN/inf written as null
     assert {p.name for p in paths} == {"tiny-addition.json", "tiny-addition.csv", "tiny-addition.html"}
     data = json.loads((tmp_path / "results" / "trajectory" / "tiny-addition.json").read_text())
@@ -126,6 +144,10 @@ def test_bad_trajectory_files_and_missing_sites_are_one_clear_error(tmp_path):
            "null label": {**good, "label": None},
            "duplicate site": {**good, "sites": ["hook_embed", "hook_embed"]},
            "extra score key": {**good, "scores": {**good["scores"], "blocks.9.attn.hook_z": [0.5, 0.5]}},
+           "unknown mechanism": {**good, "mechanisms": {"l0_magic": [0.5, 0.5]}},
+           "short mechanism": {**good, "mechanisms": {"l0_z_score_both": [0.5]}},
+           "mechanism above 1": {**good, "mechanisms": {"l0_attention_entropy": [0.5, 1.5]}},
+           "mechanisms a list": {**good, "mechanisms": [0.5]},
            "a list": [good]}
     for what, data in bad.items():
         path = tmp_path / "bad.json"

@@ -3,13 +3,16 @@
 For each run directory: the weights kept at log-spaced steps (``checkpoints/step_NNNNNN.safetensors``,
 written by the trainer; :func:`nope_interp.train.log_spaced_steps`) are loaded one at a time and analysed
 like ``analyze`` (row-mean adjacency at every site, mean over prompts), beside the run's evaluation
-accuracy (``metrics.jsonl``). Writes ``results/trajectory/<run>.{json,csv}`` and
-``figures/trajectory/<run>.html`` (score vs step, a line per site, the chance line; accuracy vs step).
+accuracy (``metrics.jsonl``), and for NoPE models the layer-0 mechanisms at every step (attention entropy
+and the causal test of :func:`nope_interp.diagnostics.layer0_interventions`, on the full-length prompts), so
+a reader sees when attention collapse or a delimiter code forms. Writes ``results/trajectory/<run>.{json,csv}``
+and ``figures/trajectory/<run>.html`` (score vs step, a line per site, the chance line; accuracy vs step; the
+mechanisms below).
 """
 
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,7 @@ import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.analysis import analyze_model
 from nope_interp.config import FrozenConfig, check_choice, check_choices, check_int, opt
+from nope_interp.diagnostics import INTERVENTIONS, is_nope, layer0_attention_entropy, layer0_interventions
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, short_label
 from nope_interp.jobs.common import Log, ModelEntry, emit, progress
@@ -46,6 +50,8 @@ class TrajectoryConfig(FrozenConfig):
     points: tuple[str, ...] = opt(("embed", "z", "resid_post"), f"hook points: {', '.join(ACTIVATION_POINTS)}")
     protocol: str = opt("full", f"analysis inputs: {', '.join(tasks_pkg.PROTOCOLS)}")
     prompt_seed: int = opt(1, "seed of the prompt sampler (the same prompts at every step)")
+    no_mechanisms: bool = opt(False, "skip the layer-0 mechanisms at every step (attention entropy and the "
+                                     "causal test of nope_interp.diagnostics.layer0_interventions)")
 
     def __post_init__(self) -> None:
         check_int("n_prompts", self.n_prompts, 1, 100_000)
@@ -57,6 +63,10 @@ class TrajectoryConfig(FrozenConfig):
 CONFIG = TrajectoryConfig
 
 
+#: The per-step layer-0 measurements of :func:`run` (``RunTrajectory.mechanisms``), all in [0, 1].
+MECHANISMS: tuple[str, ...] = ("l0_attention_entropy", *(f"l0_z_score_{k}" for k in INTERVENTIONS))
+
+
 @dataclass(frozen=True)
 class RunTrajectory:
     """One run through training.
@@ -66,6 +76,9 @@ class RunTrajectory:
         steps: the kept steps, ascending. sites: full hook names.
         scores: ``{site: (score at each step)}``, row-mean adjacency in [0, 1], mean over prompts.
         eval_steps, eval_acc: the run's evaluation accuracy (exact match in [0, 1]) by step.
+        mechanisms: ``{name: (value at each step)}`` for the names of :data:`MECHANISMS` (layer-0 attention
+            entropy relative to uniform, and the row-mean score at ``blocks.0.attn.hook_z`` as is and with
+            each explanation undone, on full-length prompts), all in [0, 1]; empty when not measured.
     """
 
     label: str
@@ -76,12 +89,14 @@ class RunTrajectory:
     scores: dict[str, tuple[float, ...]]
     eval_steps: tuple[int, ...]
     eval_acc: tuple[float, ...]
+    mechanisms: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
         return {"label": self.label, "task": self.task, "objective": self.objective, "steps": list(self.steps),
                 "sites": list(self.sites), "scores": {s: list(v) for s, v in self.scores.items()},
-                "eval_steps": list(self.eval_steps), "eval_acc": list(self.eval_acc)}
+                "eval_steps": list(self.eval_steps), "eval_acc": list(self.eval_acc),
+                "mechanisms": {k: list(v) for k, v in self.mechanisms.items()}}
 
     @classmethod
     def from_dict(cls, data: Any) -> "RunTrajectory":
@@ -90,7 +105,9 @@ class RunTrajectory:
         Raises:
             NopeInterpError: a key is missing or of the wrong type; steps that are not strictly increasing
                 integers >= 0; sites that differ from the keys of ``scores``; lists of different lengths; a
-                score or accuracy that is not a number in [0, 1] (NaN included).
+                score or accuracy that is not a number in [0, 1] (NaN included); ``mechanisms`` (optional:
+                files written before it existed have none) that is not ``{name of MECHANISMS: [value in
+                [0, 1] at each step]}``.
         """
         def bad(what: str) -> NopeInterpError:
             return NopeInterpError(f"not a trajectory result (as `nope-interp trajectory` writes): {what}")
@@ -134,12 +151,19 @@ class RunTrajectory:
         eval_acc = fractions(data["eval_acc"], "eval_acc")
         if any(len(v) != len(steps) for v in scores.values()) or len(eval_steps) != len(eval_acc):
             raise bad(f"{data['label']}: scores and steps differ in length")
+        raw = data.get("mechanisms", {})
+        if not isinstance(raw, dict) or not set(raw) <= set(MECHANISMS):
+            raise bad(f"mechanisms must be an object with keys among {', '.join(MECHANISMS)}")
+        mechanisms = {k: fractions(raw[k], f"mechanisms[{k!r}]") for k in MECHANISMS if k in raw}
+        if any(len(v) != len(steps) for v in mechanisms.values()):
+            raise bad(f"{data['label']}: mechanisms and steps differ in length")
         return cls(label=data["label"], task=data["task"], objective=data["objective"], steps=steps, sites=sites,
-                   scores=scores, eval_steps=eval_steps, eval_acc=eval_acc)
+                   scores=scores, eval_steps=eval_steps, eval_acc=eval_acc, mechanisms=mechanisms)
 
     def rows(self) -> list[dict[str, Any]]:
-        """CSV rows: one per kept step, a column per site."""
-        return [{"step": st, **{s: self.scores[s][i] for s in self.sites}} for i, st in enumerate(self.steps)]
+        """CSV rows: one per kept step, a column per site, then a column per measured mechanism."""
+        return [{"step": st, **{s: self.scores[s][i] for s in self.sites},
+                 **{k: v[i] for k, v in self.mechanisms.items()}} for i, st in enumerate(self.steps)]
 
 
 @dataclass(frozen=True)
@@ -189,29 +213,63 @@ def run(config: TrajectoryConfig, models: list[ModelEntry] | None = None, *, log
             raise NopeInterpError(f"{entry.run.path} kept no weights in {io.TRAJECTORY_DIR}/ (trained before "
                                   "this version, or a shipped model): retrain it to trace it")
         scores: dict[str, list[float]] = {}
+        mechanisms: dict[str, list[float]] = {}
         model = build_model(entry.model_cfg)
+        tokens = None
+        if not config.no_mechanisms and is_nope(model) and model.cfg.attention_dir == "causal":
+            task = entry.task
+            prompts = task.analysis_prompts(config.n_prompts, config.prompt_seed, entry.train_prompts)
+            tokens = task.prompt_tokens([task.example(p).prompt for p in prompts])
+        elif not config.no_mechanisms:
+            emit(log, f"{entry.label}: not a causal NoPE model; the layer-0 mechanisms are not measured")
         for step, path in progress(steps.items(), f"trajectory {entry.label}", log):
             load_state(model, io.load_weights(path), f"the weights {path}")
             res = analyze_model(model, entry.task, config.n_prompts, seed=config.prompt_seed,
                                 points=tuple(config.points), exclude=entry.train_prompts, protocol=config.protocol)
             for site in res.sites:
                 scores.setdefault(site, []).append(res.scores["row_mean"][site]["mean"])
-            emit(log, f"{entry.label} step {step}: " + ", ".join(
-                f"{short_label(s)} {v[-1]:.3f}" for s, v in scores.items()))
+            line = ", ".join(f"{short_label(s)} {v[-1]:.3f}" for s, v in scores.items())
+            if tokens is not None and tokens.shape[0] >= 1:
+                mechanisms.setdefault(MECHANISMS[0], []).append(layer0_attention_entropy(model, tokens))
+                for k, v in layer0_interventions(model, tokens).items():
+                    mechanisms.setdefault(f"l0_z_score_{k}", []).append(v)
+                line += "; L0 entropy {:.3f}, L0 z with uniform attention / neutral delimiters / both {}".format(
+                    mechanisms[MECHANISMS[0]][-1],
+                    " / ".join(f"{mechanisms[f'l0_z_score_{k}'][-1]:.3f}" for k in INTERVENTIONS[1:]))
+            emit(log, f"{entry.label} step {step}: {line}")
         metrics = io.read_jsonl(entry.run.path / io.METRICS_FILE)
         out.append(RunTrajectory(
             label=entry.label, task=entry.task.name, objective=entry.run.train_cfg.objective, steps=tuple(steps),
             sites=tuple(scores), scores={s: tuple(v) for s, v in scores.items()},
-            eval_steps=tuple(r["step"] for r in metrics), eval_acc=tuple(r["eval_acc"] for r in metrics)))
+            eval_steps=tuple(r["step"] for r in metrics), eval_acc=tuple(r["eval_acc"] for r in metrics),
+            mechanisms={k: tuple(v) for k, v in mechanisms.items()}))
     return TrajectoryResult(config=config, runs=tuple(out), wall_time_s=round(time.perf_counter() - t0, 1))
 
 
+#: How :func:`plot_trajectory` draws each mechanism: (legend name, colour, dash).
+MECHANISM_STYLE = {
+    "l0_z_score_none": ("L0 z as is", "black", "solid"),
+    "l0_z_score_uniform_attention": ("L0 z, uniform attention", LINE_COLOURS[0], "dash"),
+    "l0_z_score_neutral_delimiters": ("L0 z, neutral delimiters", LINE_COLOURS[1], "dash"),
+    "l0_z_score_both": ("L0 z, both undone", LINE_COLOURS[2], "solid"),
+    "l0_attention_entropy": ("L0 attention entropy", "gray", "solid"),
+}
+
+
 def plot_trajectory(run_traj: RunTrajectory, protocol: str = "full") -> go.Figure:
-    """Left: adjacency score vs step (log axis; step 0 drawn at 1), a line per site (colour = layer, solid =
+    """Top left: adjacency score vs step (log axis; step 0 drawn at 1), a line per site (colour = layer, solid =
     ``hook_z``, dashed = ``resid_post``, dotted = other sites, gray = embeddings), chance at 0.5.
-    Right: evaluation exact match vs step."""
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.65, 0.35],
-                        subplot_titles=[f"adjacency score (row mean, {protocol} inputs)", "eval exact match"])
+    Top right: evaluation exact match vs step. When the run has ``mechanisms``, a second row: the score at
+    ``blocks.0.attn.hook_z`` as is and with each explanation undone (left, chance and the paper's 0.8) and
+    layer 0's attention entropy relative to uniform (right), on full-length prompts."""
+    mech = run_traj.mechanisms
+    rows = 2 if mech else 1
+    titles = [f"adjacency score (row mean, {protocol} inputs)", "eval exact match"]
+    if mech:
+        titles += ["causal test: L0 hook_z with each explanation undone (full inputs)",
+                   "L0 attention entropy (1 = uniform)"]
+    fig = make_subplots(rows=rows, cols=2, column_widths=[0.65, 0.35], subplot_titles=titles,
+                        vertical_spacing=0.14 if mech else 0.08)
     x = [max(1, s) for s in run_traj.steps]
     layers = [int(site.split(".")[1]) for site in run_traj.sites if site.startswith("blocks.")]
     n_colors = max(layers, default=0) + 1
@@ -228,11 +286,21 @@ def plot_trajectory(run_traj: RunTrajectory, protocol: str = "full") -> go.Figur
     fig.add_hline(y=0.5, line_dash="dot", line_color="gray", annotation_text="chance", row=1, col=1)
     fig.add_trace(go.Scatter(x=[max(1, s) for s in run_traj.eval_steps], y=list(run_traj.eval_acc),
                              mode="lines", name="eval exact match", line={"color": "black"}), row=1, col=2)
+    for key, values in mech.items():
+        name, color, dash = MECHANISM_STYLE[key]
+        col = 2 if key == "l0_attention_entropy" else 1
+        fig.add_trace(go.Scatter(x=x, y=list(values), mode="lines+markers", name=name,
+                                 line={"color": color, "dash": dash}, marker={"color": color, "size": 5},
+                                 customdata=list(run_traj.steps), hovertemplate="step %{customdata}: %{y:.3f}"),
+                      row=2, col=col)
+    if mech:
+        fig.add_hline(y=0.5, line_dash="dot", line_color="gray", annotation_text="chance", row=2, col=1)
+        fig.add_hline(y=0.8, line_dash="dot", line_color="green", annotation_text="paper: 0.8-1.0", row=2, col=1)
     fig.update_xaxes(type="log", title_text="step (0 drawn at 1)")
     fig.update_yaxes(range=[0, 1.05])
     fig.update_layout(title=f"{run_traj.label} ({run_traj.task}, {run_traj.objective} objective): "
-                            "adjacency through training", width=1150, height=560,
-                      legend={"orientation": "h", "yanchor": "top", "y": -0.22, "x": 0})
+                            "adjacency through training", width=1150, height=900 if mech else 560,
+                      legend={"orientation": "h", "yanchor": "top", "y": -0.12 if mech else -0.22, "x": 0})
     return fig
 
 
