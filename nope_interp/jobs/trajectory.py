@@ -248,7 +248,7 @@ def run(config: TrajectoryConfig, models: list[ModelEntry] | None = None, *, log
 
 #: How :func:`plot_trajectory` draws each mechanism: (legend name, colour, dash).
 MECHANISM_STYLE = {
-    "l0_z_score_none": ("L0 z as is", "black", "solid"),
+    "l0_z_score_none": ("L0 z as is", sample_colorscale("Viridis", [0.0])[0], "solid"),  # as L0 z above
     "l0_z_score_uniform_attention": ("L0 z, uniform attention", LINE_COLOURS[0], "dash"),
     "l0_z_score_neutral_delimiters": ("L0 z, neutral delimiters", LINE_COLOURS[1], "dash"),
     "l0_z_score_both": ("L0 z, both undone", LINE_COLOURS[2], "solid"),
