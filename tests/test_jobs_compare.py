@@ -70,6 +70,11 @@ def test_groups_statistics_and_verdicts(tiny_runs, tmp_path):
     assert len(data["groups"]) == 2 and data["config"]["protocols"] == ["full", "authors"]
     md = (tmp_path / "results" / "compare" / "compare.md").read_text()
     assert "## Verdicts" in md and group.recipe in md
+    # the causal test: per seed, the diagnostics' own numbers; one row per trained model in the per-seed table
+    s0 = group.seeds[0]
+    assert s0.diagnostics["trained"]["l0_z_score_none"] == pytest.approx(s0.scores["full"]["trained"][z], abs=1e-12)
+    per_seed_rows = [line for line in md.splitlines() if line.startswith("| ") and f"| {s0.label} |" in line]
+    assert len(per_seed_rows) == 1 and f"{s0.diagnostics['trained']['l0_z_score_both']:.3f}" in per_seed_rows[0]
 
 
 def test_bad_config_and_initialised_models_are_refused():

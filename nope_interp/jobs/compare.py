@@ -291,6 +291,17 @@ def render_markdown(result: dict[str, Any]) -> str:
             if "l0_z_score_none" in d:
                 lines.append(f"| {g['task']} | {g['recipe']} | {kind} | " + " | ".join(
                     f"{d['l0_z_score_' + i]:.3f}" for i in INTERVENTIONS) + " |")
+    lines += ["", "Per trained model (each seed):", "",
+              "| task | recipe | model | test exact match | L0 attention entropy | as is | uniform attention "
+              "| neutral delimiters | both |", "|---|---|---|---|---|---|---|---|---|"]
+    for g in result["groups"]:
+        for sd in g["seeds"]:
+            d = sd["diagnostics"]["trained"]
+            if "l0_z_score_none" in d:
+                acc = "n/a" if sd["test_acc"] is None else f"{sd['test_acc']:.4f}"
+                lines.append(f"| {g['task']} | {g['recipe']} | {sd['label']} | {acc} | "
+                             f"{d['l0_attention_entropy']:.3f} | "
+                             + " | ".join(f"{d['l0_z_score_' + i]:.3f}" for i in INTERVENTIONS) + " |")
     lines += ["", "## Verdicts", "", "Verdict on the mean over seeds; `seeds in range` counts the seeds inside "
               "the claimed range.", "",
               "| task | recipe | protocol | model | site | claim | mean ± std | seeds in range | verdict |",
