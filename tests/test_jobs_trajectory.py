@@ -57,7 +57,7 @@ def test_scores_equal_analysing_each_kept_checkpoint(tiny_addition_run_with_kept
     assert r.mechanisms["l0_z_score_none"][1] == r.scores["blocks.0.attn.hook_z"][1]  # full protocol: the same
     assert "l0_z_score_both" in r.rows()[1]
     fig = trajectory.plot_trajectory(r)
-    assert [t.name for t in fig.data if t.xaxis == "x3"] == ["L0 z as is", "L0 z, uniform attention",
+    assert [t.name for t in fig.data if t.xaxis == "x3"] == ["L0 z as is (full inputs)", "L0 z, uniform attention",
                                                             "L0 z, neutral delimiters", "L0 z, both undone"]
     assert [t.name for t in fig.data if t.xaxis == "x4"] == ["L0 attention entropy"]
     skipped = trajectory.run(trajectory.TrajectoryConfig(n_prompts=8, points=("z",), no_mechanisms=True), entries)

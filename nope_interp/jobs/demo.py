@@ -391,17 +391,18 @@ def render_summary(summary: dict[str, Any]) -> str:
             for kind, d in t["diagnostics"].items():
                 lines.append(f"| {name} | {kind} | {d['l0_attention_entropy']:.3f} | {d['l0_z_positional_share']:.3f} "
                              f"| {d['digit_value_spread']:.3f} | {d['delimiter_value_norm_ratio']:.2f} |")
-        lines += ["", "Causal check: the row-mean score at `blocks.0.attn.hook_z` with layer 0's attention made "
-                  "uniform (undoes attention collapse), with the delimiters' layer-0 values resampled from the "
-                  "digits' (undoes a delimiter-keyed code), and both (nope_interp.diagnostics.layer0_interventions). "
-                  "An explanation holds when undoing it brings the score back towards the initialised model's.", "",
-                  "| task | model | as is | uniform attention | neutral delimiters | both |",
-                  "|---|---|---|---|---|---|"]
-        for name, t in diag:
-            for kind, d in t["diagnostics"].items():
-                if "l0_z_score_none" in d:
-                    lines.append(f"| {name} | {kind} | " + " | ".join(f"{d['l0_z_score_' + i]:.3f}"
-                                                                     for i in INTERVENTIONS) + " |")
+        if any("l0_z_score_none" in d for _, t in diag for d in t["diagnostics"].values()):
+            lines += ["", "Causal check: the row-mean score at `blocks.0.attn.hook_z` with layer 0's attention made "
+                      "uniform (undoes any non-uniform attention, collapse among others), with the delimiters' "
+                      "layer-0 values resampled from the digits' (removes what the delimiters' values carry, a "
+                      "delimiter-keyed code among others), and both (nope_interp.diagnostics.layer0_interventions).",
+                      "", "| task | model | as is | uniform attention | neutral delimiters | both |",
+                      "|---|---|---|---|---|---|"]
+            for name, t in diag:
+                for kind, d in t["diagnostics"].items():
+                    if "l0_z_score_none" in d:
+                        lines.append(f"| {name} | {kind} | " + " | ".join(f"{d['l0_z_score_' + i]:.3f}"
+                                                                         for i in INTERVENTIONS) + " |")
         lines.append("")
     lines += ["## Figures", ""] + [f"- `{p}`" for p in summary["figures"]]
     lines += ["", f"Demo wall time: {summary['wall_time_s']} s. Commit: {summary.get('git_commit')}.", ""]

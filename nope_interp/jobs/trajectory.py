@@ -24,7 +24,12 @@ import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.analysis import analyze_model
 from nope_interp.config import FrozenConfig, check_choice, check_choices, check_int, opt
-from nope_interp.diagnostics import INTERVENTIONS, is_nope, layer0_attention_entropy, layer0_interventions
+from nope_interp.diagnostics import (
+    INTERVENTIONS,
+    layer0_attention_entropy,
+    layer0_interventions,
+    layer0_interventions_unsupported,
+)
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, short_label
 from nope_interp.jobs.common import Log, ModelEntry, emit, progress
@@ -216,12 +221,13 @@ def run(config: TrajectoryConfig, models: list[ModelEntry] | None = None, *, log
         mechanisms: dict[str, list[float]] = {}
         model = build_model(entry.model_cfg)
         tokens = None
-        if not config.no_mechanisms and is_nope(model) and model.cfg.attention_dir == "causal":
+        why = layer0_interventions_unsupported(model)
+        if not config.no_mechanisms and why is None:
             task = entry.task
             prompts = task.analysis_prompts(config.n_prompts, config.prompt_seed, entry.train_prompts)
             tokens = task.prompt_tokens([task.example(p).prompt for p in prompts])
         elif not config.no_mechanisms:
-            emit(log, f"{entry.label}: not a causal NoPE model; the layer-0 mechanisms are not measured")
+            emit(log, f"{entry.label}: the layer-0 mechanisms are not measured: {why}")
         for step, path in progress(steps.items(), f"trajectory {entry.label}", log):
             load_state(model, io.load_weights(path), f"the weights {path}")
             res = analyze_model(model, entry.task, config.n_prompts, seed=config.prompt_seed,
@@ -229,7 +235,7 @@ def run(config: TrajectoryConfig, models: list[ModelEntry] | None = None, *, log
             for site in res.sites:
                 scores.setdefault(site, []).append(res.scores["row_mean"][site]["mean"])
             line = ", ".join(f"{short_label(s)} {v[-1]:.3f}" for s, v in scores.items())
-            if tokens is not None and tokens.shape[0] >= 1:
+            if tokens is not None:
                 mechanisms.setdefault(MECHANISMS[0], []).append(layer0_attention_entropy(model, tokens))
                 for k, v in layer0_interventions(model, tokens).items():
                     mechanisms.setdefault(f"l0_z_score_{k}", []).append(v)
@@ -248,7 +254,7 @@ def run(config: TrajectoryConfig, models: list[ModelEntry] | None = None, *, log
 
 #: How :func:`plot_trajectory` draws each mechanism: (legend name, colour, dash).
 MECHANISM_STYLE = {
-    "l0_z_score_none": ("L0 z as is", sample_colorscale("Viridis", [0.0])[0], "solid"),  # as L0 z above
+    "l0_z_score_none": ("L0 z as is (full inputs)", sample_colorscale("Viridis", [0.0])[0], "solid"),
     "l0_z_score_uniform_attention": ("L0 z, uniform attention", LINE_COLOURS[0], "dash"),
     "l0_z_score_neutral_delimiters": ("L0 z, neutral delimiters", LINE_COLOURS[1], "dash"),
     "l0_z_score_both": ("L0 z, both undone", LINE_COLOURS[2], "solid"),
