@@ -105,11 +105,16 @@ class ValueGeometry:
         delimiter_norm_ratio: mean norm of the task's non-digit prompt characters' values divided by the
             digits' mean norm (> 1: delimiters carry longer values).
         delimiters: the non-digit characters of the task's prompts.
+        digit_participation_ratio: ``(sum l)^2 / sum l^2`` of the eigenvalues ``l`` of the 10 digits' value
+            covariance, in [1, 9]: how many directions the digits' values spread over (NaN if they are all
+            equal). Uniform averaging of values confined to few directions gives a weaker "nearer is more
+            similar" pattern than averaging generic ones.
     """
 
     digit_spread: float
     delimiter_norm_ratio: float
     delimiters: str
+    digit_participation_ratio: float = float("nan")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
@@ -147,7 +152,24 @@ def value_geometry(model: HookedTransformer, task: tasks_pkg.Task) -> ValueGeome
     centroid = digits.mean(0)
     spread = float(((digits - centroid) ** 2).sum(-1).mean().sqrt() / centroid.norm().clamp_min(1e-300))
     ratio = float(delims.norm(dim=-1).mean() / digits.norm(dim=-1).mean()) if len(delims) else float("nan")
-    return ValueGeometry(digit_spread=spread, delimiter_norm_ratio=ratio, delimiters=delimiters)
+    return ValueGeometry(digit_spread=spread, delimiter_norm_ratio=ratio, delimiters=delimiters,
+                         digit_participation_ratio=participation_ratio(digits))
+
+
+def participation_ratio(x: Float[Tensor, "n d"]) -> float:
+    """``(sum l)^2 / sum l^2`` over the eigenvalues ``l`` of the covariance of the rows of ``x`` (centred), in
+    [1, min(n - 1, d)]: the effective number of directions the rows spread over (Gao et al., 2017, "A theory
+    of multineuronal dimensionality"). NaN when the rows are all equal.
+
+    Raises:
+        NopeInterpError: ``x`` is not 2-D with at least 2 rows.
+    """
+    if x.ndim != 2 or x.shape[0] < 2:
+        raise NopeInterpError(f"participation_ratio needs (n >= 2, d) vectors, got {tuple(x.shape)}")
+    c = x.double() - x.double().mean(0)
+    eig = torch.linalg.svdvals(c) ** 2  # the covariance eigenvalues up to a common factor
+    total = float(eig.sum())
+    return float("nan") if total == 0.0 else total**2 / float((eig**2).sum())
 
 
 def _content_values(model: HookedTransformer, content_ids: list[int]) -> Float[Tensor, "content head d_head"]:
@@ -286,9 +308,10 @@ def _layer0_interventions(model: HookedTransformer, tokens: Tensor, content_ids:
 def diagnose(model: HookedTransformer, task: tasks_pkg.Task, tokens: Int[Tensor, "batch pos"]) -> dict[str, Any]:
     """All diagnostics on ``tokens`` (``Int[Tensor, "batch pos"]``, batch >= 2, pos >= 3): ``l0_attention_entropy``,
     ``l0_z_positional_share`` (at ``blocks.0.attn.hook_z``), ``digit_value_spread``,
-    ``delimiter_value_norm_ratio``, and, where :func:`layer0_interventions` applies (causal attention without
-    a sliding window), ``l0_z_score_<intervention>`` for each of :data:`INTERVENTIONS` (content = the
-    digits). Measured in eval mode (the model's mode is restored after).
+    ``delimiter_value_norm_ratio``, ``digit_value_participation_ratio`` (:func:`value_geometry`), and, where
+    :func:`layer0_interventions` applies (causal attention without a sliding window),
+    ``l0_z_score_<intervention>`` for each of :data:`INTERVENTIONS` (content = the digits). Measured in eval
+    mode (the model's mode is restored after).
 
     Raises:
         NopeInterpError: ``tokens`` that are not a 2-D integer tensor of ids in ``[0, d_vocab)``
@@ -305,7 +328,8 @@ def diagnose(model: HookedTransformer, task: tasks_pkg.Task, tokens: Int[Tensor,
     geo = value_geometry(model, task)
     out = {"l0_attention_entropy": layer0_attention_entropy(model, tokens),
            "l0_z_positional_share": positional_share(cache[name].flatten(-2).cpu()),
-           "digit_value_spread": geo.digit_spread, "delimiter_value_norm_ratio": geo.delimiter_norm_ratio}
+           "digit_value_spread": geo.digit_spread, "delimiter_value_norm_ratio": geo.delimiter_norm_ratio,
+           "digit_value_participation_ratio": geo.digit_participation_ratio}
     if layer0_interventions_unsupported(model) is None:
         with degenerate_report("diagnose", stacklevel=4):
             out.update({f"l0_z_score_{k}": v for k, v in layer0_interventions(model, tokens).items()})

@@ -28,6 +28,7 @@ def test_uniform_attention_has_entropy_one_and_equal_embeddings_collapse_the_val
     assert layer0_attention_entropy(model, tokens) == pytest.approx(1.0, abs=1e-6)
     fresh = value_geometry(build_model(tiny_cfg.replace(seed=4)), task)
     assert fresh.digit_spread > 1.0 and fresh.delimiters == "$+="
+    assert 5.0 < fresh.digit_participation_ratio <= 9.0   # random init: the 10 values spread over many directions
     with torch.no_grad():
         model.embed.W_E[:] = model.embed.W_E[tasks.encode("7")[0]]   # every token the same vector
     geo = value_geometry(model, task)
@@ -39,7 +40,8 @@ def test_uniform_attention_has_entropy_one_and_equal_embeddings_collapse_the_val
         d = diagnose(model, task, tokens)   # every position the same vector: warned once, not four times
     assert len([w for w in caught if issubclass(w.category, DegenerateInputWarning)]) == 1
     assert set(d) == {"l0_attention_entropy", "l0_z_positional_share", "digit_value_spread",
-                      "delimiter_value_norm_ratio", "l0_z_score_none", "l0_z_score_uniform_attention",
+                      "delimiter_value_norm_ratio", "digit_value_participation_ratio",
+                      "l0_z_score_none", "l0_z_score_uniform_attention",
                       "l0_z_score_neutral_delimiters", "l0_z_score_both"}
 
 
@@ -303,3 +305,22 @@ def test_the_degenerate_warning_points_at_the_caller(tiny_cfg):
             call()
         found = [w for w in caught if issubclass(w.category, DegenerateInputWarning)]
         assert len(found) == 1 and found[0].filename == __file__, [(w.filename, w.lineno) for w in found]
+
+
+def test_participation_ratio_closed_forms_and_numpy():
+    import numpy as np
+
+    from nope_interp.diagnostics import participation_ratio
+    from nope_interp.errors import NopeInterpError
+
+    assert participation_ratio(torch.eye(10)) == pytest.approx(9.0)              # a simplex: 9 equal directions
+    u = torch.randn(7, generator=torch.Generator().manual_seed(0))
+    assert participation_ratio(torch.arange(10.0)[:, None] * u) == pytest.approx(1.0)   # a line
+    two = torch.tensor([[1.0, 0, 0], [-1, 0, 0], [0, 1, 0], [0, -1, 0]])
+    assert participation_ratio(two) == pytest.approx(2.0)
+    x = torch.randn(10, 32, generator=torch.Generator().manual_seed(1)) * torch.linspace(0.1, 3, 32)
+    lam = np.linalg.eigvalsh(np.cov(x.double().numpy().T))
+    assert participation_ratio(x) == pytest.approx(lam.sum() ** 2 / (lam**2).sum(), rel=1e-9)
+    assert np.isnan(participation_ratio(torch.ones(4, 3)))
+    with pytest.raises(NopeInterpError, match="n >= 2"):
+        participation_ratio(torch.ones(1, 3))

@@ -272,12 +272,14 @@ def render_markdown(result: dict[str, Any]) -> str:
             lines.append(f"| {g['task']} | {g['recipe']} | {p} | " + " | ".join(cells) + " |")
     lines += ["", "## Layer-0 diagnostics of the trained models (mean over seeds, full protocol)", "",
               "| task | recipe | L0 attention entropy | positional share of L0 hook_z | digit value spread "
-              "| delimiter / digit value norm |", "|---|---|---|---|---|---|"]
+              "| delimiter / digit value norm | digit value participation ratio (of 9) |",
+              "|---|---|---|---|---|---|---|"]
     for g in result["groups"]:
         d = g["diagnostics"]["trained"]
+        pr = d.get("digit_value_participation_ratio")
         lines.append(f"| {g['task']} | {g['recipe']} | {d['l0_attention_entropy']:.3f} | "
                      f"{d['l0_z_positional_share']:.3f} | {d['digit_value_spread']:.3f} | "
-                     f"{d['delimiter_value_norm_ratio']:.2f} |")
+                     f"{d['delimiter_value_norm_ratio']:.2f} | {'-' if pr is None else format(pr, '.2f')} |")
     if any("l0_z_score_none" in g["diagnostics"]["trained"] for g in result["groups"]):
         lines += ["", "## Which explanation holds? L0 hook_z with each one undone (full protocol)", "",
                   "Row-mean score at `blocks.0.attn.hook_z` with layer 0's attention made uniform (undoes any "
@@ -296,15 +298,17 @@ def render_markdown(result: dict[str, Any]) -> str:
                     lines.append(f"| {g['task']} | {g['recipe']} | {kind} | " + " | ".join(
                         f"{d['l0_z_score_' + i]:.3f}" for i in INTERVENTIONS) + " |")
         lines += ["", "Per trained model (each seed):", "",
-                  "| task | recipe | model | test exact match | L0 attention entropy | as is | uniform attention "
-                  "| neutral delimiters | both |", "|---|---|---|---|---|---|---|---|---|"]
+                  "| task | recipe | model | test exact match | L0 attention entropy | digit value participation "
+                  "ratio | as is | uniform attention | neutral delimiters | both |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for g in result["groups"]:
             for sd in g["seeds"]:
                 d = sd["diagnostics"]["trained"]
                 if "l0_z_score_none" in d:
                     acc = "n/a" if sd["test_acc"] is None else f"{sd['test_acc']:.4f}"
+                    pr = d.get("digit_value_participation_ratio")
                     lines.append(f"| {g['task']} | {g['recipe']} | {sd['label']} | {acc} | "
-                                 f"{d['l0_attention_entropy']:.3f} | "
+                                 f"{d['l0_attention_entropy']:.3f} | {'-' if pr is None else format(pr, '.2f')} | "
                                  + " | ".join(f"{d['l0_z_score_' + i]:.3f}" for i in INTERVENTIONS) + " |")
     lines += ["", "## Verdicts", "", "Verdict on the mean over seeds; `seeds in range` counts the seeds inside "
               "the claimed range.", "",
