@@ -383,14 +383,17 @@ def render_summary(summary: dict[str, Any]) -> str:
                   "Relative entropy of layer-0 attention (1 = uniform: averaging is possible; near 0: attention "
                   "collapsed), the share of the second moment of `blocks.0.attn.hook_z` held by the per-position "
                   "mean (1 = purely positional), the spread of the digits' layer-0 value vectors around their "
-                  "centroid (relative to its norm; small = collapsed) and the delimiters' value norm relative to "
-                  "the digits' (see nope_interp/diagnostics.py).", "",
+                  "centroid (relative to its norm; small = collapsed), the delimiters' value norm relative to "
+                  "the digits', and how many directions the digits' values span (participation ratio, at most 9; "
+                  "see nope_interp/diagnostics.py).", "",
                   "| task | model | L0 attention entropy | positional share of L0 hook_z | digit value spread "
-                  "| delimiter / digit value norm |", "|---|---|---|---|---|---|"]
+                  "| delimiter / digit value norm | digit value participation ratio |", "|---|---|---|---|---|---|---|"]
         for name, t in diag:
             for kind, d in t["diagnostics"].items():
+                pr = d.get("digit_value_participation_ratio")
                 lines.append(f"| {name} | {kind} | {d['l0_attention_entropy']:.3f} | {d['l0_z_positional_share']:.3f} "
-                             f"| {d['digit_value_spread']:.3f} | {d['delimiter_value_norm_ratio']:.2f} |")
+                             f"| {d['digit_value_spread']:.3f} | {d['delimiter_value_norm_ratio']:.2f} "
+                             f"| {'-' if pr is None else format(pr, '.2f')} |")
         if any("l0_z_score_none" in d for _, t in diag for d in t["diagnostics"].values()):
             lines += ["", "Causal check: the row-mean score at `blocks.0.attn.hook_z` with layer 0's attention made "
                       "uniform (undoes any non-uniform attention, collapse among others), with the delimiters' "
