@@ -14,6 +14,7 @@ The measurements that use these functions on models are in :mod:`nope_interp.ave
 """
 
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -75,21 +76,37 @@ def attention_entropy(pattern: Float[Tensor, "*batch query_pos key_pos"]) -> Flo
 
 
 def relative_entropy_to_uniform(
-    pattern: Float[Tensor, "*batch query_pos key_pos"], causal: bool = True
+    pattern: Float[Tensor, "*batch query_pos key_pos"], causal: bool = True, window: int | None = None
 ) -> Float[Tensor, "*batch query_pos"]:
     """Row entropy divided by the entropy of uniform attention over the row's allowed keys.
 
-    Causal: log(q+1) for query q (row 0, a single key, is NaN: its entropy is 0 either way).
+    Causal: log(q+1) for query q; with a sliding ``window`` (query q sees keys q - window + 1 .. q, as
+    TransformerLens's local attention), log(min(q+1, window)). A row with a single allowed key (row 0, or
+    every row when ``window == 1``) is NaN: its entropy is 0 either way.
     Bidirectional (``causal=False``): log(key_pos) for every row. 1.0 means uniform, 0.0 one-hot.
+
+    Raises:
+        NopeInterpError: ``window`` below 1, or given with ``causal=False``.
     """
     n = pattern.shape[-1]
     h = attention_entropy(pattern)
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1 or not causal):
+        raise NopeInterpError(f"window must be an integer >= 1 with causal attention, got {window!r} "
+                              f"(causal={causal})")
     if not causal:
         return h / math.log(n) if n > 1 else torch.full_like(h, float("nan"))
-    denom = torch.log(torch.arange(1, n + 1, dtype=torch.float64, device=h.device))
-    out = h / denom.clamp_min(1e-300)
-    out[..., 0] = float("nan")
+    keys = torch.arange(1, n + 1, dtype=torch.float64, device=h.device)
+    if window is not None:
+        keys = keys.clamp_max(window)
+    out = h / torch.log(keys).clamp_min(1e-300)
+    out[..., keys == 1] = float("nan")
     return out
+
+
+def attention_window(cfg: Any) -> int | None:
+    """The sliding-window size of a TransformerLens config with local attention (``use_local_attn``), else
+    None (every earlier key allowed)."""
+    return int(cfg.window_size) if getattr(cfg, "use_local_attn", False) else None
 
 
 def random_causal_pattern(

@@ -30,7 +30,7 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 
 import tasks as tasks_pkg
-from nope_interp.averaging import relative_entropy_to_uniform
+from nope_interp.averaging import attention_window, relative_entropy_to_uniform
 from nope_interp.config import check_int
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import hook_name
@@ -70,18 +70,21 @@ def _checked_tokens(model: HookedTransformer, tokens: Tensor) -> Tensor:
 def _eval_mode(model: HookedTransformer) -> Iterator[None]:
     """Within the block ``model`` is in eval mode (no dropout: the diagnostics are deterministic); its mode
     is restored after, also on an exception."""
-    was_training = model.training
+    modes = [(m, m.training) for m in model.modules()]
     model.eval()
     try:
         yield
     finally:
-        model.train(was_training)
+        for m, training in modes:
+            m.training = training
 
 
 @torch.no_grad()
 def layer0_attention_entropy(model: HookedTransformer, tokens: Int[Tensor, "batch pos"]) -> float:
-    """Mean relative entropy (1 = uniform causal attention, 0 = one key) of layer 0's attention rows >= 1,
-    over heads and prompts, in [0, 1]. Measured in eval mode (the model's mode is restored after).
+    """Mean relative entropy (1 = uniform over the allowed keys, 0 = one key) of layer 0's attention rows >= 1,
+    over heads and prompts, in [0, 1]; the allowed keys follow the model's attention (causal, sliding window,
+    bidirectional; NaN with a window of 1, where no row has a choice). Measured in eval mode (the model's
+    mode is restored after).
 
     Raises:
         NopeInterpError: ``tokens`` that are not a 2-D integer tensor of ids in ``[0, d_vocab)``
@@ -92,7 +95,8 @@ def layer0_attention_entropy(model: HookedTransformer, tokens: Int[Tensor, "batc
     with _eval_mode(model):
         _, cache = model.run_with_cache(tokens.to(model.cfg.device), names_filter=name, return_type=None)
     causal = model.cfg.attention_dir == "causal"
-    return float(relative_entropy_to_uniform(cache[name].cpu(), causal)[..., 1:].mean())
+    rel = relative_entropy_to_uniform(cache[name].cpu(), causal, attention_window(model.cfg))
+    return float(rel[..., 1:].mean())
 
 
 @dataclass(frozen=True)
@@ -127,9 +131,19 @@ def is_nope(model: HookedTransformer) -> bool:
     return model.cfg.positional_embedding_type == "standard" and not bool(torch.any(model.W_pos != 0))
 
 
-def _require_nope(model: HookedTransformer, what: str) -> None:
-    if not is_nope(model):
-        raise NopeInterpError(f"{what} applies to NoPE models (values depend on the token only)")
+def _position_in_values(model: HookedTransformer) -> str | None:
+    """Why layer 0's value vectors depend on position (positional embeddings added to the residual stream), or
+    None when they depend on the token only: NoPE, or rotary (which rotates queries and keys, not values)."""
+    if model.cfg.positional_embedding_type == "rotary" or is_nope(model):
+        return None
+    return f"{model.cfg.positional_embedding_type} positional embeddings (layer-0 values depend on position)"
+
+
+def _check_ids(model: HookedTransformer, ids: list[int], what: str) -> None:
+    bad = [i for i in ids if i >= model.cfg.d_vocab]
+    if bad:
+        raise NopeInterpError(f"{what}: {tasks_pkg.decode([bad[0]])!r} has token id {bad[0]}, outside the model's "
+                              f"vocabulary [0, {model.cfg.d_vocab})")
 
 
 @torch.no_grad()
@@ -138,38 +152,54 @@ def value_geometry(model: HookedTransformer, task: tasks_pkg.Task) -> ValueGeome
 
     Raises:
         NopeInterpError: a model whose first layer has positional embeddings in its input (then values
-            depend on position too, and this measurement does not apply).
+            depend on position too, and this measurement does not apply); a task character outside the
+            model's ``d_vocab``.
     """
-    _require_nope(model, "value_geometry")
+    why = _position_in_values(model)
+    if why is not None:
+        raise NopeInterpError(f"value_geometry does not apply to this model: {why}")
     prompt = task.analysis_prompts(1, seed=0)[0]
     delimiters = "".join(sorted({c for c in prompt if c not in DIGITS}))
     ids = {c: tasks_pkg.encode(c)[0] for c in DIGITS + delimiters}
+    _check_ids(model, list(ids.values()), f"value_geometry on {task.name}")
     emb = model.W_E[list(ids.values())].unsqueeze(0)  # 1 tok d_model
     block = model.blocks[0]
-    v = torch.einsum("td,hdk->thk", block.ln1(emb)[0], block.attn.W_V) + block.attn.b_V
-    v = v.flatten(1).double()
+    v32 = (torch.einsum("td,hdk->thk", block.ln1(emb)[0], block.attn.W_V) + block.attn.b_V).flatten(1)
+    v = v32.double()
     digits, delims = v[: len(DIGITS)], v[len(DIGITS) :]
     centroid = digits.mean(0)
     spread = float(((digits - centroid) ** 2).sum(-1).mean().sqrt() / centroid.norm().clamp_min(1e-300))
     ratio = float(delims.norm(dim=-1).mean() / digits.norm(dim=-1).mean()) if len(delims) else float("nan")
     return ValueGeometry(digit_spread=spread, delimiter_norm_ratio=ratio, delimiters=delimiters,
-                         digit_participation_ratio=participation_ratio(digits))
+                         digit_participation_ratio=participation_ratio(v32[: len(DIGITS)]))
 
 
 def participation_ratio(x: Float[Tensor, "n d"]) -> float:
     """``(sum l)^2 / sum l^2`` over the eigenvalues ``l`` of the covariance of the rows of ``x`` (centred), in
     [1, min(n - 1, d)]: the effective number of directions the rows spread over (Gao et al., 2017, "A theory
-    of multineuronal dimensionality"). NaN when the rows are all equal.
+    of multineuronal dimensionality"). Scale-free; computed in float64 on the rescaled rows, so tiny and huge
+    values work. NaN when the rows are equal up to rounding (their spread around the mean is at most 128
+    ulps of ``x``'s dtype relative to the rows' norm: then what is left is rounding, not directions) or
+    ``x`` holds NaN or inf.
 
     Raises:
-        NopeInterpError: ``x`` is not 2-D with at least 2 rows.
+        NopeInterpError: ``x`` is not a real floating tensor of shape (n >= 2, d >= 1).
     """
-    if x.ndim != 2 or x.shape[0] < 2:
-        raise NopeInterpError(f"participation_ratio needs (n >= 2, d) vectors, got {tuple(x.shape)}")
-    c = x.double() - x.double().mean(0)
+    if not isinstance(x, Tensor) or not x.is_floating_point() or x.ndim != 2 or x.shape[0] < 2 or x.shape[1] < 1:
+        what = f"a {x.dtype} tensor of shape {tuple(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
+        raise NopeInterpError(f"participation_ratio needs a real floating (n >= 2, d >= 1) tensor, got {what}")
+    if not bool(torch.isfinite(x).all()):
+        return float("nan")
+    x64 = x.double()
+    scale = float(x64.abs().max())
+    if scale == 0.0:
+        return float("nan")
+    x64 = x64 / scale
+    c = x64 - x64.mean(0)
+    if float(c.norm()) <= 128 * torch.finfo(x.dtype).eps * float(x64.norm()):
+        return float("nan")
     eig = torch.linalg.svdvals(c) ** 2  # the covariance eigenvalues up to a common factor
-    total = float(eig.sum())
-    return float("nan") if total == 0.0 else total**2 / float((eig**2).sum())
+    return float(eig.sum()) ** 2 / float((eig**2).sum())
 
 
 def _content_values(model: HookedTransformer, content_ids: list[int]) -> Float[Tensor, "content head d_head"]:
@@ -181,25 +211,51 @@ def _content_values(model: HookedTransformer, content_ids: list[int]) -> Float[T
     return cache[name][:, 0]
 
 
-def _neutral_delimiters_hook(delimiter: Tensor, values: Tensor, generator: torch.Generator):
-    """A ``blocks.0.attn.hook_v`` hook that gives every delimiter position (``delimiter``: batch pos) the value
-    of a content token drawn at random (uniformly, independently per occurrence, from ``generator``)."""
-    draw = torch.randint(values.shape[0], delimiter.shape, generator=generator)
-    replacement = values[draw.to(values.device)]  # batch pos head d_head
+def _draw_content(tokens: Tensor, content_ids: list[int], generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """``(delimiter, index)``, both ``batch pos``: which positions hold a non-content token, and the index into
+    ``content_ids`` of the value each position gets (its own token's for content tokens; a uniform draw for
+    delimiters). A draw never gives positions 0 and 1 the same value (when a delimiter is among them and
+    there are 2+ content tokens): their layer-0 outputs would be parallel, an exact tie in every later row
+    that float rounding decides (ties count as failures), a bias of up to -0.02 in the mean score. The
+    generator gives one ``batch pos`` draw, then one ``batch`` redraw used only there."""
+    n = len(content_ids)
+    ids = torch.tensor(content_ids)
+    tok = tokens.cpu()
+    delimiter = ~torch.isin(tok, ids)
+    draw = torch.randint(n, tok.shape, generator=generator)
+    redraw = torch.randint(max(n - 1, 1), (tok.shape[0],), generator=generator)
+    own = torch.searchsorted(ids, tok.clamp(ids[0], ids[-1]))  # the content index of content tokens
+    index = torch.where(delimiter, draw, own)
+    if n > 1 and tok.shape[1] >= 2:
+        clash = index[:, 0] == index[:, 1]
+        fix1 = clash & delimiter[:, 1]                     # redraw position 1, avoiding position 0's value
+        fix0 = clash & ~delimiter[:, 1] & delimiter[:, 0]  # else position 0, avoiding position 1's
+        index[:, 1] = torch.where(fix1, redraw + (redraw >= index[:, 0]).long(), index[:, 1])
+        index[:, 0] = torch.where(fix0, redraw + (redraw >= index[:, 1]).long(), index[:, 0])
+    return delimiter, index
+
+
+def _neutral_delimiters_hook(delimiter: Tensor, index: Tensor, values: Tensor):
+    """A ``blocks.0.attn.hook_v`` hook that gives every delimiter position the value of the content token
+    ``index`` names (:func:`_draw_content`)."""
+    replacement = values[index.to(values.device)]  # batch pos head d_head
+    mask = delimiter.to(values.device)[..., None, None]
 
     def hook(v: Float[Tensor, "batch pos head d_head"], hook: Any = None) -> Tensor:
-        return torch.where(delimiter[..., None, None], replacement.to(v.dtype), v)
+        return torch.where(mask, replacement.to(v.dtype), v)
 
     return hook_name("v", 0), hook
 
 
 def layer0_interventions_unsupported(model: HookedTransformer) -> str | None:
     """Why :func:`layer0_interventions` does not apply to ``model``, or None when it does: positional
-    embeddings or rotary attention (values then depend on position), attention that is not causal, or
+    embeddings added to the residual stream (values then depend on position; NoPE and rotary models
+    qualify: rotary rotates queries and keys only), attention that is not causal, or
     sliding-window (local) attention (the uniform replacement, uniform over every earlier position, would
     let keys outside the window in)."""
-    if not is_nope(model):
-        return "not a NoPE model (values depend on position)"
+    why = _position_in_values(model)
+    if why is not None:
+        return why
     if model.cfg.attention_dir != "causal":
         return f"{model.cfg.attention_dir} attention (the uniform replacement is the uniform causal pattern)"
     if getattr(model.cfg, "use_local_attn", False) or getattr(model.cfg, "attn_types", None):
@@ -220,8 +276,9 @@ def layer0_interventions(model: HookedTransformer, tokens: Int[Tensor, "batch po
       collapse, or any other non-uniform weighting;
     * ``neutral_delimiters``: at layer 0, the value vector (``hook_v``, all heads) of every token that is not
       one of ``content``'s characters replaced by the value of a content character drawn at random
-      (uniformly, independently per occurrence: a resampling ablation); queries and keys still see the real
-      tokens. This removes anything the values of non-content tokens carry of their own (norm, direction):
+      (uniformly, independently per occurrence: a resampling ablation; except that positions 0 and 1 never
+      get the same value, which would make an exact tie that rounding decides); queries and keys still see
+      the real tokens. This removes anything the values of non-content tokens carry of their own (norm, direction):
       a delimiter-keyed position code, among others. On an untrained model it leaves the average of random
       values random (a constant replacement would not: it puts one shared vector at every delimiter). On a
       trained model whose content values collapsed together, the drawn values are nearly alike, so the
@@ -231,13 +288,14 @@ def layer0_interventions(model: HookedTransformer, tokens: Int[Tensor, "batch po
       values are few-dimensional).
 
     ``neutral_delimiters`` and ``both`` are the mean over ``n_draws`` independent draws (the draw-to-draw
-    standard deviation of a 256-prompt mean is 0.003-0.006 on the shipped models). Layer 0 only (the forward
-    stops after it), in eval mode (the model's mode is restored after). Inputs shorter than 3 positions
-    cannot be scored. Method: ``docs/method.md``, "Which mechanism: layer-0 diagnostics".
+    standard deviation of a 256-prompt mean is 0.003-0.006 on the shipped models, 0.001-0.002 on reversal).
+    Layer 0 only (the forward stops after it), in eval mode (each module's mode is restored after). Inputs
+    shorter than 3 positions cannot be scored. Method: ``docs/method.md``, "Which mechanism: layer-0 diagnostics".
 
     Args:
-        model: a causal NoPE model without sliding-window attention (:func:`layer0_interventions_unsupported`).
-            Values then depend on the token only, so the content tokens' values are measured once.
+        model: a causal NoPE (or rotary) model without sliding-window attention
+            (:func:`layer0_interventions_unsupported`). Layer-0 values then depend on the token only, so the
+            content tokens' values are measured once.
         tokens: ``Int[Tensor, "batch pos"]``, batch >= 1, 3 <= pos <= n_ctx.
         content: the content characters (default the digits); every other token counts as a delimiter,
             the tasks' fixed prefixes (``rev(``, ``wherex(``, ``order(``) included.
@@ -271,9 +329,7 @@ def layer0_interventions(model: HookedTransformer, tokens: Int[Tensor, "batch po
         content_ids = sorted(set(tasks_pkg.encode(content)))
     except tasks_pkg.UnknownCharacterError as exc:
         raise NopeInterpError(f"content: {exc}") from None
-    if content_ids[-1] >= model.cfg.d_vocab:
-        raise NopeInterpError(f"content: {tasks_pkg.decode([content_ids[-1]])!r} has token id {content_ids[-1]}, "
-                              f"outside the model's vocabulary [0, {model.cfg.d_vocab})")
+    _check_ids(model, content_ids, "content")
     with degenerate_report("layer0_interventions", stacklevel=4):
         return _layer0_interventions(model, tokens, content_ids, seed, n_draws)
 
@@ -286,7 +342,6 @@ def _layer0_interventions(model: HookedTransformer, tokens: Tensor, content_ids:
     generator = torch.Generator().manual_seed(seed)
     with _eval_mode(model):
         values = _content_values(model, content_ids)
-        delimiter = ~torch.isin(tokens, torch.tensor(content_ids, device=tokens.device))  # batch pos
 
         def score(hooks: list, kind: str) -> float:
             with model.hooks(fwd_hooks=hooks):
@@ -298,7 +353,7 @@ def _layer0_interventions(model: HookedTransformer, tokens: Tensor, content_ids:
         out = {"none": score([], "none"), "uniform_attention": score([uniform], "uniform_attention")}
         neutral, both = [], []
         for _ in range(n_draws):
-            hook = _neutral_delimiters_hook(delimiter, values, generator)
+            hook = _neutral_delimiters_hook(*_draw_content(tokens, content_ids, generator), values)
             neutral.append(score([hook], "neutral_delimiters"))
             both.append(score([uniform, hook], "both"))
     out["neutral_delimiters"], out["both"] = sum(neutral) / n_draws, sum(both) / n_draws

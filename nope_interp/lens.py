@@ -24,7 +24,7 @@ from jaxtyping import Float
 from torch import Tensor
 from transformer_lens import ActivationCache
 
-from nope_interp.averaging import lower_triangle_spearman, relative_entropy_to_uniform
+from nope_interp.averaging import attention_window, lower_triangle_spearman, relative_entropy_to_uniform
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import hook_name, short_label
 from nope_interp.plotting import plot_adjacency_by_layer, plot_cosine_heatmaps, plot_lag_profile
@@ -343,7 +343,8 @@ def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool = True)
 
     The prediction assumes i.i.d. zero-mean isotropic value vectors: then the expected inner product of two
     outputs is the inner product of their attention rows (summed over heads when heads are concatenated);
-    see ``docs/method.md``, "The averaging argument".
+    see ``docs/method.md``, "The averaging argument". The relative entropy counts the keys the model allows:
+    with a sliding window (read from the cache's model, when it has one), min(q + 1, window) per query.
 
     Raises:
         NopeInterpError: ``blocks.{layer}.attn.hook_pattern`` or ``hook_z`` missing from the cache; NaN or inf
@@ -363,8 +364,10 @@ def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool = True)
     pred = (gram / (d.unsqueeze(-1) * d.unsqueeze(-2))).clamp(-1, 1)
     obs = cosine_similarity_matrix(z)
     rho = [lower_triangle_spearman(pred[b], obs[b]) for b in range(pred.shape[0])]
+    model = getattr(cache, "model", None)
+    window = attention_window(model.cfg) if causal and model is not None else None
     return AveragingCheck(
-        layer=layer, relative_entropy=float(relative_entropy_to_uniform(pattern, causal)[..., 1:].mean()),
+        layer=layer, relative_entropy=float(relative_entropy_to_uniform(pattern, causal, window)[..., 1:].mean()),
         spearman_pred_obs=float(torch.tensor(rho).nanmean()), adjacency_predicted=float(adjacency_score(pred).mean()),
         adjacency_observed=float(adjacency_score(obs).mean()), predicted=pred[0], observed=obs[0])
 

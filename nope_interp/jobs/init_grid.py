@@ -30,7 +30,7 @@ from transformer_lens import HookedTransformer
 
 import tasks as tasks_pkg
 from nope_interp import io
-from nope_interp.averaging import relative_entropy_to_uniform
+from nope_interp.averaging import attention_window, relative_entropy_to_uniform
 from nope_interp.config import (
     INIT_MEAN_MAX,
     INIT_STD_MAX,
@@ -345,7 +345,9 @@ def measure(model: HookedTransformer, task: tasks_pkg.Task, n_prompts: int,
         raise NopeInterpError(f"{task.name} prompts have {tokens.shape[-1]} tokens, more than n_ctx={model.cfg.n_ctx}")
     with torch.no_grad():
         _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names, return_type=None)
-    entropy = float(relative_entropy_to_uniform(cache[hook_name("pattern", 0)])[..., 1:].mean())
+    causal = model.cfg.attention_dir == "causal"
+    entropy = float(relative_entropy_to_uniform(cache[hook_name("pattern", 0)], causal,
+                                                attention_window(model.cfg))[..., 1:].mean())
     scores = []
     for layer in range(n_layers):
         for point in SCORED_POINTS:

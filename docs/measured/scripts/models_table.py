@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 PRETRAINED = ROOT / "nope_interp" / "pretrained"
 OUT = ROOT / "docs" / "measured" / "models.md"
-WHERE = {"": "shipped (in the wheel)", "seeds": "extra seed", "candidates": "candidate",
+WHERE = {".": "shipped (in the wheel)", "seeds": "extra seed", "candidates": "candidate",
          "candidates/in-progress": "in progress (resume with --resume)"}
 
 
@@ -21,9 +21,13 @@ def _row(folder: Path) -> dict:
     cfg = json.loads((folder / "config.json").read_text())
     summary_path = folder / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
-    if not summary:  # in progress: the last metrics line
-        lines = (folder / "metrics.jsonl").read_text().splitlines()
-        last = json.loads(lines[-1]) if lines else {}
+    if not summary:  # in progress: the last complete metrics line
+        last = {}
+        for line in (folder / "metrics.jsonl").read_text().splitlines():
+            try:
+                last = json.loads(line)
+            except json.JSONDecodeError:  # a half-written last line
+                break
         summary = {"steps": last.get("step"), "train_wall_time_s": last.get("wall_time_s")}
     m, t = cfg["model"], cfg["train"]
     objective = t.get("objective", "answer_only")
@@ -32,11 +36,11 @@ def _row(folder: Path) -> dict:
     acc = summary.get("test_acc")
     return {
         "run": folder.relative_to(PRETRAINED).as_posix(),
-        "where": WHERE[folder.parent.relative_to(PRETRAINED).as_posix() if folder.parent != PRETRAINED else ""],
+        "where": WHERE.get(folder.parent.relative_to(PRETRAINED).as_posix(), folder.parent.name),
         "task": cfg["task"]["name"], "objective": objective + (f", window {t.get('window')}" if objective == "packed"
                                                                else ""),
         "shape": f"{m['n_layers']}x{m['d_model']}" + (", " + ", ".join(extras) if extras else ""),
-        "lr": t["lr"], "seed": m["seed"], "steps": summary.get("steps"), "max_steps": t["steps"],
+        "lr": t["lr"], "seed": m["seed"], "steps": summary.get("steps") or 0, "max_steps": t["steps"],
         "test_acc": acc, "at_99": None if acc is None else acc >= 0.99,
         "minutes": None if summary.get("train_wall_time_s") is None else summary["train_wall_time_s"] / 60,
         "threads": summary.get("torch_threads"), "cpu": summary.get("cpu"),
