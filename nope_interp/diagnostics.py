@@ -35,7 +35,7 @@ from nope_interp.config import check_int
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import hook_name
 from nope_interp.interventions import pattern_replacement_hook
-from nope_interp.model import check_tokens
+from nope_interp.model import check_model, check_tokens
 from nope_interp.similarity import adjacency_scores_of_activations, degenerate_report
 
 DIGITS = "0123456789"
@@ -155,6 +155,7 @@ def value_geometry(model: HookedTransformer, task: tasks_pkg.Task) -> ValueGeome
             depend on position too, and this measurement does not apply); a task character outside the
             model's ``d_vocab``.
     """
+    check_model(model)
     why = _position_in_values(model)
     if why is not None:
         raise NopeInterpError(f"value_geometry does not apply to this model: {why}")
@@ -253,6 +254,7 @@ def layer0_interventions_unsupported(model: HookedTransformer) -> str | None:
     qualify: rotary rotates queries and keys only), attention that is not causal, or
     sliding-window (local) attention (the uniform replacement, uniform over every earlier position, would
     let keys outside the window in)."""
+    check_model(model)
     why = _position_in_values(model)
     if why is not None:
         return why
@@ -310,7 +312,8 @@ def layer0_interventions(model: HookedTransformer, tokens: Int[Tensor, "batch po
         NopeInterpError: ``tokens`` that are not a 2-D integer tensor of ids in ``[0, d_vocab)``
             (:func:`~nope_interp.model.check_tokens`), longer than ``n_ctx`` or shorter than 3; an empty
             ``content``, one with a character outside the vocabulary or with an id outside the model's
-            ``d_vocab``; ``seed`` or ``n_draws`` out of range; a model the interventions do not apply to
+            ``d_vocab``, or none of whose characters occurs in ``tokens``; ``seed`` or ``n_draws`` out of
+            range; ``model`` not a TransformerLens model, or one the interventions do not apply to
             (:func:`layer0_interventions_unsupported`).
 
     Warns:
@@ -330,6 +333,9 @@ def layer0_interventions(model: HookedTransformer, tokens: Int[Tensor, "batch po
     except tasks_pkg.UnknownCharacterError as exc:
         raise NopeInterpError(f"content: {exc}") from None
     _check_ids(model, content_ids, "content")
+    if not bool(torch.isin(tokens, torch.tensor(content_ids, device=tokens.device)).any()):
+        raise NopeInterpError(f"content {content!r}: none of its characters occurs in tokens, so every position "
+                              "would count as a delimiter (the default content is the digits)")
     with degenerate_report("layer0_interventions", stacklevel=4):
         return _layer0_interventions(model, tokens, content_ids, seed, n_draws)
 

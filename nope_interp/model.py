@@ -420,6 +420,15 @@ def check_nope(model: HookedTransformer, cfg: ModelConfig) -> None:
         raise NopeInterpError("positional='none' but pos_embed.W_pos is not all zero: the weights are corrupt")
 
 
+def check_model(model: object) -> None:
+    """Raise :class:`NopeInterpError` unless ``model`` is a TransformerLens model (it has a ``cfg``); a loaded
+    run (:func:`nope_interp.pretrained.load_run`) is named, with the attribute to pass instead."""
+    if not hasattr(model, "cfg") or not isinstance(model, torch.nn.Module):
+        hint = ": a loaded run, pass its .model" if hasattr(model, "model") and hasattr(model, "path") else ""
+        raise NopeInterpError(f"model must be a TransformerLens model (HookedTransformer or TransformerBridge), "
+                              f"got a {type(model).__name__}{hint}")
+
+
 def check_tokens(model: LensModel, tokens: object, name: str = "tokens") -> Int[Tensor, "batch pos"]:
     """Check a batch of token ids for ``model`` and return it as ``torch.long`` (same values, same device).
 
@@ -429,10 +438,12 @@ def check_tokens(model: LensModel, tokens: object, name: str = "tokens") -> Int[
             ``[0, d_vocab)``. ``name`` is the parameter named in the error message.
 
     Raises:
-        NopeInterpError: not a tensor; a float, complex or bool dtype; not 2-D; an empty batch or
-            sequence; an id outside ``[0, d_vocab)`` (the message gives the first such id and where it is).
-            An id of -1 would otherwise silently select the last embedding row.
+        NopeInterpError: ``model`` is not a TransformerLens model (:func:`check_model`); not a tensor; a
+            float, complex or bool dtype; not 2-D; an empty batch or sequence; an id outside
+            ``[0, d_vocab)`` (the message gives the first such id and where it is). An id of -1 would
+            otherwise silently select the last embedding row.
     """
+    check_model(model)
     if not isinstance(tokens, Tensor):
         raise NopeInterpError(f"{name} must be a torch tensor of integer token ids, got {type(tokens).__name__}")
     if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:

@@ -445,3 +445,37 @@ def test_participation_ratio_edges():
                 torch.eye(2, dtype=torch.complex64)):
         with pytest.raises(NopeInterpError, match="participation_ratio needs"):
             pr(bad)
+
+
+def test_a_loaded_run_or_absent_content_is_one_clear_error(tiny_model):
+    """As users run it: in a subprocess without pytest's type checker (which would refuse the LoadedRun
+    inside the first annotated helper, before the toolkit's own message)."""
+    import subprocess
+    import sys
+
+    import tasks
+    from nope_interp import diagnostics
+    from nope_interp.errors import NopeInterpError
+
+    script = """
+import tasks
+from nope_interp import diagnostics
+from nope_interp.errors import NopeInterpError
+from nope_interp.pretrained import load_pretrained
+run = load_pretrained("addition")
+task = tasks.get_task("addition")
+tokens = task.prompt_tokens(task.analysis_prompts(4))
+for fn, args in ((diagnostics.layer0_interventions, (run, tokens)), (diagnostics.diagnose, (run, task, tokens)),
+                 (diagnostics.value_geometry, (run, task)), (diagnostics.layer0_attention_entropy, (run, tokens))):
+    try:
+        fn(*args)
+    except NopeInterpError as exc:
+        print(fn.__name__, exc)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 4 and all("got a LoadedRun: a loaded run, pass its .model" in line for line in lines), out
+    task = tasks.get_task("addition")
+    tokens = task.prompt_tokens(task.analysis_prompts(4))
+    with pytest.raises(NopeInterpError, match="content 'abc': none of its characters occurs in tokens"):
+        diagnostics.layer0_interventions(tiny_model, tokens, content="abc")

@@ -106,3 +106,18 @@ def test_figure_has_a_panel_per_recipe_and_one_legend_for_all(tiny_runs):
     # each panel's trained line is its own group's mean, in site order
     for g, trace in zip(result.groups, [t for t in fig.data if t.name == "trained"], strict=True):
         assert list(trace.y) == [g.stats["full"]["trained"][s]["mean"] for s in trace.customdata]
+
+
+def test_reading_names_the_interventions_that_lift_the_score():
+    from nope_interp.jobs.compare import READING_LIFT, reading
+
+    def d(none, uniform, neutral, both):
+        return {"l0_z_score_none": none, "l0_z_score_uniform_attention": uniform,
+                "l0_z_score_neutral_delimiters": neutral, "l0_z_score_both": both}
+
+    assert READING_LIFT == 0.05
+    assert reading(d(0.6, 0.9, 0.62, 0.93)) == "attention +0.30"
+    assert reading(d(0.6, 0.68, 0.7, 0.9)) == "delimiter values +0.10, attention +0.08"
+    assert reading(d(0.6, 0.63, 0.62, 0.7)) == "only both together +0.10"
+    assert reading(d(0.97, 0.96, 0.95, 0.95)) == "neither"
+    assert reading(d(0.5, 0.55, 0.5, 0.5)) == "attention +0.05"   # the threshold counts
