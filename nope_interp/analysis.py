@@ -20,7 +20,7 @@ from nope_interp.activations import iter_activations
 from nope_interp.errors import NopeInterpError
 from nope_interp.fast_forward import attached_hooks, fast_activations, fast_activations_unsupported
 from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names
-from nope_interp.model import LensModel, check_tokens
+from nope_interp.model import LensModel, check_model, check_tokens
 from nope_interp.similarity import (
     REDUCTIONS,
     ScoreSummary,
@@ -124,12 +124,14 @@ def analyze_model(
             with ``n_prompts`` (only the per-sequence scores do: 16 bytes per prompt and site).
 
     Raises:
-        NopeInterpError: the inputs do not fit ``n_ctx``; unknown points or protocol; activations with
-            NaN or inf entries (non-finite weights), or near-zero vectors, at a site (the message names it).
+        NopeInterpError: ``model`` not a TransformerLens model (a loaded run: pass ``.model``); the inputs
+            do not fit ``n_ctx``; unknown points or protocol; activations with NaN or inf entries
+            (non-finite weights), or near-zero vectors, at a site (the message names it).
 
     Warns:
         DegenerateInputWarning: as :func:`analyze_tokens`.
     """
+    check_model(model)
     if protocol not in tasks_pkg.PROTOCOLS:
         raise NopeInterpError(f"unknown protocol {protocol!r}; allowed: {', '.join(tasks_pkg.PROTOCOLS)}")
     length = {"full": task.max_prompt_len, "authors": tasks_pkg.authors_length(task), "window": window}[protocol]
@@ -383,6 +385,7 @@ def analyze_text(model: LensModel, texts: str | list[str] | tuple[str, ...], len
     Method: the adjacency score and lag profile of ``docs/method.md`` ("Definitions"), on the inputs of
     "Analysis inputs" (natural text instead of task prompts, a direction the paper names as future work).
     """
+    check_model(model)
     tokens = text_windows_of(texts, length, n_windows, tokenizer)
     kwargs.setdefault("task", "text")
     kwargs.setdefault("protocol", "text")

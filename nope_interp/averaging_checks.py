@@ -39,6 +39,7 @@ from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import exact_match_accuracy
 from nope_interp.hooks import hook_name
 from nope_interp.interventions import replaced_pattern
+from nope_interp.model import check_model
 from nope_interp.similarity import adjacency_score, check_finite, cosine_similarity_matrix
 
 
@@ -243,9 +244,11 @@ def averaging_report(
         An :class:`AveragingReport` (fields documented in :class:`LayerAveraging`).
 
     Raises:
-        NopeInterpError: prompts shorter than 3 tokens (no rank correlation); NaN or inf entries in a layer's
-            ``hook_z`` (the message names the site); TaskError: too many prompts asked.
+        NopeInterpError: ``model`` not a TransformerLens model; prompts shorter than 3 tokens (no rank
+            correlation); NaN or inf entries in a layer's ``hook_z`` (the message names the site); TaskError:
+            too many prompts asked.
     """
+    check_model(model)
     prompts = task.analysis_prompts(n_prompts, seed, exclude)
     tokens = task.prompt_tokens(prompts).to(model.cfg.device)
     n_layers = model.cfg.n_layers
@@ -301,8 +304,9 @@ def counterfactual_report(
         A :class:`CounterfactualReport` with ``"clean"`` first, then ``kinds`` in order.
 
     Raises:
-        NopeInterpError: an unknown kind or a layer out of range.
+        NopeInterpError: ``model`` not a TransformerLens model; an unknown kind or a layer out of range.
     """
+    check_model(model)
     conditions = []
     for kind in ("clean", *kinds):
         if kind == "clean":
@@ -323,8 +327,9 @@ def cosine_example(model: HookedTransformer, task: tasks_pkg.Task, layer: int = 
     matrix of ``hook_z`` at ``layer`` on one full-length prompt (``task.analysis_prompts(1, seed)``).
 
     Raises:
-        NopeInterpError: ``layer`` out of range.
+        NopeInterpError: ``model`` not a TransformerLens model; ``layer`` out of range.
     """
+    check_model(model)
     prompt = task.analysis_prompts(1, seed=seed)[0]
     names = {hook_name("pattern", layer, model.cfg.n_layers), hook_name("z", layer)}
     tokens = task.prompt_tokens([prompt]).to(model.cfg.device)

@@ -128,6 +128,7 @@ class ValueGeometry:
 def is_nope(model: HookedTransformer) -> bool:
     """True when no positional information enters ``model`` besides the causal mask: TransformerLens's
     ``"standard"`` positional embedding with an all-zero ``W_pos`` (how this toolkit builds NoPE models)."""
+    check_model(model)
     return model.cfg.positional_embedding_type == "standard" and not bool(torch.any(model.W_pos != 0))
 
 

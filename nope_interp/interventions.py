@@ -27,6 +27,7 @@ from nope_interp.averaging import (
 )
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import hook_name
+from nope_interp.model import check_model
 
 PatternHook = Callable[..., Float[Tensor, "batch n_heads query_pos key_pos"]]
 
@@ -65,8 +66,9 @@ def replaced_pattern(model: HookedTransformer, layer: int, kind: str, seed: int 
     """Within the block, ``model``'s layer-``layer`` attention pattern is replaced by ``kind``.
 
     Raises:
-        NopeInterpError: bad layer or kind.
+        NopeInterpError: bad layer or kind; ``model`` not a TransformerLens model (a loaded run: pass ``.model``).
     """
+    check_model(model)
     name = hook_name("pattern", layer, n_layers=model.cfg.n_layers)
     gen = torch.Generator().manual_seed(seed)
     with model.hooks(fwd_hooks=[(name, pattern_replacement_hook(kind, gen))]):

@@ -33,7 +33,7 @@ import tasks as tasks_pkg
 from nope_interp import io, text
 from nope_interp.config import ModelConfig, TextTrainConfig
 from nope_interp.errors import NopeInterpError
-from nope_interp.model import build_model, check_nope, check_tokens, load_state, with_context
+from nope_interp.model import build_model, check_model, check_nope, check_tokens, load_state, with_context
 from nope_interp.pretrained import PRETRAINED_DIR, parse_run_config
 from nope_interp.train import (
     _check_finite_weights,
@@ -87,6 +87,7 @@ def bits_per_char(model: HookedTransformer, windows: Int[Tensor, "batch length_p
     Raises:
         NopeInterpError: token ids outside ``[0, d_vocab)``; windows shorter than 2 or longer than ``n_ctx`` + 1.
     """
+    check_model(model)
     check_tokens(model, windows, "windows")
     if windows.shape[1] < 2 or windows.shape[1] - 1 > model.cfg.n_ctx:
         raise NopeInterpError(f"windows must hold 2 to n_ctx + 1 = {model.cfg.n_ctx + 1} characters, got "

@@ -465,8 +465,13 @@ from nope_interp.pretrained import load_pretrained
 run = load_pretrained("addition")
 task = tasks.get_task("addition")
 tokens = task.prompt_tokens(task.analysis_prompts(4))
-for fn, args in ((diagnostics.layer0_interventions, (run, tokens)), (diagnostics.diagnose, (run, task, tokens)),
-                 (diagnostics.value_geometry, (run, task)), (diagnostics.layer0_attention_entropy, (run, tokens))):
+from nope_interp import analysis, averaging_checks, evaluate, interventions
+calls = ((diagnostics.layer0_interventions, (run, tokens)), (diagnostics.diagnose, (run, task, tokens)),
+         (diagnostics.value_geometry, (run, task)), (diagnostics.layer0_attention_entropy, (run, tokens)),
+         (analysis.analyze_model, (run, task, 4)), (analysis.analyze_tokens, (run, tokens)),
+         (averaging_checks.averaging_report, (run, task, 4)), (evaluate.predict, (run, task, ["$1+1="])),
+         (lambda m: interventions.replaced_pattern(m, 0, "uniform").__enter__(), (run,)))
+for fn, args in calls:
     try:
         fn(*args)
     except NopeInterpError as exc:
@@ -474,7 +479,7 @@ for fn, args in ((diagnostics.layer0_interventions, (run, tokens)), (diagnostics
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
     lines = out.stdout.strip().splitlines()
-    assert len(lines) == 4 and all("got a LoadedRun: a loaded run, pass its .model" in line for line in lines), out
+    assert len(lines) == 9 and all("got a LoadedRun: a loaded run, pass its .model" in line for line in lines), out
     task = tasks.get_task("addition")
     tokens = task.prompt_tokens(task.analysis_prompts(4))
     with pytest.raises(NopeInterpError, match="content 'abc': none of its characters occurs in tokens"):
