@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from nope_interp.errors import DegenerateInputWarning, NopeInterpError
+from nope_interp.errors import NopeInterpError, NopeInterpWarning
 from tasks import TASK_NAMES, TaskError
 
 #: ModelConfig fields offered as ``--model-*`` flags.
@@ -342,7 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
     """The toolkit's own warnings as one line on stderr (``nope-interp: warning: ...``), others as Python shows
     them."""
-    if issubclass(category, DegenerateInputWarning):
+    if issubclass(category, NopeInterpWarning):
         print(f"nope-interp: warning: {message}", file=sys.stderr if file is None else file)
     else:
         (file or sys.stderr).write(warnings.formatwarning(message, category, filename, lineno, line))

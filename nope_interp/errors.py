@@ -10,7 +10,16 @@ class NopeInterpError(ValueError):
     """Bad input to the toolkit: the message names the parameter and what is allowed."""
 
 
-class DegenerateInputWarning(UserWarning):
+class NopeInterpWarning(UserWarning):
+    """A toolkit warning: the input is accepted but probably not what was meant (the CLI shows it as one
+    line, ``nope-interp: warning: ...``)."""
+
+
+class ScheduleWarning(NopeInterpWarning):
+    """A training schedule that cannot do what its settings say (a warmup as long as the whole run)."""
+
+
+class DegenerateInputWarning(NopeInterpWarning):
     """Sequences whose cosine similarity matrix is constant below the diagonal up to rounding (every vector
     parallel, e.g. a window of one repeated token): their adjacency scores say nothing about position.
 

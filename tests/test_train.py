@@ -406,3 +406,30 @@ def test_two_training_processes_with_one_name_the_second_is_refused_and_a_killed
     assert main(_train_argv(tmp_path, "same", 1, 5)) == 2
     assert "not empty; use --resume" in capsys.readouterr().err
     assert main(_train_argv(tmp_path, "other", 1, 2)) == 0
+
+
+def test_a_warmup_as_long_as_the_schedule_is_warned(tmp_path):
+    import subprocess
+    import sys
+    import warnings
+
+    from nope_interp.config import TrainConfig, preset
+    from nope_interp.errors import ScheduleWarning
+    from nope_interp.train import train
+
+    cfg = TrainConfig(task="addition", task_params={"n_digits": 1}, n_train=40, n_test=10, steps=4, batch_size=4,
+                      warmup_steps=400, eval_every=4, eval_n=4, checkpoint_every=4)
+    warned = r"warmup_steps=400 >= steps=4: the learning rate never reaches lr=0\.000264.*ends at 2\.64e-06"
+    with pytest.warns(ScheduleWarning, match=warned):
+        train(preset("tiny", n_ctx=16), cfg, tmp_path / "r", progress=False, command="x")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ScheduleWarning)   # a warmup shorter than the schedule: no warning
+        train(preset("tiny", n_ctx=16), TrainConfig(**{**cfg.to_dict(), "warmup_steps": 2}), tmp_path / "s",
+              progress=False, command="x")
+    # the CLI shows it as one line
+    cmd = [sys.executable, "-m", "nope_interp.cli", "train", "--task", "addition", "--preset", "tiny", "--steps", "4",
+           "--batch-size", "4", "--eval-every", "4", "--eval-n", "4", "--n-train", "40", "--n-test", "10",
+           "--name", "w", "--runs-dir", str(tmp_path / "cli"), "--no-progress"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "nope-interp: warning: warmup_steps=400 >= steps=4" in out.stderr and "cli.py" not in out.stderr
