@@ -141,6 +141,19 @@ def _jobs() -> tuple[Any, ...]:
     return (analyze, demo, averaging, init_grid, probe, ablate, trajectory, compare, long_context, length_gen)
 
 
+def source_flags(job: Any) -> tuple[str, ...]:
+    """The :class:`~nope_interp.jobs.common.ModelSource` fields a job offers as flags: its ``SOURCES`` when
+    it declares them, else every source but ``hf_path``, which only jobs with ``TAKES_HF`` get. A flag a
+    job would refuse is not in its ``--help`` (argparse then refuses it as unknown, exit status 2)."""
+    from nope_interp.jobs.common import ModelSource
+
+    every = tuple(f.name for f in dataclasses.fields(ModelSource) if f.name not in _SOURCE_SKIP)
+    declared = getattr(job, "SOURCES", None)
+    if declared is not None:
+        return tuple(n for n in every if n in declared)
+    return tuple(n for n in every if n != "hf_path" or getattr(job, "TAKES_HF", False))
+
+
 def _build_parser() -> argparse.ArgumentParser:
     from nope_interp.config import PRESETS, ModelConfig, TextTrainConfig, TrainConfig
     from nope_interp.jobs.common import ModelSource
@@ -203,8 +216,10 @@ def _build_parser() -> argparse.ArgumentParser:
         add_config_flags(p.add_argument_group(f"{job.NAME} options"), job.CONFIG)
         if job.TAKES_MODELS:
             group = p.add_argument_group("models (default: " + job.DEFAULT_MODELS + ")")
-            add_config_flags(group, ModelSource, skip=_SOURCE_SKIP)
-            add_config_flags(group, ModelConfig, prefix="model-", only=MODEL_FLAGS, defaults_from="--preset")
+            sources = source_flags(job)
+            add_config_flags(group, ModelSource, only=sources)
+            if "init" in sources:  # the --model-* flags shape an --init model only
+                add_config_flags(group, ModelConfig, prefix="model-", only=MODEL_FLAGS, defaults_from="--preset")
         p.add_argument("--out-root", default=".",
                        help=f"writes results/{job.NAME.replace('-', '_')}/ and figures/{job.NAME.replace('-', '_')}/ "
                             "under this folder (default .)")
@@ -289,9 +304,6 @@ def _cmd_job(job: Any, args: argparse.Namespace) -> int:
     if job.TAKES_MODELS:
         source = ModelSource(**config_kwargs(args, ModelSource),
                              model_overrides=config_kwargs(args, ModelConfig, prefix="model-"))
-        if source.hf_path and not getattr(job, "TAKES_HF", False):
-            raise NopeInterpError(f"--hf-path works with long-context, analyze and probe, not {job.NAME} (from "
-                                  f"Python, nope_interp.analysis.analyze_tokens takes any TransformerLens model)")
         models = load_models(source) if source.given else None
         text_runs = [m.label for m in models or () if m.kind == "text"]
         if text_runs and not getattr(job, "TAKES_TEXT", False):

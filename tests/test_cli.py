@@ -1,5 +1,6 @@
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -84,7 +85,7 @@ BAD = [
      "window=100 is longer than the model's n_ctx=48"),
     (["analyze", "--init", "--task", "addition", "--protocol", "padded"],
      "protocol must be one of full, authors, window"),
-    (["trajectory", "--pretrained", "reversal"], "kept no weights"),
+    (["trajectory", "--pretrained", "reversal"], "unrecognized arguments: --pretrained reversal"),
     # usage errors: one line (no usage block), the flag named, exit status 2
     (["train", "--task", "addition", "--steps", "abc"],
      "argument --steps: must be an integer written with the digits 0-9, got 'abc'"),
@@ -432,3 +433,38 @@ def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
     assert cli.main(["train", "--task", "addition"]) == 130
     err = capsys.readouterr().err.strip()
     assert err.startswith("nope-interp: interrupted (train)") and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("job_name, absent, present", [
+    ("trajectory", ["--pretrained", "--init", "--with-seeds", "--hf-path", "--model-n-layers", "--preset"],
+     ["--run", "--task"]),
+    ("length-gen", ["--init", "--hf-path", "--model-n-layers", "--task", "--n-digits"],
+     ["--run", "--pretrained", "--with-seeds"]),
+    ("compare", ["--hf-path"], ["--run", "--pretrained", "--init", "--model-n-layers"]),
+    ("ablate", ["--hf-path"], ["--run", "--init", "--model-n-layers"]),
+    ("analyze", [], ["--hf-path", "--init", "--model-n-layers"]),
+    ("probe", [], ["--hf-path", "--pretrained"]),
+    ("long-context", [], ["--hf-path", "--run"]),
+])
+def test_a_job_offers_only_the_model_sources_it_accepts(main, capsys, job_name, absent, present):
+    assert main([job_name, "--help"]) == 0
+    flags = set(re.findall(r"^  (--[a-z0-9-]+)", capsys.readouterr().out, re.M))  # defined flags, not mentions
+    assert not flags & set(absent) and set(present) <= flags
+    for flag in absent:  # refused before any work, as an unknown argument
+        argv = [job_name, flag] + ([] if flag in ("--init", "--with-seeds") else ["x"])
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"unrecognized arguments: {flag}" in err
+
+
+def test_every_job_declares_known_sources():
+    import dataclasses
+
+    from nope_interp.cli import _jobs, source_flags
+    from nope_interp.jobs.common import ModelSource
+
+    fields = {f.name for f in dataclasses.fields(ModelSource)}
+    for job in _jobs():
+        assert set(getattr(job, "SOURCES", ())) <= fields, job.NAME
+        if job.TAKES_MODELS:
+            assert ("hf_path" in source_flags(job)) == getattr(job, "TAKES_HF", False), job.NAME

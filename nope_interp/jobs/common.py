@@ -3,7 +3,9 @@
 The contract of a job module ``nope_interp/jobs/<job>.py`` (see the README, "Adding an analysis"):
 
 * ``NAME`` (the CLI command), ``HELP`` (one line) and ``TAKES_MODELS`` (whether the shared
-  ``--run`` / ``--pretrained`` / ``--init`` options apply);
+  ``--run`` / ``--pretrained`` / ``--init`` options apply); optionally ``SOURCES`` (the
+  :class:`ModelSource` fields it accepts, when not all of them; only those become flags), ``TAKES_HF``
+  (``--hf-path``) and ``TAKES_TEXT`` (``train-text`` language models);
 * a frozen ``<Job>Config`` (a :class:`~nope_interp.config.FrozenConfig`): its fields are the CLI flags,
   their help texts the ``--help``; it validates itself;
 * ``default_models(config) -> list[ModelEntry]``: the models used when no source option is given;

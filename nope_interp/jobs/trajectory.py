@@ -39,6 +39,7 @@ from nope_interp.plotting import LINE_COLOURS, save_figure
 NAME = "trajectory"
 HELP = "adjacency score at every site through training (weights kept at log-spaced steps)"
 TAKES_MODELS = True
+SOURCES = ("run", "task", "n_digits")  # only run directories keep weights through training
 DEFAULT_MODELS = "none: give --run with run directories trained by this version"
 _STEP_FILE = re.compile(r"step_([0-9]+)\.safetensors")  # ASCII digits only (\d also matches other scripts)
 
