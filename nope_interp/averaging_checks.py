@@ -249,8 +249,7 @@ def averaging_report(
             too many prompts asked.
     """
     check_model(model)
-    prompts = task.analysis_prompts(n_prompts, seed, exclude)
-    tokens = task.prompt_tokens(prompts).to(model.cfg.device)
+    tokens = task.analysis_tokens(n_prompts, seed, exclude).to(model.cfg.device)
     n_layers = model.cfg.n_layers
     names = {hook_name(p, layer) for layer in range(n_layers) for p in ("pattern", "z", "v")}
     _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names, return_type=None)
@@ -282,7 +281,7 @@ def averaging_report(
             variance_vs_1_over_k_spearman=vector_spearman(var_ratio, inv_k),
             variance_vs_1_over_k_mae=float((var_ratio - inv_k).abs().mean()),
         ))
-    return AveragingReport(task=task.name, n_prompts=len(prompts), n_pos=n_pos, layers=tuple(layers))
+    return AveragingReport(task=task.name, n_prompts=tokens.shape[0], n_pos=n_pos, layers=tuple(layers))
 
 
 def counterfactual_report(

@@ -263,6 +263,16 @@ class Task(ABC):
             raise TaskError(f"prompts must share one length for an unpadded batch, got lengths {sorted(lengths)}")
         return torch.tensor([encode(p) for p in prompts], dtype=torch.long)
 
+    def analysis_tokens(self, n: int = 256, seed: int = 0,
+                        exclude: frozenset[str] = frozenset()) -> Int[Tensor, "n pos"]:
+        """The tokens of :meth:`analysis_prompts` (``n`` distinct full-length prompts, ``pos`` =
+        ``max_prompt_len``): the inputs every analysis of a task model reads under the ``full`` protocol.
+
+        Raises:
+            TaskError: as :meth:`analysis_prompts`.
+        """
+        return self.prompt_tokens(self.analysis_prompts(n, seed, exclude))
+
     def training_batch(self, examples: "list[Example] | tuple[Example, ...]") -> Batch:
         """Right-padded per-example batch with an answer-only loss mask (see the module docstring).
 

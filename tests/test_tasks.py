@@ -150,6 +150,9 @@ def test_analysis_prompts_have_the_full_prompt_length(T, name, length):
     prompts = task.analysis_prompts(64, seed=0)
     assert len(set(prompts)) == 64 and {len(p) for p in prompts} == {length} == {task.max_prompt_len}
     assert task.prompt_tokens(prompts).shape == (64, length)
+    toks = task.analysis_tokens(64, seed=0, exclude=frozenset(prompts[:3]))  # the same sampler, encoded
+    assert [T.decode(row) for row in toks] == task.analysis_prompts(64, seed=0, exclude=frozenset(prompts[:3]))
+    assert not {T.decode(row) for row in toks} & set(prompts[:3])
     with pytest.raises(T.TaskError, match="one length"):
         task.prompt_tokens(["$1+2=", "$12+3="])
 

@@ -291,7 +291,7 @@ def entry_tokens(entry: ModelEntry, n: int, seed: int) -> tuple[str, str, Int[Te
     if entry.kind == "hf":
         return "random", "random", random_tokens(entry.model, n, HF_RANDOM_LENGTH, seed)
     task = entry.task
-    return task.name, "full", task.prompt_tokens(task.analysis_prompts(n, seed, entry.train_prompts))
+    return task.name, "full", task.analysis_tokens(n, seed, entry.train_prompts)
 
 
 def random_tokens(model: Any, n: int, length: int, seed: int) -> Int[Tensor, "n length"]:

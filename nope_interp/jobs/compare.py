@@ -178,8 +178,7 @@ def _seed_record(entry: ModelEntry, config: CompareConfig) -> SeedRecord:
             res = analyze_model(model, task, n, seed=config.prompt_seed, exclude=entry.train_prompts,
                                 protocol=protocol, window=config.window)
             scores[protocol][kind] = {s: v["mean"] for s, v in res.scores["row_mean"].items()}
-    prompts = [task.example(p).prompt for p in task.analysis_prompts(n, config.prompt_seed, entry.train_prompts)]
-    tokens = task.prompt_tokens(prompts)
+    tokens = task.analysis_tokens(n, config.prompt_seed, entry.train_prompts)
     diagnostics = {kind: diagnose(model, task, tokens) for kind, model in models.items()}
     summary = entry.run.summary if entry.run is not None else {}
     return SeedRecord(label=entry.label, seed=entry.model_cfg.seed, test_acc=summary.get("test_acc"),

@@ -340,7 +340,7 @@ def measure(model: HookedTransformer, task: tasks_pkg.Task, n_prompts: int,
     n_layers = model.cfg.n_layers
     names = {hook_name("pattern", 0)}
     names |= {hook_name(p, layer) for layer in range(n_layers) for p in SCORED_POINTS}
-    tokens = task.prompt_tokens(task.analysis_prompts(n_prompts, seed))
+    tokens = task.analysis_tokens(n_prompts, seed)
     if tokens.shape[-1] > model.cfg.n_ctx:
         raise NopeInterpError(f"{task.name} prompts have {tokens.shape[-1]} tokens, more than n_ctx={model.cfg.n_ctx}")
     with torch.no_grad():

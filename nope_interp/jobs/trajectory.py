@@ -225,8 +225,7 @@ def run(config: TrajectoryConfig, models: list[ModelEntry] | None = None, *, log
         why = layer0_interventions_unsupported(model)
         if not config.no_mechanisms and why is None:
             task = entry.task
-            prompts = task.analysis_prompts(config.n_prompts, config.prompt_seed, entry.train_prompts)
-            tokens = task.prompt_tokens([task.example(p).prompt for p in prompts])
+            tokens = task.analysis_tokens(config.n_prompts, config.prompt_seed, entry.train_prompts)
         elif not config.no_mechanisms:
             emit(log, f"{entry.label}: the layer-0 mechanisms are not measured: {why}")
         for step, path in progress(steps.items(), f"trajectory {entry.label}", log):
