@@ -70,6 +70,16 @@ class OneLineParser(argparse.ArgumentParser):
         """Print ``message`` on one line (pointing at ``--help``) and exit with status 2."""
         self.exit(2, f"nope-interp: error: {' '.join(message.split())} (see {self.prog} --help)\n")
 
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> argparse.Namespace:
+        """argparse's ``parse_args``, but an unknown flag points at the sub-command's ``--help`` (where the
+        flags it accepts are listed), not the top level's."""
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = getattr(ns, "command", None)
+            prog = f"{self.prog} {command}" if command else self.prog
+            self.exit(2, f"nope-interp: error: unrecognized arguments: {' '.join(extras)} (see {prog} --help)\n")
+        return ns
+
 
 _ARG_TYPES = {int: ascii_int, float: ascii_float}
 

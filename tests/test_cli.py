@@ -455,6 +455,7 @@ def test_a_job_offers_only_the_model_sources_it_accepts(main, capsys, job_name, 
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and f"unrecognized arguments: {flag}" in err
+        assert f"(see nope-interp {job_name} --help)" in err  # where the accepted flags are listed
 
 
 def test_every_job_declares_known_sources():
