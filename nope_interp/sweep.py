@@ -11,8 +11,9 @@ A **spec** is a TOML file (format in the README, "Sweeps"; shipped examples in `
     [axes]                       # the product of these values
     model_n_layers = [6, 12, 24]
     seed = [0, 1, 2, 3, 4]
-    [[points]]                   # optional: explicit points (each is crossed with the axes)
-    task = "addition"
+    [[points]]                   # optional: explicit points (each is crossed with the axes; a point's
+    task = "addition"            # fields override [base]; a field may not be both an axis and in [base]
+                                 # or in a point)
 
 Fields: ``task``, ``n_digits``, ``preset``, ``seed`` (seeds the init, and the prompts or the batches; an
 explicit ``model_seed`` wins for the init), every :class:`~nope_interp.config.ModelConfig` field as
@@ -20,11 +21,14 @@ explicit ``model_seed`` wins for the init), every :class:`~nope_interp.config.Mo
 (hook points scored); ``train`` takes every :class:`~nope_interp.config.TrainConfig` field (as the
 ``train`` flags) and ``analyze_n_prompts`` (prompts on which the trained model is scored; 0 for none).
 A ``model_d_model`` without ``model_d_head`` / ``model_d_mlp`` sets d_head = d_model / n_heads and
-d_mlp = 4 d_model, as the paper's size grid.
+d_mlp = 4 d_model, as the paper's size grid. Every value is normalised to its config field's type before the
+key is computed (``model_init_std = 1`` and ``= 1.0`` are the same point), and each point is checked against
+its task when the spec is loaded (the task's prompts, and for a training its examples, must fit ``n_ctx``).
 
 Each point is one directory ``<out>/points/<key>/`` named by a stable hash of its full resolved config
 (:func:`point_key`): ``point.json`` (the config), ``result.json`` (metrics, seconds, peak memory) once it
-finished, or ``error.json`` (the error and its traceback) if it failed, and ``run/`` for a training. A
+finished (``peak_mib``: the worker's peak resident memory while the point ran, see :func:`run_point`), or
+``error.json`` (the error and its traceback) if it failed, and ``run/`` for a training. A
 point is locked while it runs (:func:`nope_interp.io.exclusive`), so a restarted driver never runs a point
 that an orphaned worker is still finishing; finished points are skipped, failed ones are retried.
 Executors (:func:`run_sweep`): ``local`` (a process pool, one torch thread per worker by default; never
@@ -33,19 +37,24 @@ imports Ray) and ``ray`` (one Ray task per point with declared CPUs/GPUs; every 
 
 import hashlib
 import json
+import math
 import os
 import resource
+import sys
 import time
 import tomllib
 import traceback
+import types
+import typing
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from nope_interp import io
 from nope_interp.config import ModelConfig, TrainConfig, check_field_value, check_name, preset
-from nope_interp.errors import NopeInterpError
+from nope_interp.errors import NopeInterpError, NopeInterpWarning
 
 KINDS = ("init", "train")
 EXECUTORS = ("local", "ray")
@@ -61,6 +70,10 @@ _KIND_FIELDS = {"init": ("n_prompts", "points"), "train": (*_TRAIN_FIELDS, "anal
 _INIT_DEFAULTS = {"preset": "paper", "n_prompts": 32, "points": ["z", "resid_post"], "seed": 0}
 _TRAIN_DEFAULTS = {"preset": "cpu", "analyze_n_prompts": 64, "seed": 0}
 _SECTIONS = {"sweep", "base", "axes", "points", "resources"}
+#: The type of each spec field that maps to a config field (``model_<field>``, the TrainConfig fields); the
+#: others (``task``, ``preset``, ``seed``, ``n_prompts``, ...) are checked by :func:`resolve` itself.
+_FIELD_TYPES = {**{f"model_{k}": tp for k, tp in typing.get_type_hints(ModelConfig).items()},
+                **{k: tp for k, tp in typing.get_type_hints(TrainConfig).items() if k in _TRAIN_FIELDS}}
 
 
 def allowed_fields(kind: str) -> tuple[str, ...]:
@@ -161,8 +174,10 @@ def load_spec(spec: str | Path) -> SweepSpec:
     Raises:
         NopeInterpError: (one line naming the field, the point and the allowed values) a file that is not
             TOML; a missing ``[sweep]`` name or an unknown kind; an unknown section or field; an empty axis
-            or an axis that is not a list; a value of the wrong type or out of range (from the configs'
-            own checks); two points with the same resolved config; no point at all.
+            or an axis that is not a list; a field that is both an axis and set in ``[base]`` or in a
+            ``[[points]]`` table; a value of the wrong type or out of range (from the configs' own checks);
+            a point whose task does not fit its model (``n_ctx`` too small, :func:`resolve`); two points with
+            the same resolved config (after normalising values to their field types); no point at all.
     """
     path = spec_path(spec)
     try:
@@ -201,6 +216,12 @@ def load_spec(spec: str | Path) -> SweepSpec:
             raise NopeInterpError(f"{path}: axis {k!r} must be a list of values, got {values!r}")
         if not values:
             raise NopeInterpError(f"{path}: axis {k!r} is empty")
+    # an axis value always wins over [base] and over an explicit point: the other value would be ignored
+    for where, keys in (("[base]", base), *((f"[[points]] {i}", p) for i, p in enumerate(explicit))):
+        both = [k for k in keys if k in axes]
+        if both:
+            raise NopeInterpError(f"{path}: field(s) {', '.join(map(repr, both))} set both in [axes] and in {where} "
+                                  f"(the axis would override it); set each field in one place")
     if set(res) - {"num_cpus", "num_gpus"}:
         raise NopeInterpError(f"{path}: [resources] takes num_cpus and num_gpus only")
     num_cpus, num_gpus = res.get("num_cpus", 1), res.get("num_gpus", 0)
@@ -249,11 +270,60 @@ def expand(spec: SweepSpec) -> list[Point]:
     return out
 
 
-def resolve(kind: str, values: dict[str, Any]) -> Point:
-    """The :class:`Point` of ``values`` (spec fields) for ``kind``, with its key.
+def _as_type(tp: Any, value: Any, label: str) -> Any:
+    """``value`` with every integer where ``tp`` wants a float as that float (``1`` -> ``1.0``, also in a union
+    or a list); everything else unchanged (the configs' own checks refuse values of the wrong type)."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (types.UnionType, typing.Union):
+        if value is None:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) == 1:
+            return _as_type(inner[0], value, label)
+        return _as_type(float, value, label) if float in inner and int not in inner else value
+    if origin is tuple and isinstance(value, list | tuple):
+        return [_as_type(args[0], v, label) for v in value]
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:
+            raise NopeInterpError(f"{label} must be a finite number, got {value}") from None
+    return value
+
+
+def normalise_fields(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` (spec fields) with each value in its field's type, so that equal configs get equal keys:
+    an integer given for a float field (``model_init_std = 1``, ``lr = 1``) becomes a float. Lists stay lists.
 
     Raises:
-        NopeInterpError: an unknown field or a value the configs reject.
+        NopeInterpError: an integer for a float field too large to be a float.
+    """
+    return {k: _as_type(_FIELD_TYPES.get(k), v, k) for k, v in values.items()}
+
+
+def _check_init_fits(model: ModelConfig, task: Any) -> None:
+    """Refuse (before any point runs) an init point whose analysis could not run: the full-length prompts
+    must fit ``n_ctx`` (as :func:`nope_interp.analysis.analyze_model` checks, protocol ``full``) and their
+    token ids the vocabulary."""
+    import tasks as tasks_pkg
+
+    if task.max_prompt_len > model.n_ctx:
+        raise NopeInterpError(f"n_ctx={model.n_ctx} is too small for task {task.name!r} {task.params()}: its "
+                              f"prompts need model_n_ctx >= {task.max_prompt_len}")
+    if model.d_vocab < tasks_pkg.D_VOCAB:
+        raise NopeInterpError(f"model_d_vocab must be at least {tasks_pkg.D_VOCAB} (the task vocabulary), got "
+                              f"{model.d_vocab}")
+
+
+def resolve(kind: str, values: dict[str, Any]) -> Point:
+    """The :class:`Point` of ``values`` (spec fields) for ``kind``, with its key. Values are normalised to
+    their fields' types first (:func:`normalise_fields`; the point's ``fields`` hold the normalised values).
+
+    Raises:
+        NopeInterpError: an unknown field or a value the configs reject; a task the point's model cannot
+            hold: ``n_ctx`` shorter than the prompts (init) or than the examples (train, the same check as
+            :func:`nope_interp.train.train`, which also checks ``d_vocab``, the packed ``window`` and
+            ``n_train + n_test`` against the task's prompts).
     """
     import tasks as tasks_pkg
 
@@ -262,6 +332,7 @@ def resolve(kind: str, values: dict[str, Any]) -> Point:
     bad = [k for k in values if k not in allowed_fields(kind)]
     if bad:
         raise NopeInterpError(f"unknown field(s) {', '.join(map(repr, bad))}")
+    values = normalise_fields(values)
     v = {**(_INIT_DEFAULTS if kind == "init" else _TRAIN_DEFAULTS), **values}
     task = v.get("task")
     if not isinstance(task, str) or task not in tasks_pkg.TASK_NAMES:
@@ -270,7 +341,7 @@ def resolve(kind: str, values: dict[str, Any]) -> Point:
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
         raise NopeInterpError(f"seed must be an integer in [0, 2**31), got {seed!r}")
     task_params = {} if v.get("n_digits") is None else {"n_digits": v["n_digits"]}
-    tasks_pkg.get_task(task, **task_params)  # validates n_digits
+    task_obj = tasks_pkg.get_task(task, **task_params)  # validates n_digits
     # TOML lists -> tuples (tuple-typed fields such as nope_layers)
     model_kw = {k.removeprefix("model_"): tuple(val) if isinstance(val, list) else val
                 for k, val in v.items() if k.startswith("model_")}
@@ -299,13 +370,17 @@ def resolve(kind: str, values: dict[str, Any]) -> Point:
         if not isinstance(pts, list) or not pts:
             raise NopeInterpError(f"points must be a non-empty list of hook points, got {pts!r}")
         activation_hook_names(model.n_layers, tuple(pts))  # validates the point names
+        _check_init_fits(model, task_obj)
         settings: dict[str, Any] = {"n_prompts": n, "points": list(pts), "prompt_seed": seed}
     else:
+        from nope_interp.train import _check_fits
+
         train_kw = {k: val for k, val in v.items() if k in _TRAIN_FIELDS}
         tcfg = TrainConfig(task=task, task_params=task_params, seed=seed, **train_kw)
         n = v["analyze_n_prompts"]
         if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 100_000:
             raise NopeInterpError(f"analyze_n_prompts must be an integer in [0, 100000], got {n!r}")
+        _check_fits(model, task_obj, tcfg)  # what train() checks first: n_ctx, d_vocab, window, n_train + n_test
         settings = {"train": tcfg.to_dict(), "analyze_n_prompts": n}
     point = Point(kind=kind, fields=dict(values), model=model, task=task, task_params=task_params, settings=settings)
     return Point(**{**point.__dict__, "key": point_key(point)})
@@ -317,8 +392,41 @@ def point_key(point: Point) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _peak_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def _vm_hwm_mib() -> float | None:
+    """This process's peak resident set size in MiB from ``VmHWM`` in ``/proc/self/status`` (Linux), or None
+    where that cannot be read."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def reset_peak_memory() -> bool:
+    """Restart this process's peak resident memory at its current resident memory, so that
+    :func:`peak_memory_mib` then measures from now on: Linux only (writes ``5`` to ``/proc/self/clear_refs``,
+    which resets ``VmHWM``). Returns whether it could (False elsewhere, or where /proc does not allow it)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except OSError:
+        return False
+    return _vm_hwm_mib() is not None
+
+
+def peak_memory_mib(since_reset: bool) -> float:
+    """Peak resident memory of this process in MiB: since the last :func:`reset_peak_memory` when
+    ``since_reset`` (it returned True; ``VmHWM``), else the process's peak since it started (``ru_maxrss``:
+    KiB on Linux, bytes on macOS)."""
+    if since_reset:
+        hwm = _vm_hwm_mib()
+        if hwm is not None:
+            return hwm
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024
 
 
 def run_point(kind: str, values: dict[str, Any], out_dir: str, threads: int = 1) -> dict[str, Any]:
@@ -327,6 +435,12 @@ def run_point(kind: str, values: dict[str, Any], out_dir: str, threads: int = 1)
     Skips a finished point (:func:`finished_result`); returns ``{"key", "status": "done" | "skipped" | "failed" |
     "busy", "seconds"}`` (``busy``: another process holds the point's lock). A failure writes
     ``error.json`` and returns ``failed``: it never raises for the point's own errors.
+
+    ``result.json`` holds ``metrics``, ``seconds`` (wall time of the point), ``peak_mib`` and ``peak_scope``:
+    ``"point"`` where the peak could be reset before the point (Linux, :func:`reset_peak_memory`): the
+    highest resident memory of the worker process while this point ran, which includes the interpreter, the
+    imported libraries and whatever the allocator kept from earlier points of the same worker; ``"process"``
+    elsewhere: the worker's peak since it started, so a small point after a large one shows the large one's.
 
     Raises:
         NopeInterpError: ``values`` that do not resolve to a point of ``kind`` (:func:`resolve`); the point's
@@ -346,10 +460,11 @@ def run_point(kind: str, values: dict[str, Any], out_dir: str, threads: int = 1)
             if finished_result(pdir) is not None:  # finished by another worker while this one waited
                 return {"key": point.key, "status": "skipped", "seconds": 0.0}
             pdir.mkdir(parents=True, exist_ok=True)
-            io.write_json(pdir / "point.json", {"key": point.key, "fields": values, **point.resolved()})
+            io.write_json(pdir / "point.json", {"key": point.key, "fields": point.fields, **point.resolved()})
             with open(pdir / "attempts.log", "a") as fh:
                 fh.write(f"start {time.time():.3f} pid {os.getpid()}\n")
             (pdir / "error.json").unlink(missing_ok=True)
+            per_point = reset_peak_memory()
             try:
                 metrics = _run_init(point) if kind == "init" else _run_train(point, pdir)
             except Exception as err:  # recorded, never stops the sweep
@@ -358,8 +473,10 @@ def run_point(kind: str, values: dict[str, Any], out_dir: str, threads: int = 1)
                 return {"key": point.key, "status": "failed", "seconds": time.perf_counter() - t0,
                         "error": f"{type(err).__name__}: {err}"}
             seconds = time.perf_counter() - t0
-            io.write_json(pdir / "result.json", {"key": point.key, "fields": values, "metrics": metrics,
-                                                 "seconds": round(seconds, 3), "peak_mib": round(_peak_mib(), 1),
+            io.write_json(pdir / "result.json", {"key": point.key, "fields": point.fields, "metrics": metrics,
+                                                 "seconds": round(seconds, 3),
+                                                 "peak_mib": round(peak_memory_mib(per_point), 1),
+                                                 "peak_scope": "point" if per_point else "process",
                                                  "pid": os.getpid(), "host": os.uname().nodename})
             with open(pdir / "attempts.log", "a") as fh:
                 fh.write(f"done {time.time():.3f} pid {os.getpid()}\n")
@@ -439,29 +556,48 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", 
         threads: torch threads per point (default 1, so ``workers`` points fit ``workers`` cores).
         progress: a tqdm bar with done / running / failed and the mean time per point.
 
+    Every check below runs before anything is written: a failed one leaves no folder or file behind.
+    ``out_dir/spec.toml`` records the spec; a folder that holds the spec of another sweep (another
+    ``[sweep]`` name or kind) is refused; the same sweep, edited (say, more seeds), updates it.
+
     Raises:
-        NopeInterpError: an unknown executor; ``workers`` or ``threads`` < 1; Ray not installed (the message
-            says ``pip install -e .[ray]``) or the cluster cannot be reached; ``out_dir`` not writable.
+        NopeInterpError: an unknown executor; ``workers`` or ``threads`` < 1; ``ray_address`` with the local
+            executor, or not ``host:port``; Ray not installed (the message says ``pip install -e .[ray]``)
+            or the cluster cannot be reached; ``out_dir`` not writable, or holding another sweep's spec.
     """
     if executor not in EXECUTORS:
         raise NopeInterpError(f"unknown executor {executor!r}; allowed: {', '.join(EXECUTORS)}")
     for label, v in (("workers", workers), ("threads", threads)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise NopeInterpError(f"{label} must be an integer >= 1, got {v!r}")
+    if ray_address is not None:
+        if executor != "ray":
+            raise NopeInterpError(f"--ray-address needs --executor ray (got --executor {executor}, which would "
+                                  f"ignore it)")
+        _parse_address(ray_address)
     out = Path(out_dir).resolve()
     io.check_writable_dir(out, "sweep output folder")
-    out.mkdir(parents=True, exist_ok=True)
-    io.atomic_write_text(out / "spec.toml", Path(spec.path).read_text())
+    spec_text = Path(spec.path).read_text()
+    replaced = _check_out_dir_spec(spec, spec_text, out)
     todo = [p for p in spec.points if finished_result(out / "points" / p.key) is None]
     skipped = len(spec.points) - len(todo)
-    if log:
-        log(f"sweep {spec.name}: {len(spec.points)} points, {skipped} already finished, {len(todo)} to run "
-            f"({executor}, {workers if executor == 'local' else 'cluster'} workers) -> {out}")
-    t0 = time.perf_counter()
-    if executor == "local":
-        outcomes = _run_local(spec, todo, out, workers, threads, progress)
-    else:
-        outcomes = _run_ray(spec, todo, out, threads, ray_address, progress)
+    ray = _ray_connect(ray_address, bool(todo)) if executor == "ray" else None
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        io.atomic_write_text(out / "spec.toml", spec_text)
+        if log:
+            if replaced:
+                log(f"{out / 'spec.toml'} updated: sweep {spec.name!r} changed since it was last run into this folder")
+            log(f"sweep {spec.name}: {len(spec.points)} points, {skipped} already finished, {len(todo)} to run "
+                f"({executor}, {workers if executor == 'local' else 'cluster'} workers) -> {out}")
+        t0 = time.perf_counter()
+        if executor == "local":
+            outcomes = _run_local(spec, todo, out, workers, threads, progress)
+        else:
+            outcomes = _run_ray(ray, spec, todo, out, threads, progress)
+    finally:
+        if ray is not None and ray.is_initialized():
+            ray.shutdown()
     done = sum(o["status"] == "done" for o in outcomes)
     skipped += sum(o["status"] == "skipped" for o in outcomes)
     failed = [o for o in outcomes if o["status"] == "failed"]
@@ -553,45 +689,94 @@ def _run_local(spec: SweepSpec, todo: list[Point], out: Path, workers: int, thre
     return outcomes
 
 
-def _run_ray(spec: SweepSpec, todo: list[Point], out: Path, threads: int, address: str | None,
-             progress: bool) -> list[dict[str, Any]]:
+def _check_out_dir_spec(spec: SweepSpec, spec_text: str, out: Path) -> bool:
+    """Refuse to run ``spec`` into ``out`` when ``out/spec.toml`` is another sweep's (another ``[sweep]`` name
+    or kind, or not a readable spec). Returns whether ``out/spec.toml`` exists and differs from ``spec_text``
+    (comments and layout aside): the same sweep, edited, whose record the run updates."""
+    old_path = out / "spec.toml"
+    if not old_path.exists():
+        return False
+    try:
+        old = tomllib.loads(old_path.read_text())
+        head = old.get("sweep", {})
+        old_name, old_kind = head.get("name"), head.get("kind")
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, AttributeError):
+        raise NopeInterpError(f"--out-dir {out} holds a spec.toml that is not a readable sweep spec; give "
+                              f"another --out-dir") from None
+    if (old_name, old_kind) != (spec.name, spec.kind):
+        raise NopeInterpError(f"--out-dir {out} holds another sweep's spec ({old_name!r}, kind {old_kind!r}; "
+                              f"this is {spec.name!r}, kind {spec.kind!r}): give another --out-dir")
+    return old != tomllib.loads(spec_text)
+
+
+def _ray_connect(address: str | None, connect: bool) -> Any:
+    """Import Ray and, when ``connect``, join the cluster at ``address`` (None: start a private local one).
+    Returns the ``ray`` module.
+
+    Raises:
+        NopeInterpError: Ray not installed; the address unreachable (checked first: ``ray.init`` itself
+            retries an unreachable address for minutes) or refused by ``ray.init``.
+    """
     try:
         import ray
     except ImportError:
         raise NopeInterpError("the ray executor needs Ray: pip install -e '.[ray]'") from None
-    outcomes: list[dict[str, Any]] = []
-    if not todo:
-        return outcomes
+    if not connect:
+        return ray
     if address is not None:
         _check_reachable(address)
     try:
         ray.init(address=address, log_to_driver=False, include_dashboard=False, ignore_reinit_error=True,
                  configure_logging=False)
     except Exception as err:
+        if ray.is_initialized():
+            ray.shutdown()
         raise NopeInterpError(f"cannot reach the Ray cluster at {address!r}: {' '.join(str(err).split())[:300]}") \
             from None
-    try:
-        remote = ray.remote(num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, max_retries=0)(run_point)
-        pending = {remote.remote(spec.kind, p.fields, str(out), threads): p for p in todo}
-        bar = _Bar(len(todo), len(pending), progress)
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            for ref in ready:
-                p = pending.pop(ref)
-                try:
-                    outcome = ray.get(ref)
-                except Exception as err:  # the worker process died (e.g. out of memory)
-                    outcome = {"key": p.key, "status": "failed", "seconds": 0.0,
-                               "error": f"Ray task failed: {' '.join(str(err).split())[:300]}"}
-                if outcome["status"] == "busy":
-                    pending[remote.remote(spec.kind, p.fields, str(out), threads)] = p
-                    continue
-                outcomes.append(outcome)
-                bar.update(len(pending), outcome)
-        bar.close()
-    finally:
-        ray.shutdown()
+    return ray
+
+
+def _run_ray(ray: Any, spec: SweepSpec, todo: list[Point], out: Path, threads: int,
+             progress: bool) -> list[dict[str, Any]]:
+    """Run ``todo`` as one Ray task each on the cluster ``ray`` is connected to (:func:`_ray_connect`)."""
+    outcomes: list[dict[str, Any]] = []
+    if not todo:
+        return outcomes
+    remote = ray.remote(num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, max_retries=0)(run_point)
+    pending = {remote.remote(spec.kind, p.fields, str(out), threads): p for p in todo}
+    bar = _Bar(len(todo), len(pending), progress)
+    while pending:
+        ready, _ = ray.wait(list(pending), num_returns=1)
+        for ref in ready:
+            p = pending.pop(ref)
+            try:
+                outcome = ray.get(ref)
+            except Exception as err:  # the worker process died (e.g. out of memory)
+                outcome = {"key": p.key, "status": "failed", "seconds": 0.0,
+                           "error": f"Ray task failed: {' '.join(str(err).split())[:300]}"}
+            if outcome["status"] == "busy":
+                pending[remote.remote(spec.kind, p.fields, str(out), threads)] = p
+                continue
+            outcomes.append(outcome)
+            bar.update(len(pending), outcome)
+    bar.close()
     return outcomes
+
+
+def _parse_address(address: str) -> tuple[str, int]:
+    """``(host, port)`` of a Ray address ``[ray://]host:port``.
+
+    Raises:
+        NopeInterpError: not of that form, or a port outside 1-65535.
+    """
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    bracketed = host.startswith("[") and host.endswith("]")  # an IPv6 address: [::1]:6379
+    bare = host[1:-1] if bracketed else host
+    ok = bool(bare) and not any(c.isspace() or c == "/" for c in bare) and (bracketed or ":" not in bare)
+    if not ok or not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        raise NopeInterpError(f"--ray-address must be host:port (the head's GCS port, e.g. 127.0.0.1:6379), "
+                              f"got {address!r}")
+    return bare, int(port)
 
 
 def _check_reachable(address: str, timeout: float = 10.0) -> None:
@@ -599,54 +784,119 @@ def _check_reachable(address: str, timeout: float = 10.0) -> None:
     retries an unreachable address for minutes)."""
     import socket
 
-    host, _, port = address.removeprefix("ray://").rpartition(":")
-    if not host or not port.isdigit():
-        raise NopeInterpError(f"--ray-address must be host:port (the head's GCS port, e.g. 127.0.0.1:6379), "
-                              f"got {address!r}")
+    host, port = _parse_address(address)
     try:
-        with socket.create_connection((host, int(port)), timeout=timeout):
+        with socket.create_connection((host, port), timeout=timeout):
             pass
     except OSError as err:
         raise NopeInterpError(f"cannot reach the Ray cluster at {address}: {err.strerror or err} (is `ray start "
                               f"--head` running there?)") from None
 
 
-def finished_result(point_dir: str | Path) -> dict[str, Any] | None:
-    """The content of a point's ``result.json`` when the point finished, else None: no file, or one that is
-    not a readable JSON object with ``metrics``, ``seconds`` and ``peak_mib`` (a truncated or foreign
-    file), so that the point is run again rather than read."""
-    path = Path(point_dir) / "result.json"
-    if not path.is_file():
+def _is_finite_number(value: Any) -> bool:
+    """Whether ``value`` is an int or float (not a bool) and finite: what the report can aggregate."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def load_result(point_dir: str | Path) -> dict[str, Any] | None:
+    """The content of a point's ``result.json``, or None when there is none (the point has not finished).
+
+    A result is a JSON object with ``key`` equal to the folder's name (the point's key), a ``metrics``
+    object, and finite numbers ``seconds`` and ``peak_mib``.
+
+    Raises:
+        NopeInterpError: (one line naming the file) a ``result.json`` that is not such an object: truncated,
+            not JSON, a folder, or another point's result (its ``key`` does not match).
+    """
+    pdir = Path(point_dir)
+    path = pdir / "result.json"
+    if not path.exists():
         return None
     try:
         data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError):
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        why = "a folder" if path.is_dir() else f"not readable JSON ({' '.join(str(err).split())[:120]})"
+        raise NopeInterpError(f"{path}: {why}") from None
+    if not isinstance(data, dict):
+        raise NopeInterpError(f"{path}: not a JSON object, got {type(data).__name__}")
+    if data.get("key") != pdir.name:
+        raise NopeInterpError(f"{path}: key {data.get('key')!r} does not match its point {pdir.name!r} "
+                              f"(a foreign result file)")
+    bad = [k for k in ("seconds", "peak_mib") if not _is_finite_number(data.get(k))]
+    if not isinstance(data.get("metrics"), dict):
+        bad.insert(0, "metrics")
+    if bad:
+        raise NopeInterpError(f"{path}: missing or malformed {', '.join(bad)} (a truncated or foreign file)")
+    return data
+
+
+def finished_result(point_dir: str | Path) -> dict[str, Any] | None:
+    """The content of a point's ``result.json`` when the point finished, else None: no file, or one that
+    :func:`load_result` refuses (a truncated or foreign file, or another point's result), so that the point
+    is run again rather than read."""
+    try:
+        return load_result(point_dir)
+    except NopeInterpError:
         return None
-    ok = (isinstance(data, dict) and isinstance(data.get("metrics"), dict)
-          and all(isinstance(data.get(k), (int, float)) for k in ("seconds", "peak_mib")))
-    return data if ok else None
 
 
-def read_results(spec: SweepSpec, out_dir: str | Path) -> tuple[list[dict[str, Any]], list[str], list[str]]:
-    """``(rows, missing keys, failed keys)``: one row per finished point (its fields, then its scalar metrics)."""
-    rows, missing, failed = [], [], []
+class SweepResults(NamedTuple):
+    """What :func:`read_results` found, per point of the spec.
+
+    Attributes:
+        rows: one per finished point: ``key``, the varied fields, then every scalar metric as written
+            (numbers, null as None, strings, bools; not objects such as ``scores``), ``seconds`` and
+            ``peak_mib``.
+        missing: keys of points with no result and no error (not run). failed: keys of points with an
+            ``error.json`` and no result. unreadable: key -> one-line reason naming the ``result.json``
+            that :func:`load_result` refused (the next sweep runs the point again).
+    """
+
+    rows: list[dict[str, Any]]
+    missing: list[str]
+    failed: list[str]
+    unreadable: dict[str, str]
+
+
+def _scalar(value: Any) -> bool:
+    """Whether a metric value is a scalar (a number, None, a string or a bool): a column of the report;
+    objects and lists (such as ``scores``, per hook point) are not."""
+    return value is None or isinstance(value, (int, float, str))
+
+
+def read_results(spec: SweepSpec, out_dir: str | Path) -> SweepResults:
+    """The results of ``spec``'s points in ``out_dir`` (:class:`SweepResults`: rows, missing, failed and
+    unreadable). Metric values are kept as written (:func:`report` decides what it can aggregate); never
+    raises for a bad result file (it is listed as unreadable)."""
+    rows: list[dict[str, Any]] = []
+    missing: list[str] = []
+    failed: list[str] = []
+    unreadable: dict[str, str] = {}
     for p in spec.points:
         pdir = Path(out_dir) / "points" / p.key
-        data = finished_result(pdir)
+        try:
+            data = load_result(pdir)
+        except NopeInterpError as err:
+            unreadable[p.key] = str(err)
+            continue
         if data is not None:
-            metrics = {k: v for k, v in data["metrics"].items()
-                       if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            metrics = {k: v for k, v in data["metrics"].items() if _scalar(v)}
             rows.append({"key": p.key, **{k: p.fields.get(k, spec.base.get(k)) for k in spec.varied},
                          **metrics, "seconds": data["seconds"], "peak_mib": data["peak_mib"]})
         elif (pdir / "error.json").exists():
             failed.append(p.key)
         else:
             missing.append(p.key)
-    return rows, missing, failed
+    return SweepResults(rows, missing, failed, unreadable)
 
 
 #: Fields that index repetitions (averaged over), not configurations.
 SEED_FIELDS = ("seed", "model_seed")
+
+#: How the report's table explains its numbers (Markdown header and ``report.json``).
+CI_NOTE = ("95% CI: a Student-t interval of the mean over the n values, in the CSV; with few seeds it is wide and "
+           "is not clipped, so it can pass a metric's natural range (above 1 for a score or accuracy in [0, 1], "
+           "below 0 for seconds); with n = 1 it is undefined (empty)")
 
 
 @dataclass(frozen=True)
@@ -654,10 +904,15 @@ class SweepReport:
     """Aggregated results of a sweep: one row per configuration (every varied field but the seeds).
 
     Attributes:
-        rows: per configuration, its fields and for each metric ``<metric>_mean``, ``_std``, ``_ci95_low``,
-            ``_ci95_high`` and ``n_seeds`` (:func:`nope_interp.stats.mean_std_ci`).
-        metrics: metric names. group_by: the configuration fields. points: the per-point rows.
-        missing, failed: keys of points without a result, and of failed points.
+        rows: per configuration, its fields, ``n_seeds`` (its finished points) and for each metric
+            ``<metric>_mean``, ``_std``, ``_ci95_low``, ``_ci95_high`` (:func:`nope_interp.stats.mean_std_ci`;
+            absent when no point has a value) and ``<metric>_n``: the number of values aggregated (the
+            points whose value is a finite number; fewer than ``n_seeds`` where some are missing).
+        metrics: metric names (in the order of the result files; ``seconds`` and ``peak_mib`` last).
+        group_by: the configuration fields. points: the per-point rows (:func:`read_results`).
+        missing, failed: keys of points without a result, and of failed points. unreadable: key -> why its
+        ``result.json`` was refused. gaps: key -> the metrics whose value at that point is missing or not a
+        finite number (left out of the aggregates).
     """
 
     spec: SweepSpec
@@ -667,37 +922,75 @@ class SweepReport:
     points: tuple[dict[str, Any], ...]
     missing: tuple[str, ...]
     failed: tuple[str, ...]
+    unreadable: dict[str, str] = field(default_factory=dict)
+    gaps: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def markdown(self) -> str:
-        """The table as Markdown: configuration fields, then ``mean ± std (n)`` per metric."""
+        """The table as Markdown: configuration fields, then ``mean ± std (n)`` per metric, n being the number
+        of values aggregated (``- (0)``: none)."""
         head = [*self.group_by, *self.metrics]
+        extra = "".join(f", {n} {what}" for n, what in ((len(self.unreadable), "with an unreadable result.json"),
+                                                        (len(self.gaps), "with missing or non-finite values"))
+                        if n)
         lines = [f"# Sweep {self.spec.name} ({self.spec.kind}): {len(self.points)} of {len(self.spec.points)} points "
-                 f"finished, {len(self.failed)} failed", "",
-                 "Each metric: mean ± std over seeds (number of seeds); 95% CI in the CSV.", "",
+                 f"finished, {len(self.failed)} failed{extra}", "",
+                 "Each metric: mean ± std over seeds (n: the number of values aggregated, the finished points "
+                 f"with a finite value). {CI_NOTE}.", "",
                  "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in self.rows:
             cells = [str(r[g]) for g in self.group_by]
-            cells += [f"{r[m + '_mean']:.3f} ± {r[m + '_std']:.3f} ({r['n_seeds']})" if m + "_mean" in r else ""
+            cells += [f"{r[m + '_mean']:.3f} ± {r[m + '_std']:.3f} ({r[m + '_n']})" if r[m + "_n"] else "- (0)"
                       for m in self.metrics]
             lines.append("| " + " | ".join(cells) + " |")
         return "\n".join(lines) + "\n"
 
 
+def _list_keys(items: dict[str, Any], limit: int = 8) -> str:
+    shown = [f"{k} ({', '.join(v)})" if isinstance(v, tuple) else k for k, v in list(items.items())[:limit]]
+    more = len(items) - limit
+    return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
+
+
 def report(spec: SweepSpec, out_dir: str | Path) -> SweepReport:
     """Aggregate the finished points of ``spec`` in ``out_dir`` over seeds (:func:`nope_interp.stats.mean_std_ci`).
 
+    A metric is any entry of the points' ``metrics`` that is a number or null (undefined, e.g. a NaN) in at
+    least one point, plus ``seconds`` and ``peak_mib``; per configuration it aggregates the points whose
+    value is a finite number, and ``<metric>_n`` says how many those are.
+
     Raises:
         NopeInterpError: no finished point.
+
+    Warns:
+        NopeInterpWarning: one line per unreadable ``result.json`` (naming the file; the point is not counted
+            as not run); one line naming the points (and metrics) whose value is missing or not a finite
+            number.
     """
     from nope_interp.stats import mean_std_ci
 
-    points, missing, failed = read_results(spec, out_dir)
+    points, missing, failed, unreadable = read_results(spec, out_dir)
+    for reason in unreadable.values():
+        warnings.warn(f"{reason}: reported as unreadable, not as not run (the next sweep runs the point again)",
+                      NopeInterpWarning, stacklevel=2)
     if not points:
         raise NopeInterpError(f"no finished point of sweep {spec.name!r} in {out_dir} "
-                              f"({len(missing)} not run, {len(failed)} failed): run `nope-interp sweep` first")
+                              f"({len(missing)} not run, {len(failed)} failed, {len(unreadable)} with an "
+                              f"unreadable result.json): run `nope-interp sweep` first")
     group_by = tuple(k for k in spec.varied if k not in SEED_FIELDS)
-    skip = {"key", *spec.varied}
-    metrics = tuple(dict.fromkeys(k for r in points for k in r if k not in skip))
+    skip = {"key", *spec.varied, "seconds", "peak_mib"}
+    def numeric(v: Any) -> bool:
+        return v is None or isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    # a column for every entry that is a number (or null) somewhere, in the files' order: a null or a string
+    # in one point neither drops nor moves a column
+    metrics = tuple(dict.fromkeys(k for r in points for k in r if k not in skip
+                                  and any(k in q and numeric(q[k]) for q in points)))
+    metrics = (*metrics, "seconds", "peak_mib")
+    gaps = {r["key"]: tuple(m for m in metrics if not _is_finite_number(r.get(m))) for r in points}
+    gaps = {k: v for k, v in gaps.items() if v}
+    if gaps:
+        warnings.warn(f"sweep {spec.name!r}: {len(gaps)} point(s) with a missing or non-finite metric value, "
+                      f"left out of that metric's mean and n: {_list_keys(gaps)}", NopeInterpWarning, stacklevel=2)
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in points:
         groups.setdefault(tuple(json.dumps(r.get(g), sort_keys=True) for g in group_by), []).append(r)
@@ -706,19 +999,21 @@ def report(spec: SweepSpec, out_dir: str | Path) -> SweepReport:
         row: dict[str, Any] = {g: members[0].get(g) for g in group_by}
         row["n_seeds"] = len(members)
         for m in metrics:
-            vals = [r[m] for r in members if m in r]
+            vals = [r[m] for r in members if _is_finite_number(r.get(m))]
+            row[f"{m}_n"] = len(vals)
             if vals:
                 st = mean_std_ci(vals)
                 row.update({f"{m}_mean": st.mean, f"{m}_std": st.std, f"{m}_ci95_low": st.ci95_low,
                             f"{m}_ci95_high": st.ci95_high})
         rows.append(row)
     return SweepReport(spec=spec, rows=tuple(rows), metrics=metrics, group_by=group_by, points=tuple(points),
-                       missing=tuple(missing), failed=tuple(failed))
+                       missing=tuple(missing), failed=tuple(failed), unreadable=dict(unreadable), gaps=gaps)
 
 
 def plot_metric_vs_axis(rep: SweepReport, axis: str) -> Any:
     """Every metric against one varied field: the mean over seeds and over the other fields at each value
-    (error bars: std over those points); one trace per metric (click the legend to show one)."""
+    (error bars: std over those points; values that are not finite numbers left out, as in :func:`report`);
+    one trace per metric (click the legend to show one). Returns a plotly Figure."""
     import plotly.graph_objects as go
 
     from nope_interp.stats import mean_std_ci
@@ -728,7 +1023,8 @@ def plot_metric_vs_axis(rep: SweepReport, axis: str) -> Any:
     for i, m in enumerate(rep.metrics):
         ys, errs = [], []
         for v in values:
-            vals = [r[m] for r in rep.points if json.dumps(r.get(axis), sort_keys=True) == v and m in r]
+            vals = [r[m] for r in rep.points
+                    if json.dumps(r.get(axis), sort_keys=True) == v and _is_finite_number(r.get(m))]
             st = mean_std_ci(vals) if vals else None
             ys.append(None if st is None else st.mean)
             errs.append(None if st is None else st.std)
@@ -745,7 +1041,11 @@ def plot_metric_vs_axis(rep: SweepReport, axis: str) -> Any:
 
 def write_report(rep: SweepReport, out_root: str | Path = ".") -> list[Path]:
     """Write ``results/sweeps/<name>/{report.csv, report.md, points.csv, report.json}`` and
-    ``figures/sweeps/<name>/<axis>.html`` (one per varied field but the seeds) under ``out_root``."""
+    ``figures/sweeps/<name>/<axis>.html`` (one per varied field but the seeds) under ``out_root``. Returns the
+    paths written.
+
+    Raises:
+        NopeInterpError: a file cannot be written."""
     from nope_interp.plotting import save_figure
 
     res_dir = Path(out_root) / "results" / "sweeps" / rep.spec.name
@@ -756,7 +1056,9 @@ def write_report(rep: SweepReport, out_root: str | Path = ".") -> list[Path]:
              io.write_json(res_dir / "report.json", {"name": rep.spec.name, "kind": rep.spec.kind,
                                                      "group_by": list(rep.group_by), "metrics": list(rep.metrics),
                                                      "rows": list(rep.rows), "missing": list(rep.missing),
-                                                     "failed": list(rep.failed)})]
+                                                     "failed": list(rep.failed), "unreadable": rep.unreadable,
+                                                     "gaps": {k: list(v) for k, v in rep.gaps.items()},
+                                                     "ci95": CI_NOTE})]
     for axis in rep.group_by:
         paths.append(save_figure(plot_metric_vs_axis(rep, axis), fig_dir / f"{axis}.html"))
     return paths

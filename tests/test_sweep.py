@@ -153,6 +153,24 @@ def test_trained_seeds_spec_is_the_shipped_recipes():
     ("[sweep]\nname='t'\nkind='train'\n[base]\ntask='reversal'\nlr='fast'\n", "lr"),
     ("[sweep]\nname='t'\nkind='init'\n[base]\ntask='reversal'\n[resources]\nnum_cpus=-1\n", "num_cpus"),
     ("this is = = not toml", "not a valid TOML"),
+    # int and float are the same value of a float field: the same point
+    ("[sweep]\nname='t'\nkind='init'\n[base]\ntask='reversal'\n[axes]\nmodel_init_std=[1, 1.0]\n",
+     "point 1 .*duplicates point 0"),
+    ("[sweep]\nname='t'\nkind='train'\n[base]\ntask='reversal'\npreset='tiny'\n[axes]\nlr=[1, 1.0]\n",
+     "point 1 .*duplicates point 0"),
+    # a point whose task does not fit its model is refused at load time, not when it runs
+    ("[sweep]\nname='t'\nkind='init'\n[base]\npreset='tiny'\ntask='reversal'\nmodel_n_ctx=4\n",
+     "n_ctx=4 is too small for task 'reversal'"),
+    ("[sweep]\nname='t'\nkind='init'\n[base]\npreset='tiny'\ntask='reversal'\n[axes]\nn_digits=[4, 64]\n",
+     "point 1 .*n_ctx=48 is too small"),
+    ("[sweep]\nname='t'\nkind='train'\n[base]\npreset='tiny'\ntask='reversal'\nn_digits=64\n",
+     "n_ctx=48 is too small for task 'reversal'"),
+    ("[sweep]\nname='t'\nkind='init'\n[base]\npreset='tiny'\ntask='reversal'\nmodel_d_vocab=5\n", "d_vocab"),
+    # a value an axis would silently override
+    ("[sweep]\nname='t'\nkind='init'\n[base]\ntask='reversal'\n[axes]\nseed=[0, 1]\n[[points]]\nseed=0\n"
+     "[[points]]\nmodel_n_layers=1\n", "'seed' set both in \\[axes\\] and in \\[\\[points\\]\\] 0"),
+    ("[sweep]\nname='t'\nkind='init'\n[base]\ntask='reversal'\nseed=3\n[axes]\nseed=[0, 1]\n",
+     "'seed' set both in \\[axes\\] and in \\[base\\]"),
 ])
 def test_bad_specs_give_one_line_errors(tmp_path, text, match):
     from nope_interp.errors import NopeInterpError
@@ -163,7 +181,26 @@ def test_bad_specs_give_one_line_errors(tmp_path, text, match):
     assert "\n" not in str(info.value)
 
 
-def test_bad_spec_on_the_command_line_is_exit_2_and_one_line(tmp_path):
+def test_int_and_float_of_a_float_field_give_the_same_key():
+    """A key must not depend on how a number was written: rewriting 1 as 1.0 must not rerun a finished point."""
+    from nope_interp.sweep import resolve
+
+    base = {"preset": "tiny", "task": "reversal"}
+    a, b = resolve("init", {**base, "model_init_std": 1}), resolve("init", {**base, "model_init_std": 1.0})
+    assert a.key == b.key and a.fields["model_init_std"] == 1.0 and isinstance(a.fields["model_init_std"], float)
+    assert a.model.init_std == 1.0 and isinstance(a.model.init_std, float)
+    t1 = resolve("train", {**base, "lr": 1, "grad_clip": 2})
+    t2 = resolve("train", {**base, "lr": 1.0, "grad_clip": 2.0})
+    assert t1.key == t2.key and t1.settings["train"]["lr"] == 1.0
+    # an int field keeps its ints, and a float is still refused there
+    assert resolve("init", {**base, "model_n_layers": 1}).fields["model_n_layers"] == 1
+    from nope_interp.errors import NopeInterpError
+
+    with pytest.raises(NopeInterpError, match="n_layers"):
+        resolve("init", {**base, "model_n_layers": 1.0})
+
+
+def test_bad_spec_on_the_command_line_is_exit_2_and_one_line(tmp_path, capsys):
     from nope_interp.cli import main
 
     path = _write(tmp_path, "[sweep]\nname='t'\nkind='init'\n[base]\ntask='reversal'\n[axes]\nseed=[]\n")
@@ -171,6 +208,63 @@ def test_bad_spec_on_the_command_line_is_exit_2_and_one_line(tmp_path):
     assert main(["sweep", "no-such-spec"]) == 2
     assert main(["sweep", str(path), "--executor", "slurm"]) == 2
     assert not (tmp_path / "o").exists()
+    good = _write(tmp_path, SPEC.format(n_prompts=4), "good.toml")
+    capsys.readouterr()
+    # an option the chosen executor would ignore
+    assert main(["sweep", str(good), "--ray-address", "127.0.0.1:6379", "--out-dir", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--ray-address needs --executor ray" in err
+    assert not (tmp_path / "o").exists()
+
+
+def _fake_results(spec, out: Path, metrics: dict[str, dict]) -> None:
+    """Write a result.json per point of ``spec`` (``metrics``: key -> its metrics), as :func:`run_point` does."""
+    for p in spec.points:
+        pdir = out / "points" / p.key
+        pdir.mkdir(parents=True, exist_ok=True)
+        (pdir / "result.json").write_text(json.dumps({"key": p.key, "fields": p.fields, "metrics": metrics[p.key],
+                                                      "seconds": 1.0, "peak_mib": 100.0}))
+
+
+@pytest.mark.parametrize(("address", "hint"), [("nonsense", "host:port"), ("127.0.0.1:0", "host:port"),
+                                               ("127.0.0.1:99999", "host:port"), ("a b:1", "host:port"),
+                                               ("127.0.0.1:{port}", "cannot reach")])
+def test_a_sweep_that_fails_on_its_options_writes_nothing(tmp_path, address, hint):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.sweep import load_spec, run_sweep
+
+    spec = load_spec(_write(tmp_path, SPEC.format(n_prompts=4)))
+    out = tmp_path / "fresh" / "o"
+    with pytest.raises(NopeInterpError, match=hint) as info:
+        run_sweep(spec, out, executor="ray", ray_address=address.format(port=_free_port()), progress=False)
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "fresh").exists()
+    with pytest.raises(NopeInterpError, match="--ray-address needs --executor ray"):
+        run_sweep(spec, out, executor="local", ray_address="127.0.0.1:6379", progress=False)
+    assert not (tmp_path / "fresh").exists()
+
+
+def test_an_out_dir_holding_another_sweeps_spec_is_refused(tmp_path):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.sweep import load_spec, run_sweep
+
+    spec = load_spec(_write(tmp_path, SPEC.format(n_prompts=4)))
+    out = tmp_path / "o"
+    _fake_results(spec, out, {p.key: {"L0_z": 0.5} for p in spec.points})  # all finished: nothing to run
+    lines: list[str] = []
+    run_sweep(spec, out, progress=False, log=lines.append)
+    original = (out / "spec.toml").read_text()
+    assert original == Path(spec.path).read_text() and not any("updated" in line for line in lines)
+    other = load_spec(_write(tmp_path, SPEC.format(n_prompts=4).replace('name = "t"', 'name = "u"'), "u.toml"))
+    with pytest.raises(NopeInterpError, match="holds another sweep's spec .*give another --out-dir") as info:
+        run_sweep(other, out, progress=False)
+    assert "\n" not in str(info.value)
+    assert (out / "spec.toml").read_text() == original  # not overwritten
+    # the same sweep, edited (here: only the first seed): accepted, and its record updated, saying so
+    edited = load_spec(_write(tmp_path, SPEC.format(n_prompts=4).replace("seed = [0, 1]", "seed = [0]"), "e.toml"))
+    run_sweep(edited, out, progress=False, log=lines.append)
+    assert (out / "spec.toml").read_text() == Path(edited.path).read_text()
+    assert any("spec.toml updated" in line for line in lines)
 
 
 def test_killed_driver_resumes_without_running_a_point_twice_and_matches_an_uninterrupted_sweep(tmp_path):
@@ -208,8 +302,8 @@ def test_a_failed_point_is_recorded_and_the_others_finish(tmp_path):
     spec = load_spec(_write(tmp_path, text))
     status = run_sweep(spec, tmp_path / "o", workers=1, progress=False)
     assert (status.done, status.failed) == (1, 1)
-    rows, missing, failed = read_results(spec, tmp_path / "o")
-    assert len(rows) == 1 and not missing and len(failed) == 1
+    rows, missing, failed, unreadable = read_results(spec, tmp_path / "o")
+    assert len(rows) == 1 and not missing and len(failed) == 1 and not unreadable
     err = json.loads((tmp_path / "o" / "points" / failed[0] / "error.json").read_text())
     assert "TaskError" in err["error"] and "Traceback" in err["traceback"]
     again = run_sweep(spec, tmp_path / "o", workers=1, progress=False)  # failed points are retried
@@ -239,6 +333,85 @@ def test_report_aggregates_over_seeds_with_an_independent_mean(tmp_path):
     assert {p.name for p in paths} == {"report.csv", "report.md", "points.csv", "report.json", "model_n_layers.html"}
     assert_strict_json_files(tmp_path / "out" / "results")
     assert "| model_n_layers |" in (tmp_path / "out/results/sweeps/t/report.md").read_text()
+
+
+def test_report_counts_the_values_it_aggregates_and_names_the_gaps(tmp_path):
+    """A null or a string where a metric should be is left out of that metric's mean, its (n) says so, a
+    warning names the point, and the columns keep their order."""
+    import statistics
+
+    from nope_interp.errors import NopeInterpWarning
+    from nope_interp.sweep import load_spec, report
+
+    spec = load_spec(_write(tmp_path, SPEC.format(n_prompts=4)))
+    k = [p.key for p in spec.points]  # (layers 1, seed 0), (1, 1), (2, 0), (2, 1)
+    metrics = {k[0]: {"L0_z": None, "last_z": 0.5, "scores": {"a": 1.0}}, k[1]: {"L0_z": 0.75, "last_z": 0.25},
+               k[2]: {"L0_z": 0.25, "last_z": "oops"}, k[3]: {"L0_z": 0.75, "last_z": 0.5}}
+    _fake_results(spec, tmp_path / "o", metrics)
+    with pytest.warns(NopeInterpWarning, match="missing or non-finite") as caught:
+        rep = report(spec, tmp_path / "o")
+    message = " ".join(str(w.message) for w in caught)
+    assert f"{k[0]} (L0_z)" in message and f"{k[2]} (last_z)" in message and k[1] not in message
+    assert rep.metrics == ("L0_z", "last_z", "seconds", "peak_mib")  # stable, though the first point's L0_z is null
+    assert rep.gaps == {k[0]: ("L0_z",), k[2]: ("last_z",)}
+    one, two = rep.rows
+    assert (one["n_seeds"], one["L0_z_n"], one["last_z_n"]) == (2, 1, 2)
+    assert (two["n_seeds"], two["L0_z_n"], two["last_z_n"]) == (2, 2, 1)
+    assert one["L0_z_mean"] == 0.75 and two["L0_z_mean"] == pytest.approx(statistics.mean([0.25, 0.75]))
+    md = rep.markdown()
+    assert "| 1 | 0.750 ± 0.000 (1) | 0.375 ± 0.177 (2) |" in md
+    assert "| 2 | 0.500 ± 0.354 (2) | 0.500 ± 0.000 (1) |" in md
+    assert "not clipped" in md  # the CI is a t-interval on few seeds: said in the table's header
+
+
+@pytest.mark.parametrize(("content", "why"), [("{trunc", "not readable JSON"), ("[1, 2]", "not a JSON object"),
+                                              ('{"key": "0000000000000000", "metrics": {}, "seconds": 1, '
+                                               '"peak_mib": 1}', "does not match its point"),
+                                              ('{"metrics": {}, "seconds": 1, "peak_mib": 1}', "does not match"),
+                                              ("KEY", "missing or malformed metrics"), (None, "a folder")])
+def test_an_unreadable_result_is_reported_as_such_not_as_not_run(tmp_path, content, why):
+    from nope_interp.errors import NopeInterpWarning
+    from nope_interp.sweep import load_spec, read_results, report
+
+    spec = load_spec(_write(tmp_path, SPEC.format(n_prompts=4)))
+    out = tmp_path / "o"
+    _fake_results(spec, out, {p.key: {"L0_z": 0.5} for p in spec.points})
+    bad = out / "points" / spec.points[0].key / "result.json"
+    bad.unlink()
+    if content is None:
+        bad.mkdir()
+    else:
+        bad.write_text(content.replace("KEY", json.dumps({"key": spec.points[0].key, "metrics": 1, "seconds": 1,
+                                                          "peak_mib": 1})))
+    got = read_results(spec, out)
+    assert got.missing == [] and got.failed == [] and len(got.rows) == 3
+    assert list(got.unreadable) == [spec.points[0].key] and why in got.unreadable[spec.points[0].key]
+    assert str(bad) in got.unreadable[spec.points[0].key] and "\n" not in got.unreadable[spec.points[0].key]
+    with pytest.warns(NopeInterpWarning, match="unreadable") as caught:
+        rep = report(spec, out)
+    assert any(str(bad) in str(w.message) for w in caught)
+    assert rep.missing == () and rep.unreadable == got.unreadable
+
+
+def test_peak_memory_is_each_points_own(tmp_path):
+    """With one worker, a small point after a large one reports its own peak, not the large one's."""
+    from nope_interp.sweep import peak_memory_mib, reset_peak_memory, run_point
+
+    if not reset_peak_memory():
+        pytest.skip("this system cannot reset a process's peak memory (/proc/self/clear_refs)")
+    block = b"\x01" * (200 << 20)  # 200 MiB, touched
+    high = peak_memory_mib(True)
+    del block
+    assert reset_peak_memory()
+    assert peak_memory_mib(True) < high - 150  # the helper itself
+    peaks = {}
+    for d_model in (1024, 32):
+        out = run_point("init", {"preset": "tiny", "task": "reversal", "n_prompts": 4, "model_d_model": d_model,
+                                 "model_n_layers": 2}, str(tmp_path))
+        result = json.loads((tmp_path / "points" / out["key"] / "result.json").read_text())
+        assert result["peak_scope"] == "point"
+        peaks[d_model] = result["peak_mib"]
+    assert peaks[32] < peaks[1024] - 40, peaks  # ~100 MiB of weights at d_model 1024
 
 
 def _free_port() -> int:
@@ -301,6 +474,7 @@ def test_ray_executor_with_an_unreachable_address_is_one_line(tmp_path):
                f"127.0.0.1:{_free_port()}", "--no-progress", timeout=300)
     assert got.returncode == 2
     assert got.stderr.strip().count("\n") == 0 and "Ray cluster" in got.stderr
+    assert not (tmp_path / "o").exists()  # nothing written before the check
 
 
 @pytest.mark.parametrize("content", ["{trunc", "[1, 2]", '{"metrics": {}}',
@@ -318,9 +492,12 @@ def test_a_corrupt_result_file_is_not_a_finished_point(tmp_path, content):
     else:
         (pdir / "result.json").write_text(content)
     assert finished_result(pdir) is None
-    rows, missing, failed = read_results(spec, tmp_path / "out")
-    assert rows == [] and spec.points[0].key in missing and failed == []
+    rows, missing, failed, unreadable = read_results(spec, tmp_path / "out")
+    assert rows == [] and spec.points[0].key in unreadable and spec.points[0].key not in missing and failed == []
     if content is None:
         (pdir / "result.json").rmdir()
     (pdir / "result.json").write_text('{"metrics": {"L0_z": 0.9}, "seconds": 1.5, "peak_mib": 100}')
+    assert finished_result(pdir) is None  # no key: not this point's result
+    (pdir / "result.json").write_text(json.dumps({"key": pdir.name, "metrics": {"L0_z": 0.9}, "seconds": 1.5,
+                                                  "peak_mib": 100}))
     assert finished_result(pdir)["metrics"] == {"L0_z": 0.9}
