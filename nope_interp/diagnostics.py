@@ -19,8 +19,6 @@ Method: ``docs/method.md``, "The averaging argument" and "Which mechanism"; the 
 & Zhong's (arXiv 2310.04861).
 """
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -35,8 +33,8 @@ from nope_interp.config import check_int
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import hook_name
 from nope_interp.interventions import pattern_replacement_hook
-from nope_interp.model import check_model, check_tokens
-from nope_interp.similarity import adjacency_scores_of_activations, degenerate_report
+from nope_interp.model import check_model, check_tokens, eval_mode
+from nope_interp.similarity import adjacency_scores_of_activations, check_tensor, degenerate_report
 
 DIGITS = "0123456789"
 #: The interventions of :func:`layer0_interventions`, in the order of its result.
@@ -47,16 +45,65 @@ def positional_share(acts: Float[Tensor, "batch pos d"]) -> float:
     """Share of the (uncentred) second moment held by the per-position mean: ``batch * sum_p |mu_p|^2 /
     sum_{b,p} |h_{b,p}|^2`` in [0, 1] (1: every prompt has the same vector at each position).
 
+    Scale-free: computed in float64 on the activations divided by their largest |entry|, so tiny and huge
+    values work. Undefined results follow :func:`participation_ratio`: NaN (written as ``null`` in result
+    JSON) when the measurement is undefined for finite input, here all-zero activations (0 / 0); non-finite
+    input is refused, never turned into NaN.
+
     Raises:
-        NopeInterpError: fewer than 2 prompts, or all-zero activations.
+        NopeInterpError: ``acts`` is not a dense real floating torch tensor with data of shape (batch >= 2,
+            pos >= 1, d >= 1) (:func:`~nope_interp.similarity.check_tensor`), or has NaN or inf entries.
     """
-    if acts.ndim != 3 or acts.shape[0] < 2:
-        raise NopeInterpError(f"positional_share needs (batch >= 2, pos, d) activations, got {tuple(acts.shape)}")
+    if isinstance(acts, Tensor) and acts.is_floating_point() and (acts.ndim != 3 or acts.shape[0] < 2):
+        raise NopeInterpError(f"positional_share needs (batch >= 2, pos, d) activations, got shape "
+                              f"{tuple(acts.shape)}")
+    check_tensor(acts, "acts", "(batch >= 2, pos >= 1, d >= 1)", ndim=3, min_sizes={0: 2, 1: 1, 2: 1},
+                 finite=True, fn="positional_share")
     a = acts.double()
-    total = float((a**2).sum())
-    if total == 0.0:
-        raise NopeInterpError("positional_share of all-zero activations is undefined")
-    return float(a.shape[0] * (a.mean(0) ** 2).sum()) / total
+    scale = float(a.abs().max())
+    if scale == 0.0:
+        return float("nan")
+    a = a / scale
+    return float(a.shape[0] * (a.mean(0) ** 2).sum()) / float((a**2).sum())
+
+
+def _check_model_dtype(model: HookedTransformer, fn: str) -> None:
+    """Refuse a TransformerLens model (:func:`~nope_interp.model.check_model`) whose parameters are not all of
+    ``model.cfg.dtype``: ``model.half()`` (``.bfloat16()``, ``.double()``) converts the weights but keeps the old
+    ``cfg.dtype``, to which TransformerLens's layer norms cast, so the model's own forward fails on a dtype
+    mismatch (16-bit weights) or silently mixes precisions. ``model.to(dtype)`` converts both and is supported."""
+    check_model(model)
+    want = getattr(model.cfg, "dtype", None)
+    if not isinstance(model, HookedTransformer) or not isinstance(want, torch.dtype):
+        return
+    have = sorted({str(p.dtype) for p in model.parameters() if p.is_floating_point()})
+    if have and have != [str(want)]:
+        fix = f"model.to({have[0]})" if len(have) == 1 else "model.to(dtype) for one dtype"
+        raise NopeInterpError(
+            f"{fn}: model's parameters are {', '.join(have)} but model.cfg.dtype is {want} (as after model.half(): "
+            f"TransformerLens's layer norms cast to cfg.dtype, so its forward fails or mixes precisions); convert it "
+            f"with {fix}, which updates cfg.dtype too")
+
+
+def _check_task(task: object, fn: str) -> None:
+    if not isinstance(task, tasks_pkg.Task):
+        raise NopeInterpError(f"{fn}: task must be a tasks.Task (e.g. tasks.get_task('addition')), got "
+                              f"{type(task).__name__} {task!r}"[:300])
+
+
+def _check_task_prompts(task: tasks_pkg.Task, tokens: Tensor, fn: str) -> None:
+    """Every row of ``tokens`` must decode to one of ``task``'s prompts (what :func:`value_geometry`'s
+    delimiters are taken from)."""
+    for b, row in enumerate(tokens.tolist()):
+        prompt = None
+        try:
+            prompt = tasks_pkg.decode(row)
+            task.solve(prompt)
+        except (ValueError, tasks_pkg.TaskError):
+            shown = repr(prompt) if prompt is not None else f"ids {row[:12]}"
+            raise NopeInterpError(
+                f"{fn}: tokens must be prompts of the task {task.name!r} (the delimiter measurements come from the "
+                f"task), got row {b} = {shown[:80]}; pass the task's own prompts (task.analysis_tokens(n))") from None
 
 
 def _checked_tokens(model: HookedTransformer, tokens: Tensor) -> Tensor:
@@ -64,19 +111,6 @@ def _checked_tokens(model: HookedTransformer, tokens: Tensor) -> Tensor:
     if tokens.shape[1] > model.cfg.n_ctx:
         raise NopeInterpError(f"sequences of {tokens.shape[1]} tokens exceed the model's n_ctx={model.cfg.n_ctx}")
     return tokens.contiguous()
-
-
-@contextmanager
-def _eval_mode(model: HookedTransformer) -> Iterator[None]:
-    """Within the block ``model`` is in eval mode (no dropout: the diagnostics are deterministic); its mode
-    is restored after, also on an exception."""
-    modes = [(m, m.training) for m in model.modules()]
-    model.eval()
-    try:
-        yield
-    finally:
-        for m, training in modes:
-            m.training = training
 
 
 @torch.no_grad()
@@ -88,11 +122,14 @@ def layer0_attention_entropy(model: HookedTransformer, tokens: Int[Tensor, "batc
 
     Raises:
         NopeInterpError: ``tokens`` that are not a 2-D integer tensor of ids in ``[0, d_vocab)``
-            (:func:`~nope_interp.model.check_tokens`), or longer than ``n_ctx``.
+            (:func:`~nope_interp.model.check_tokens`), or longer than ``n_ctx``; ``model`` not a TransformerLens
+            model, or one whose parameters are not of ``model.cfg.dtype`` (after ``model.half()``: convert with
+            ``model.to(dtype)``).
     """
+    _check_model_dtype(model, "layer0_attention_entropy")
     tokens = _checked_tokens(model, tokens)
     name = hook_name("pattern", 0)
-    with _eval_mode(model):
+    with eval_mode(model):
         _, cache = model.run_with_cache(tokens.to(model.cfg.device), names_filter=name, return_type=None)
     causal = model.cfg.attention_dir == "causal"
     rel = relative_entropy_to_uniform(cache[name].cpu(), causal, attention_window(model.cfg))
@@ -154,9 +191,12 @@ def value_geometry(model: HookedTransformer, task: tasks_pkg.Task) -> ValueGeome
     Raises:
         NopeInterpError: a model whose first layer has positional embeddings in its input (then values
             depend on position too, and this measurement does not apply); a task character outside the
-            model's ``d_vocab``.
+            model's ``d_vocab``; ``task`` not a :class:`tasks.Task`; ``model`` not a TransformerLens model, or
+            one whose parameters are not of ``model.cfg.dtype`` (after ``model.half()``); value vectors with
+            NaN or inf entries (non-finite weights).
     """
-    check_model(model)
+    _check_model_dtype(model, "value_geometry")
+    _check_task(task, "value_geometry")
     why = _position_in_values(model)
     if why is not None:
         raise NopeInterpError(f"value_geometry does not apply to this model: {why}")
@@ -167,6 +207,9 @@ def value_geometry(model: HookedTransformer, task: tasks_pkg.Task) -> ValueGeome
     emb = model.W_E[list(ids.values())].unsqueeze(0)  # 1 tok d_model
     block = model.blocks[0]
     v32 = (torch.einsum("td,hdk->thk", block.ln1(emb)[0], block.attn.W_V) + block.attn.b_V).flatten(1)
+    if not bool(torch.isfinite(v32).all()):
+        raise NopeInterpError("value_geometry: the layer-0 value vectors are not finite (NaN or inf entries): the "
+                              "model's weights are not finite")
     v = v32.double()
     digits, delims = v[: len(DIGITS)], v[len(DIGITS) :]
     centroid = digits.mean(0)
@@ -180,18 +223,16 @@ def participation_ratio(x: Float[Tensor, "n d"]) -> float:
     """``(sum l)^2 / sum l^2`` over the eigenvalues ``l`` of the covariance of the rows of ``x`` (centred), in
     [1, min(n - 1, d)]: the effective number of directions the rows spread over (Gao et al., 2017, "A theory
     of multineuronal dimensionality"). Scale-free; computed in float64 on the rescaled rows, so tiny and huge
-    values work. NaN when the rows are equal up to rounding (their spread around the mean is at most 128
-    ulps of ``x``'s dtype relative to the rows' norm: then what is left is rounding, not directions) or
-    ``x`` holds NaN or inf.
+    values work. NaN (written as ``null`` in result JSON) when the measurement is undefined for finite input:
+    the rows are equal up to rounding (their spread around the mean is at most 128 ulps of ``x``'s dtype
+    relative to the rows' norm: then what is left is rounding, not directions), all-zero rows included.
+    Non-finite input is refused, never turned into NaN (as :func:`positional_share`).
 
     Raises:
-        NopeInterpError: ``x`` is not a real floating tensor of shape (n >= 2, d >= 1).
+        NopeInterpError: ``x`` is not a dense real floating torch tensor with data of shape (n >= 2, d >= 1)
+            (:func:`~nope_interp.similarity.check_tensor`), or has NaN or inf entries.
     """
-    if not isinstance(x, Tensor) or not x.is_floating_point() or x.ndim != 2 or x.shape[0] < 2 or x.shape[1] < 1:
-        what = f"a {x.dtype} tensor of shape {tuple(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
-        raise NopeInterpError(f"participation_ratio needs a real floating (n >= 2, d >= 1) tensor, got {what}")
-    if not bool(torch.isfinite(x).all()):
-        return float("nan")
+    check_tensor(x, "x", "(n >= 2, d >= 1)", ndim=2, min_sizes={0: 2, 1: 1}, finite=True, fn="participation_ratio")
     x64 = x.double()
     scale = float(x64.abs().max())
     if scale == 0.0:
@@ -315,12 +356,15 @@ def layer0_interventions(model: HookedTransformer, tokens: Int[Tensor, "batch po
             ``content``, one with a character outside the vocabulary or with an id outside the model's
             ``d_vocab``, or none of whose characters occurs in ``tokens``; ``seed`` or ``n_draws`` out of
             range; ``model`` not a TransformerLens model, or one the interventions do not apply to
-            (:func:`layer0_interventions_unsupported`).
+            (:func:`layer0_interventions_unsupported`), or one whose parameters are not of ``model.cfg.dtype``
+            (``model.half()`` keeps the old ``cfg.dtype`` and TransformerLens cannot run it; a model converted
+            with ``model.to(torch.float16)`` is supported).
 
     Warns:
         DegenerateInputWarning: once, naming the interventions that leave sequences with parallel vectors
             at every position (for example ``both`` when the content tokens' values are identical).
     """
+    _check_model_dtype(model, "layer0_interventions")
     why = layer0_interventions_unsupported(model)
     if why is not None:
         raise NopeInterpError(f"layer0_interventions does not apply to this model: {why}")
@@ -347,7 +391,7 @@ def _layer0_interventions(model: HookedTransformer, tokens: Tensor, content_ids:
     z = hook_name("z", 0)
     uniform = (hook_name("pattern", 0), pattern_replacement_hook("uniform"))
     generator = torch.Generator().manual_seed(seed)
-    with _eval_mode(model):
+    with eval_mode(model):
         values = _content_values(model, content_ids)
 
         def score(hooks: list, kind: str) -> float:
@@ -375,17 +419,27 @@ def diagnose(model: HookedTransformer, task: tasks_pkg.Task, tokens: Int[Tensor,
     ``l0_z_score_<intervention>`` for each of :data:`INTERVENTIONS` (content = the digits). Measured in eval
     mode (the model's mode is restored after).
 
+    ``tokens`` must be prompts of ``task`` (``task.analysis_tokens(n)``): the delimiter measurements
+    (:func:`value_geometry`) come from the task's prompts, the others from ``tokens``, and the two must
+    describe the same inputs. ``l0_z_positional_share`` is NaN where it is undefined (all-zero ``hook_z``:
+    :func:`positional_share`).
+
     Raises:
         NopeInterpError: ``tokens`` that are not a 2-D integer tensor of ids in ``[0, d_vocab)``
-            (:func:`~nope_interp.model.check_tokens`) or longer than ``n_ctx``; fewer than 2 prompts; a
-            model with positional embeddings (:func:`value_geometry`).
+            (:func:`~nope_interp.model.check_tokens`) or longer than ``n_ctx``; a row of ``tokens`` that is not
+            a prompt of ``task``; ``task`` not a :class:`tasks.Task`; fewer than 2 prompts; a model with
+            positional embeddings (:func:`value_geometry`), or whose parameters are not of ``model.cfg.dtype``
+            (after ``model.half()``: convert with ``model.to(dtype)``); non-finite activations or weights.
 
     Warns:
         DegenerateInputWarning: once, when an intervention leaves sequences with parallel vectors.
     """
+    _check_model_dtype(model, "diagnose")
+    _check_task(task, "diagnose")
     tokens = _checked_tokens(model, tokens)
+    _check_task_prompts(task, tokens, "diagnose")
     name = hook_name("z", 0)
-    with torch.no_grad(), _eval_mode(model):
+    with torch.no_grad(), eval_mode(model):
         _, cache = model.run_with_cache(tokens.to(model.cfg.device), names_filter=name, return_type=None)
     geo = value_geometry(model, task)
     out = {"l0_attention_entropy": layer0_attention_entropy(model, tokens),

@@ -14,7 +14,6 @@ Each result is a frozen dataclass with ``to_dict()``, a text ``repr``, an HTML t
 """
 
 import html
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,27 +45,62 @@ VECTOR_SITES = ("hook_embed", "hook_resid_pre", "hook_resid_mid", "hook_resid_po
                 "hook_attn_out", "hook_mlp_out")
 
 
+#: Hook-name endings of attention weights, ``(batch, head, query, key)``: not one vector per position.
+ATTENTION_SITES = ("hook_pattern", "hook_attn_scores")
+#: Hook-name endings of activations with a heads axis after the positions, ``(batch, pos, head, d)``: their
+#: heads are concatenated into one vector per position (``hook_z`` as the authors analysed it).
+HEAD_SITES = ("hook_q", "hook_k", "hook_v", "hook_z", "hook_result", "hook_rot_q", "hook_rot_k", "hook_q_input",
+              "hook_k_input", "hook_v_input", "hook_scale", "hook_normalized")
+
+
+def _check_cache(cache: object, fn: str) -> None:
+    if not isinstance(cache, ActivationCache):
+        hint = " (run_with_cache returns (logits, cache): pass the cache)" if isinstance(cache, tuple) else ""
+        raise NopeInterpError(f"{fn}: cache must be a transformer_lens ActivationCache (from "
+                              f"model.run_with_cache(tokens)), got a {type(cache).__name__}{hint}")
+
+
 def site_activations(cache: ActivationCache, site: str) -> Float[Tensor, "batch pos d"]:
-    """The activations of ``site`` as ``(batch, pos, d)``; ``hook_z`` / ``hook_q`` / ... with heads are
-    flattened (heads concatenated). A cache of a single unbatched prompt gets a batch axis of 1.
+    """The activations of ``site`` as ``(batch, pos, d)``: vector sites ``(batch, pos, d)`` as they are;
+    sites with heads after the positions, ``(batch, pos, head, d_head)`` (``hook_z``, ``hook_q``, ``hook_k``,
+    ``hook_v``, ...: :data:`HEAD_SITES`), flattened with the heads concatenated. A cache of a single unbatched
+    prompt gets a batch axis of 1.
 
     Raises:
-        NopeInterpError: ``site`` is not in the cache (the message lists what is), or has an unusable shape.
+        NopeInterpError: ``cache`` not an ``ActivationCache``; ``site`` not a string or not in the cache (the
+            message lists what is); an attention site (``hook_pattern``, ``hook_attn_scores``: ``(batch, head,
+            query, key)``, no vector per position); any other shape than ``(batch, pos, d)`` or, for
+            :data:`HEAD_SITES`, ``(batch, pos, head, d_head)`` (the message names the hook and its shape).
     """
+    _check_cache(cache, "site_activations")
+    if not isinstance(site, str):
+        raise NopeInterpError(f"site must be a hook name (a string), got {type(site).__name__} {site!r}"[:200])
     if site not in cache.cache_dict:
         raise NopeInterpError(f"hook {site!r} is not in the cache; cached: {', '.join(cache.cache_dict)}")
     a = cache[site]
+    last = site.rsplit(".", 1)[-1]
+    if last in ATTENTION_SITES:
+        raise NopeInterpError(
+            f"hook {site!r} holds attention weights of shape {tuple(a.shape)} (batch, head, query, key), not one "
+            f"vector per position; score a vector site (e.g. {site.rsplit('.', 1)[0] + '.' if '.' in site else ''}"
+            "hook_z) or compare the pattern with averaging_check(cache, layer)")
     if not cache.has_batch_dim:
         a = a.unsqueeze(0)
-    if a.ndim == 4:
+    if a.ndim == 4 and last in HEAD_SITES:
         a = a.reshape(a.shape[0], a.shape[1], -1)
     if a.ndim != 3:
-        raise NopeInterpError(f"hook {site!r} has shape {tuple(a.shape)}; expected (batch, pos, d) or with heads")
+        heads = f" or, for {', '.join(HEAD_SITES)}, (batch, pos, head, d_head)"
+        raise NopeInterpError(f"hook {site!r} has shape {tuple(cache[site].shape)}; expected (batch, pos, d){heads}")
     return a
 
 
 def cached_vector_sites(cache: ActivationCache) -> list[str]:
-    """The cached hook names that end in one of :data:`VECTOR_SITES`, in cache (forward) order."""
+    """The cached hook names that end in one of :data:`VECTOR_SITES`, in cache (forward) order.
+
+    Raises:
+        NopeInterpError: ``cache`` not an ``ActivationCache``.
+    """
+    _check_cache(cache, "cached_vector_sites")
     return [k for k in cache.cache_dict if k.endswith(VECTOR_SITES)]
 
 
@@ -117,11 +151,17 @@ class SiteScores:
         return plot_adjacency_by_layer({f"{self.n_pos} positions": panel}, title)
 
 
-def _sites(cache: ActivationCache, sites: Sequence[str] | None) -> list[str]:
+def _sites(cache: object, sites: object, fn: str) -> list[str]:
     """The sites to score: ``sites`` as a list (default: every cached vector site), checked."""
+    _check_cache(cache, fn)
     if isinstance(sites, str):
         raise NopeInterpError(f"sites must be a list of hook names, got the single string {sites!r} "
                               f"(write [{sites!r}] for a list of one)")
+    if sites is not None and not isinstance(sites, list | tuple):
+        raise NopeInterpError(f"{fn}: sites must be a list of hook names or None, got {type(sites).__name__}")
+    if sites is not None and not sites:
+        raise NopeInterpError(f"{fn}: sites must name at least one hook (or be None for every cached vector "
+                              "site), got an empty list")
     sites = list(sites) if sites is not None else cached_vector_sites(cache)
     if not sites:
         raise NopeInterpError(f"no vector site in the cache; cached: {', '.join(cache.cache_dict)}")
@@ -138,8 +178,9 @@ def adjacency_scores(cache: ActivationCache, sites: list[str] | None = None,
         reduction: ``"row_mean"`` (the paper's) or ``"pooled"`` (the authors' code).
 
     Raises:
-        NopeInterpError: no scorable site; a site missing from the cache; fewer than 3 positions;
-            near-zero or non-finite vectors (their cosines are undefined).
+        NopeInterpError: ``cache`` not an ``ActivationCache``; no scorable site; a site missing from the cache,
+            or one that is not one vector per position (attention patterns; :func:`site_activations`); fewer
+            than 3 positions; near-zero or non-finite vectors (their cosines are undefined).
 
     Warns:
         DegenerateInputWarning: sequences whose vectors are parallel at every position of a site (one token
@@ -147,7 +188,7 @@ def adjacency_scores(cache: ActivationCache, sites: list[str] | None = None,
     """
     if reduction not in REDUCTIONS:
         raise NopeInterpError(f"unknown reduction {reduction!r}; allowed: {', '.join(REDUCTIONS)}")
-    sites = _sites(cache, sites)
+    sites = _sites(cache, sites, "adjacency_scores")
     with degenerate_report("the cached sequences"):  # one warning naming every degenerate site
         per = {s: adjacency_score_of_activations(site_activations(cache, s), reduction, what=f"activations at {s}")
                for s in sites}
@@ -224,10 +265,12 @@ def lag_profile(cache: ActivationCache, sites: list[str] | None = None, max_lag:
         max_lag: the largest lag D, in [1, pos - 1] (default pos - 1).
 
     Raises:
-        NopeInterpError: no vector site; a site missing from the cache; fewer than 2 positions; ``max_lag``
-            out of range; near-zero or non-finite vectors (their cosines are undefined; the message names the site).
+        NopeInterpError: ``cache`` not an ``ActivationCache``; no vector site; a site missing from the cache, or
+            one that is not one vector per position (attention patterns; :func:`site_activations`); fewer than
+            2 positions; ``max_lag`` out of range; near-zero or non-finite vectors (their cosines are undefined;
+            the message names the site).
     """
-    sites = _sites(cache, sites)
+    sites = _sites(cache, sites, "lag_profile")
     per = {s: _lag_profile(site_activations(cache, s), max_lag, what=f"activations at {s}") for s in sites}
     n_pos = site_activations(cache, sites[0]).shape[1]
     d_max = per[sites[0]].shape[-1]
@@ -276,12 +319,16 @@ def cosine_heatmap(cache: ActivationCache, site: str, batch_index: int = 0,
     """The cosine similarity matrix of sequence ``batch_index`` at ``site``, with its adjacency score.
 
     Raises:
-        NopeInterpError: ``site`` not cached; ``batch_index`` out of range; ``tokens`` of the wrong length;
-            NaN/inf or near-zero vectors in the sequence (the message names the site).
+        NopeInterpError: ``cache`` not an ``ActivationCache``; ``site`` not cached, or not one vector per
+            position (:func:`site_activations`); ``batch_index`` not an integer in range; ``tokens`` of the wrong
+            length or not strings; NaN/inf or near-zero vectors in the sequence (the message names the site).
     """
     acts = site_activations(cache, site)
-    if not 0 <= batch_index < acts.shape[0]:
-        raise NopeInterpError(f"batch_index must be in [0, {acts.shape[0] - 1}], got {batch_index}")
+    if isinstance(batch_index, bool) or not isinstance(batch_index, int) or not 0 <= batch_index < acts.shape[0]:
+        raise NopeInterpError(f"batch_index must be an integer in [0, {acts.shape[0] - 1}], got {batch_index!r}")
+    if tokens is not None and (not isinstance(tokens, str | list | tuple)
+                               or not all(isinstance(t, str) for t in tokens)):
+        raise NopeInterpError(f"tokens must be a string or a list of strings (one per position), got {tokens!r}"[:200])
     if tokens is not None and len(tokens) != acts.shape[1]:
         raise NopeInterpError(f"tokens has {len(tokens)} entries for {acts.shape[1]} positions")
     x = acts[batch_index]
@@ -347,9 +394,10 @@ def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool = True)
     with a sliding window (read from the cache's model, when it has one), min(q + 1, window) per query.
 
     Raises:
-        NopeInterpError: ``blocks.{layer}.attn.hook_pattern`` or ``hook_z`` missing from the cache; NaN or inf
-            entries in ``hook_z`` (the message names the site).
+        NopeInterpError: ``cache`` not an ``ActivationCache``; ``blocks.{layer}.attn.hook_pattern`` or ``hook_z``
+            missing from the cache; NaN or inf entries in the pattern or in ``hook_z`` (the message names the site).
     """
+    _check_cache(cache, "averaging_check")
     p_name, z_name = hook_name("pattern", layer), hook_name("z", layer)
     for n in (p_name, z_name):
         if n not in cache.cache_dict:
@@ -357,6 +405,7 @@ def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool = True)
     pattern = cache[p_name].double().cpu()
     if not cache.has_batch_dim:
         pattern = pattern.unsqueeze(0)
+    check_finite(pattern, f"attention pattern at {p_name}")
     z = site_activations(cache, z_name).double().cpu()
     check_finite(z, f"activations at {z_name}")
     gram = torch.einsum("bhqk,bhpk->bqp", pattern, pattern)

@@ -14,6 +14,7 @@ Definitions (``docs/method.md``, "Definitions"):
 """
 
 import contextlib
+import math
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from nope_interp import ckernel
+from nope_interp.config import check_int
 from nope_interp.errors import DegenerateInputWarning, NopeInterpError
 
 REDUCTIONS = ("row_mean", "pooled")
@@ -39,6 +41,53 @@ DEFAULT_MIN_NORM = 1e-8
 DEGENERATE_ULPS = 128
 #: The same, for 16-bit activations (their precision is coarse enough that 128 units would flag real data).
 DEGENERATE_ULPS_16BIT = 16
+
+
+def _describe(x: object) -> str:
+    """How an argument looks, for error messages: its type, or a tensor's dtype, shape and odd device/layout."""
+    if not isinstance(x, Tensor):
+        t = type(x)
+        hint = " (convert it with torch.as_tensor)" if t.__module__ == "numpy" or isinstance(x, list | tuple) else ""
+        return f"a {t.__name__ if t.__module__ == 'builtins' else f'{t.__module__}.{t.__name__}'}{hint}"
+    where = " on the meta device (no data)" if x.device.type == "meta" else ""
+    layout = f" {x.layout} (not dense)" if x.layout != torch.strided else ""
+    return f"a {x.dtype}{layout} tensor of shape {tuple(x.shape)}{where}"
+
+
+def check_tensor(x: object, name: str, shape: str, *, ndim: int | None = None, min_ndim: int = 0,
+                 min_sizes: dict[int, int] | None = None, finite: bool = False, fn: str = "") -> None:
+    """The shared check of a tensor argument: a dense, real floating ``torch.Tensor`` with data (not on the
+    meta device), of ``ndim`` dimensions (or at least ``min_ndim``), each dimension ``d`` of ``min_sizes``
+    (negative indices, e.g. ``{-1: 1}``) at least that large, and with ``finite`` no NaN or inf entry.
+
+    ``name`` is the argument (``x``, ``sim``, ...), ``shape`` its documented shape (``"(*batch, pos, d_model)"``),
+    ``fn`` the public function (prefixed to the message).
+
+    Raises:
+        NopeInterpError: one line naming ``fn``, ``name``, what was expected and what was got.
+    """
+    where = f"{fn}: " if fn else ""
+    want = f"{name} must be a real floating torch tensor of shape {shape}"
+    if (not isinstance(x, Tensor) or not x.is_floating_point() or x.layout != torch.strided
+            or x.device.type == "meta"):
+        raise NopeInterpError(f"{where}{want}, got {_describe(x)}")
+    if (ndim is not None and x.ndim != ndim) or x.ndim < min_ndim:
+        raise NopeInterpError(f"{where}{want}, got {x.ndim} dimension(s): shape {tuple(x.shape)}")
+    for dim, low in (min_sizes or {}).items():
+        if x.shape[dim] < low:
+            raise NopeInterpError(f"{where}{want} with at least {low} along dimension {dim}, got shape "
+                                  f"{tuple(x.shape)}")
+    if finite:
+        bad = ~torch.isfinite(x)
+        if bool(bad.any()):
+            first = tuple(int(i) for i in bad.nonzero()[0])
+            raise NopeInterpError(f"{where}{name} must be finite, got {int(bad.sum())} NaN or inf entries of "
+                                  f"{x.numel()} (first at index {first}: {float(x[first])})")
+
+
+def _check_min_norm(min_norm: object, fn: str) -> None:
+    if isinstance(min_norm, bool) or not isinstance(min_norm, int | float) or not 0 <= min_norm < math.inf:
+        raise NopeInterpError(f"{fn}: min_norm must be a finite number >= 0, got {min_norm!r}")
 
 
 def _pow2_scaled(x64: Tensor) -> tuple[Tensor, Tensor]:
@@ -64,12 +113,31 @@ def _safe_norms(x64: Tensor) -> Tensor:
     return (n * torch.exp2(half) * torch.exp2(e - half)).squeeze(-1)
 
 
+#: The documented shape of activations (vectors per position).
+ACTIVATIONS_SHAPE = "(*batch, pos, d_model)"
+
+
+def check_activations(x: object, name: str = "x", fn: str = "") -> None:
+    """:func:`check_tensor` for activations: at least 2 dimensions ``(*batch, pos, d_model)``, d_model >= 1
+    (finiteness is not checked: see :func:`check_finite`).
+
+    Raises:
+        NopeInterpError: not a dense real floating tensor with data, fewer than 2 dimensions, or d_model 0.
+    """
+    check_tensor(x, name, ACTIVATIONS_SHAPE, min_ndim=2, min_sizes={-1: 1}, fn=fn)
+
+
 def nonfinite_positions(x: Float[Tensor, "*batch pos d_model"]) -> Bool[Tensor, "*batch pos"]:
     """True where the vector has a NaN or an infinite entry (its cosine similarities are undefined, NaN).
 
     A non-finite activation means non-finite weights or inputs upstream; it is not a near-zero vector
     (:func:`near_zero_positions` is False there).
+
+    Raises:
+        NopeInterpError: ``x`` is not a dense real floating tensor ``(*batch, pos, d_model)`` with data and
+            d_model >= 1 (:func:`check_activations`).
     """
+    check_activations(x, fn="nonfinite_positions")
     return ~torch.isfinite(x).all(dim=-1)
 
 
@@ -81,7 +149,12 @@ def near_zero_positions(
     The norm is computed in float64 without overflow or underflow (for any finite input of any float
     dtype), so a vector of entries 1e-170 has norm about 1e-170, not 0. Vectors with NaN or inf entries
     are not near zero: :func:`nonfinite_positions` reports them.
+
+    Raises:
+        NopeInterpError: ``x`` as :func:`nonfinite_positions`; ``min_norm`` not a finite number >= 0.
     """
+    check_activations(x, fn="near_zero_positions")
+    _check_min_norm(min_norm, "near_zero_positions")
     x64 = x.double()
     finite = torch.isfinite(x64).all(dim=-1)
     norms = _safe_norms(torch.where(finite.unsqueeze(-1), x64, 0.0))
@@ -93,9 +166,11 @@ def check_finite(x: Float[Tensor, "*batch pos d_model"], what: str = "activation
 
     Raises:
         NopeInterpError: naming how many vectors are non-finite and the first one's index; non-finite
-            activations come from non-finite weights or inputs, not from near-zero vectors.
+            activations come from non-finite weights or inputs, not from near-zero vectors. ``x`` that is not
+            a dense real floating tensor ``(*batch, pos, d_model)`` with data and d_model >= 1.
     """
-    bad = nonfinite_positions(x)
+    check_activations(x, what, fn="check_finite")
+    bad = ~torch.isfinite(x).all(dim=-1)
     if bool(bad.any()):
         first = tuple(int(i) for i in bad.nonzero()[0])
         n_nan = int(torch.isnan(x).any(-1).sum())
@@ -127,7 +202,14 @@ def cosine_similarity_matrix(
         ``C[..., i, j]`` in [-1, 1] (float64), exactly symmetric, diagonal exactly 1; every entry in the
         row and column of a near-zero vector or of a vector with NaN/inf entries
         (:func:`nonfinite_positions`) is NaN.
+
+    Raises:
+        NopeInterpError: ``x`` is not a dense real floating torch tensor with data (a list, a numpy array, an
+            integer or complex dtype, a meta tensor), has fewer than 2 dimensions or d_model = 0
+            (:func:`check_activations`); ``min_norm`` is not a finite number >= 0.
     """
+    check_activations(x, fn="cosine_similarity_matrix")
+    _check_min_norm(min_norm, "cosine_similarity_matrix")
     return _cosine(x, min_norm, symmetric=True)
 
 
@@ -156,21 +238,45 @@ def _cosine(x: Tensor, min_norm: float, symmetric: bool) -> Tensor:
 
 
 def row_pair_counts(n_pos: int) -> Int[Tensor, " pos"]:
-    """Pairs i < j < k compared in row k: k(k-1)/2 (0 for rows 0 and 1)."""
+    """Pairs i < j < k compared in row k: k(k-1)/2 (0 for rows 0 and 1).
+
+    Raises:
+        NopeInterpError: ``n_pos`` is not an integer >= 0.
+    """
+    if isinstance(n_pos, bool) or not isinstance(n_pos, int) or n_pos < 0:
+        raise NopeInterpError(f"row_pair_counts: n_pos must be an integer >= 0, got {n_pos!r}")
     k = torch.arange(n_pos, dtype=torch.int64)
     return k * (k - 1) // 2
 
 
-def _check_square_no_nan(sim: Tensor) -> None:
-    if sim.ndim < 2 or sim.shape[-1] != sim.shape[-2]:
-        raise NopeInterpError(f"a similarity matrix must be square in its last two dims, got {tuple(sim.shape)}")
-    if not bool(torch.isnan(sim).any()):  # the common case: no NaN anywhere, no pos x pos mask needed
+#: The documented shape of cosine-similarity matrices.
+SIM_SHAPE = "(*batch, pos, pos)"
+
+
+def _check_square(sim: object, fn: str, min_pos: int = 0) -> None:
+    """``sim`` is a dense real floating tensor with data whose last two dimensions are square (>= ``min_pos``)."""
+    check_tensor(sim, "sim", SIM_SHAPE, min_ndim=2, fn=fn)
+    if sim.shape[-1] != sim.shape[-2] or sim.shape[-1] < min_pos:
+        at_least = f" of at least {min_pos} positions" if min_pos else ""
+        raise NopeInterpError(f"{fn}: a similarity matrix must be square in its last two dims{at_least}, got "
+                              f"{tuple(sim.shape)}")
+
+
+def _check_square_no_nan(sim: object, fn: str = "adjacency_counts") -> None:
+    """:func:`_check_square`, and no NaN or inf entry below the diagonal (the entries that are compared)."""
+    _check_square(sim, fn)
+    if bool(torch.isfinite(sim).all()):  # the common case: no NaN anywhere, no pos x pos mask needed
         return
     n = sim.shape[-1]
     lower = torch.tril(torch.ones(n, n, dtype=torch.bool, device=sim.device), diagonal=-1)
-    if bool(torch.isnan(sim[..., lower]).any()):
-        raise NopeInterpError("the similarity matrix has NaN entries: near-zero vectors (near_zero_positions) or "
-                              "vectors with NaN/inf entries (nonfinite_positions); drop those positions")
+    below = sim[..., lower]
+    if bool(torch.isnan(below).any()):
+        raise NopeInterpError(f"{fn}: sim has {int(torch.isnan(below).sum())} NaN entries below the diagonal: "
+                              "near-zero vectors (near_zero_positions) or vectors with NaN/inf entries "
+                              "(nonfinite_positions); drop those positions")
+    if bool(torch.isinf(below).any()):
+        raise NopeInterpError(f"{fn}: sim must be finite below the diagonal (cosines are in [-1, 1]), got "
+                              f"{int(torch.isinf(below).sum())} inf entries")
 
 
 #: Below this many positions :func:`adjacency_counts` compares all pairs; from it on, it sorts.
@@ -186,11 +292,12 @@ def adjacency_counts(sim: Float[Tensor, "*batch pos pos"]) -> Int[Tensor, "*batc
     and the vectorised O(pos log pos)-per-row count of :func:`adjacency_counts_sorted` from it on.
 
     Raises:
-        NopeInterpError: if the last two dimensions are not square, or the matrix has NaN entries
-            below the diagonal (near-zero vectors; see :func:`cosine_similarity_matrix`).
+        NopeInterpError: ``sim`` is not a dense real floating tensor with data; the last two dimensions are
+            not square; the matrix has NaN entries below the diagonal (near-zero vectors; see
+            :func:`cosine_similarity_matrix`) or inf entries there.
     """
-    if sim.ndim >= 2 and sim.shape[-1] >= 3 and sim.numel() > 0:
-        _check_square_no_nan(sim)
+    _check_square_no_nan(sim, "adjacency_counts")
+    if sim.shape[-1] >= 3 and sim.numel() > 0:
         counts = ckernel.adjacency_counts_c(sim)
         if counts is not None:
             return counts.to(sim.device)
@@ -213,8 +320,11 @@ def adjacency_counts_sorted(
     exactly the ordered pairs first separated at bit b. Each level is a few O(pos) passes (cumsum,
     scatter); there are log2(pos) levels. Memory: O(pos^2) per sequence (sequences are processed in
     chunks of about ``max_elements`` matrix entries); no pos^3 tensor.
+
+    Raises:
+        NopeInterpError: as :func:`adjacency_counts`.
     """
-    _check_square_no_nan(sim)
+    _check_square_no_nan(sim, "adjacency_counts_sorted")
     n = sim.shape[-1]
     flat = sim.reshape(-1, n, n)
     # bound memory: about max_elements matrix entries per chunk of sequences (at least one sequence)
@@ -275,8 +385,11 @@ def adjacency_counts_naive(
 
     Computed in chunks of sequences so that no intermediate tensor holds more than about
     ``max_elements`` booleans.
+
+    Raises:
+        NopeInterpError: as :func:`adjacency_counts`.
     """
-    _check_square_no_nan(sim)
+    _check_square_no_nan(sim, "adjacency_counts_naive")
     n = sim.shape[-1]
     flat = sim.reshape(-1, n, n)
     # pair (i, j) counts in row k iff i < j < k
@@ -297,10 +410,11 @@ def cosine_spread(sim: Float[Tensor, "*batch pos pos"], block_elements: int = 2*
     Computed in blocks of rows (about ``block_elements`` entries of extra memory), never copying the matrix.
 
     Raises:
-        NopeInterpError: if the last two dimensions are not square or there are fewer than 2 positions.
+        NopeInterpError: ``sim`` is not a dense real floating tensor with data; the last two dimensions are
+            not square or there are fewer than 2 positions; an inf entry below the diagonal (cosines are in
+            [-1, 1]: the spread would be inf or NaN).
     """
-    if sim.ndim < 2 or sim.shape[-1] != sim.shape[-2] or sim.shape[-1] < 2:
-        raise NopeInterpError(f"cosine_spread needs square matrices of at least 2 positions, got {tuple(sim.shape)}")
+    _check_square(sim, "cosine_spread", min_pos=2)
     n = sim.shape[-1]
     flat = sim.reshape(-1, n, n)
     hi = torch.full(flat.shape[:1], float("-inf"), dtype=torch.float64, device=sim.device)
@@ -310,6 +424,9 @@ def cosine_spread(sim: Float[Tensor, "*batch pos pos"], block_elements: int = 2*
     for r0 in range(1, n, rows):  # row 0 has no entry below the diagonal
         block = flat[:, r0 : r0 + rows].to(torch.float64, copy=True)  # never the caller's tensor
         below = cols[None, :] < torch.arange(r0, r0 + block.shape[1], device=sim.device)[:, None]
+        if bool((torch.isinf(block) & below).any()):
+            raise NopeInterpError("cosine_spread: sim must have no inf entry below the diagonal (cosines are in "
+                                  "[-1, 1]; NaN entries are ignored)")
         keep = below & ~torch.isnan(block)
         hi = torch.maximum(hi, block.masked_fill(~keep, float("-inf")).amax(dim=(-1, -2)))
         lo = torch.minimum(lo, block.masked_fill_(~keep, float("inf")).amin(dim=(-1, -2)))
@@ -324,8 +441,12 @@ def degenerate_tolerance(dtype: torch.dtype, cosines: bool = False) -> float:
     ``dtype`` (``(ulps * eps) ** 2 / 2``, ulps = :data:`DEGENERATE_ULPS`, or :data:`DEGENERATE_ULPS_16BIT` for
     16-bit types), or with ``cosines`` for a cosine matrix of ``dtype`` given as such: float64 is assumed to
     come from float32 vectors (this module's matrices), a lower precision rounds the cosines themselves
-    (``ulps_16bit * eps``, linear)."""
-    if not dtype.is_floating_point:
+    (``ulps_16bit * eps``, linear).
+
+    Raises:
+        NopeInterpError: ``dtype`` is not a floating ``torch.dtype``.
+    """
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise NopeInterpError(f"degenerate_tolerance needs a float dtype, got {dtype}")
     if cosines:
         if dtype == torch.float64:
@@ -349,6 +470,7 @@ def degenerate_sequences(sim: Float[Tensor, "*batch pos pos"],
 
     Method: this project's check, not the paper's (``docs/method.md``, "Definitions": degenerate sequences).
     """
+    _check_square(sim, "degenerate_sequences", min_pos=2)
     if tol is None:
         tol = degenerate_tolerance(sim.dtype, cosines=True)
     if isinstance(tol, bool) or not isinstance(tol, int | float) or not tol >= 0:
@@ -423,12 +545,15 @@ def adjacency_score(
             (authors' code: total successes / total pairs).
 
     Raises:
-        NopeInterpError: unknown reduction; fewer than 3 positions (no pair to compare); NaN entries.
+        NopeInterpError: ``sim`` is not a dense real floating torch tensor with data (an integer dtype, a
+            list, a meta tensor) or not square in its last two dimensions; unknown reduction; fewer than 3
+            positions (no pair to compare); NaN or inf entries below the diagonal; no matrix (a batch of 0).
 
     Warns:
         DegenerateInputWarning: matrices constant below the diagonal (:func:`degenerate_sequences`).
     """
     _check_reductions((reduction,))
+    _check_square_no_nan(sim, "adjacency_score")
     _check_positions(sim.shape[-1])
     if sim.numel() == 0:
         raise NopeInterpError(f"no matrix to score (shape {tuple(sim.shape)})")
@@ -437,18 +562,21 @@ def adjacency_score(
     return _reduce(counts, reduction)
 
 
-def _check_reductions(reductions: Sequence[str]) -> None:
+def _check_reductions(reductions: object) -> None:
     if isinstance(reductions, str):
         raise NopeInterpError(f"reductions must be a list, got the single string {reductions!r} "
                               f"(write [{reductions!r}] for a list of one)")
+    if not isinstance(reductions, Sequence) or not reductions:
+        raise NopeInterpError(f"reductions must be a non-empty list of {', '.join(REDUCTIONS)}, got {reductions!r}")
     for reduction in reductions:
         if reduction not in REDUCTIONS:
             raise NopeInterpError(f"unknown reduction {reduction!r}; allowed: {', '.join(REDUCTIONS)}")
 
 
-def _check_positions(n: int) -> None:
+def _check_positions(n: int, what: str = "") -> None:
     if n < 3:
-        raise NopeInterpError(f"the adjacency score needs at least 3 positions, got pos={n}")
+        where = f"{what}: " if what and what != "activations" else ""
+        raise NopeInterpError(f"{where}the adjacency score needs at least 3 positions, got pos={n}")
 
 
 def _reduce(counts: Tensor, reduction: str) -> Tensor:
@@ -479,9 +607,15 @@ class ScoreSummary:
 
 
 def summarize(scores: Float[Tensor, " batch"]) -> ScoreSummary:
-    """Mean, sample std and count of a 1-D tensor of per-sequence scores."""
-    if scores.ndim != 1 or scores.numel() == 0:
+    """Mean, sample std and count of a 1-D tensor of per-sequence scores.
+
+    Raises:
+        NopeInterpError: ``scores`` is not a non-empty 1-D dense real floating tensor with data, or has NaN
+            or inf entries (a score is always finite: a NaN one is garbage upstream).
+    """
+    if isinstance(scores, Tensor) and scores.is_floating_point() and (scores.ndim != 1 or scores.numel() == 0):
         raise NopeInterpError(f"summarize needs a non-empty 1-D tensor, got shape {tuple(scores.shape)}")
+    check_tensor(scores, "scores", "(batch,) with batch >= 1", ndim=1, min_sizes={0: 1}, finite=True, fn="summarize")
     std = float(scores.double().std()) if scores.numel() > 1 else 0.0
     return ScoreSummary(mean=float(scores.double().mean()), std=std, n=int(scores.numel()))
 
@@ -515,8 +649,11 @@ def adjacency_scores_of_activations(
     :func:`adjacency_score` of :func:`cosine_similarity_matrix`. ``what`` names ``x`` in error messages.
 
     Raises:
-        NopeInterpError: an unknown reduction; fewer than 3 positions; vectors with NaN or inf entries
-            (:func:`check_finite`); near-zero vectors (norm below ``min_norm``), whose cosines are undefined.
+        NopeInterpError: ``x`` not a dense real floating torch tensor with data of at least 2 dimensions and
+            d_model >= 1 (:func:`check_activations`); ``reductions`` empty, a single string or naming an unknown
+            reduction; fewer than 3 positions; a batch of 0; vectors with NaN or inf entries
+            (:func:`check_finite`); near-zero vectors (norm below ``min_norm``), whose cosines are undefined;
+            ``min_norm`` not a finite number >= 0; ``max_elements`` not an integer >= 1.
 
     Warns:
         DegenerateInputWarning: sequences whose vectors are all parallel up to rounding
@@ -524,8 +661,11 @@ def adjacency_scores_of_activations(
             naming ``what`` and how many (inside :func:`degenerate_report`: counted there instead).
     """
     _check_reductions(reductions)
+    check_activations(x, "x" if what == "activations" else f"x ({what})", fn="adjacency_scores_of_activations")
+    _check_min_norm(min_norm, "adjacency_scores_of_activations")
+    check_int("max_elements", max_elements, 1, 2**62)
     n = x.shape[-2]
-    _check_positions(n)
+    _check_positions(n, what)
     _check_scorable(x, min_norm, what)
     flat = x.reshape(-1, n, x.shape[-1])
     if flat.shape[0] == 0:
@@ -624,11 +764,14 @@ def lag_profile(
     pos * D * d_model. ``what`` names ``x`` in error messages.
 
     Raises:
-        NopeInterpError: fewer than 2 positions; ``max_lag`` not an integer in [1, pos - 1]; vectors with
-            NaN or inf entries (:func:`check_finite`); near-zero vectors (norm below ``min_norm``).
+        NopeInterpError: ``x`` not a dense real floating torch tensor with data of at least 2 dimensions and
+            d_model >= 1 (:func:`check_activations`); fewer than 2 positions; ``max_lag`` not an integer in
+            [1, pos - 1]; vectors with NaN or inf entries (:func:`check_finite`); near-zero vectors (norm
+            below ``min_norm``); ``min_norm`` not a finite number >= 0; ``max_elements`` not an integer >= 1.
     """
-    if x.ndim < 2:
-        raise NopeInterpError(f"{what} must have shape (*batch, pos, d_model), got {tuple(x.shape)}")
+    check_activations(x, "x" if what == "activations" else f"x ({what})", fn="lag_profile")
+    _check_min_norm(min_norm, "lag_profile")
+    check_int("max_elements", max_elements, 1, 2**62)
     n = x.shape[-2]
     d_max = _check_lag(n, max_lag)
     _check_scorable(x, min_norm, what)
@@ -645,10 +788,12 @@ def recency_gap(profile: Float[Tensor, "*batch lag"]) -> Float[Tensor, "*batch"]
     than the farthest one profiled, in [-2, 2]; about 0 where similarity does not fall with distance.
 
     Raises:
-        NopeInterpError: an empty lag axis.
+        NopeInterpError: an empty lag axis; ``profile`` not a dense real floating tensor with data, or with
+            NaN or inf entries (cosines are finite).
     """
-    if profile.ndim < 1 or profile.shape[-1] < 1:
+    if isinstance(profile, Tensor) and (profile.ndim < 1 or profile.shape[-1] < 1):
         raise NopeInterpError(f"recency_gap needs lag profiles with at least one lag, got shape {tuple(profile.shape)}")
+    check_tensor(profile, "profile", "(*batch, lag)", min_ndim=1, finite=True, fn="recency_gap")
     return profile[..., 0] - profile[..., -1]
 
 
@@ -715,10 +860,13 @@ def lag_summary(profiles: Float[Tensor, "batch lag"]) -> dict[str, Any]:
         "recency_gap": {"mean", "std", "n"} of c(1) - c(D) per sequence}``; cosines in [-1, 1].
 
     Raises:
-        NopeInterpError: not a non-empty 2-D tensor (sequences x lags).
+        NopeInterpError: not a non-empty 2-D dense real floating tensor with data (sequences x lags); NaN or
+            inf entries (cosines are finite).
     """
-    if profiles.ndim != 2 or profiles.shape[0] == 0 or profiles.shape[1] == 0:
-        raise NopeInterpError(f"lag_summary needs a non-empty (sequences, lags) tensor, got {tuple(profiles.shape)}")
+    if isinstance(profiles, Tensor) and (profiles.ndim != 2 or profiles.shape[0] == 0 or profiles.shape[1] == 0):
+        raise NopeInterpError(f"lag_summary needs a non-empty (sequences, lags) tensor, got shape "
+                              f"{tuple(profiles.shape)}")
+    check_tensor(profiles, "profiles", "(sequences, lags)", ndim=2, finite=True, fn="lag_summary")
     p = profiles.double()
     std = p.std(0) if p.shape[0] > 1 else torch.zeros(p.shape[1], dtype=torch.float64)
     return {"lags": list(range(1, p.shape[1] + 1)), "mean": p.mean(0).tolist(), "std": std.tolist(),

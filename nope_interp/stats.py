@@ -38,16 +38,31 @@ class SeedStats:
 def mean_std_ci(values: Sequence[float]) -> SeedStats:
     """Mean, sample std and the 95% Student-t confidence interval of the mean of ``values``.
 
+    A NaN value (an undefined measurement, e.g. of a degenerate model) makes every statistic NaN (written as
+    ``null`` in result JSON): it is reported as undefined, not dropped.
+
     Raises:
-        NopeInterpError: no values; a string (for the sequence or one of its values: ``float`` would read
-            ``"12"`` as 12, and a string as a sequence of its characters).
+        NopeInterpError: no values; not a sequence (a number, None); a string (for the sequence or one of its
+            values: ``float`` would read ``"12"`` as 12, and a string as a sequence of its characters); a value
+            that is not a real number (None, a bool, a complex number, a tensor of more than one element); an
+            infinite value.
     """
     from scipy import stats
 
-    raw = None if isinstance(values, (str, bytes)) else list(values)
-    if raw is None or any(isinstance(v, (str, bytes)) for v in raw):
-        raise NopeInterpError(f"mean_std_ci needs a sequence of numbers, got {values!r}")
-    vals = [float(v) for v in raw]
+    try:
+        raw = None if isinstance(values, (str, bytes)) else list(values)
+    except TypeError:
+        raw = None
+    if raw is None or any(isinstance(v, (str, bytes, bool)) for v in raw):
+        raise NopeInterpError(f"mean_std_ci needs a sequence of numbers, got {values!r}"[:300])
+    try:
+        vals = [float(v) for v in raw]
+    except (TypeError, ValueError, RuntimeError):
+        raise NopeInterpError(f"mean_std_ci needs a sequence of numbers, got {values!r}"[:300]) from None
+    if any(math.isinf(v) for v in vals):
+        first = next(i for i, v in enumerate(vals) if math.isinf(v))
+        raise NopeInterpError(f"mean_std_ci needs finite values (or NaN for an undefined one), got {vals[first]} at "
+                              f"index {first}")
     n = len(vals)
     if n == 0:
         raise NopeInterpError("mean_std_ci needs at least one value")

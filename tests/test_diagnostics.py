@@ -1,5 +1,6 @@
 """Diagnostics against closed forms: positional share, uniform attention, collapsed values."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -51,8 +52,7 @@ def test_bad_input():
 
     with pytest.raises(NopeInterpError, match="batch >= 2"):
         positional_share(torch.ones(1, 3, 2))
-    with pytest.raises(NopeInterpError, match="all-zero"):
-        positional_share(torch.zeros(2, 3, 2))
+    assert np.isnan(positional_share(torch.zeros(2, 3, 2)))   # undefined (0 / 0): NaN, as participation_ratio
 
 
 @pytest.mark.parametrize(("tokens", "match"), [
@@ -421,8 +421,8 @@ def test_eval_mode_restores_every_module_and_value_geometry_edges(tiny_cfg):
     broken = build_model(tiny_cfg)
     with torch.no_grad():
         broken.blocks[0].attn.W_V[0, 0, 0] = float("nan")
-    geo = value_geometry(broken, task)
-    assert geo.digit_participation_ratio != geo.digit_participation_ratio   # NaN, not a crash
+    with pytest.raises(NopeInterpError, match="value_geometry: the layer-0 value vectors are not finite"):
+        value_geometry(broken, task)   # refused by name, not NaN measurements of garbage
     with pytest.raises(NopeInterpError, match="not finite"):
         diagnose(broken, task, tokens)
 
@@ -440,10 +440,13 @@ def test_participation_ratio_edges():
     noise = torch.ones(10, 8) + 1e-7 * torch.randn(10, 8, generator=torch.Generator().manual_seed(0))
     assert np.isnan(pr(noise))                      # equal up to float32 rounding
     assert pr(noise.double()) > 1.0                 # in float64 the same spread is real
-    assert np.isnan(pr(torch.tensor([[1.0, float("inf")], [0.0, 1.0]])))
+    assert np.isnan(pr(torch.zeros(3, 4)))          # all-zero rows are equal rows: undefined, NaN
+    for bad in (float("inf"), float("nan")):        # non-finite input is refused, not turned into NaN
+        with pytest.raises(NopeInterpError, match=r"participation_ratio: x must be finite, got 1 NaN or inf"):
+            pr(torch.tensor([[1.0, bad], [0.0, 1.0]]))
     for bad in (np.eye(3), [[1.0, 0.0], [0.0, 1.0]], torch.eye(3, dtype=torch.long), torch.ones(3),
-                torch.eye(2, dtype=torch.complex64)):
-        with pytest.raises(NopeInterpError, match="participation_ratio needs"):
+                torch.eye(2, dtype=torch.complex64), torch.eye(3, device="meta"), torch.ones(1, 3), torch.ones(3, 0)):
+        with pytest.raises(NopeInterpError, match=r"participation_ratio: x must be a real floating torch tensor"):
             pr(bad)
 
 
@@ -484,3 +487,97 @@ for fn, args in calls:
     tokens = task.prompt_tokens(task.analysis_prompts(4))
     with pytest.raises(NopeInterpError, match="content 'abc': none of its characters occurs in tokens"):
         diagnostics.layer0_interventions(tiny_model, tokens, content="abc")
+
+
+def test_positional_share_and_participation_ratio_treat_bad_and_undefined_input_alike():
+    """One convention for both: non-finite or non-float input is refused by name; an undefined result of finite
+    input (all-zero activations, equal rows) is NaN, as the docstrings say."""
+    from conftest import unhooked
+
+    from nope_interp import diagnostics
+    from nope_interp.errors import NopeInterpError
+
+    ps, pr = unhooked(diagnostics.positional_share), unhooked(diagnostics.participation_ratio)
+    for fn, shape in ((ps, (3, 4, 5)), (pr, (4, 5))):
+        name = "acts" if fn is ps else "x"
+        assert np.isnan(fn(torch.zeros(shape))) and np.isnan(fn(torch.zeros(shape, dtype=torch.float64)))
+        for bad in (float("nan"), float("inf"), -float("inf")):
+            x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
+            x.view(-1)[3] = bad
+            with pytest.raises(NopeInterpError, match=rf"{fn.__name__}: {name} must be finite, got 1 NaN or inf"):
+                fn(x)
+        for bad in (torch.ones(shape, dtype=torch.long), torch.ones(shape, dtype=torch.complex64),
+                    torch.ones(shape, dtype=torch.bool), torch.ones(shape).numpy(), torch.ones(shape).tolist(),
+                    torch.ones(shape, device="meta")):
+            with pytest.raises(NopeInterpError, match=rf"{fn.__name__}: {name} must be a real floating torch tensor"):
+                fn(bad)
+    with pytest.raises(NopeInterpError, match=r"positional_share: acts must .* dimension 1, got shape \(2, 0, 4\)"):
+        ps(torch.ones(2, 0, 4))
+    # scale-free: tiny and huge activations give the share of the same activations at scale 1
+    x = torch.randn(4, 5, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    for scale in (1e-200, 1e200):
+        assert ps(x * scale) == pytest.approx(ps(x), rel=1e-12)
+
+
+def test_a_model_converted_with_half_is_refused_by_name_and_one_converted_with_to_is_measured(tiny_cfg):
+    """``model.half()`` keeps ``cfg.dtype`` float32, and TransformerLens's own forward then fails on a dtype
+    mismatch (a raw RuntimeError before); ``model.to(torch.float16)`` converts both and works."""
+    import copy
+
+    import tasks
+    from nope_interp import diagnostics
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.model import build_model
+
+    task = tasks.get_task("addition")
+    tokens = task.analysis_tokens(4)
+    model = build_model(tiny_cfg)
+    for convert, got in ((lambda m: m.half(), "torch.float16"), (lambda m: m.bfloat16(), "torch.bfloat16"),
+                         (lambda m: m.double(), "torch.float64")):
+        bad = convert(copy.deepcopy(model))
+        calls = {"layer0_interventions": lambda m: diagnostics.layer0_interventions(m, tokens),
+                 "layer0_attention_entropy": lambda m: diagnostics.layer0_attention_entropy(m, tokens),
+                 "value_geometry": lambda m: diagnostics.value_geometry(m, task),
+                 "diagnose": lambda m: diagnostics.diagnose(m, task, tokens)}
+        for fn, call in calls.items():
+            with pytest.raises(NopeInterpError, match=rf"{fn}: model's parameters are {got} but model.cfg.dtype is "
+                                                      rf"torch.float32 .* model.to\({got}\)"):
+                call(bad)
+    half = copy.deepcopy(model).to(torch.float16)
+    got = diagnostics.layer0_interventions(half, tokens, n_draws=1)
+    ref = diagnostics.layer0_interventions(model, tokens, n_draws=1)
+    assert got.keys() == ref.keys() and all(abs(got[k] - ref[k]) < 0.05 for k in got)
+    assert diagnostics.diagnose(half, task, tokens)["l0_attention_entropy"] == pytest.approx(
+        diagnostics.layer0_attention_entropy(model, tokens), abs=1e-3)
+
+
+def test_diagnose_refuses_tokens_that_are_not_the_tasks_prompts(tiny_model):
+    """diagnose's delimiter measurements come from the task's prompts (value_geometry) and the rest from the
+    tokens: the two must be the same task's, else the result mixes two tasks."""
+    from conftest import unhooked
+
+    import tasks
+    from nope_interp import diagnostics
+    from nope_interp.errors import NopeInterpError
+
+    addition, reversal = tasks.get_task("addition"), tasks.get_task("reversal")
+    rev_tokens = reversal.analysis_tokens(4)
+    with pytest.raises(NopeInterpError, match=r"diagnose: tokens must be prompts of the task 'addition' .*got row 0 = "
+                                              r"'rev\("):
+        diagnostics.diagnose(tiny_model, addition, rev_tokens)
+    add_tokens = addition.analysis_tokens(4)
+    with pytest.raises(NopeInterpError, match=r"tokens must be prompts of the task 'reversal' .*got row 0 = '\$"):
+        diagnostics.diagnose(tiny_model, reversal, add_tokens)
+    mixed = add_tokens.clone()
+    mixed[2, -1] = tasks.encode("+")[0]   # one row that is no longer a prompt ("...+" instead of "...=")
+    with pytest.raises(NopeInterpError, match=r"got row 2 = '\$\d+\+\d+\+'"):
+        diagnostics.diagnose(tiny_model, addition, mixed)
+    other = tasks.get_task("addition", n_digits=2)   # the same task with other parameters: other prompts
+    with pytest.raises(NopeInterpError, match="tokens must be prompts of the task 'addition'"):
+        diagnostics.diagnose(tiny_model, other, add_tokens)
+    assert set(diagnostics.diagnose(tiny_model, addition, add_tokens)) >= {"delimiter_value_norm_ratio"}
+    for fn, call in (("value_geometry", lambda t: unhooked(diagnostics.value_geometry)(tiny_model, t)),
+                     ("diagnose", lambda t: unhooked(diagnostics.diagnose)(tiny_model, t, add_tokens))):
+        for bad in ("addition", None, tasks.AdditionTask):
+            with pytest.raises(NopeInterpError, match=rf"{fn}: task must be a tasks.Task"):
+                call(bad)

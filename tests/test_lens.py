@@ -1,5 +1,7 @@
 """The notebook API on ActivationCaches: numbers against naive references, displays, errors."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -163,3 +165,61 @@ def test_sites_and_reductions_given_as_one_string_are_refused():
     for reductions in ("row_mean", "pooled"):
         with pytest.raises(NopeInterpError, match="single string"):
             unhooked(adjacency_scores_of_activations)(x, reductions)
+
+
+def test_attention_sites_are_refused_naming_the_hook_and_its_shape(reversal_cache_of_tiny_model):
+    """hook_pattern / hook_attn_scores are (batch, head, query, key): their heads axis was read as positions
+    ("needs at least 3 positions, got pos=2" for a 2-head model) or, with more heads, scored as garbage."""
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.lens import adjacency_scores, cosine_heatmap, lag_profile, site_activations
+
+    cache, _ = reversal_cache_of_tiny_model
+    for layer in (0, 1):
+        for hook in ("hook_pattern", "hook_attn_scores"):
+            site = f"blocks.{layer}.attn.{hook}"
+            shape = tuple(cache[site].shape)
+            words = rf"hook '{site}' holds attention weights of shape {re.escape(str(shape))} \(batch, head, query"
+            for call in (lambda s=site: adjacency_scores(cache, [s]), lambda s=site: lag_profile(cache, [s]),
+                         lambda s=site: cosine_heatmap(cache, s), lambda s=site: site_activations(cache, s)):
+                with pytest.raises(NopeInterpError, match=words):
+                    call()
+    # a (logits, cache) tuple or a dict is not a cache
+    for bad, fn in (((None, cache), adjacency_scores), ({}, lag_profile)):
+        with pytest.raises(NopeInterpError, match=rf"{fn.__name__}: cache must be a transformer_lens ActivationCache"):
+            unhooked(fn)(bad)
+    with pytest.raises(NopeInterpError, match="sites must name at least one hook"):
+        adjacency_scores(cache, [])
+    with pytest.raises(NopeInterpError, match="batch_index must be an integer"):
+        unhooked(cosine_heatmap)(cache, "hook_embed", batch_index=1.0)
+    with pytest.raises(NopeInterpError, match="tokens must be a string or a list of strings"):
+        unhooked(cosine_heatmap)(cache, "hook_embed", tokens=list(range(cache["hook_embed"].shape[1])))
+
+
+def test_sites_with_heads_are_scored_as_heads_concatenated(tiny_model):
+    """hook_q/k/v/z are (batch, pos, head, d_head): one vector per position, heads concatenated, batched or not."""
+    import tasks
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.lens import adjacency_scores, site_activations
+    from nope_interp.similarity import adjacency_score_of_activations
+
+    task = tasks.get_task("reversal")
+    tokens = task.analysis_tokens(3, seed=1)
+    _, cache = tiny_model.run_with_cache(tokens)
+    sites = [f"blocks.0.attn.hook_{h}" for h in "qkvz"]
+    scores = adjacency_scores(cache, sites)
+    for site in sites:
+        a = cache[site]
+        assert a.ndim == 4 and a.shape[1] == tokens.shape[1]
+        flat = a.reshape(a.shape[0], a.shape[1], -1)
+        torch.testing.assert_close(site_activations(cache, site), flat)
+        torch.testing.assert_close(scores.per_sequence[site], adjacency_score_of_activations(flat))
+    _, single = tiny_model.run_with_cache(tokens[:1])
+    single = single.remove_batch_dim()
+    assert not single.has_batch_dim
+    z = site_activations(single, "blocks.0.attn.hook_z")
+    assert z.shape == (1, tokens.shape[1], tiny_model.cfg.n_heads * tiny_model.cfg.d_head)
+    with pytest.raises(NopeInterpError, match=r"hook 'blocks.0.attn.hook_pattern' holds attention weights of shape "
+                                              r"\(2, 22, 22\)"):
+        site_activations(single, "blocks.0.attn.hook_pattern")

@@ -462,3 +462,83 @@ def test_the_build_is_cached_once_per_source(fresh_ckernel, tmp_path):
     fresh_ckernel._STATE.clear()
     mtime = built[0].stat().st_mtime_ns
     assert fresh_ckernel.available() and built[0].stat().st_mtime_ns == mtime  # loaded, not rebuilt
+
+
+def test_infinite_similarities_are_refused_like_nan_ones(S, gen):
+    """An inf below the diagonal scored 0 (a full matrix of inf: every pair tied) with no warning; cosines are
+    in [-1, 1], so an inf is garbage upstream, refused as NaN is. The upper triangle is not read."""
+    from nope_interp.errors import NopeInterpError
+
+    with pytest.raises(NopeInterpError, match=r"adjacency_score: sim must be finite below the diagonal .* 20 inf"):
+        S.adjacency_score(torch.full((2, 5, 5), float("inf")))
+    good = S.cosine_similarity_matrix(torch.randn(3, 7, 4, generator=gen))
+    for value in (float("inf"), -float("inf")):
+        bad = good.clone()
+        bad[2, 5, 1] = value
+        for fn in ("adjacency_score", "adjacency_counts", "adjacency_counts_naive", "adjacency_counts_sorted"):
+            with pytest.raises(NopeInterpError, match=rf"{fn}: sim must be finite below the diagonal.* 1 inf"):
+                getattr(S, fn)(bad)
+        for fn in ("cosine_spread", "degenerate_sequences"):
+            with pytest.raises(NopeInterpError, match=r"cosine_spread: sim must have no inf entry below the diagonal"):
+                getattr(S, fn)(bad)
+        upper = good.clone()
+        upper[2, 1, 5] = value   # not read: accepted, same score
+        torch.testing.assert_close(S.adjacency_score(upper), S.adjacency_score(good))
+    bad = good.clone()
+    bad[0, 4, 2] = float("nan")
+    with pytest.raises(NopeInterpError, match=r"adjacency_score: sim has 1 NaN entries below the diagonal"):
+        S.adjacency_score(bad)
+
+
+def test_row_pair_counts_refuses_what_is_not_a_count(S):
+    from nope_interp.errors import NopeInterpError
+
+    assert S.row_pair_counts(0).tolist() == [] and S.row_pair_counts(4).tolist() == [0, 0, 1, 3]
+    for bad in (-1, -7, True, 2.5, "3", None):
+        with pytest.raises(NopeInterpError, match=r"row_pair_counts: n_pos must be an integer >= 0, got"):
+            unhooked(S.row_pair_counts)(bad)
+
+
+def test_empty_or_non_list_reductions_are_refused(S, gen):
+    """reductions=() returned {} (nothing scored, nothing said)."""
+    from nope_interp.errors import NopeInterpError
+
+    x = torch.randn(2, 6, 4, generator=gen)
+    for bad in ((), [], set(), None, 5):
+        with pytest.raises(NopeInterpError, match=r"reductions must be a non-empty list of row_mean, pooled, got"):
+            unhooked(S.adjacency_scores_of_activations)(x, bad)
+    assert set(S.adjacency_scores_of_activations(x, ["pooled"])) == {"pooled"}
+    assert set(S.adjacency_scores_of_activations(x, ("row_mean", "pooled"))) == {"row_mean", "pooled"}
+
+
+def test_min_norm_and_chunk_sizes_are_checked(S, gen):
+    from nope_interp.errors import NopeInterpError
+
+    x = torch.randn(2, 6, 4, generator=gen)
+    for fn in ("cosine_similarity_matrix", "near_zero_positions", "adjacency_scores_of_activations", "lag_profile"):
+        for bad in (-1.0, float("nan"), float("inf"), "1e-8", True, None):
+            with pytest.raises(NopeInterpError, match=rf"{fn}: min_norm must be a finite number >= 0, got"):
+                unhooked(getattr(S, fn))(x, min_norm=bad)
+    for fn in ("adjacency_scores_of_activations", "lag_profile"):
+        for bad in (0, -5, 2.5):
+            with pytest.raises(NopeInterpError, match="max_elements must be an integer"):
+                unhooked(getattr(S, fn))(x, max_elements=bad)
+    assert S.cosine_similarity_matrix(x, min_norm=0.0).shape == (2, 6, 6)
+    for bad in ("float32", None, np.float32):
+        with pytest.raises(NopeInterpError, match="degenerate_tolerance needs a float dtype"):
+            unhooked(S.degenerate_tolerance)(bad)
+
+
+def test_scores_and_profiles_with_nan_are_refused_not_summarised(S):
+    """summarize, recency_gap and lag_summary turned a NaN into NaN statistics silently."""
+    from nope_interp.errors import NopeInterpError
+
+    for fn, good in (("summarize", torch.tensor([0.5, 0.7], dtype=torch.float64)),
+                     ("recency_gap", torch.tensor([[0.9, 0.5], [0.8, 0.4]])),
+                     ("lag_summary", torch.tensor([[0.9, 0.5], [0.8, 0.4]]))):
+        getattr(S, fn)(good)
+        for value in (float("nan"), float("inf")):
+            bad = good.clone()
+            bad.view(-1)[1] = value
+            with pytest.raises(NopeInterpError, match=rf"{fn}: \w+ must be finite, got 1 NaN or inf entries"):
+                getattr(S, fn)(bad)

@@ -59,3 +59,22 @@ def test_the_undefined_interval_of_one_seed_is_null_in_result_json(tmp_path):
     text = write_json(tmp_path / "s.json", one.to_dict()).read_text()
     assert "NaN" not in text
     assert json.loads(text) == {"mean": 0.7, "std": 0.0, "ci95_low": None, "ci95_high": None, "n_seeds": 1}
+
+
+def test_mean_std_ci_refuses_what_is_not_a_sequence_of_real_numbers():
+    """A number, None or a None value gave a raw TypeError; an infinite value an inf mean with a NaN std."""
+    import torch
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.stats import mean_std_ci
+
+    for bad in (5, None, 2.5, [None], [1.0, None], [True, 1.0], [1 + 2j], [torch.ones(2)], [object()]):
+        with pytest.raises(NopeInterpError, match="mean_std_ci needs a sequence of numbers"):
+            unhooked(mean_std_ci)(bad)
+    for bad in ([float("inf"), 1.0], [1.0, -float("inf")]):
+        with pytest.raises(NopeInterpError, match=r"mean_std_ci needs finite values \(or NaN for an undefined one\)"):
+            mean_std_ci(bad)
+    undefined = mean_std_ci([float("nan"), 1.0])   # an undefined measurement: every statistic undefined, documented
+    assert math.isnan(undefined.mean) and math.isnan(undefined.ci95_low) and undefined.n_seeds == 2
+    assert unhooked(mean_std_ci)([torch.tensor(1.0), 3]).mean == 2.0
