@@ -13,7 +13,7 @@ from torch import Tensor
 
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names
-from nope_interp.model import LensModel, check_tokens
+from nope_interp.model import LensModel, check_tokens, evaluates
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,7 @@ def iter_activations(
     return _iter_chunks(model, tokens, names, batch_size)
 
 
+@evaluates  # a generator: eval mode while the chunks are drawn
 def _iter_chunks(model: LensModel, tokens: Tensor, names: list[str], batch_size: int) -> Iterator[Activations]:
     for start in range(0, tokens.shape[0], batch_size):
         toks = tokens[start : start + batch_size].to(model.cfg.device)

@@ -20,7 +20,7 @@ from nope_interp.activations import iter_activations
 from nope_interp.errors import NopeInterpError
 from nope_interp.fast_forward import attached_hooks, fast_activations, fast_activations_unsupported
 from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names
-from nope_interp.model import LensModel, check_model, check_tokens
+from nope_interp.model import LensModel, check_model, check_tokens, evaluates
 from nope_interp.similarity import (
     REDUCTIONS,
     ScoreSummary,
@@ -149,6 +149,7 @@ def analyze_model(
 FORWARDS = ("auto", "hooked", "fast")
 
 
+@evaluates
 def analyze_tokens(
     model: LensModel,
     tokens: Int[Tensor, "batch pos"],

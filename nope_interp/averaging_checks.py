@@ -39,7 +39,7 @@ from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import exact_match_accuracy
 from nope_interp.hooks import hook_name
 from nope_interp.interventions import replaced_pattern
-from nope_interp.model import check_model
+from nope_interp.model import check_model, evaluates
 from nope_interp.similarity import adjacency_score, check_finite, cosine_similarity_matrix
 
 
@@ -227,6 +227,7 @@ def _predicted_vs_observed(pattern: Tensor, z: Tensor) -> PredictedVsObserved:
                                adjacency_observed=float(adjacency_score(obs).mean()))
 
 
+@evaluates
 @torch.no_grad()
 def averaging_report(
     model: HookedTransformer, task: tasks_pkg.Task, n_prompts: int = 64, seed: int = 1,
@@ -284,6 +285,7 @@ def averaging_report(
     return AveragingReport(task=task.name, n_prompts=tokens.shape[0], n_pos=n_pos, layers=tuple(layers))
 
 
+@evaluates
 def counterfactual_report(
     model: HookedTransformer, task: tasks_pkg.Task, layer: int = 0, kinds: Sequence[str] = PATTERN_KINDS,
     n_prompts: int = 64, seed: int = 1, eval_examples: Sequence[tasks_pkg.Example] | None = None,
@@ -320,6 +322,7 @@ def counterfactual_report(
     return CounterfactualReport(task=task.name, layer=layer, n_prompts=n_prompts, conditions=tuple(conditions))
 
 
+@evaluates
 @torch.no_grad()
 def cosine_example(model: HookedTransformer, task: tasks_pkg.Task, layer: int = 0, seed: int = 1) -> CosineExample:
     """The predicted (from the attention pattern, heads summed, i.i.d. values) and the observed cosine

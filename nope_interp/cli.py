@@ -314,6 +314,12 @@ def _cmd_job(job: Any, args: argparse.Namespace) -> int:
     if job.TAKES_MODELS:
         source = ModelSource(**config_kwargs(args, ModelSource),
                              model_overrides=config_kwargs(args, ModelConfig, prefix="model-"))
+        unused = [f"--{f.replace('_', '-')}" for f in getattr(job, "DEFAULT_ONLY", ())
+                  if f in config_kwargs(args, job.CONFIG)]
+        if source.given and unused:  # options that shape the job's default models only
+            raise NopeInterpError(f"{', '.join(unused)} shape{'s' if len(unused) == 1 else ''} {job.NAME}'s default "
+                                  f"models ({job.DEFAULT_MODELS}), not the models given by --run, --pretrained, "
+                                  "--init or --hf-path: drop it")
         models = load_models(source) if source.given else None
         text_runs = [m.label for m in models or () if m.kind == "text"]
         if text_runs and not getattr(job, "TAKES_TEXT", False):

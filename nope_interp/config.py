@@ -162,6 +162,20 @@ def _describe(tp: Any, value: Any) -> str:
     return what(value)
 
 
+def _repeated_entry(tp: Any, value: Any) -> Any:
+    """The first entry that ``value`` repeats when ``tp`` is a variable-length tuple (``tuple[X, ...]``,
+    possibly optional), else None. Equal numbers count as repeats (``1`` and ``1.0``)."""
+    seq = next((a for a in (tp, *typing.get_args(tp)) if typing.get_origin(a) is tuple), None)
+    if seq is None or typing.get_args(seq)[-1:] != (Ellipsis,) or not isinstance(value, tuple):
+        return None
+    seen: list[Any] = []
+    for v in value:
+        if v in seen:
+            return v
+        seen.append(v)
+    return None
+
+
 @functools.cache
 def _field_types(cls: type) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
@@ -201,6 +215,9 @@ class FrozenConfig:
             ok, conformed = _conform(tp, value)
             if not ok:
                 raise NopeInterpError(f"{name} must be {_type_words(tp)}, got {_describe(tp, value)}")
+            repeated = _repeated_entry(tp, conformed)
+            if repeated is not None:  # a list option counts each entry once (as seeds, rows or runs)
+                raise NopeInterpError(f"{name} lists {repeated!r} more than once; give each value once")
             if conformed is not value:
                 object.__setattr__(self, name, conformed)
 

@@ -18,10 +18,11 @@ from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 
 from nope_interp.errors import NopeInterpError
 from nope_interp.fast_forward import attached_hooks, fast_logits, unsupported_reason
-from nope_interp.model import check_tokens
+from nope_interp.model import check_tokens, evaluates
 from tasks import EOS, Batch, Example, Task, UnknownCharacterError, decode, encode
 
 
+@evaluates
 @torch.inference_mode()
 def greedy_decode(
     model: HookedTransformer, prompt_tokens: Int[Tensor, "batch pos"], max_new_tokens: int
@@ -87,6 +88,7 @@ def _cached_greedy_decode(model: HookedTransformer, tokens: Int[Tensor, "batch p
     return torch.cat(new, dim=1)
 
 
+@evaluates
 def predict(model: HookedTransformer, task: Task, prompts: Sequence[str], batch_size: int = 1024,
             prefix: str = "") -> list[str]:
     """The model's greedy answer to each prompt (text before the first newline).
@@ -134,6 +136,7 @@ def predict(model: HookedTransformer, task: Task, prompts: Sequence[str], batch_
     return out
 
 
+@evaluates
 def exact_match_accuracy(
     model: HookedTransformer, task: Task, examples: Sequence[Example], batch_size: int = 1024, prefix: str = ""
 ) -> float:

@@ -316,14 +316,59 @@ def append_jsonl(path: str | Path, record: dict[str, Any]) -> None:
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """All records of a JSONL file ([] if it does not exist)."""
+    """All records of a JSONL file ([] if it does not exist).
+
+    Raises:
+        NopeInterpError: a line that is not JSON, or not a JSON object (the message names the file's line).
+    """
     path = Path(path)
     if not path.exists():
         return []
-    try:
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    except json.JSONDecodeError as err:
-        raise NopeInterpError(f"metrics file is corrupt: {path}: {err}") from None
+    records = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise NopeInterpError(f"metrics file is corrupt: {path}, line {number}: {err.msg}") from None
+        if not isinstance(record, dict):
+            raise NopeInterpError(f"metrics file is corrupt: {path}, line {number}: a JSON "
+                                  f"{type(record).__name__}, not an object")
+        records.append(record)
+    return records
+
+
+def read_metrics(path: str | Path, numbers: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """The records of a run's ``metrics.jsonl`` ([] if it does not exist), checked: every record has an
+    integer ``step`` >= 0, steps strictly increase, and each field of ``numbers`` (e.g. ``"eval_acc"``) is
+    present and a finite number or null (strict JSON writes NaN as null).
+
+    Raises:
+        NopeInterpError: one line naming the file's line and the field that is wrong.
+    """
+    path = Path(path)
+    records = read_jsonl(path)
+    previous = -1
+    lines = [n for n, line in enumerate(path.read_text().splitlines(), start=1) if line.strip()] if records else []
+    for number, record in zip(lines, records, strict=True):
+        def bad(what: str, n: int = number) -> NopeInterpError:
+            return NopeInterpError(f"metrics file is corrupt: {path}, line {n}: {what}")
+
+        step = record.get("step")
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise bad(f"step must be an integer >= 0, got {step!r}")
+        if step <= previous:
+            raise bad(f"steps must increase, got {step} after {previous}")
+        previous = step
+        for key in numbers:
+            if key not in record:
+                raise bad(f"no {key!r}")
+            value = record[key]
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                      or not math.isfinite(value)):
+                raise bad(f"{key} must be a number or null, got {value!r}")
+    return records
 
 
 def job_dirs(out_root: str | Path, job: str) -> tuple[Path, Path]:

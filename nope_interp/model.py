@@ -13,12 +13,16 @@ With ``biases=False`` (default) every bias, LayerNorm biases included, is zero a
 nanoGPT's ``bias=False``.
 """
 
+import contextlib
 import dataclasses
+import functools
+import inspect
 import os
 import re
 import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -459,3 +463,49 @@ def check_tokens(model: LensModel, tokens: object, name: str = "tokens") -> Int[
             f"[{', '.join(map(str, where))}] ({int(bad.sum())} ids out of range; min {int(tokens.min())}, "
             f"max {int(tokens.max())})")
     return tokens.long()
+
+
+@contextlib.contextmanager
+def eval_mode(model: object) -> Iterator[None]:
+    """Within the block ``model`` (any ``torch.nn.Module``; anything else is left alone) is in eval mode, so
+    dropout is off and an analysis of the same inputs gives the same numbers; every submodule's own mode
+    is restored afterwards, also on an exception.
+
+    >>> with eval_mode(model):                                   # doctest: +SKIP
+    ...     _, cache = model.run_with_cache(tokens)
+    """
+    if not isinstance(model, nn.Module):
+        yield
+        return
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for m, training in modes:
+            m.training = training
+
+
+F_ = TypeVar("F_", bound=Callable[..., Any])
+
+
+def evaluates(fn: F_) -> F_:
+    """Decorator for a function that measures a model (its first argument, or ``model=``): the call runs
+    under :func:`eval_mode`, so a model left in train mode (dropout on) is measured as in eval mode and is
+    handed back in the mode it came in. Generator functions stay in eval mode while they are iterated."""
+    def model_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:
+        return kwargs["model"] if "model" in kwargs else (args[0] if args else None)
+
+    def drawn_in_eval_mode(model: object, gen: Iterator[Any]) -> Iterator[Any]:
+        with eval_mode(model):
+            yield from gen
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        model = model_of(args, kwargs)
+        with eval_mode(model):
+            result = fn(*args, **kwargs)
+        # a generator (also one wrapped by another decorator) runs its body while it is iterated
+        return drawn_in_eval_mode(model, result) if inspect.isgenerator(result) else result
+
+    return wrapper  # type: ignore[return-value]

@@ -19,11 +19,13 @@ from jaxtyping import Int
 from torch import Tensor
 
 from nope_interp.errors import NopeInterpError
+from nope_interp.model import evaluates
 
 #: The layer types :func:`layer_positional_types` reports.
 LAYER_TYPES = ("nope", "rope", "learned")
 
 
+@evaluates
 @torch.no_grad()
 def layer_positional_types(model: torch.nn.Module, tokens: Int[Tensor, "batch pos"] | None = None,
                            atol: float = 1e-6) -> tuple[str, ...]:

@@ -274,7 +274,7 @@ def _train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: Path, str
         opt.load_state_dict(ckpt["optimizer"])
         start_step, wall_before = ckpt["step"], ckpt["wall_time_s"]
         resumed_loss = resumed_running_loss(ckpt)
-        kept = [r for r in io.read_jsonl(run_dir / io.METRICS_FILE) if r["step"] <= start_step]
+        kept = [r for r in io.read_metrics(run_dir / io.METRICS_FILE) if r["step"] <= start_step]
         io.atomic_write_text(run_dir / io.METRICS_FILE, "".join(io.jsonl_line(r) for r in kept))
     elif run_dir.exists() and any(run_dir.iterdir()):
         raise NopeInterpError(f"run directory {run_dir} is not empty; use --resume or choose another --name")

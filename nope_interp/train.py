@@ -399,7 +399,7 @@ def _train(model_cfg: ModelConfig, cfg: TrainConfig, run_dir: Path, task: tasks_
                                   f"model: {str(err).splitlines()[0] if str(err) else type(err).__name__}") from None
         start_step, wall_before = ckpt["step"], ckpt["wall_time_s"]
         resumed_loss = resumed_running_loss(ckpt)
-        kept = [r for r in io.read_jsonl(run_dir / io.METRICS_FILE) if r["step"] <= start_step]
+        kept = [r for r in io.read_metrics(run_dir / io.METRICS_FILE) if r["step"] <= start_step]
         io.atomic_write_text(run_dir / io.METRICS_FILE, "".join(io.jsonl_line(r) for r in kept))
     else:
         io.write_json(run_dir / io.CONFIG_FILE, config)

@@ -469,3 +469,18 @@ def test_every_job_declares_known_sources():
         assert set(getattr(job, "SOURCES", ())) <= fields, job.NAME
         if job.TAKES_MODELS:
             assert ("hf_path" in source_flags(job)) == getattr(job, "TAKES_HF", False), job.NAME
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["long-context", "--init", "--task", "reversal", "--preset", "tiny", "--seeds", "2"],
+     "--seeds shapes long-context's default models"),
+    (["long-context", "--pretrained", "reversal", "--normalizations", "LN", "--window", "8"],
+     "--normalizations, --window shape long-context's default models"),
+    (["probe", "--pretrained", "reversal", "--tasks", "addition"], "--tasks shapes probe's default models"),
+    (["length-gen", "--n-prompts", "30", "--n-examples", "20"], "n_prompts=30 exceeds n_examples=20"),
+])
+def test_options_that_would_be_ignored_are_refused(main, tmp_path, capsys, argv, message):
+    assert main([*argv, "--out-root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+    assert not any(tmp_path.iterdir())  # nothing written

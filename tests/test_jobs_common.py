@@ -79,7 +79,8 @@ def test_every_job_runs_on_other_task_parameters(tiny_reversal_run, tmp_path, jo
     assert main(argv) == 0
     assert_strict_json_files(tmp_path)
     if job == "analyze":
-        scores = json.loads((tmp_path / "results/analyze/tiny-rev/scores.json").read_text())
+        label = "tiny-rev" if n_digits == 3 else f"tiny-rev-on-reversal{n_digits}"  # the run's own size: no suffix
+        scores = json.loads((tmp_path / f"results/analyze/{label}/scores.json").read_text())
         assert scores["example_prompt"].startswith("rev(") and len(scores["example_prompt"]) == n_digits + 6
         assert len(scores["lag_profile"]["uniform_causal"]) == n_digits + 5  # lags 1..pos - 1
 
@@ -117,3 +118,51 @@ def test_what_cannot_work_is_one_line_that_says_why(tiny_reversal_run, tmp_path,
     assert main([job, "--run", str(tiny_reversal_run), "--task", "reversal", *rest, "--out-root", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and match in err[0]
+
+
+@pytest.mark.parametrize("n_digits", [2, 3, 4])
+def test_n_digits_alone_is_the_runs_own_task_at_that_size(tiny_reversal_run, n_digits):
+    from nope_interp.jobs.common import ModelSource, load_models
+
+    (alone,) = load_models(ModelSource(run=(str(tiny_reversal_run),), n_digits=n_digits))
+    named = _entry(tiny_reversal_run, n_digits)
+    assert alone.task == named.task and alone.task.params() == {"n_digits": n_digits}
+    assert alone.label == named.label == ("tiny-rev" if n_digits == 3 else f"tiny-rev-on-reversal{n_digits}")
+    assert alone.train_prompts == named.train_prompts
+
+
+def test_one_run_on_two_tasks_writes_two_result_folders(tiny_reversal_run, tmp_path):
+    from nope_interp.cli import main
+
+    for task in ("reversal", "addition"):
+        argv = ["analyze", "--run", str(tiny_reversal_run), "--task", task, "--n-digits", "2", "--n-prompts", "6",
+                "--out-root", str(tmp_path)]
+        assert main(argv) == 0
+    runs = sorted(p.name for p in (tmp_path / "results/analyze").iterdir())
+    assert runs == ["tiny-rev-on-addition2", "tiny-rev-on-reversal2"]
+    prompts = {r: json.loads((tmp_path / "results/analyze" / r / "scores.json").read_text())["example_prompt"]
+               for r in runs}
+    assert prompts["tiny-rev-on-addition2"].startswith("$") and prompts["tiny-rev-on-reversal2"].startswith("rev(")
+
+
+def test_list_options_refuse_repeated_entries(capsys):
+    from nope_interp.cli import main
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.common import ModelSource
+    from nope_interp.jobs.long_context import LongContextConfig
+
+    for argv, message in [
+        (["analyze", "--pretrained", "reversal", "reversal"], "pretrained lists 'reversal' more than once"),
+        (["long-context", "--lengths", "32", "32"], "lengths lists 32 more than once"),
+        (["long-context", "--inputs", "random", "task", "random"], "inputs lists 'random' more than once"),
+        (["probe", "--sites", "hook_embed", "hook_embed"], "sites lists 'hook_embed' more than once"),
+        (["init-grid", "--stds", "0.02", "0.020"], "stds lists 0.02 more than once"),
+        (["analyze", "--with-seeds", "--task", "reversal"], "--with-seeds alone means every shipped task"),
+    ]:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, (argv, err)
+    with pytest.raises(NopeInterpError, match="normalizations lists 'LN' more than once"):
+        LongContextConfig(normalizations=("LN", "LN"))
+    assert LongContextConfig(normalizations=("LN", "RMS")).normalizations == ("LN", "RMS")
+    assert ModelSource(pretrained=("reversal", "addition")).pretrained == ("reversal", "addition")

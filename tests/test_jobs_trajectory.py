@@ -161,3 +161,45 @@ def test_bad_trajectory_files_and_missing_sites_are_one_clear_error(tmp_path):
         trajectory.plot_site_by_objective([trajectory.RunTrajectory.from_dict(good)], "blocks.3.attn.hook_z")
     with pytest.raises(NopeInterpError, match="at least one"):
         trajectory.plot_site_by_objective([])
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ('{"step": "x", "eval_acc": 0.5}', "line 4: step must be an integer >= 0, got 'x'"),
+    ('{"step": 70}', "line 4: no 'eval_acc'"),
+    ('{"step": 70, "eval_acc": "high"}', "line 4: eval_acc must be a number or null, got 'high'"),
+    ('{"step": 70, "eval_acc": true}', "line 4: eval_acc must be a number or null"),
+    ('{"step": 10, "eval_acc": 0.5}', "line 4: steps must increase, got 10 after 60"),
+    ('not json', "line 4: Expecting value"),
+    ('[1, 2]', "line 4: a JSON list, not an object"),
+])
+def test_a_corrupt_metrics_line_is_one_error_naming_the_files_line(tiny_addition_run_with_kept_steps, tmp_path,
+                                                                   capsys, line, message):
+    import shutil
+
+    from nope_interp.cli import main
+
+    run = tmp_path / "r6"
+    shutil.copytree(tiny_addition_run_with_kept_steps, run)
+    metrics = run / "metrics.jsonl"
+    assert len(metrics.read_text().splitlines()) == 3  # evaluations at steps 20, 40, 60: the bad line is line 4
+    metrics.write_text(metrics.read_text() + line + "\n")
+    assert main(["trajectory", "--run", str(run), "--n-prompts", "4", "--no-mechanisms",
+                 "--out-root", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and str(metrics) in err
+    assert not (tmp_path / "out" / "results" / "trajectory" / "r6.json").exists()
+
+
+def test_kept_weights_past_the_runs_steps_are_refused(tiny_addition_run_with_kept_steps, tmp_path):
+    import shutil
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs import trajectory
+    from nope_interp.jobs.common import ModelSource, load_models
+
+    run = tmp_path / "r7"
+    shutil.copytree(tiny_addition_run_with_kept_steps, run)
+    shutil.copy(run / "checkpoints" / "step_000025.safetensors", run / "checkpoints" / "step_999999.safetensors")
+    with pytest.raises(NopeInterpError, match="step_999999.safetensors is past the run's 60 training steps"):
+        trajectory.run(trajectory.TrajectoryConfig(n_prompts=4, no_mechanisms=True),
+                       load_models(ModelSource(run=(str(run),))))

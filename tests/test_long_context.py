@@ -204,6 +204,29 @@ def test_long_context_on_a_given_model_runs_it_past_its_context(tiny_run):
     assert isinstance(entry.task, tasks.Task)
 
 
+def test_an_input_kind_no_model_reads_is_refused_before_any_work(tiny_run):
+    import dataclasses
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs import long_context
+    from nope_interp.jobs.common import entry_from_run
+    from nope_interp.pretrained import load_run
+
+    entry = entry_from_run(load_run(tiny_run), "tiny-run")
+    as_text = dataclasses.replace(entry, kind="text", label="lm")  # what a train-text language model is
+    cfg = long_context.LongContextConfig(lengths=(8,), n_sequences=1, max_lag=4, inputs=("task",))
+    with pytest.raises(NopeInterpError, match="--inputs task: no model here reads them .*lm is a train-text"):
+        long_context.run(cfg, [as_text])
+    foreign = dataclasses.replace(entry, model_cfg=None, kind="hf", label="hf-x")
+    with pytest.raises(NopeInterpError, match="--inputs task text: no model .*hf-x's vocabulary.*read: random$"):
+        long_context.run(dataclasses.replace(cfg, inputs=("task", "text")), [foreign])
+    # with another model that reads them, the language model's task rows are skipped, the others kept
+    res = long_context.run(cfg, [as_text, entry])
+    assert [(r.model, r.input) for r in res.rows] == [("tiny-run", "task")]
+    assert long_context.why_no_inputs(as_text, "random") is None and long_context.why_no_inputs(entry, "task") is None
+    assert "vocabulary" in long_context.why_no_inputs(foreign, "text")
+
+
 @pytest.mark.parametrize(("kwargs", "match"), [
     ({"lengths": ()}, "lengths must not be empty"), ({"lengths": (10,), "max_lag": 31}, "length"),
     ({"inputs": ("poems",)}, "input"), ({"normalizations": ("BN",)}, "normalization"),
@@ -219,12 +242,15 @@ def test_bad_config_is_one_clear_error(kwargs, match):
 
 
 def test_quick_fills_only_what_was_not_given():
+    from nope_interp.errors import NopeInterpError
     from nope_interp.jobs.long_context import LongContextConfig
 
     q = LongContextConfig(quick=True)
     assert (q.lengths, q.seeds, q.n_sequences) == ((32, 128, 512), 2, 2)
-    q = LongContextConfig(quick=True, seeds=5, lengths=(512, 64, 64))
+    q = LongContextConfig(quick=True, seeds=5, lengths=(512, 64))
     assert (q.lengths, q.seeds, q.n_sequences) == ((64, 512), 5, 2)
+    with pytest.raises(NopeInterpError, match="lengths lists 64 more than once"):
+        LongContextConfig(quick=True, lengths=(512, 64, 64))  # a repeat would count as another measurement
 
 
 def test_cli_long_context_writes_and_reports(tmp_path, capsys):

@@ -405,7 +405,7 @@ def test_hybrid_rotary_model_has_nope_layers_where_asked():
     ({"positional": "rotary", "nope_layers": ()}, "must not be empty"),
     ({"positional": "rotary", "nope_layers": (2,)}, "nope_layers"),
     ({"positional": "rotary", "nope_layers": (1, 0)}, "strictly increasing"),
-    ({"positional": "rotary", "nope_layers": (0, 0)}, "strictly increasing"),
+    ({"positional": "rotary", "nope_layers": (0, 0)}, "nope_layers lists 0 more than once"),
     ({"positional": "rotary", "nope_layers": (-1,)}, "nope_layers"),
 ])
 def test_bad_nope_layers_are_refused(overrides, match):
@@ -414,3 +414,57 @@ def test_bad_nope_layers_are_refused(overrides, match):
 
     with pytest.raises(NopeInterpError, match=match):
         preset("tiny", **overrides)
+
+
+def test_eval_mode_restores_every_submodules_mode_also_on_an_exception():
+    from nope_interp.config import preset
+    from nope_interp.model import build_model, eval_mode, evaluates
+
+    model = build_model(preset("tiny", dropout=0.3))
+    model.train()
+    model.blocks[0].eval()  # a mixed state must come back as it was
+    before = [m.training for m in model.modules()]
+    with eval_mode(model):
+        assert not any(m.training for m in model.modules())
+    assert [m.training for m in model.modules()] == before
+    with pytest.raises(RuntimeError), eval_mode(model):
+        raise RuntimeError("boom")
+    assert [m.training for m in model.modules()] == before
+
+    @evaluates
+    def gen(model, n):
+        for _ in range(n):
+            yield model.training  # seen while iterating
+
+    assert list(gen(model, 2)) == [False, False] and [m.training for m in model.modules()] == before
+    assert evaluates(lambda model: model.training)(model=model) is False
+    with eval_mode("not a module"):  # anything else is left alone
+        pass
+
+
+@pytest.mark.parametrize("measure", ["analyze_tokens", "collect_activations", "averaging_report",
+                                     "exact_match_accuracy", "layer_positional_types", "cosine_example"])
+def test_every_measurement_of_a_model_left_in_train_mode_runs_without_dropout(measure):
+    """A user who trained or fine-tuned a model and forgot ``model.eval()``: the numbers must not move from
+    call to call (dropout 0.5 would move them), must equal those in eval mode, and the mode is handed back."""
+    import tasks
+    from nope_interp import activations, analysis, averaging_checks, evaluate, positional
+    from nope_interp.config import preset
+    from nope_interp.model import build_model
+
+    task = tasks.get_task("reversal", n_digits=4)
+    tokens = task.analysis_tokens(8, 0)
+    calls = {
+        "analyze_tokens": lambda m: analysis.analyze_tokens(m, tokens, ("z", "resid_post")).scores["row_mean"],
+        "collect_activations": lambda m: activations.collect_activations(m, tokens, ("z",)).acts.sum().item(),
+        "averaging_report": lambda m: averaging_checks.averaging_report(m, task, n_prompts=8).to_dict(),
+        "exact_match_accuracy": lambda m: evaluate.predict(m, task, task.analysis_prompts(8, 1)),
+        "layer_positional_types": lambda m: positional.layer_positional_types(m, tokens),
+        "cosine_example": lambda m: averaging_checks.cosine_example(m, task).observed.sum().item(),
+    }
+    model = build_model(preset("tiny", dropout=0.5, seed=3))
+    model.eval()
+    reference = calls[measure](model)
+    model.train()
+    assert calls[measure](model) == reference and calls[measure](model) == reference
+    assert all(m.training for m in model.modules())

@@ -153,7 +153,7 @@ def test_long_context_takes_text_runs_and_other_jobs_refuse_them(tmp_path, capsy
             "--n-sequences", "2", "--max-lag", "4", "--out-root", str(out)]
     assert main(argv) == 0
     printed = capsys.readouterr()
-    assert "nope: no task inputs (a train-text language model has no task" in printed.out + printed.err
+    assert "nope: no task inputs (nope is a train-text language model, with no task" in printed.out + printed.err
     rows = json.loads((out / "results" / "long_context" / "long_context.json").read_text())["rows"]
     assert {(r["model"], r["n"]) for r in rows} == {(m, n) for m in ("nope", "rot") for n in (16, 60)}
     assert all(r["input"] == "text" for r in rows)  # task inputs skipped; 60 > the window (24): past the context

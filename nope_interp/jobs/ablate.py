@@ -54,6 +54,7 @@ from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import answer_loss, exact_match_accuracy
 from nope_interp.hooks import hook_name, short_label
 from nope_interp.jobs.common import Log, ModelEntry, emit, entry_tokens, progress, shipped_entries, text_task_name
+from nope_interp.model import evaluates
 from nope_interp.plotting import save_figure
 from nope_interp.stats import SeedStats, mean_std_ci
 
@@ -405,6 +406,7 @@ def default_models(config: AblateConfig) -> list[ModelEntry]:
     return shipped_entries(tasks_pkg.TASK_NAMES)
 
 
+@evaluates
 @torch.no_grad()
 def _site_acts(model: HookedTransformer, tokens: Int[Tensor, "batch pos"],
                site: str) -> Float[Tensor, "batch pos d_model"]:
@@ -468,6 +470,7 @@ def _measure_text(model: HookedTransformer, windows: Int[Tensor, "batch length_p
                        adjacency={s: v["mean"] for s, v in scores.items()})
 
 
+@evaluates
 def _measure(model: HookedTransformer, task: tasks_pkg.Task, examples: Sequence[tasks_pkg.Example],
              n_analysis: int, hooks: list[tuple[str, ResidHook]], with_scores: bool = True) -> Measurement:
     """Exact match, answer loss and (``with_scores``) the adjacency scores with ``hooks`` attached."""

@@ -5,7 +5,8 @@ The contract of a job module ``nope_interp/jobs/<job>.py`` (see the README, "Add
 * ``NAME`` (the CLI command), ``HELP`` (one line) and ``TAKES_MODELS`` (whether the shared
   ``--run`` / ``--pretrained`` / ``--init`` options apply); optionally ``SOURCES`` (the
   :class:`ModelSource` fields it accepts, when not all of them; only those become flags), ``TAKES_HF``
-  (``--hf-path``) and ``TAKES_TEXT`` (``train-text`` language models);
+  (``--hf-path``), ``TAKES_TEXT`` (``train-text`` language models) and ``DEFAULT_ONLY`` (config fields that
+  shape the default models only: refused with a given source);
 * a frozen ``<Job>Config`` (a :class:`~nope_interp.config.FrozenConfig`): its fields are the CLI flags,
   their help texts the ``--help``; it validates itself;
 * ``default_models(config) -> list[ModelEntry]``: the models used when no source option is given;
@@ -54,11 +55,12 @@ class ModelSource(FrozenConfig):
     pretrained: tuple[str, ...] = opt((), f"shipped trained models by task: {', '.join(tasks_pkg.TASK_NAMES)}")
     init: bool = opt(False, "a freshly initialised model (give --task; --preset and --model-* shape it)")
     task: str | None = opt(None, "task for --init, or to analyse a trained model on another task")
-    n_digits: int | None = opt(None, "task size (default: the paper's)")
+    n_digits: int | None = opt(None, "task size (default: the paper's; alone with --run / --pretrained: the "
+                                     "trained model's own task at this size)")
     preset: str = opt("paper", "model preset for --init (paper, cpu, tiny)")
     with_seeds: bool = opt(False, "also the extra shipped seeds of the --pretrained tasks")
-    hf_path: str | None = opt(None, "a Hugging Face causal LM saved with save_pretrained (the hf extra; "
-                                    "long-context only), wrapped in a TransformerBridge")
+    hf_path: str | None = opt(None, "a Hugging Face causal LM saved with save_pretrained (the hf extra), "
+                                    "wrapped in a TransformerBridge")
     model_overrides: dict[str, Any] = opt({}, "ModelConfig fields for --init (the --model-* flags)")
 
     def __post_init__(self) -> None:
@@ -75,6 +77,9 @@ class ModelSource(FrozenConfig):
             if self.task is None:
                 raise NopeInterpError(f"--init needs --task (one of: {', '.join(tasks_pkg.TASK_NAMES)})")
             preset(self.preset, **self.model_overrides)  # validates preset and overrides
+        if self.with_seeds and not self.pretrained and (self.task is not None or self.n_digits is not None):
+            raise NopeInterpError("--with-seeds alone means every shipped task's models; with --task or --n-digits "
+                                  "name them: --pretrained TASK [TASK ...] --with-seeds")
         if self.with_seeds and self.run:
             raise NopeInterpError("--with-seeds adds the shipped seeds to --pretrained (or the default); "
                                   "with --run, list every run directory")
@@ -126,9 +131,13 @@ class ModelEntry:
 
 
 def entry_from_run(run: LoadedRun, label: str, kind: str = "run", task: tasks_pkg.Task | None = None) -> ModelEntry:
-    """A :class:`ModelEntry` for a loaded run; on another ``task`` no training prompts are excluded."""
+    """A :class:`ModelEntry` for a loaded run; on another ``task`` (name or size) no training prompts are
+    excluded and the label says which task it is analysed on (``<label>-on-<task><n_digits>``), so results
+    of one run on two tasks never share a file name."""
     task = task or run.task
     train = run.train_prompts if task.name == run.task.name else frozenset()
+    if task != run.task:
+        label = f"{label}-on-{task.name}{task.params().get('n_digits', '')}"
     return ModelEntry(label=label, kind=kind, model=run.model, model_cfg=run.model_cfg, task=task,
                       train_prompts=train, run=run,
                       source={"model_source": str(run.path), "model": run.model_cfg.to_dict()})
@@ -173,6 +182,12 @@ def load_models(source: ModelSource) -> list[ModelEntry]:
             the same folder name (the same run given twice, too).
     """
     task = None if source.task is None else tasks_pkg.get_task(source.task, **source.task_params)
+
+    def own_task(run: LoadedRun) -> tasks_pkg.Task | None:  # --n-digits alone: the run's own task at that size
+        if task is not None or source.n_digits is None:
+            return task
+        return tasks_pkg.get_task(run.task.name, **{**run.task.params(), **source.task_params})
+
     if source.hf_path:
         from nope_interp.hf import load_hf
 
@@ -201,11 +216,12 @@ def load_models(source: ModelSource) -> list[ModelEntry]:
             entries.append(text_entry(path, label, task))
             continue
         run = load_run(path)
-        entries.append(entry_from_run(run, label, "run", task))
+        entries.append(entry_from_run(run, label, "run", own_task(run)))
     for name in source.pretrained:
-        entries.append(entry_from_run(load_pretrained(name), f"pretrained-{name}", "pretrained", task))
+        run = load_pretrained(name)
+        entries.append(entry_from_run(run, f"pretrained-{name}", "pretrained", own_task(run)))
         if source.with_seeds:
-            entries += seed_entries(name, task)
+            entries += seed_entries(name, own_task(run))
     return entries
 
 

@@ -49,7 +49,7 @@ class LengthGenConfig(FrozenConfig):
 
     Raises:
         NopeInterpError: a size outside [1, 64]; ``n_examples`` outside [1, 100000]; ``n_prompts`` outside
-            [1, 10000]; an unknown point; an empty points list.
+            [1, 10000] or above ``n_examples``; an unknown point; an empty points list.
     """
 
     sizes: tuple[int, ...] = opt((), "operand sizes (n_digits) to test (default per task: around its training size)")
@@ -67,6 +67,9 @@ class LengthGenConfig(FrozenConfig):
         object.__setattr__(self, "sizes", tuple(sorted(set(self.sizes))))
         check_int("n_examples", self.n_examples, 1, 100_000)
         check_int("n_prompts", self.n_prompts, 1, 10_000)
+        if self.n_prompts > self.n_examples:
+            raise NopeInterpError(f"n_prompts={self.n_prompts} exceeds n_examples={self.n_examples}: the prompts "
+                                  "analysed are drawn from the prompts scored; lower --n-prompts or raise --n-examples")
         check_int("seed", self.seed, 0, 2**63 - 1)
         if not self.points:
             raise NopeInterpError("points must not be empty")

@@ -56,6 +56,7 @@ from nope_interp.stats import mean_std_ci
 NAME = "long-context"
 HELP = "adjacency score and lag profile against sequence length (random tokens and task text)"
 TAKES_MODELS = True
+DEFAULT_ONLY = ("text_task", "seeds", "normalizations", "attentions", "window", "grid_preset")  # the default grid
 TAKES_HF = True  # --hf-path: a Hugging Face model in a TransformerBridge (random inputs; layers typed)
 TAKES_TEXT = True  # train-text language models: text and random inputs
 DEFAULT_MODELS = "initialised models of the normalisation x attention grid at the cpu preset's shape"
@@ -77,8 +78,8 @@ class LongContextConfig(FrozenConfig):
     their defaults (a value given explicitly wins).
 
     Raises:
-        NopeInterpError: a length outside [``max_lag`` + 1, 65536] (duplicates are dropped, order kept
-            sorted); ``n_sequences`` outside [1, 10000]; ``seeds`` outside [1, 100]; ``max_lag`` outside
+        NopeInterpError: a length outside [``max_lag`` + 1, 65536] (a repeated length is refused;
+            order kept sorted); ``n_sequences`` outside [1, 10000]; ``seeds`` outside [1, 100]; ``max_lag`` outside
             [1, 4096]; ``window`` outside [1, 65536]; an unknown input kind, point, normalisation,
             attention, task or preset; empty lists.
     """
@@ -256,15 +257,33 @@ def inputs(kind: str, task: tasks_pkg.Task, d_vocab: int, n_sequences: int, n: i
     raise NopeInterpError(f"unknown input kind {kind!r}; allowed: {', '.join(INPUTS)}")
 
 
+def why_no_inputs(entry: ModelEntry, kind: str) -> str | None:
+    """Why ``entry`` cannot read inputs of ``kind`` (one of :data:`INPUTS`), or None when it can: a Hugging
+    Face model's vocabulary is not the tasks' characters (random inputs only); a train-text language model
+    has no task."""
+    if kind in ("task", "text") and entry.model_cfg is None:
+        return f"{entry.label}'s vocabulary is not the tasks' characters"
+    if kind == "task" and entry.kind == "text":
+        return f"{entry.label} is a train-text language model, with no task; it reads text and random"
+    return None
+
+
 def run(config: LongContextConfig, models: list[ModelEntry] | None = None, *, log: Log = None) -> LongContextResult:
     """Analyse every model at every length and input kind (see the module docstring).
 
     Raises:
-        NopeInterpError: a given model that cannot be run at the longest length (learned positions);
-            non-finite or near-zero activations (the message names the site).
+        NopeInterpError: a given model that cannot be run at the longest length (learned positions); inputs
+            that none of the models reads, so no row would be measured (:func:`why_no_inputs`; a model that
+            cannot read one of several kinds is skipped for that kind, with a line in the log); non-finite or near-zero
+            activations (the message names the site).
     """
     given = bool(models)
     models = models if given else default_models(config)
+    if all(why_no_inputs(entry, kind) is not None for entry in models for kind in config.inputs):
+        reasons = sorted({why_no_inputs(entry, kind) or "" for entry in models for kind in config.inputs})
+        raise NopeInterpError(f"--inputs {' '.join(config.inputs)}: no model here reads them ({'; '.join(reasons)}); "
+                              "inputs the models read: " + (", ".join(
+                                  k for k in INPUTS if any(why_no_inputs(e, k) is None for e in models)) or "none"))
     t0 = time.perf_counter()
     rows = []
     total = len(models) * len(config.lengths) * len(config.inputs)
@@ -285,12 +304,9 @@ def run(config: LongContextConfig, models: list[ModelEntry] | None = None, *, lo
         for n in config.lengths:
             for kind in config.inputs:
                 next(bar, None)
-                if kind in ("task", "text") and cfg is None:
-                    emit(log, f"  {entry.label}: no {kind} inputs (its vocabulary is not the tasks' characters)")
-                    continue
-                if kind == "task" and entry.kind == "text":
-                    emit(log, f"  {entry.label}: no task inputs (a train-text language model has no task; "
-                              "its inputs are text and random)")
+                why = why_no_inputs(entry, kind)
+                if why is not None:
+                    emit(log, f"  {entry.label}: no {kind} inputs ({why})")
                     continue
                 t1 = time.perf_counter()
                 if kind == "random" and entry.kind == "hf":  # a foreign vocabulary may hold a zero (padding) embedding

@@ -60,6 +60,7 @@ from nope_interp.probing import (
 NAME = "probe"
 HELP = "position probes: cosine-similarity features vs Chi et al.'s variance"
 TAKES_MODELS = True
+DEFAULT_ONLY = ("tasks", "default_preset")  # which default models
 TAKES_TEXT = True  # train-text language models: windows of held-out text
 TAKES_HF = True  # a Hugging Face model: random tokens of its vocabulary
 DEFAULT_MODELS = "for each of --tasks, an initialised model of --default-preset and the shipped trained model"

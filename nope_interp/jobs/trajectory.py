@@ -206,7 +206,8 @@ def run(config: TrajectoryConfig, models: list[ModelEntry] | None = None, *, log
     """Score every site at every kept step of every run in ``models``.
 
     Raises:
-        NopeInterpError: a model that is not a run directory, or a run that kept no weights.
+        NopeInterpError: a model that is not a run directory, or a run that kept no weights; kept weights past
+            the run's training steps; a corrupt ``metrics.jsonl`` (:func:`nope_interp.io.read_metrics`).
     """
     models = default_models(config) if not models else models
     t0 = time.perf_counter()
@@ -218,6 +219,10 @@ def run(config: TrajectoryConfig, models: list[ModelEntry] | None = None, *, log
         if not steps:
             raise NopeInterpError(f"{entry.run.path} kept no weights in {io.TRAJECTORY_DIR}/ (trained before "
                                   "this version, or a shipped model): retrain it to trace it")
+        past = [s for s in steps if s > entry.run.train_cfg.steps]
+        if past:
+            raise NopeInterpError(f"{steps[past[0]]} is past the run's {entry.run.train_cfg.steps} training steps: "
+                                  "not written by this run; remove it")
         scores: dict[str, list[float]] = {}
         mechanisms: dict[str, list[float]] = {}
         model = build_model(entry.model_cfg)
@@ -243,7 +248,7 @@ def run(config: TrajectoryConfig, models: list[ModelEntry] | None = None, *, log
                     mechanisms[MECHANISMS[0]][-1],
                     " / ".join(f"{mechanisms[f'l0_z_score_{k}'][-1]:.3f}" for k in INTERVENTIONS[1:]))
             emit(log, f"{entry.label} step {step}: {line}")
-        metrics = io.read_jsonl(entry.run.path / io.METRICS_FILE)
+        metrics = io.read_metrics(entry.run.path / io.METRICS_FILE, numbers=("eval_acc",))
         out.append(RunTrajectory(
             label=entry.label, task=entry.task.name, objective=entry.run.train_cfg.objective, steps=tuple(steps),
             sites=tuple(scores), scores={s: tuple(v) for s, v in scores.items()},
