@@ -17,6 +17,7 @@ from transformer_lens import HookedTransformer
 
 import tasks as tasks_pkg
 from nope_interp.activations import iter_activations
+from nope_interp.config import check_int
 from nope_interp.errors import NopeInterpError
 from nope_interp.fast_forward import attached_hooks, fast_activations, fast_activations_unsupported
 from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names
@@ -124,14 +125,20 @@ def analyze_model(
             with ``n_prompts`` (only the per-sequence scores do: 16 bytes per prompt and site).
 
     Raises:
-        NopeInterpError: ``model`` not a TransformerLens model (a loaded run: pass ``.model``); the inputs
-            do not fit ``n_ctx``; unknown points or protocol; activations with NaN or inf entries
+        NopeInterpError: ``model`` not a TransformerLens model (a loaded run: pass ``.model``); ``task`` not
+            a :class:`tasks.Task`; ``n_prompts`` < 1; ``seed`` not an integer >= 0; the inputs do not fit
+            ``n_ctx``; unknown or no points; unknown protocol; activations with NaN or inf entries
             (non-finite weights), or near-zero vectors, at a site (the message names it).
 
     Warns:
         DegenerateInputWarning: as :func:`analyze_tokens`.
     """
     check_model(model)
+    if not isinstance(task, tasks_pkg.Task):
+        raise NopeInterpError(f"task must be a tasks.Task (e.g. tasks.get_task('reversal')), got "
+                              f"{type(task).__name__} {task!r}"[:200])
+    check_int("n_prompts", n_prompts, 1, 10**7)
+    check_int("seed", seed, 0, 2**63 - 1)
     if protocol not in tasks_pkg.PROTOCOLS:
         raise NopeInterpError(f"unknown protocol {protocol!r}; allowed: {', '.join(tasks_pkg.PROTOCOLS)}")
     length = {"full": task.max_prompt_len, "authors": tasks_pkg.authors_length(task), "window": window}[protocol]
@@ -186,9 +193,10 @@ def analyze_tokens(
 
     Raises:
         NopeInterpError: fewer than 3 positions; sequences longer than ``n_ctx``; ids outside the vocabulary;
-            unknown points or ``forward``; ``forward="fast"`` for a model it does not support or with hooks
-            attached (they would not run); ``max_lag`` outside [1, pos - 1]; non-finite or near-zero
-            activations at a site (the message names it).
+            unknown or no points; unknown ``forward``; ``max_bytes`` < 1; ``meta`` not a dict; ``task``,
+            ``example_prompt`` or ``protocol`` not a string; ``forward="fast"`` for a model it does not
+            support or with hooks attached (they would not run); ``max_lag`` outside [1, pos - 1];
+            non-finite or near-zero activations at a site (the message names it).
 
     Warns:
         DegenerateInputWarning: sequences whose vectors are parallel at every position of a site (one token
@@ -197,6 +205,13 @@ def analyze_tokens(
     """
     if forward not in FORWARDS:
         raise NopeInterpError(f"unknown forward {forward!r}; allowed: {', '.join(FORWARDS)}")
+    check_int("max_bytes", max_bytes, 1, 2**62)
+    if meta is not None and not isinstance(meta, dict):
+        raise NopeInterpError(f"meta must be a dict of extra result fields or None, got {type(meta).__name__}")
+    for name, value in (("task", task), ("example_prompt", example_prompt), ("protocol", protocol)):
+        if not isinstance(value, str):
+            raise NopeInterpError(f"{name} must be a string (it is recorded in the result), got "
+                                  f"{type(value).__name__}")
     tokens = check_tokens(model, tokens)
     n_pos = tokens.shape[1]
     if n_pos < 3:

@@ -53,12 +53,14 @@ def activation_hook_names(n_layers: int, points: tuple[str, ...] = ACTIVATION_PO
     """Hook names in forward order: ``hook_embed``, then per layer resid_pre, z, resid_mid, resid_post.
 
     Raises:
-        NopeInterpError: ``points`` is a single string rather than a sequence of names, or holds a point
-            that is not in :data:`ACTIVATION_POINTS`.
+        NopeInterpError: ``points`` is a single string rather than a sequence of names, is empty, or holds a
+            point that is not in :data:`ACTIVATION_POINTS`.
     """
     if isinstance(points, (str, bytes)):
         raise NopeInterpError(f"points must be a sequence of point names (e.g. ({points!r},)), got the single "
                               f"string {points!r}; allowed: {', '.join(ACTIVATION_POINTS)}")
+    if not points:
+        raise NopeInterpError(f"points must not be empty; allowed: {', '.join(ACTIVATION_POINTS)}")
     for p in points:
         if p not in ACTIVATION_POINTS:
             raise NopeInterpError(f"unknown activation point {p!r}; allowed: {', '.join(ACTIVATION_POINTS)}")

@@ -141,3 +141,44 @@ def test_near_zero_activations_are_named_with_their_site(tiny_model):
         tiny_model.embed.W_E[tasks.encode("$")[0]] = 0.0  # every addition prompt starts with "$"
     with pytest.raises(NopeInterpError, match=r"activations at hook_embed have 4 near-zero vectors .*index \(0, 0\)"):
         analyze_model(tiny_model, tasks.get_task("addition"), 4, points=("embed",))
+
+
+def test_analyze_refuses_nonsense_arguments_by_name():
+    """As a careless user calls them: each is one NopeInterpError naming the argument (run in a subprocess,
+    so the test-time type checker does not answer first)."""
+    import subprocess
+    import sys
+
+    code = r'''
+import tasks
+from nope_interp.analysis import analyze_model, analyze_tokens
+from nope_interp.config import preset
+from nope_interp.errors import NopeInterpError
+from nope_interp.model import build_model
+
+m = build_model(preset("tiny"))
+task = tasks.get_task("reversal", n_digits=4)
+tok = task.analysis_tokens(4, 0)
+cases = [
+    (lambda: analyze_tokens(m, tok, ()), "points must not be empty"),
+    (lambda: analyze_tokens(m, tok, ("z",), meta=[1, 2]), "meta must be a dict"),
+    (lambda: analyze_tokens(m, tok, ("z",), max_bytes=0), "max_bytes must be an integer in [1,"),
+    (lambda: analyze_tokens(m, tok, ("z",), max_bytes=-5), "max_bytes must be an integer in [1,"),
+    (lambda: analyze_tokens(m, tok, ("z",), task=3), "task must be a string"),
+    (lambda: analyze_model(m, "reversal", 4), "task must be a tasks.Task"),
+    (lambda: analyze_model(m, task, 4, seed=-1), "seed must be an integer in [0,"),
+    (lambda: analyze_model(m, task, 4, seed=0.5), "seed must be an integer in [0,"),
+    (lambda: analyze_model(m, task, 0), "n_prompts must be an integer in [1,"),
+]
+for call, message in cases:
+    try:
+        call()
+    except NopeInterpError as err:
+        assert message in str(err), (message, str(err))
+    else:
+        raise AssertionError(f"accepted: {message}")
+assert analyze_model(m, task, 4, points=("z",)).sites  # and good input still works
+print("ok", len(cases))
+'''
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "ok 9" in out.stdout, out.stderr[-2000:]
