@@ -543,3 +543,28 @@ class TextTrainConfig(FrozenConfig):
         for name in ("seed", "warmup_steps"):
             check_int(name, getattr(self, name), 0, 2**63 - 1)
         check_optimizer_fields(self)
+
+
+def check_train_fits(model_cfg: "ModelConfig", task: tasks_pkg.Task, cfg: "TrainConfig") -> None:
+    """What a training of ``model_cfg`` on ``task`` with ``cfg`` needs before it starts (checked by ``train``
+    and when a sweep spec loads): ``n_ctx`` holds the longest example (prefix, prompt, answer, newline) and,
+    for the packed objective, the window; ``d_vocab`` is the task vocabulary's; the task has ``n_train +
+    n_test`` distinct prompts.
+
+    Raises:
+        NopeInterpError: the first of these that fails, naming the value and what it needs.
+    """
+    need = len(cfg.eval_prefix) + task.max_prompt_len + task.max_answer_len + 1
+    if cfg.objective == "packed" and cfg.window > model_cfg.n_ctx:
+        raise NopeInterpError(f"window={cfg.window} is longer than the model's n_ctx={model_cfg.n_ctx}; "
+                              f"use --window <= {model_cfg.n_ctx} or a larger --model-n-ctx")
+    if model_cfg.n_ctx < need:
+        raise NopeInterpError(
+            f"n_ctx={model_cfg.n_ctx} is too small for task {task.name!r}: its examples need n_ctx >= {need}"
+        )
+    if model_cfg.d_vocab != tasks_pkg.D_VOCAB:
+        raise NopeInterpError(f"d_vocab must be {tasks_pkg.D_VOCAB} (the task vocabulary), got {model_cfg.d_vocab}")
+    space = task.n_distinct_prompts()
+    if cfg.n_train + cfg.n_test > space:
+        raise NopeInterpError(f"n_train + n_test = {cfg.n_train + cfg.n_test} but task {task.name!r} with "
+                              f"{task.params()} has only {space} distinct prompts; lower --n-train/--n-test")

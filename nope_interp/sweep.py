@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from nope_interp import io
-from nope_interp.config import ModelConfig, TrainConfig, check_field_value, check_name, preset
+from nope_interp.config import ModelConfig, TrainConfig, check_field_value, check_name, check_train_fits, preset
 from nope_interp.errors import NopeInterpError, NopeInterpWarning
 
 KINDS = ("init", "train")
@@ -373,14 +373,12 @@ def resolve(kind: str, values: dict[str, Any]) -> Point:
         _check_init_fits(model, task_obj)
         settings: dict[str, Any] = {"n_prompts": n, "points": list(pts), "prompt_seed": seed}
     else:
-        from nope_interp.train import _check_fits
-
         train_kw = {k: val for k, val in v.items() if k in _TRAIN_FIELDS}
         tcfg = TrainConfig(task=task, task_params=task_params, seed=seed, **train_kw)
         n = v["analyze_n_prompts"]
         if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 100_000:
             raise NopeInterpError(f"analyze_n_prompts must be an integer in [0, 100000], got {n!r}")
-        _check_fits(model, task_obj, tcfg)  # what train() checks first: n_ctx, d_vocab, window, n_train + n_test
+        check_train_fits(model, task_obj, tcfg)  # what train() checks first: n_ctx, d_vocab, window, n_train + n_test
         settings = {"train": tcfg.to_dict(), "analyze_n_prompts": n}
     point = Point(kind=kind, fields=dict(values), model=model, task=task, task_params=task_params, settings=settings)
     return Point(**{**point.__dict__, "key": point_key(point)})

@@ -28,7 +28,7 @@ from transformer_lens import HookedTransformer
 
 import tasks as tasks_pkg
 from nope_interp import io
-from nope_interp.config import ModelConfig, TextTrainConfig, TrainConfig
+from nope_interp.config import ModelConfig, TextTrainConfig, TrainConfig, check_train_fits
 from nope_interp.errors import NopeInterpError, ScheduleWarning
 from nope_interp.evaluate import answer_loss, exact_match_accuracy
 from nope_interp.model import build_model, check_device, check_nope, load_state
@@ -114,23 +114,6 @@ def _cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-
-def _check_fits(model_cfg: ModelConfig, task: tasks_pkg.Task, cfg: TrainConfig) -> None:
-    need = len(cfg.eval_prefix) + task.max_prompt_len + task.max_answer_len + 1
-    if cfg.objective == "packed" and cfg.window > model_cfg.n_ctx:
-        raise NopeInterpError(f"window={cfg.window} is longer than the model's n_ctx={model_cfg.n_ctx}; "
-                              f"use --window <= {model_cfg.n_ctx} or a larger --model-n-ctx")
-    if model_cfg.n_ctx < need:
-        raise NopeInterpError(
-            f"n_ctx={model_cfg.n_ctx} is too small for task {task.name!r}: its examples need n_ctx >= {need}"
-        )
-    if model_cfg.d_vocab != tasks_pkg.D_VOCAB:
-        raise NopeInterpError(f"d_vocab must be {tasks_pkg.D_VOCAB} (the task vocabulary), got {model_cfg.d_vocab}")
-    space = task.n_distinct_prompts()
-    if cfg.n_train + cfg.n_test > space:
-        raise NopeInterpError(f"n_train + n_test = {cfg.n_train + cfg.n_test} but task {task.name!r} with "
-                              f"{task.params()} has only {space} distinct prompts; lower --n-train/--n-test")
 
 
 def estimate_train_memory(model_cfg: ModelConfig, cfg: TrainConfig, task: tasks_pkg.Task) -> dict[str, int]:
@@ -248,7 +231,7 @@ def train(
     """
     run_dir = Path(run_dir)
     task = cfg.make_task()
-    _check_fits(model_cfg, task, cfg)
+    check_train_fits(model_cfg, task, cfg)
     device = resolve_device(device)
     check_train_memory(model_cfg, cfg, task, device)
     return locked_run(run_dir, resume, lambda: _train(model_cfg, cfg, run_dir, task, resume=resume, device=device,
