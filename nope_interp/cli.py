@@ -208,7 +208,8 @@ def _build_parser() -> argparse.ArgumentParser:
                                    f"{shipped}); finished points are skipped, failed ones retried.")
     p.add_argument("spec", help=f"a spec file, or a shipped spec: {shipped}")
     p.add_argument("--executor", default="local", help=f"{', '.join(EXECUTORS)} (default local)")
-    p.add_argument("--workers", type=ascii_int, default=2, help="local worker processes (default 2)")
+    p.add_argument("--workers", type=ascii_int, default=None,
+                   help="points at a time (default: 2 with the local pool; with Ray, as many as the cluster fits)")
     p.add_argument("--threads", type=ascii_int, default=1, help="torch threads per point (default 1)")
     p.add_argument("--ray-address", default=None, help="address of a running Ray cluster (host:port); "
                                                         "default: start a local one")
@@ -348,8 +349,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         io.check_writable_dir(folder, "--out-root output folder")
     rep = sweep.report(spec, out_dir)
     paths = sweep.write_report(rep, args.out_root)
+    unreadable = f", {len(rep.unreadable)} with an unreadable result.json" if rep.unreadable else ""
     print(f"{len(rep.points)} of {len(spec.points)} points finished ({len(rep.failed)} failed, "
-          f"{len(rep.missing)} not run); {len(rep.rows)} configurations\noutputs:\n"
+          f"{len(rep.missing)} not run{unreadable}); {len(rep.rows)} configurations\noutputs:\n"
           + "\n".join(f"  {p}" for p in paths))
     return 0
 

@@ -10,6 +10,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import torch
 from transformer_lens import HookedTransformer
 
 import tasks as tasks_pkg
@@ -32,6 +33,9 @@ class LoadedRun:
         model_cfg, train_cfg: the configs it was trained with. task: the task object.
         summary: ``summary.json`` (test accuracy, steps, wall time) or {} for an unfinished run.
         command: the ``nope-interp train`` command that produced it. path: the directory.
+        weights_dtype: how ``model.safetensors`` stores the weights: ``"float32"``, or ``"float16"`` for a
+            run stored at half precision by :func:`halve` (the model itself always computes in its config's
+            dtype: the stored values are upcast on load).
     """
 
     model: HookedTransformer
@@ -41,6 +45,7 @@ class LoadedRun:
     summary: dict[str, Any]
     command: str
     path: Path
+    weights_dtype: str = "float32"
 
     @cached_property
     def splits(self) -> tasks_pkg.Splits:
@@ -118,7 +123,76 @@ def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
     summary_path = path / io.SUMMARY_FILE
     summary = io.read_json(summary_path, "run summary") if summary_path.exists() else {}
     return LoadedRun(model=model, model_cfg=model_cfg, train_cfg=train_cfg, task=train_cfg.make_task(),
-                     summary=summary, command=config.get("command", ""), path=path)
+                     summary=summary, command=config.get("command", ""), path=path,
+                     weights_dtype=stored_dtype(state))
+
+
+def stored_dtype(state: dict[str, Any]) -> str:
+    """The floating dtype a state dict stores its weights in (``"float32"``, ``"float16"``, ...); ``"mixed"``
+    when its floating tensors disagree, ``"none"`` when it has none."""
+    dtypes = {str(v.dtype).removeprefix("torch.") for v in state.values()
+              if isinstance(v, torch.Tensor) and v.is_floating_point()}
+    return dtypes.pop() if len(dtypes) == 1 else ("none" if not dtypes else "mixed")
+
+
+def half_precision(state: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """``state`` with every floating-point tensor rounded to float16 (IEEE half: 11 significant bits, so a
+    relative rounding error of at most 2^-11 ~ 4.9e-4 on normal values); other tensors unchanged.
+
+    Args:
+        state: ``{parameter name: tensor}`` as written by ``model.state_dict()``.
+
+    Raises:
+        NopeInterpError: a tensor holds NaN, or a finite value outside float16's range (|x| > 65504), which
+            would become inf (the message names the tensor and its largest magnitude). Infinite entries
+            (TransformerLens's ``IGNORE`` attention-mask buffer is -inf) stay infinite.
+    """
+    if not isinstance(state, dict):
+        raise NopeInterpError(f"state must be a dict of name -> tensor, got {type(state).__name__}")
+    out: dict[str, torch.Tensor] = {}
+    limit = torch.finfo(torch.float16).max
+    for name, value in state.items():
+        if not isinstance(value, torch.Tensor):
+            raise NopeInterpError(f"state[{name!r}] is not a tensor: {type(value).__name__}")
+        if not value.is_floating_point():
+            out[name] = value
+            continue
+        if bool(torch.isnan(value).any()):
+            raise NopeInterpError(f"state[{name!r}] holds NaN: cannot store it at half precision")
+        finite = value[torch.isfinite(value)]  # inf stays inf (TransformerLens's IGNORE mask buffer is -inf)
+        biggest = float(finite.abs().max()) if finite.numel() else 0.0
+        if biggest > limit:
+            raise NopeInterpError(f"state[{name!r}] has |x| up to {biggest:.4g}, beyond float16's {limit:.0f}: "
+                                  "it cannot be stored at half precision")
+        out[name] = value.to(torch.float16)
+    return out
+
+
+def halve(run_dir: str | Path) -> Path:
+    """Store a run's ``model.safetensors`` at half precision, in place: half the bytes (a maintainer's tool
+    to keep the repository's weights small).
+
+    Only for models that are analysed, never for the shipped models the demo measures (those stay float32):
+    the measured effect of the rounding on every kept candidate and extra seed (test exact match and
+    adjacency scores, float32 vs float16) is in ``docs/measured/half_precision.md``, and a test checks it on
+    a shipped model. A run already at half precision is left as it is.
+
+    Returns:
+        The weights file.
+
+    Raises:
+        NopeInterpError: the run cannot be loaded; it is one of the shipped task models
+            (``nope_interp/pretrained/<task>/``); its weights do not fit float16 (:func:`half_precision`).
+    """
+    run = load_run(run_dir)
+    shipped = {(PRETRAINED_DIR / t).resolve() for t in tasks_pkg.TASK_NAMES}
+    if run.path.resolve() in shipped:
+        raise NopeInterpError(f"{run.path} is a shipped task model: the demo measures it, so it stays float32")
+    weights = run.path / io.WEIGHTS_FILE
+    state = io.load_weights(weights)
+    if stored_dtype(state) != "float16":
+        io.save_weights(weights, half_precision(state))
+    return weights
 
 
 def available_pretrained() -> list[str]:

@@ -427,8 +427,12 @@ def peak_memory_mib(since_reset: bool) -> float:
     return peak / 2**20 if sys.platform == "darwin" else peak / 1024
 
 
-def run_point(kind: str, values: dict[str, Any], out_dir: str, threads: int = 1) -> dict[str, Any]:
+def run_point(kind: str, values: dict[str, Any], out_dir: str, threads: int = 1, device: str = "cpu") -> dict[str, Any]:
     """Run one point in this process (what every executor calls; picklable by reference).
+
+    ``device``: where the point's model runs, ``cpu`` or ``cuda`` (the executors pass ``cuda`` for a spec
+    whose ``[resources] num_gpus`` is above 0, :func:`point_device`); a ``cuda`` point on a worker that sees
+    no CUDA device fails with that message rather than running on the CPU.
 
     Skips a finished point (:func:`finished_result`); returns ``{"key", "status": "done" | "skipped" | "failed" |
     "busy", "seconds"}`` (``busy``: another process holds the point's lock). A failure writes
@@ -464,7 +468,10 @@ def run_point(kind: str, values: dict[str, Any], out_dir: str, threads: int = 1)
             (pdir / "error.json").unlink(missing_ok=True)
             per_point = reset_peak_memory()
             try:
-                metrics = _run_init(point) if kind == "init" else _run_train(point, pdir)
+                if device == "cuda" and not torch.cuda.is_available():
+                    raise NopeInterpError("the spec asks for a GPU ([resources] num_gpus > 0), but this worker "
+                                          "sees no CUDA device")
+                metrics = _run_init(point, device) if kind == "init" else _run_train(point, pdir, device)
             except Exception as err:  # recorded, never stops the sweep
                 io.write_json(pdir / "error.json", {"key": point.key, "error": f"{type(err).__name__}: {err}",
                                                     "traceback": traceback.format_exc()})
@@ -497,33 +504,39 @@ def _summary_metrics(scores: dict[str, dict[str, float]], n_layers: int) -> dict
     return out
 
 
-def _run_init(point: Point) -> dict[str, Any]:
+def point_device(spec: SweepSpec) -> str:
+    """Where the points of ``spec`` run: ``cuda`` when its ``[resources]`` declare GPUs (``num_gpus`` > 0),
+    else ``cpu``."""
+    return "cuda" if spec.num_gpus > 0 else "cpu"
+
+
+def _run_init(point: Point, device: str = "cpu") -> dict[str, Any]:
     import tasks as tasks_pkg
     from nope_interp.analysis import analyze_model
     from nope_interp.model import build_model
 
     s = point.settings
     task = tasks_pkg.get_task(point.task, **point.task_params)
-    res = analyze_model(build_model(point.model), task, s["n_prompts"], seed=s["prompt_seed"],
+    res = analyze_model(build_model(point.model, device=device), task, s["n_prompts"], seed=s["prompt_seed"],
                         points=tuple(s["points"]))
     row = res.scores["row_mean"]
     return {**_summary_metrics(row, point.model.n_layers), "scores": {k: v["mean"] for k, v in row.items()}}
 
 
-def _run_train(point: Point, pdir: Path) -> dict[str, Any]:
+def _run_train(point: Point, pdir: Path, device: str = "cpu") -> dict[str, Any]:
     from nope_interp.analysis import analyze_model
     from nope_interp.pretrained import load_run
     from nope_interp.train import train
 
     tcfg = TrainConfig(**point.settings["train"])
     run_dir = pdir / "run"
-    result = train(point.model, tcfg, run_dir, resume=(run_dir / "checkpoint.pt").exists(), device="cpu",
+    result = train(point.model, tcfg, run_dir, resume=(run_dir / "checkpoint.pt").exists(), device=device,
                    command=f"nope-interp sweep (point {point.key})", progress=False)
     out: dict[str, Any] = {"test_acc": result.test_acc, "steps": result.steps, "wall_time_s": result.wall_time_s,
                            "stopped_early": result.stopped_early}
     n = point.settings["analyze_n_prompts"]
     if n:
-        run = load_run(run_dir)
+        run = load_run(run_dir, device=device)
         res = analyze_model(run.model, run.task, n, seed=1, points=("z", "resid_post"), exclude=run.train_prompts)
         row = res.scores["row_mean"]
         out.update(_summary_metrics(row, point.model.n_layers))
@@ -542,7 +555,7 @@ class SweepStatus:
     wall_time_s: float
 
 
-def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", workers: int = 2,
+def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", workers: int | None = None,
               threads: int = 1, ray_address: str | None = None, log: Callable[[str], None] | None = None,
               progress: bool = True) -> SweepStatus:
     """Run every unfinished point of ``spec`` into ``out_dir`` (``points/<key>/``), ``workers`` at a time.
@@ -550,7 +563,10 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", 
     Args:
         executor: ``local`` (process pool) or ``ray`` (``ray.init(address=ray_address)``: an existing cluster,
             or a new local one when ``ray_address`` is None).
-        workers: processes of the local pool (the Ray executor is limited by the cluster's resources).
+        workers: points run at a time: the local pool's processes (default 2); with Ray, at most this many
+            tasks in flight (default None: as many as the cluster's resources fit, each point declaring the
+            spec's ``[resources]``). A spec with ``num_gpus`` > 0 runs its points on ``cuda``
+            (:func:`point_device`), with either executor.
         threads: torch threads per point (default 1, so ``workers`` points fit ``workers`` cores).
         progress: a tqdm bar with done / running / failed and the mean time per point.
 
@@ -565,7 +581,11 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", 
     """
     if executor not in EXECUTORS:
         raise NopeInterpError(f"unknown executor {executor!r}; allowed: {', '.join(EXECUTORS)}")
+    if workers is None and executor == "local":
+        workers = 2
     for label, v in (("workers", workers), ("threads", threads)):
+        if label == "workers" and v is None:
+            continue
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise NopeInterpError(f"{label} must be an integer >= 1, got {v!r}")
     if ray_address is not None:
@@ -587,12 +607,13 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", 
             if replaced:
                 log(f"{out / 'spec.toml'} updated: sweep {spec.name!r} changed since it was last run into this folder")
             log(f"sweep {spec.name}: {len(spec.points)} points, {skipped} already finished, {len(todo)} to run "
-                f"({executor}, {workers if executor == 'local' else 'cluster'} workers) -> {out}")
+                f"({executor}, {workers or 'as many as the cluster fits'} at a time"
+                f"{', on cuda' if point_device(spec) == 'cuda' else ''}) -> {out}")
         t0 = time.perf_counter()
         if executor == "local":
             outcomes = _run_local(spec, todo, out, workers, threads, progress)
         else:
-            outcomes = _run_ray(ray, spec, todo, out, threads, progress)
+            outcomes = _run_ray(ray, spec, todo, out, threads, progress, workers)
     finally:
         if ray is not None and ray.is_initialized():
             ray.shutdown()
@@ -671,7 +692,7 @@ def _run_local(spec: SweepSpec, todo: list[Point], out: Path, workers: int, thre
         while queue or running:
             while queue and len(running) < workers:
                 p = queue.pop(0)
-                running[pool.submit(run_point, spec.kind, p.fields, str(out), threads)] = p
+                running[pool.submit(run_point, spec.kind, p.fields, str(out), threads, point_device(spec))] = p
             bar.update(len(running), advance=False)
             finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
             for fut in finished:
@@ -735,13 +756,23 @@ def _ray_connect(address: str | None, connect: bool) -> Any:
 
 
 def _run_ray(ray: Any, spec: SweepSpec, todo: list[Point], out: Path, threads: int,
-             progress: bool) -> list[dict[str, Any]]:
-    """Run ``todo`` as one Ray task each on the cluster ``ray`` is connected to (:func:`_ray_connect`)."""
+             progress: bool, workers: int | None = None) -> list[dict[str, Any]]:
+    """Run ``todo`` as one Ray task each on the cluster ``ray`` is connected to (:func:`_ray_connect`): at most
+    ``workers`` points at a time, or (None) as many as the cluster's resources fit."""
     outcomes: list[dict[str, Any]] = []
     if not todo:
         return outcomes
     remote = ray.remote(num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, max_retries=0)(run_point)
-    pending = {remote.remote(spec.kind, p.fields, str(out), threads): p for p in todo}
+    queue = list(todo)
+    limit = len(todo) if workers is None else workers
+    pending: dict[Any, Point] = {}
+
+    def submit() -> None:
+        while queue and len(pending) < limit:
+            p = queue.pop(0)
+            pending[remote.remote(spec.kind, p.fields, str(out), threads, point_device(spec))] = p
+
+    submit()
     bar = _Bar(len(todo), len(pending), progress)
     while pending:
         ready, _ = ray.wait(list(pending), num_returns=1)
@@ -753,10 +784,11 @@ def _run_ray(ray: Any, spec: SweepSpec, todo: list[Point], out: Path, threads: i
                 outcome = {"key": p.key, "status": "failed", "seconds": 0.0,
                            "error": f"Ray task failed: {' '.join(str(err).split())[:300]}"}
             if outcome["status"] == "busy":
-                pending[remote.remote(spec.kind, p.fields, str(out), threads)] = p
-                continue
-            outcomes.append(outcome)
-            bar.update(len(pending), outcome)
+                queue.append(p)
+            else:
+                outcomes.append(outcome)
+                bar.update(len(pending), outcome)
+        submit()
     bar.close()
     return outcomes
 

@@ -391,6 +391,11 @@ def test_an_unreadable_result_is_reported_as_such_not_as_not_run(tmp_path, conte
         rep = report(spec, out)
     assert any(str(bad) in str(w.message) for w in caught)
     assert rep.missing == () and rep.unreadable == got.unreadable
+    if content == "{trunc":  # the CLI's summary line counts it too
+        cli = _cli("sweep-report", str(_write(tmp_path, SPEC.format(n_prompts=4))), "--out-dir", str(out),
+                   "--out-root", str(tmp_path / "r"))
+        assert cli.returncode == 0, cli.stderr[-2000:]
+        assert "3 of 4 points finished (0 failed, 0 not run, 1 with an unreadable result.json)" in cli.stdout
 
 
 def test_peak_memory_is_each_points_own(tmp_path):
@@ -459,13 +464,37 @@ def test_the_same_sweep_on_a_ray_head_equals_the_local_pool(tmp_path, ray_head):
     spec = _write(tmp_path, SPEC.format(n_prompts=6))
     _in_process(spec, tmp_path / "local")
     on_ray = _cli("sweep", str(spec), "--out-dir", str(tmp_path / "ray"), "--executor", "ray", "--ray-address",
-                  ray_head["address"], "--no-progress", env=ray_head["env"])
+                  ray_head["address"], "--no-progress", "--workers", "1", env=ray_head["env"])
     assert on_ray.returncode == 0, on_ray.stderr[-2000:]
-    assert "4 ran" in on_ray.stdout
+    assert "4 ran" in on_ray.stdout and "(ray, 1 at a time)" in on_ray.stdout
+    spans = []  # --workers 1 caps the head's 2 CPUs at one point at a time: no two points overlap
+    for log in (tmp_path / "ray").glob("points/*/attempts.log"):
+        times = {line.split()[0]: float(line.split()[1]) for line in log.read_text().splitlines()}
+        spans.append((times["start"], times["done"]))
+    spans.sort()
+    assert len(spans) == 4 and all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
     assert _metrics(tmp_path / "ray") == _metrics(tmp_path / "local")
     assert _done_counts(tmp_path / "ray") == {k: 1 for k in _done_counts(tmp_path / "local")}
     hosts = {json.loads(p.read_text())["pid"] for p in (tmp_path / "ray").glob("points/*/result.json")}
     assert os.getpid() not in hosts  # the points ran in Ray workers
+
+
+def test_a_gpu_spec_runs_its_points_on_cuda_and_fails_them_loudly_without_one(tmp_path):
+    import torch
+
+    from nope_interp.sweep import load_spec, point_device, run_point
+
+    cpu = load_spec(_write(tmp_path, SPEC.format(n_prompts=4)))
+    gpu = load_spec(_write(tmp_path, SPEC.format(n_prompts=4) + "\n[resources]\nnum_gpus = 1\n", "gpu.toml"))
+    assert (point_device(cpu), point_device(gpu)) == ("cpu", "cuda")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the refusal needs one without")
+    point = gpu.points[0]
+    out = run_point(gpu.kind, point.fields, str(tmp_path / "o"), device=point_device(gpu))
+    assert out["status"] == "failed" and "sees no CUDA device" in out["error"]
+    assert "num_gpus" in json.loads((tmp_path / "o" / "points" / point.key / "error.json").read_text())["error"]
+    assert not (tmp_path / "o" / "points" / point.key / "result.json").exists()
+    assert run_point(cpu.kind, point.fields, str(tmp_path / "c"))["status"] == "done"
 
 
 def test_ray_executor_with_an_unreachable_address_is_one_line(tmp_path):

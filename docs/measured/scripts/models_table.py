@@ -43,8 +43,19 @@ def _row(folder: Path) -> dict:
         "lr": t["lr"], "seed": m["seed"], "steps": summary.get("steps") or 0, "max_steps": t["steps"],
         "test_acc": acc, "at_99": None if acc is None else acc >= 0.99,
         "minutes": None if summary.get("train_wall_time_s") is None else summary["train_wall_time_s"] / 60,
-        "threads": summary.get("torch_threads"), "cpu": summary.get("cpu"),
+        "threads": summary.get("torch_threads"), "cpu": summary.get("cpu"), "stored": _stored(folder),
     }
+
+
+def _stored(folder: Path) -> str:
+    """How ``model.safetensors`` stores the weights (from the file's JSON header: no tensor is read)."""
+    path = folder / "model.safetensors"
+    if not path.exists():
+        return "-"
+    with path.open("rb") as fh:
+        header = json.loads(fh.read(int.from_bytes(fh.read(8), "little")))
+    dtypes = {v["dtype"] for k, v in header.items() if k != "__metadata__" and v["dtype"].startswith(("F", "BF"))}
+    return {"F32": "float32", "F16": "float16"}.get(dtypes.pop(), "other") if len(dtypes) == 1 else "mixed"
 
 
 def main() -> int:
@@ -60,16 +71,18 @@ def main() -> int:
              "`summary.json`. Test exact match: greedy decoding on the 20,000 held-out test prompts. Wall time: "
              "the trainer's own clock, on this project's 2-core CPU machines (often with the cores shared by two "
              "trainings; `threads` = torch threads). `at 99%`: the paper's stop. Text models (`text/`) are "
-             "language models without a test exact match and are not listed.", "",
+             "language models without a test exact match and are not listed. `weights`: how the file stores them "
+             "(candidates and extra seeds are stored at float16, the shipped models at float32; the test exact "
+             "match is the float32 model's, and what float16 moves is in `half_precision/half_precision.md`).", "",
              "| run | where | task | objective | shape | lr | seed | steps (of max) | test exact match | at 99% "
-             "| wall time (min) | threads | CPU |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| wall time (min) | threads | CPU | weights |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         acc = "-" if r["test_acc"] is None else f"{r['test_acc']:.4f}"
         at = "-" if r["at_99"] is None else ("yes" if r["at_99"] else "**no**")
         mins = "-" if r["minutes"] is None else f"{r['minutes']:.0f}"
         lines.append(f"| `{r['run']}` | {r['where']} | {r['task']} | {r['objective']} | {r['shape']} | {r['lr']:g} "
                      f"| {r['seed']} | {r['steps']:,} of {r['max_steps']:,} | {acc} | {at} | {mins} "
-                     f"| {r['threads'] or '-'} | {r['cpu'] or '-'} |")
+                     f"| {r['threads'] or '-'} | {r['cpu'] or '-'} | {r['stored']} |")
     OUT.write_text("\n".join(lines) + "\n")
     sys.stdout.write(f"wrote {OUT} ({len(rows)} models)\n")
     return 0
