@@ -33,9 +33,10 @@ class LoadedRun:
         model_cfg, train_cfg: the configs it was trained with. task: the task object.
         summary: ``summary.json`` (test accuracy, steps, wall time) or {} for an unfinished run.
         command: the ``nope-interp train`` command that produced it. path: the directory.
-        weights_dtype: how ``model.safetensors`` stores the weights: ``"float32"``, or ``"float16"`` for a
-            run stored at half precision by :func:`halve` (the model itself always computes in its config's
-            dtype: the stored values are upcast on load).
+        weights_dtype: how ``model.safetensors`` stores the weights (:func:`stored_dtype`): ``"float32"`` as
+            trained, ``"float16"`` for a run stored at half precision by :func:`halve`, or another torch
+            dtype name, ``"mixed"`` or ``"none"`` for files written elsewhere. The model itself always computes
+            in its config's dtype: the stored values are cast on load.
     """
 
     model: HookedTransformer
@@ -127,25 +128,41 @@ def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
                      weights_dtype=stored_dtype(state))
 
 
-def stored_dtype(state: dict[str, Any]) -> str:
-    """The floating dtype a state dict stores its weights in (``"float32"``, ``"float16"``, ...); ``"mixed"``
-    when its floating tensors disagree, ``"none"`` when it has none."""
+def stored_dtype(state: Any) -> str:
+    """The floating dtype a state dict (``{name: tensor}``) stores its weights in (``"float32"``, ``"float16"``, ...); ``"mixed"``
+    when its floating tensors disagree, ``"none"`` when it has none. Non-tensor values are ignored.
+
+    Raises:
+        NopeInterpError: ``state`` is not a dict.
+    """
+    if not isinstance(state, dict):
+        raise NopeInterpError(f"state must be a dict of name -> tensor, got {type(state).__name__}")
     dtypes = {str(v.dtype).removeprefix("torch.") for v in state.values()
               if isinstance(v, torch.Tensor) and v.is_floating_point()}
     return dtypes.pop() if len(dtypes) == 1 else ("none" if not dtypes else "mixed")
 
 
-def half_precision(state: dict[str, Any]) -> dict[str, torch.Tensor]:
+def is_shipped_dir(path: str | Path) -> bool:
+    """Whether ``path`` is the shipped model folder of a task, ``.../pretrained/<task>/``: of this package or
+    of any other checkout (judged by the folder's place, symlinks resolved)."""
+    path = Path(path).resolve()
+    shipped = {(PRETRAINED_DIR / t).resolve() for t in tasks_pkg.TASK_NAMES}
+    return path in shipped or (path.parent.name == "pretrained" and path.name in tasks_pkg.TASK_NAMES)
+
+
+def half_precision(state: Any) -> dict[str, torch.Tensor]:
     """``state`` with every floating-point tensor rounded to float16 (IEEE half: 11 significant bits, so a
-    relative rounding error of at most 2^-11 ~ 4.9e-4 on normal values); other tensors unchanged.
+    relative rounding error of at most 2^-11 ~ 4.9e-4 on normal values; values below 6.1e-5 in magnitude
+    become subnormal, absolute error at most 3e-8); other tensors unchanged, all detached.
 
     Args:
         state: ``{parameter name: tensor}`` as written by ``model.state_dict()``.
 
     Raises:
-        NopeInterpError: a tensor holds NaN, or a finite value outside float16's range (|x| > 65504), which
-            would become inf (the message names the tensor and its largest magnitude). Infinite entries
-            (TransformerLens's ``IGNORE`` attention-mask buffer is -inf) stay infinite.
+        NopeInterpError: ``state`` is not a dict of tensors; a tensor is on the meta device; a tensor holds NaN;
+            an infinite entry anywhere but in TransformerLens's ``IGNORE`` attention-mask buffers (-inf by
+            design, kept infinite); a finite value beyond float16's largest, 65504 in magnitude (larger values
+            overflow or lose the range: the message names the tensor and its largest magnitude).
     """
     if not isinstance(state, dict):
         raise NopeInterpError(f"state must be a dict of name -> tensor, got {type(state).__name__}")
@@ -154,12 +171,17 @@ def half_precision(state: dict[str, Any]) -> dict[str, torch.Tensor]:
     for name, value in state.items():
         if not isinstance(value, torch.Tensor):
             raise NopeInterpError(f"state[{name!r}] is not a tensor: {type(value).__name__}")
+        value = value.detach()
+        if value.is_meta:
+            raise NopeInterpError(f"state[{name!r}] is on the meta device: it has no values to store")
         if not value.is_floating_point():
             out[name] = value
             continue
         if bool(torch.isnan(value).any()):
             raise NopeInterpError(f"state[{name!r}] holds NaN: cannot store it at half precision")
-        finite = value[torch.isfinite(value)]  # inf stays inf (TransformerLens's IGNORE mask buffer is -inf)
+        if not str(name).endswith("IGNORE") and bool(torch.isinf(value).any()):
+            raise NopeInterpError(f"state[{name!r}] holds inf: only the IGNORE attention-mask buffers may")
+        finite = value[torch.isfinite(value)]
         biggest = float(finite.abs().max()) if finite.numel() else 0.0
         if biggest > limit:
             raise NopeInterpError(f"state[{name!r}] has |x| up to {biggest:.4g}, beyond float16's {limit:.0f}: "
@@ -174,24 +196,29 @@ def halve(run_dir: str | Path) -> Path:
 
     Only for models that are analysed, never for the shipped models the demo measures (those stay float32):
     the measured effect of the rounding on every kept candidate and extra seed (test exact match and
-    adjacency scores, float32 vs float16) is in ``docs/measured/half_precision.md``, and a test checks it on
-    a shipped model. A run already at half precision is left as it is.
+    adjacency scores, float32 vs float16) is in ``docs/measured/half_precision/half_precision.md``, and a
+    test checks it on shipped models. A run already at half precision is left as it is. The run directory is
+    locked while the file is rewritten, as training locks it, so a training in progress there is refused.
+
+    Args:
+        run_dir: a finished or stopped task run directory (``config.json``, ``model.safetensors``).
 
     Returns:
         The weights file.
 
     Raises:
-        NopeInterpError: the run cannot be loaded; it is one of the shipped task models
-            (``nope_interp/pretrained/<task>/``); its weights do not fit float16 (:func:`half_precision`).
+        NopeInterpError: the run cannot be loaded (a text model's folder is refused here too); it is a shipped
+            task model folder, ``.../pretrained/<task>/`` (:func:`is_shipped_dir`); its weights do not fit
+            float16 (:func:`half_precision`); another process (a training) holds the run directory.
     """
+    if is_shipped_dir(run_dir):
+        raise NopeInterpError(f"{run_dir} is a shipped task model: the demo measures it, so it stays float32")
     run = load_run(run_dir)
-    shipped = {(PRETRAINED_DIR / t).resolve() for t in tasks_pkg.TASK_NAMES}
-    if run.path.resolve() in shipped:
-        raise NopeInterpError(f"{run.path} is a shipped task model: the demo measures it, so it stays float32")
     weights = run.path / io.WEIGHTS_FILE
-    state = io.load_weights(weights)
-    if stored_dtype(state) != "float16":
-        io.save_weights(weights, half_precision(state))
+    with io.exclusive(run.path, "run directory"):
+        state = io.load_weights(weights)
+        if stored_dtype(state) != "float16":
+            io.save_weights(weights, half_precision(state))
     return weights
 
 
@@ -240,7 +267,9 @@ def ship(run_dir: str | Path, task: str | None = None, as_seed: bool = False) ->
 
     Raises:
         NopeInterpError: ``task`` is not a task name (it becomes a folder name); the run is not finished
-            (no summary.json) or cannot be loaded.
+            (no summary.json) or cannot be loaded; shipping a run whose weights are not stored at float32 (a
+            run stored at half precision by :func:`halve`) as a task's shipped model, which the demo measures
+            at float32 (as an extra seed it is allowed: seeds are only analysed).
     """
     import shutil
 
@@ -249,6 +278,10 @@ def ship(run_dir: str | Path, task: str | None = None, as_seed: bool = False) ->
     run = load_run(run_dir)
     if not run.summary:
         raise NopeInterpError(f"run {run_dir} has no summary.json: it has not finished")
+    if not as_seed and run.weights_dtype != "float32":
+        raise NopeInterpError(f"run {run_dir} stores its weights at {run.weights_dtype}; a shipped model must be "
+                              f"float32 (recover the float32 file from git history, `git log -- "
+                              f"{Path(run_dir) / io.WEIGHTS_FILE}`, or retrain)")
     name = task or run.task.name
     dest = SEEDS_DIR / f"{name}-s{run.model_cfg.seed}" if as_seed else PRETRAINED_DIR / name
     dest.mkdir(parents=True, exist_ok=True)

@@ -438,17 +438,21 @@ def run_point(kind: str, values: dict[str, Any], out_dir: str, threads: int = 1,
     "busy", "seconds"}`` (``busy``: another process holds the point's lock). A failure writes
     ``error.json`` and returns ``failed``: it never raises for the point's own errors.
 
-    ``result.json`` holds ``metrics``, ``seconds`` (wall time of the point), ``peak_mib`` and ``peak_scope``:
+    ``result.json`` holds ``metrics``, ``seconds`` (wall time of the point), ``device``, ``peak_mib`` and
+    ``peak_scope``:
     ``"point"`` where the peak could be reset before the point (Linux, :func:`reset_peak_memory`): the
     highest resident memory of the worker process while this point ran, which includes the interpreter, the
     imported libraries and whatever the allocator kept from earlier points of the same worker; ``"process"``
     elsewhere: the worker's peak since it started, so a small point after a large one shows the large one's.
 
     Raises:
-        NopeInterpError: ``values`` that do not resolve to a point of ``kind`` (:func:`resolve`); the point's
-            folder cannot be locked or created.
+        NopeInterpError: ``device`` not ``cpu`` or ``cuda``; ``values`` that do not resolve to a point of
+            ``kind`` (:func:`resolve`); the point's folder cannot be locked or created.
     """
     import torch
+
+    if device not in DEVICES:
+        raise NopeInterpError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
 
     if threads:
         torch.set_num_threads(threads)
@@ -469,8 +473,8 @@ def run_point(kind: str, values: dict[str, Any], out_dir: str, threads: int = 1,
             per_point = reset_peak_memory()
             try:
                 if device == "cuda" and not torch.cuda.is_available():
-                    raise NopeInterpError("the spec asks for a GPU ([resources] num_gpus > 0), but this worker "
-                                          "sees no CUDA device")
+                    raise NopeInterpError("the point runs on cuda (a spec asks for it with [resources] num_gpus "
+                                          "> 0), but this worker sees no CUDA device")
                 metrics = _run_init(point, device) if kind == "init" else _run_train(point, pdir, device)
             except Exception as err:  # recorded, never stops the sweep
                 io.write_json(pdir / "error.json", {"key": point.key, "error": f"{type(err).__name__}: {err}",
@@ -482,7 +486,8 @@ def run_point(kind: str, values: dict[str, Any], out_dir: str, threads: int = 1,
                                                  "seconds": round(seconds, 3),
                                                  "peak_mib": round(peak_memory_mib(per_point), 1),
                                                  "peak_scope": "point" if per_point else "process",
-                                                 "pid": os.getpid(), "host": os.uname().nodename})
+                                                 "pid": os.getpid(), "host": os.uname().nodename,
+                                                 "device": device})
             with open(pdir / "attempts.log", "a") as fh:
                 fh.write(f"done {time.time():.3f} pid {os.getpid()}\n")
             return {"key": point.key, "status": "done", "seconds": seconds}
@@ -502,6 +507,10 @@ def _summary_metrics(scores: dict[str, dict[str, float]], n_layers: int) -> dict
         out[f"last_{point}"] = vals[-1]
         out[f"mean_{point}"] = sum(vals) / len(vals)
     return out
+
+
+#: Where a sweep point can run (:func:`point_device`).
+DEVICES = ("cpu", "cuda")
 
 
 def point_device(spec: SweepSpec) -> str:
@@ -575,9 +584,11 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", 
     ``[sweep]`` name or kind) is refused; the same sweep, edited (say, more seeds), updates it.
 
     Raises:
-        NopeInterpError: an unknown executor; ``workers`` or ``threads`` < 1; ``ray_address`` with the local
-            executor, or not ``host:port``; Ray not installed (the message says ``pip install -e .[ray]``)
-            or the cluster cannot be reached; ``out_dir`` not writable, or holding another sweep's spec.
+        NopeInterpError: an unknown executor; ``workers`` or ``threads`` < 1; a spec that runs on cuda with the
+            local executor on a machine without CUDA (on Ray the workers' machines decide); ``ray_address``
+            with the local executor, or not ``host:port``; Ray not installed (the message says
+            ``pip install -e .[ray]``) or the cluster cannot be reached; ``out_dir`` not writable, or holding
+            another sweep's spec.
     """
     if executor not in EXECUTORS:
         raise NopeInterpError(f"unknown executor {executor!r}; allowed: {', '.join(EXECUTORS)}")
@@ -593,6 +604,12 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", 
             raise NopeInterpError(f"--ray-address needs --executor ray (got --executor {executor}, which would "
                                   f"ignore it)")
         _parse_address(ray_address)
+    if executor == "local" and point_device(spec) == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise NopeInterpError(f"the spec's [resources] num_gpus = {spec.num_gpus:g} runs its points on cuda, "
+                                  f"but this machine sees no CUDA device (drop num_gpus to run on the CPU)")
     out = Path(out_dir).resolve()
     io.check_writable_dir(out, "sweep output folder")
     spec_text = Path(spec.path).read_text()
@@ -783,7 +800,8 @@ def _run_ray(ray: Any, spec: SweepSpec, todo: list[Point], out: Path, threads: i
             except Exception as err:  # the worker process died (e.g. out of memory)
                 outcome = {"key": p.key, "status": "failed", "seconds": 0.0,
                            "error": f"Ray task failed: {' '.join(str(err).split())[:300]}"}
-            if outcome["status"] == "busy":
+            if outcome["status"] == "busy":  # an orphaned worker of a killed driver still runs it
+                time.sleep(1.0)
                 queue.append(p)
             else:
                 outcomes.append(outcome)

@@ -163,13 +163,11 @@ def test_half_precision_rounds_floats_keeps_the_rest_and_refuses_what_float16_ca
 
     from nope_interp.pretrained import NopeInterpError, half_precision, stored_dtype
 
-    x = torch.tensor([1.0, -2.5, 1 / 3, 6.0e4, -float("inf")])
+    x = torch.tensor([1.0, -2.5, 1 / 3, 6.0e4, -1.0e-3])
     out = half_precision({"w": x, "ids": torch.arange(3), "mask": torch.ones(2, dtype=torch.bool)})
     assert out["w"].dtype == torch.float16 and out["ids"].dtype == torch.int64 and out["mask"].dtype == torch.bool
-    finite = torch.isfinite(x)
     # IEEE half: 11 significant bits, so the relative rounding error is at most 2^-11
-    assert ((out["w"].float()[finite] - x[finite]).abs() <= x[finite].abs() * 2.0**-11).all()
-    assert out["w"][-1] == -float("inf")
+    assert ((out["w"].float() - x).abs() <= x.abs() * 2.0**-11).all()
     assert stored_dtype(out) == "float16" and stored_dtype({"w": x}) == "float32"
     assert stored_dtype({"a": x, "b": out["w"]}) == "mixed" and stored_dtype({"ids": torch.arange(2)}) == "none"
     for bad, message in ((torch.tensor([1.0, 7.0e4]), "beyond float16"), (torch.tensor([float("nan")]), "NaN"),
@@ -178,6 +176,16 @@ def test_half_precision_rounds_floats_keeps_the_rest_and_refuses_what_float16_ca
             half_precision({"blocks.0.W_Q": bad})
     with pytest.raises(NopeInterpError, match="not a tensor"):
         half_precision({"w": [1.0]})
+    with pytest.raises(NopeInterpError, match="holds inf: only the IGNORE"):  # -inf is fine only in the mask
+        half_precision({"blocks.0.attn.W_Q": torch.tensor([1.0, float("inf")])})
+    assert half_precision({"blocks.0.attn.IGNORE": torch.tensor(-float("inf"))})["blocks.0.attn.IGNORE"] < 0
+    with pytest.raises(NopeInterpError, match="meta device"):
+        half_precision({"w": torch.empty(3, device="meta")})
+    param = torch.nn.Parameter(torch.ones(2))
+    assert not half_precision({"w": param})["w"].requires_grad
+    for bad in ([1, 2], None):
+        with pytest.raises(NopeInterpError, match="dict"):
+            stored_dtype(bad)
 
 
 def test_halve_stores_float16_in_place_and_the_loaded_model_computes_in_float32(tiny_run, tmp_path):
@@ -202,6 +210,50 @@ def test_halve_stores_float16_in_place_and_the_loaded_model_computes_in_float32(
     assert all(torch.equal(stored[k], v) for k, v in io.load_weights(run_dir / "model.safetensors").items())
     with pytest.raises(NopeInterpError, match="shipped task model"):
         halve(PRETRAINED_DIR / "reversal")
+
+
+def test_halve_refuses_any_checkouts_shipped_model_and_a_locked_run_and_ship_refuses_half_weights(
+        tiny_run, tmp_path, monkeypatch):
+    """A shipped model of another checkout is refused by its place; a run a training holds is refused; a
+    float16 run cannot become a shipped model (it can become an extra seed)."""
+    import shutil
+
+    import nope_interp.pretrained as pretrained
+    from nope_interp import io
+
+    other = tmp_path / "clone" / "nope_interp" / "pretrained" / "addition"
+    shutil.copytree(tiny_run, other)
+    size = (other / "model.safetensors").stat().st_size
+    with pytest.raises(pretrained.NopeInterpError, match="shipped task model"):
+        pretrained.halve(other)
+    assert (other / "model.safetensors").stat().st_size == size
+    import threading
+
+    locked = _copy_run(tiny_run, tmp_path, "locked")
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:  # another thread (like another process) holds the run, as a training does
+        with io.exclusive(locked, "run directory"):
+            held.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(60)
+    try:
+        with pytest.raises(pretrained.NopeInterpError, match="run directory"):
+            pretrained.halve(locked)
+    finally:
+        release.set()
+        holder.join()
+    assert pretrained.load_run(locked).weights_dtype == "float32"
+    pretrained.halve(locked)
+    monkeypatch.setattr(pretrained, "PRETRAINED_DIR", tmp_path / "pkg")
+    monkeypatch.setattr(pretrained, "SEEDS_DIR", tmp_path / "pkg" / "seeds")
+    with pytest.raises(pretrained.NopeInterpError, match="stores its weights at float16; a shipped model must be"):
+        pretrained.ship(locked)
+    assert not (tmp_path / "pkg" / "addition").exists()
+    assert pretrained.load_run(pretrained.ship(locked, as_seed=True)).weights_dtype == "float16"
 
 
 def test_the_shipped_models_stay_float32():

@@ -472,7 +472,7 @@ def test_the_same_sweep_on_a_ray_head_equals_the_local_pool(tmp_path, ray_head):
         times = {line.split()[0]: float(line.split()[1]) for line in log.read_text().splitlines()}
         spans.append((times["start"], times["done"]))
     spans.sort()
-    assert len(spans) == 4 and all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
+    assert len(spans) == 4 and all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False)), spans
     assert _metrics(tmp_path / "ray") == _metrics(tmp_path / "local")
     assert _done_counts(tmp_path / "ray") == {k: 1 for k in _done_counts(tmp_path / "local")}
     hosts = {json.loads(p.read_text())["pid"] for p in (tmp_path / "ray").glob("points/*/result.json")}
@@ -482,6 +482,7 @@ def test_the_same_sweep_on_a_ray_head_equals_the_local_pool(tmp_path, ray_head):
 def test_a_gpu_spec_runs_its_points_on_cuda_and_fails_them_loudly_without_one(tmp_path):
     import torch
 
+    from nope_interp.errors import NopeInterpError
     from nope_interp.sweep import load_spec, point_device, run_point
 
     cpu = load_spec(_write(tmp_path, SPEC.format(n_prompts=4)))
@@ -495,6 +496,16 @@ def test_a_gpu_spec_runs_its_points_on_cuda_and_fails_them_loudly_without_one(tm
     assert "num_gpus" in json.loads((tmp_path / "o" / "points" / point.key / "error.json").read_text())["error"]
     assert not (tmp_path / "o" / "points" / point.key / "result.json").exists()
     assert run_point(cpu.kind, point.fields, str(tmp_path / "c"))["status"] == "done"
+    assert json.loads((tmp_path / "c" / "points" / point.key / "result.json").read_text())["device"] == "cpu"
+    for bad in ("gpu", "cuda:0", "CUDA", ""):  # a caller's error, not the point's
+        with pytest.raises(NopeInterpError, match="device must be one of cpu, cuda"):
+            run_point(cpu.kind, point.fields, str(tmp_path / "d"), device=bad)
+    assert not (tmp_path / "d").exists()
+    # the local pool refuses a GPU spec on a machine without CUDA before anything starts or is written
+    got = _cli("sweep", str(gpu.path), "--out-dir", str(tmp_path / "g"), "--no-progress")
+    assert got.returncode == 2 and got.stderr.strip().count("\n") == 0, got.stderr
+    assert "num_gpus = 1 runs its points on cuda, but this machine sees no CUDA device" in got.stderr
+    assert not (tmp_path / "g").exists()
 
 
 def test_ray_executor_with_an_unreachable_address_is_one_line(tmp_path):

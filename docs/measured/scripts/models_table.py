@@ -55,6 +55,8 @@ def _stored(folder: Path) -> str:
     with path.open("rb") as fh:
         header = json.loads(fh.read(int.from_bytes(fh.read(8), "little")))
     dtypes = {v["dtype"] for k, v in header.items() if k != "__metadata__" and v["dtype"].startswith(("F", "BF"))}
+    if not dtypes:
+        return "none"
     return {"F32": "float32", "F16": "float16"}.get(dtypes.pop(), "other") if len(dtypes) == 1 else "mixed"
 
 
