@@ -129,8 +129,9 @@ def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
 
 
 def stored_dtype(state: Any) -> str:
-    """The floating dtype a state dict (``{name: tensor}``) stores its weights in (``"float32"``, ``"float16"``, ...); ``"mixed"``
-    when its floating tensors disagree, ``"none"`` when it has none. Non-tensor values are ignored.
+    """The floating dtype a state dict (``{name: tensor}``) stores its weights in (``"float32"``,
+    ``"float16"``, ...); ``"mixed"`` when its floating tensors disagree, ``"none"`` when it has none.
+    Non-tensor values are ignored.
 
     Raises:
         NopeInterpError: ``state`` is not a dict.
