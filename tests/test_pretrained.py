@@ -287,3 +287,18 @@ def test_half_precision_weights_do_not_move_the_scores_or_the_answers(task):
             a, b = (results[d].score(site, reduction).mean for d in ("float32", "float16"))
             assert abs(a - b) <= 0.01, (site, reduction, a, b)
     assert sum(a != b for a, b in zip(answers["float32"], answers["float16"], strict=True)) <= 3
+
+
+def test_analysis_results_of_a_halved_run_say_how_its_weights_were_stored(tiny_run, tmp_path):
+    import json
+
+    from nope_interp.cli import main
+    from nope_interp.pretrained import halve
+
+    run_dir = _copy_run(tiny_run, tmp_path, "halfrun")
+    halve(run_dir)
+    assert main(["analyze", "--run", str(run_dir), "--n-prompts", "4", "--out-root", str(tmp_path / "o")]) == 0
+    results = list((tmp_path / "o" / "results").rglob("*.json"))
+    assert results and all(json.loads(p.read_text())["weights_dtype"] == "float16" for p in results
+                           if "weights_dtype" in p.read_text())
+    assert any("weights_dtype" in p.read_text() for p in results)

@@ -140,7 +140,8 @@ def entry_from_run(run: LoadedRun, label: str, kind: str = "run", task: tasks_pk
         label = f"{label}-on-{task.name}{task.params().get('n_digits', '')}"
     return ModelEntry(label=label, kind=kind, model=run.model, model_cfg=run.model_cfg, task=task,
                       train_prompts=train, run=run,
-                      source={"model_source": str(run.path), "model": run.model_cfg.to_dict()})
+                      source={"model_source": str(run.path), "model": run.model_cfg.to_dict(),
+                              "weights_dtype": run.weights_dtype})
 
 
 def eval_examples(entry: ModelEntry, n: int, seed: int = 0) -> list[tasks_pkg.Example]:
