@@ -34,3 +34,19 @@ def test_wheel_carries_the_shipped_models_and_not_the_seeds_or_candidates(tmp_pa
     # the seeds do exist in the repository, so the test above could fail
     assert list((pretrained / "seeds").glob("*/model.safetensors"))
     assert sum((ROOT / n).stat().st_size for n in shipped) < 30 * 2**20
+
+
+def test_no_lock_file_is_tracked_and_git_ignores_them(tmp_path):
+    """Lock files (``.<name>.lock`` beside every locked output or run directory, also inside the package when
+    a maintainer's tool such as ``halve`` locks a candidate) are never content: git ignores them."""
+    import pytest
+
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert not [n for n in tracked.splitlines() if Path(n).name.startswith(".") and n.endswith(".lock")]
+    probes = ["nope_interp/pretrained/candidates/.x-s0.lock", "nope_interp/pretrained/seeds/.x-s1.lock",
+              ".results.lock", "runs/.t.lock"]
+    ignored = subprocess.run(["git", "check-ignore", "--no-index", *probes], cwd=ROOT, capture_output=True,
+                             text=True).stdout.split()
+    assert ignored == probes
