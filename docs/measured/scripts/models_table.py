@@ -10,6 +10,9 @@ import json
 import sys
 from pathlib import Path
 
+from nope_interp import io
+from nope_interp.pretrained import stored_dtype
+
 ROOT = Path(__file__).resolve().parents[3]
 PRETRAINED = ROOT / "nope_interp" / "pretrained"
 OUT = ROOT / "docs" / "measured" / "models.md"
@@ -48,16 +51,9 @@ def _row(folder: Path) -> dict:
 
 
 def _stored(folder: Path) -> str:
-    """How ``model.safetensors`` stores the weights (from the file's JSON header: no tensor is read)."""
+    """How ``model.safetensors`` stores the weights (:func:`nope_interp.pretrained.stored_dtype`)."""
     path = folder / "model.safetensors"
-    if not path.exists():
-        return "-"
-    with path.open("rb") as fh:
-        header = json.loads(fh.read(int.from_bytes(fh.read(8), "little")))
-    dtypes = {v["dtype"] for k, v in header.items() if k != "__metadata__" and v["dtype"].startswith(("F", "BF"))}
-    if not dtypes:
-        return "none"
-    return {"F32": "float32", "F16": "float16"}.get(dtypes.pop(), "other") if len(dtypes) == 1 else "mixed"
+    return stored_dtype(io.load_weights(path)) if path.exists() else "-"
 
 
 def main() -> int:
