@@ -110,7 +110,7 @@ def add_config_flags(parser: argparse.ArgumentParser | Any, cls: type, prefix: s
         if elem is dict or typing.get_origin(elem) is dict:
             continue
         default = f.default if f.default is not dataclasses.MISSING else None
-        help_text = f.metadata.get("help", "")
+        help_text = f.metadata.get("help", "").replace("%", "%%")  # argparse %-formats help ("99%" is text)
         shown = " ".join(map(str, default)) if many and default is not None else default
         if defaults_from:
             help_text += f" (default: from {defaults_from})"
@@ -223,7 +223,7 @@ def _build_parser() -> argparse.ArgumentParser:
                                                    "under this folder (default .)")
 
     for job in _jobs():
-        p = sub.add_parser(job.NAME, help=job.HELP, description=job.HELP)
+        p = sub.add_parser(job.NAME, help=job.HELP.replace("%", "%%"), description=job.HELP)
         add_config_flags(p.add_argument_group(f"{job.NAME} options"), job.CONFIG)
         if job.TAKES_MODELS:
             group = p.add_argument_group("models (default: " + job.DEFAULT_MODELS + ")")

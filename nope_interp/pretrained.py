@@ -22,6 +22,9 @@ from nope_interp.model import build_model, check_nope, load_state
 PRETRAINED_DIR = Path(__file__).parent / "pretrained"
 #: Extra seeds of the shipped recipes (for seed statistics): ``seeds/<task>-s<seed>/``.
 SEEDS_DIR = PRETRAINED_DIR / "seeds"
+#: Every other finished trained model kept as the record (other recipes, seeds that missed the target):
+#: ``candidates/<name>/``; ``candidates/in-progress/`` holds checkpoints of unfinished runs and is skipped.
+CANDIDATES_DIR = PRETRAINED_DIR / "candidates"
 
 
 @dataclass(frozen=True)
@@ -257,6 +260,29 @@ def available_seed_runs(task: str) -> list[Path]:
     found = [p for p in SEEDS_DIR.glob(f"{task}-s*")
              if re.fullmatch(r"[0-9]+", seed_of(p)) and (p / io.WEIGHTS_FILE).is_file()]
     return sorted(found, key=lambda p: int(seed_of(p)))
+
+
+def available_candidate_runs(task: str) -> list[Path]:
+    """Directories of the candidate runs of ``task`` kept in the repository (``pretrained/candidates/``: the
+    other recipes and the seeds that missed the target; not in the wheel), sorted by name. A candidate's task
+    is read from its ``config.json``; folders without weights and ``in-progress/`` are skipped.
+
+    Raises:
+        NopeInterpError: unknown task name; a candidate whose config is missing or corrupt (the file is named).
+    """
+    if task not in tasks_pkg.TASK_NAMES:
+        raise NopeInterpError(f"unknown task {task!r}; allowed: {', '.join(tasks_pkg.TASK_NAMES)}")
+    if not CANDIDATES_DIR.is_dir():
+        return []
+    found = []
+    for path in sorted(CANDIDATES_DIR.iterdir()):
+        if path.name == "in-progress" or not (path / io.WEIGHTS_FILE).is_file():
+            continue
+        config = io.read_json(path / io.CONFIG_FILE, "run config")
+        _, train_cfg = parse_run_config(config, path / io.CONFIG_FILE)
+        if train_cfg.task == task:
+            found.append(path)
+    return found
 
 
 def ship(run_dir: str | Path, task: str | None = None, as_seed: bool = False) -> Path:

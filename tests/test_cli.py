@@ -247,6 +247,20 @@ def test_train_finalize_writes_a_summary(main, tiny_run, tmp_path, capsys):
     assert "test exact match" in capsys.readouterr().out
 
 
+def test_every_command_prints_its_help_with_percent_signs_as_text(main, capsys):
+    """argparse %-formats help texts: a field help such as "missed 99%" must print, not crash --help."""
+    from nope_interp.cli import _build_parser
+
+    commands = [a for a in _build_parser()._subparsers._group_actions[0].choices]
+    assert {"train", "compare", "length-gen", "ablate"} <= set(commands)
+    for command in commands:
+        assert main([command, "--help"]) == 0, command
+        out = capsys.readouterr().out
+        assert "usage" in out and "%%" not in out, command
+    assert main(["compare", "--help"]) == 0
+    assert "seeds that missed 99%" in " ".join(capsys.readouterr().out.split())
+
+
 def test_help_and_usage_errors_return_a_status_instead_of_raising(main, capsys):
     assert main(["train", "--help"]) == 0
     assert "--steps" in capsys.readouterr().out
@@ -436,11 +450,13 @@ def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("job_name, absent, present", [
-    ("trajectory", ["--pretrained", "--init", "--with-seeds", "--hf-path", "--model-n-layers", "--preset"],
+    ("trajectory", ["--pretrained", "--init", "--with-seeds", "--with-candidates", "--hf-path", "--model-n-layers",
+                    "--preset"],
      ["--run", "--task"]),
     ("length-gen", ["--init", "--hf-path", "--model-n-layers", "--task", "--n-digits"],
-     ["--run", "--pretrained", "--with-seeds"]),
-    ("compare", ["--hf-path"], ["--run", "--pretrained", "--init", "--model-n-layers"]),
+     ["--run", "--pretrained", "--with-seeds", "--with-candidates"]),
+    ("compare", ["--hf-path"], ["--run", "--pretrained", "--init", "--model-n-layers", "--with-seeds",
+                                "--with-candidates"]),
     ("ablate", ["--hf-path"], ["--run", "--init", "--model-n-layers"]),
     ("analyze", [], ["--hf-path", "--init", "--model-n-layers"]),
     ("probe", [], ["--hf-path", "--pretrained"]),
@@ -451,7 +467,7 @@ def test_a_job_offers_only_the_model_sources_it_accepts(main, capsys, job_name, 
     flags = set(re.findall(r"^  (--[a-z0-9-]+)", capsys.readouterr().out, re.M))  # defined flags, not mentions
     assert not flags & set(absent) and set(present) <= flags
     for flag in absent:  # refused before any work, as an unknown argument
-        argv = [job_name, flag] + ([] if flag in ("--init", "--with-seeds") else ["x"])
+        argv = [job_name, flag] + ([] if flag in ("--init", "--with-seeds", "--with-candidates") else ["x"])
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and f"unrecognized arguments: {flag}" in err

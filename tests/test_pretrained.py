@@ -302,3 +302,79 @@ def test_analysis_results_of_a_halved_run_say_how_its_weights_were_stored(tiny_r
     assert results and all(json.loads(p.read_text())["weights_dtype"] == "float16" for p in results
                            if "weights_dtype" in p.read_text())
     assert any("weights_dtype" in p.read_text() for p in results)
+
+
+def _candidate_tasks_by_hand(root):
+    """Independent reference: folder name -> task, read with json alone."""
+    out = {}
+    for path in sorted(root.iterdir()):
+        if path.name != "in-progress" and (path / "model.safetensors").is_file():
+            out[path.name] = json.loads((path / "config.json").read_text())["train"]["task"]
+    return out
+
+
+def test_candidate_runs_are_found_by_their_configs_task():
+    import nope_interp.pretrained as pretrained
+
+    by_hand = _candidate_tasks_by_hand(pretrained.CANDIDATES_DIR)
+    assert len(by_hand) >= 10
+    for task in pretrained.available_pretrained():
+        found = pretrained.available_candidate_runs(task)
+        assert [p.name for p in found] == sorted(n for n, t in by_hand.items() if t == task)
+        assert all("in-progress" not in p.parts for p in found)
+    assert sum(len(pretrained.available_candidate_runs(t)) for t in pretrained.available_pretrained()) == len(by_hand)
+    with pytest.raises(pretrained.NopeInterpError, match="unknown task 'sorting'"):
+        pretrained.available_candidate_runs("sorting")
+
+
+def test_candidate_runs_skip_unfinished_folders_and_name_a_corrupt_config(tiny_run, tmp_path, monkeypatch):
+    import shutil
+
+    import nope_interp.pretrained as pretrained
+
+    monkeypatch.setattr(pretrained, "CANDIDATES_DIR", tmp_path / "candidates")
+    assert pretrained.available_candidate_runs("addition") == []  # no folder at all (a wheel install)
+    shutil.copytree(tiny_run, tmp_path / "candidates" / "b-run")
+    shutil.copytree(tiny_run, tmp_path / "candidates" / "in-progress" / "a-run")
+    (tmp_path / "candidates" / "no-weights").mkdir()
+    (tmp_path / "candidates" / "README.md").write_text("table")
+    assert [p.name for p in pretrained.available_candidate_runs("addition")] == ["b-run"]
+    assert pretrained.available_candidate_runs("reversal") == []
+    shutil.copytree(tiny_run, tmp_path / "candidates" / "a-bad")
+    (tmp_path / "candidates" / "a-bad" / "config.json").write_text('{"model": {}, "train": null}')
+    with pytest.raises(pretrained.NopeInterpError, match=r"a-bad.*config.json.*'train' must be a JSON object"):
+        pretrained.available_candidate_runs("addition")
+
+
+def test_with_candidates_adds_the_candidate_runs_and_warns_when_there_are_none(tmp_path, monkeypatch):
+    import nope_interp.pretrained as pretrained
+    from nope_interp.jobs.common import ModelSource, load_models, shipped_entries
+
+    expected = sorted(n for n, t in _candidate_tasks_by_hand(pretrained.CANDIDATES_DIR).items() if t == "reversal")
+    assert expected  # the packed and paper-lr reversal runs
+    entries = load_models(ModelSource(pretrained=("reversal",), with_candidates=True))
+    assert [e.label for e in entries] == ["pretrained-reversal", *expected]
+    assert all(e.task.name == "reversal" and e.run is not None for e in entries)
+    both = load_models(ModelSource(pretrained=("reversal",), with_seeds=True, with_candidates=True))
+    assert [e.label for e in both] == ["pretrained-reversal", "reversal-s1", "reversal-s2", *expected]
+    monkeypatch.setattr(pretrained, "CANDIDATES_DIR", tmp_path / "none")
+    for make in (lambda: load_models(ModelSource(pretrained=("reversal",), with_candidates=True)),
+                 lambda: shipped_entries(["reversal"], with_candidates=True)):
+        with pytest.warns(UserWarning, match="no candidate runs of reversal in .*none.*not in the wheel"):
+            assert [e.label for e in make()] == ["pretrained-reversal"]
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"run": ("a",), "with_candidates": True}, "--with-candidates adds repository models"),
+    ({"init": True, "task": "addition", "with_candidates": True}, "--with-candidates adds repository models"),
+    ({"init": True, "task": "addition", "with_seeds": True}, "--with-seeds adds repository models"),
+    ({"hf_path": "x", "with_seeds": True}, "--with-seeds adds repository models"),
+    ({"with_candidates": True, "task": "reversal"}, "--with-candidates alone means every shipped task"),
+    ({"with_candidates": True, "n_digits": 4}, "--with-candidates alone means every shipped task"),
+])
+def test_with_candidates_and_with_seeds_refuse_sources_they_cannot_add_to(kwargs, match):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.common import ModelSource
+
+    with pytest.raises(NopeInterpError, match=match):
+        ModelSource(**kwargs)

@@ -62,7 +62,8 @@ NAME = "ablate"
 HELP = "scramble or remove the positional structure; measure accuracy lost"
 TAKES_MODELS = True
 TAKES_TEXT = True  # train-text language models: next-character accuracy on held-out text
-DEFAULT_MODELS = "the four shipped models; --with-seeds adds their extra shipped seeds"
+DEFAULT_MODELS = ("the four shipped models; --with-seeds adds their extra shipped seeds, --with-candidates the "
+                  "candidate runs kept in the repository")
 
 #: The ablations, in table order (those of :mod:`nope_interp.ablations`).
 KINDS = ABLATIONS

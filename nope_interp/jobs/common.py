@@ -47,8 +47,8 @@ class ModelSource(FrozenConfig):
     At most one of ``run``, ``pretrained`` and ``init`` is given; none means the job's default set.
 
     Raises:
-        NopeInterpError: two sources at once; ``init`` without ``task``; ``with_seeds`` with ``run``;
-            an unknown task, preset or model field.
+        NopeInterpError: two sources at once; ``init`` without ``task``; ``with_seeds`` or
+            ``with_candidates`` with ``run``, ``init`` or ``hf_path``; an unknown task, preset or model field.
     """
 
     run: tuple[str, ...] = opt((), "run directories (runs/<name>/)")
@@ -59,6 +59,8 @@ class ModelSource(FrozenConfig):
                                      "trained model's own task at this size)")
     preset: str = opt("paper", "model preset for --init (paper, cpu, tiny)")
     with_seeds: bool = opt(False, "also the extra shipped seeds of the --pretrained tasks")
+    with_candidates: bool = opt(False, "also the candidate runs of the --pretrained tasks kept in the repository "
+                                       "(other recipes, seeds that missed 99%; nope_interp/pretrained/candidates/)")
     hf_path: str | None = opt(None, "a Hugging Face causal LM saved with save_pretrained (the hf extra), "
                                     "wrapped in a TransformerBridge")
     model_overrides: dict[str, Any] = opt({}, "ModelConfig fields for --init (the --model-* flags)")
@@ -77,18 +79,22 @@ class ModelSource(FrozenConfig):
             if self.task is None:
                 raise NopeInterpError(f"--init needs --task (one of: {', '.join(tasks_pkg.TASK_NAMES)})")
             preset(self.preset, **self.model_overrides)  # validates preset and overrides
-        if self.with_seeds and not self.pretrained and (self.task is not None or self.n_digits is not None):
-            raise NopeInterpError("--with-seeds alone means every shipped task's models; with --task or --n-digits "
-                                  "name them: --pretrained TASK [TASK ...] --with-seeds")
-        if self.with_seeds and self.run:
-            raise NopeInterpError("--with-seeds adds the shipped seeds to --pretrained (or the default); "
-                                  "with --run, list every run directory")
+        for flag, on in (("--with-seeds", self.with_seeds), ("--with-candidates", self.with_candidates)):
+            if not on:
+                continue
+            if self.run or self.init or self.hf_path:
+                raise NopeInterpError(f"{flag} adds repository models to --pretrained (or the default); "
+                                      f"with --run, --init or --hf-path, list every model yourself")
+            if not self.pretrained and (self.task is not None or self.n_digits is not None):
+                raise NopeInterpError(f"{flag} alone means every shipped task's models; with --task or --n-digits "
+                                      f"name them: --pretrained TASK [TASK ...] {flag}")
 
     @property
     def given(self) -> bool:
         """True when an explicit source was given (otherwise the job uses its default models).
-        ``with_seeds`` alone counts: it means every shipped model plus its extra seeds."""
-        return bool(self.run or self.pretrained or self.init or self.with_seeds or self.hf_path)
+        ``with_seeds`` or ``with_candidates`` alone counts: every shipped model plus those repository models."""
+        return bool(self.run or self.pretrained or self.init or self.with_seeds or self.with_candidates
+                    or self.hf_path)
 
     @property
     def task_params(self) -> dict[str, int]:
@@ -201,8 +207,9 @@ def load_models(source: ModelSource) -> list[ModelEntry]:
         tweaks = "".join(f"-{k}{'_'.join(map(str, v)) if isinstance(v, tuple | list) else v}"
                          for k, v in sorted(source.model_overrides.items()))  # tuples: nope_layers1_3
         return [entry_from_init(cfg, task, f"init-{source.preset}-{task.name}{tweaks}")]
-    if source.with_seeds and not source.pretrained:
-        return shipped_entries(tasks_pkg.TASK_NAMES, with_seeds=True)
+    if (source.with_seeds or source.with_candidates) and not source.pretrained:
+        return shipped_entries(tasks_pkg.TASK_NAMES, with_seeds=source.with_seeds,
+                               with_candidates=source.with_candidates)
     seen: dict[str, str] = {}
     for path in source.run:  # labels name result rows, files and figure lines: two models must not share one
         label = Path(os.path.abspath(path)).name
@@ -223,6 +230,8 @@ def load_models(source: ModelSource) -> list[ModelEntry]:
         entries.append(entry_from_run(run, f"pretrained-{name}", "pretrained", own_task(run)))
         if source.with_seeds:
             entries += seed_entries(name, own_task(run))
+        if source.with_candidates:
+            entries += candidate_entries(name, own_task(run))
     return entries
 
 
@@ -239,6 +248,23 @@ def seed_entries(name: str, task: tasks_pkg.Task | None = None) -> list[ModelEnt
     if not paths:
         warnings.warn(f"no extra seeds of {name} in {pretrained.SEEDS_DIR} (they ship in the repository, not in "
                       f"the wheel; a task may have none yet): using the shipped model alone", stacklevel=2)
+    return [entry_from_run(load_run(p), p.name, "run", task) for p in paths]
+
+
+def candidate_entries(name: str, task: tasks_pkg.Task | None = None) -> list[ModelEntry]:
+    """The candidate runs of task ``name`` kept in the repository
+    (:func:`nope_interp.pretrained.available_candidate_runs`) as :class:`ModelEntry` s labelled by folder
+    name; a warning when there are none (they are not in the wheel).
+
+    Raises:
+        NopeInterpError: unknown task name; a corrupt candidate run.
+    """
+    from nope_interp import pretrained  # at call time: tests move CANDIDATES_DIR
+
+    paths = pretrained.available_candidate_runs(name)
+    if not paths:
+        warnings.warn(f"no candidate runs of {name} in {pretrained.CANDIDATES_DIR} (they are kept in the "
+                      f"repository, not in the wheel)", stacklevel=2)
     return [entry_from_run(load_run(p), p.name, "run", task) for p in paths]
 
 
@@ -327,8 +353,10 @@ def random_tokens(model: Any, n: int, length: int, seed: int) -> Int[Tensor, "n 
     return ids[torch.randint(0, ids.numel(), (n, length), generator=gen)]
 
 
-def shipped_entries(task_names: Iterable[str], with_seeds: bool = False) -> list[ModelEntry]:
-    """The shipped trained model of each task that has one (and its extra seeds with ``with_seeds``).
+def shipped_entries(task_names: Iterable[str], with_seeds: bool = False,
+                    with_candidates: bool = False) -> list[ModelEntry]:
+    """The shipped trained model of each task that has one (and its extra seeds with ``with_seeds``, its
+    candidate runs with ``with_candidates``).
 
     Raises:
         NopeInterpError: ``task_names`` is a single string (give a list of task names).
@@ -342,6 +370,8 @@ def shipped_entries(task_names: Iterable[str], with_seeds: bool = False) -> list
             entries.append(entry_from_run(load_pretrained(name), f"pretrained-{name}", "pretrained"))
             if with_seeds:
                 entries += seed_entries(name)
+            if with_candidates:
+                entries += candidate_entries(name)
     return entries
 
 

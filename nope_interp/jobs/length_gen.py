@@ -34,7 +34,7 @@ from nope_interp.plotting import LINE_COLOURS, save_figure
 NAME = "length-gen"
 HELP = "accuracy and adjacency score by operand length, shorter and longer than trained"
 TAKES_MODELS = True
-SOURCES = ("run", "pretrained", "with_seeds")  # trained models only; --sizes sets the operand sizes
+SOURCES = ("run", "pretrained", "with_seeds", "with_candidates")  # trained models only; --sizes sets the operand sizes
 DEFAULT_MODELS = "the shipped reversal and addition models"
 
 #: Default operand sizes per task (the paper's training sizes: addition 3, reversal 16, indexing 9,
