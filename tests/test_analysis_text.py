@@ -220,7 +220,7 @@ def test_cli_text_file_bom_short_file_and_labels(tmp_path, tiny_run, capsys):
     capsys.readouterr()
     assert main(["analyze", "--run", str(tiny_run), str(twin), "--points", "z",
                  "--out-root", str(tmp_path / "o2")]) == 2
-    assert "share the folder name" in capsys.readouterr().err
+    assert "share the label" in capsys.readouterr().err
     assert not (tmp_path / "o2").exists()
 
 

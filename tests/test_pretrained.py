@@ -378,3 +378,22 @@ def test_with_candidates_and_with_seeds_refuse_sources_they_cannot_add_to(kwargs
 
     with pytest.raises(NopeInterpError, match=match):
         ModelSource(**kwargs)
+
+
+def test_sweep_point_runs_are_labelled_by_sweep_and_key(tiny_run, tmp_path):
+    """Every point of a training sweep keeps its run in a folder called `run`: --run over several points must
+    not collide on that name, so each is labelled `<sweep>-<key>`; other folders keep their own name."""
+    import shutil
+
+    from nope_interp.jobs.common import ModelSource, load_models, run_label
+
+    points = tmp_path / "sweeps" / "my-arms" / "points"
+    for key in ("76dab0bf4116bbf5", "2cd8bf6ee49e9d3c"):
+        shutil.copytree(tiny_run, points / key / "run")
+    shutil.copytree(tiny_run, tmp_path / "elsewhere" / "run")
+    runs = sorted(str(p) for p in points.glob("*/run"))
+    assert [e.label for e in load_models(ModelSource(run=tuple(runs)))] == [
+        "my-arms-2cd8bf6ee49e9d3c", "my-arms-76dab0bf4116bbf5"]
+    assert run_label(tmp_path / "elsewhere" / "run") == "run"
+    assert run_label(points / "76dab0bf4116bbf5" / "run" / ".." / "run") == "my-arms-76dab0bf4116bbf5"
+    assert run_label(tiny_run) == tiny_run.name

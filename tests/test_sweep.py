@@ -117,7 +117,8 @@ def test_shipped_specs_load():
     from nope_interp.sweep import available_specs, load_spec
 
     sizes = {name: len(load_spec(name).points) for name in available_specs()}
-    assert sizes == {"init-size-grid": 180, "init-std-grid": 90, "trained-seeds": 12, "tiny-init": 4}
+    assert sizes == {"init-size-grid": 180, "init-std-grid": 90, "trained-seeds": 12, "tiny-init": 4,
+                     "faithful-arms": 18}
 
 
 
@@ -136,6 +137,26 @@ def test_trained_seeds_spec_is_the_shipped_recipes():
         assert point.model.to_dict() == model.to_dict(), task
         swept = {k: v for k, v in point.settings["train"].items() if k not in cadence}
         assert swept == {k: v for k, v in train.to_dict().items() if k not in cadence}, task
+
+@pytest.mark.parametrize("candidate", ["addition-packed-s1", "reversal-packed-s0", "reversal-packed-s1",
+                                       "ordering-packed-s0", "addition-paperlr40k-s0", "reversal-paperlr-s0",
+                                       "ordering-paperlr-s0"])
+def test_faithful_arms_spec_retrains_the_candidates(candidate):
+    """Each faithful-training candidate is one point of the faithful-arms spec: same model and training
+    configs (eval and checkpoint cadence aside), found by task, objective, lr and seed."""
+    from nope_interp import pretrained
+    from nope_interp.sweep import load_spec
+
+    cadence = ("eval_every", "eval_n", "checkpoint_every")
+    path = pretrained.CANDIDATES_DIR / candidate / "config.json"
+    model, train = pretrained.parse_run_config(json.loads(path.read_text()), path)
+    (point,) = [p for p in load_spec("faithful-arms").points
+                if p.task == train.task and p.settings["train"]["objective"] == train.objective
+                and p.settings["train"]["lr"] == train.lr and p.model.seed == model.seed]
+    assert point.model.to_dict() == model.to_dict()
+    swept = {k: v for k, v in point.settings["train"].items() if k not in cadence}
+    assert swept == {k: v for k, v in train.to_dict().items() if k not in cadence}
+
 
 @pytest.mark.parametrize(("text", "match"), [
     ("[sweep]\nname='t'\nkind='init'\n[base]\ntask='reversal'\nmodel_n_layerz=2\n", "unknown field"),

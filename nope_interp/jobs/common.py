@@ -212,14 +212,15 @@ def load_models(source: ModelSource) -> list[ModelEntry]:
                                with_candidates=source.with_candidates)
     seen: dict[str, str] = {}
     for path in source.run:  # labels name result rows, files and figure lines: two models must not share one
-        label = Path(os.path.abspath(path)).name
+        label = run_label(path)
         if label in seen:
-            raise NopeInterpError(f"--run {seen[label]} and {path} share the folder name {label!r}, which labels "
-                                  "results and figures: give each run its own folder name (copy or rename one)")
+            raise NopeInterpError(f"--run {seen[label]} and {path} share the label {label!r} (their folder name), "
+                                  "which labels results and figures: give each run its own folder name (copy or "
+                                  "rename one)")
         seen[label] = str(path)
     entries = []
     for path in source.run:
-        label = Path(os.path.abspath(path)).name  # the directory's own name, also for "runs/x/.." or "."
+        label = run_label(path)
         if is_text_run(path):
             entries.append(text_entry(path, label, task))
             continue
@@ -233,6 +234,16 @@ def load_models(source: ModelSource) -> list[ModelEntry]:
         if source.with_candidates:
             entries += candidate_entries(name, own_task(run))
     return entries
+
+
+def run_label(path: str | Path) -> str:
+    """The label of a run directory in results and figures: its folder name (also for ``runs/x/..`` or
+    ``.``), except for a training sweep's point (``<out>/<sweep>/points/<key>/run``, where every folder is
+    called ``run``): ``<sweep>-<key>``."""
+    full = Path(os.path.abspath(path))
+    if full.name == "run" and full.parent.parent.name == "points" and full.parent.parent.parent.name:
+        return f"{full.parent.parent.parent.name}-{full.parent.name}"
+    return full.name
 
 
 def seed_entries(name: str, task: tasks_pkg.Task | None = None) -> list[ModelEntry]:
