@@ -457,7 +457,7 @@ def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
      ["--run", "--pretrained", "--with-seeds", "--with-candidates"]),
     ("compare", ["--hf-path"], ["--run", "--pretrained", "--init", "--model-n-layers", "--with-seeds",
                                 "--with-candidates"]),
-    ("ablate", ["--hf-path"], ["--run", "--init", "--model-n-layers"]),
+    ("ablate", ["--hf-path", "--with-candidates"], ["--run", "--init", "--model-n-layers", "--with-seeds"]),
     ("analyze", [], ["--hf-path", "--init", "--model-n-layers"]),
     ("probe", [], ["--hf-path", "--pretrained"]),
     ("long-context", [], ["--hf-path", "--run"]),

@@ -365,10 +365,10 @@ def test_with_candidates_adds_the_candidate_runs_and_warns_when_there_are_none(t
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    ({"run": ("a",), "with_candidates": True}, "--with-candidates adds repository models"),
-    ({"init": True, "task": "addition", "with_candidates": True}, "--with-candidates adds repository models"),
-    ({"init": True, "task": "addition", "with_seeds": True}, "--with-seeds adds repository models"),
-    ({"hf_path": "x", "with_seeds": True}, "--with-seeds adds repository models"),
+    ({"run": ("a",), "with_candidates": True}, "--with-candidates adds repository models .* with --run, list"),
+    ({"init": True, "task": "addition", "with_candidates": True}, "--with-candidates adds .* with --init, list"),
+    ({"init": True, "task": "addition", "with_seeds": True}, "--with-seeds adds repository models .* with --init,"),
+    ({"hf_path": "x", "with_seeds": True}, "--with-seeds adds repository models .* with --hf-path, list"),
     ({"with_candidates": True, "task": "reversal"}, "--with-candidates alone means every shipped task"),
     ({"with_candidates": True, "n_digits": 4}, "--with-candidates alone means every shipped task"),
 ])
@@ -397,3 +397,26 @@ def test_sweep_point_runs_are_labelled_by_sweep_and_key(tiny_run, tmp_path):
     assert run_label(tmp_path / "elsewhere" / "run") == "run"
     assert run_label(points / "76dab0bf4116bbf5" / "run" / ".." / "run") == "my-arms-76dab0bf4116bbf5"
     assert run_label(tiny_run) == tiny_run.name
+
+
+def test_with_candidates_alone_keeps_the_seeds_of_a_job_whose_default_has_them(tiny_run, tmp_path, monkeypatch):
+    """compare's default is every shipped model and its seeds: --with-candidates alone adds the candidates to
+    that set rather than replacing the seeds; for other jobs it means the shipped models and the candidates."""
+    import shutil
+    import warnings
+
+    import nope_interp.pretrained as pretrained
+    from nope_interp.jobs.common import ModelSource, load_models
+
+    monkeypatch.setattr(pretrained, "SEEDS_DIR", tmp_path / "seeds")
+    monkeypatch.setattr(pretrained, "CANDIDATES_DIR", tmp_path / "candidates")
+    shutil.copytree(tiny_run, tmp_path / "seeds" / "addition-s7")
+    shutil.copytree(tiny_run, tmp_path / "candidates" / "addition-other-recipe")
+    shipped = {f"pretrained-{t}" for t in pretrained.available_pretrained()}
+    source = ModelSource(with_candidates=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the other tasks have neither seeds nor candidates here
+        with_default_seeds = {e.label for e in load_models(source, default_with_seeds=True)}
+        alone = {e.label for e in load_models(source)}
+    assert with_default_seeds == shipped | {"addition-s7", "addition-other-recipe"}
+    assert alone == shipped | {"addition-other-recipe"}

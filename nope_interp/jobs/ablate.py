@@ -62,8 +62,10 @@ NAME = "ablate"
 HELP = "scramble or remove the positional structure; measure accuracy lost"
 TAKES_MODELS = True
 TAKES_TEXT = True  # train-text language models: next-character accuracy on held-out text
-DEFAULT_MODELS = ("the four shipped models; --with-seeds adds their extra shipped seeds, --with-candidates the "
-                  "candidate runs kept in the repository")
+DEFAULT_MODELS = "the four shipped models; --with-seeds adds their extra shipped seeds"
+#: Not --with-candidates: the seed statistics pool every model of a task as seeds of one recipe, and the
+#: candidates are other recipes (packed runs among them, which the ablations do not take).
+SOURCES = ("run", "pretrained", "init", "task", "n_digits", "preset", "with_seeds")
 
 #: The ablations, in table order (those of :mod:`nope_interp.ablations`).
 KINDS = ABLATIONS

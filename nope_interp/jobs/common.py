@@ -82,9 +82,10 @@ class ModelSource(FrozenConfig):
         for flag, on in (("--with-seeds", self.with_seeds), ("--with-candidates", self.with_candidates)):
             if not on:
                 continue
-            if self.run or self.init or self.hf_path:
+            other = [n for n, v in (("--run", self.run), ("--init", self.init), ("--hf-path", self.hf_path)) if v]
+            if other:
                 raise NopeInterpError(f"{flag} adds repository models to --pretrained (or the default); "
-                                      f"with --run, --init or --hf-path, list every model yourself")
+                                      f"with {other[0]}, list every model yourself")
             if not self.pretrained and (self.task is not None or self.n_digits is not None):
                 raise NopeInterpError(f"{flag} alone means every shipped task's models; with --task or --n-digits "
                                       f"name them: --pretrained TASK [TASK ...] {flag}")
@@ -180,8 +181,11 @@ def entry_from_init(cfg: ModelConfig, task: tasks_pkg.Task, label: str) -> Model
                       source={"init": cfg.to_dict()})
 
 
-def load_models(source: ModelSource) -> list[ModelEntry]:
+def load_models(source: ModelSource, default_with_seeds: bool = False) -> list[ModelEntry]:
     """The models named by ``source`` ([] when it names none: the job then uses its defaults).
+
+    ``default_with_seeds``: for a job whose default models include the extra seeds (``compare``), so that
+    ``--with-candidates`` alone adds the candidates to that default instead of replacing the seeds.
 
     Raises:
         NopeInterpError: a missing or corrupt run directory; a task without a shipped model; a run directory
@@ -208,7 +212,7 @@ def load_models(source: ModelSource) -> list[ModelEntry]:
                          for k, v in sorted(source.model_overrides.items()))  # tuples: nope_layers1_3
         return [entry_from_init(cfg, task, f"init-{source.preset}-{task.name}{tweaks}")]
     if (source.with_seeds or source.with_candidates) and not source.pretrained:
-        return shipped_entries(tasks_pkg.TASK_NAMES, with_seeds=source.with_seeds,
+        return shipped_entries(tasks_pkg.TASK_NAMES, with_seeds=source.with_seeds or default_with_seeds,
                                with_candidates=source.with_candidates)
     seen: dict[str, str] = {}
     for path in source.run:  # labels name result rows, files and figure lines: two models must not share one

@@ -35,7 +35,9 @@ from nope_interp.stats import mean_std_ci
 NAME = "compare"
 HELP = "initialised vs trained over seeds, per task and recipe, under each input protocol, with verdicts"
 TAKES_MODELS = True
-DEFAULT_MODELS = "every shipped model and its extra seeds"
+DEFAULT_MODELS = "every shipped model and its extra seeds; --with-candidates adds the candidate runs to them"
+#: The default set includes the seeds, so --with-candidates alone keeps them (:func:`load_models`).
+DEFAULT_WITH_SEEDS = True
 #: The two models analysed per seed.
 KINDS = ("initialised", "trained")
 #: Test exact match the paper trains to.
