@@ -65,7 +65,7 @@ def test_groups_statistics_and_verdicts(tiny_runs, tmp_path):
     paths = compare.write(result, tmp_path)
     assert_strict_json_files(tmp_path)  # result JSON is strict: NaN/inf written as null
     assert {p.name for p in paths} == {"compare.json", "compare.md", "compare.csv", "compare_full.html",
-                                       "compare_authors.html"}
+                                       "compare_authors.html", "compare_l0_z_full.html", "compare_l0_z_authors.html"}
     data = json.loads((tmp_path / "results" / "compare" / "compare.json").read_text())
     assert len(data["groups"]) == 2 and data["config"]["protocols"] == ["full", "authors"]
     md = (tmp_path / "results" / "compare" / "compare.md").read_text()
@@ -121,3 +121,47 @@ def test_reading_names_the_interventions_that_lift_the_score():
     assert reading(d(0.6, 0.63, 0.62, 0.7)) == "only both together +0.10"
     assert reading(d(0.97, 0.96, 0.95, 0.95)) == "neither"
     assert reading(d(0.5, 0.55, 0.5, 0.5)) == "attention +0.05"   # the threshold counts
+
+
+def test_summary_figure_has_every_seed_at_its_score_and_each_group_mean(tiny_runs):
+    """The overview: one marker per seed and kind at the seed's own score, the group mean as a tick, a row per
+    group; trained markers split by whether the seed reached 99% (unknown when its test accuracy is)."""
+    import dataclasses
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs import compare
+    from nope_interp.jobs.common import ModelSource, load_models
+
+    result = compare.run(compare.CompareConfig(n_prompts=4, protocols=("full",)),
+                         load_models(ModelSource(run=tuple(str(r) for r in tiny_runs))))
+    # one seed marked as at 99% and one with an unknown test accuracy, so that all three marker sets appear
+    group = next(g for g in result.groups if len(g.seeds) == 2)
+    seeds = (dataclasses.replace(group.seeds[0], test_acc=0.995), dataclasses.replace(group.seeds[1], test_acc=None))
+    groups = tuple(dataclasses.replace(g, seeds=seeds) if g is group else g for g in result.groups)
+    result = dataclasses.replace(result, groups=groups)
+    z = compare.SUMMARY_SITE
+    fig = compare.plot_site_summary(result)
+    rows = [f"{g.task}: {g.recipe} ({len(g.seeds)})" for g in result.groups]
+    by_name = {t.name: t for t in fig.data}
+    assert list(by_name["trained: mean over seeds"].y) == rows
+    assert list(by_name["trained: mean over seeds"].x) == [g.stats["full"]["trained"][z]["mean"] for g in groups]
+    init = by_name["initialised (step 0)"]
+    assert len(init.x) == sum(len(g.seeds) for g in groups)
+    expected = {(row, s.label): s for row, g in zip(rows, groups, strict=True) for s in g.seeds}
+    for trace in fig.data:
+        if trace.name.endswith("mean over seeds"):
+            continue
+        kind = "initialised" if trace.name.startswith("initialised") else "trained"
+        for row, x, (label, acc) in zip(trace.y, trace.x, trace.customdata, strict=True):
+            seed = expected[(row, label)]
+            assert x == seed.scores["full"][kind][z]
+            assert acc == ("n/a" if seed.test_acc is None else f"{seed.test_acc:.4f}")
+            if kind == "trained":
+                reached = None if seed.test_acc is None else seed.test_acc >= 0.99
+                assert trace.name == {True: "trained, at 99% test exact match", False: "trained, below 99%",
+                                      None: "trained, test exact match unknown"}[reached]
+    assert {"trained, at 99% test exact match", "trained, test exact match unknown"} <= set(by_name)
+    with pytest.raises(NopeInterpError, match="protocol 'authors' was not measured"):
+        compare.plot_site_summary(result, "authors")
+    with pytest.raises(NopeInterpError, match="blocks.9.attn.hook_z was not analysed"):
+        compare.plot_site_summary(result, site="blocks.9.attn.hook_z")

@@ -9,7 +9,8 @@ see ``docs/method.md``, "Analysis inputs"). Per group, site and protocol it repo
 adjacency score as mean, std and 95% CI over seeds (:func:`nope_interp.stats.mean_std_ci`), the layer-0
 diagnostics (:func:`nope_interp.diagnostics.diagnose`), each seed's test exact match, and a verdict per
 claim (the claims and ranges of the demo, ``nope_interp.jobs.demo.CLAIMS``) with how many seeds fall in
-the claimed range. Writes ``results/compare/compare.{json,md,csv}`` and ``figures/compare/compare.html``.
+the claimed range. Writes ``results/compare/compare.{json,md,csv}`` and ``figures/compare/``: every site by group
+(``compare_<protocol>.html``) and layer 0 of every model at a glance (``compare_l0_z_<protocol>.html``).
 """
 
 import time
@@ -372,10 +373,69 @@ def plot_compare(result: CompareResult, protocol: str = "full") -> go.Figure:
                                            "initialised (step 0) vs trained, mean ± std over seeds")
 
 
+#: The site of the overview figure: the first causal attention layer's output, where the claim is made.
+SUMMARY_SITE = "blocks.0.attn.hook_z"
+
+
+def plot_site_summary(result: CompareResult, protocol: str = "full", site: str = SUMMARY_SITE) -> go.Figure:
+    """Every model at one site, at a glance: a row per (task, recipe), one marker per seed for its step-0
+    weights (blue) and for the trained model (red; filled when it reached 99% test exact match, open when it
+    did not, grey x when unknown), the mean over the group's seeds as a vertical tick, and the claimed range of the
+    first attention layer (``nope_interp.jobs.demo.CLAIMS``: 0.8-1.0) shaded, chance (0.5) dotted. Row-mean
+    adjacency score in [0, 1], mean over prompts.
+
+    Raises:
+        NopeInterpError: ``protocol`` was not measured; ``site`` was not analysed in every group.
+    """
+    if protocol not in result.config.protocols:
+        raise NopeInterpError(f"protocol {protocol!r} was not measured; measured: {', '.join(result.config.protocols)}")
+    missing = [f"{g.task}: {g.recipe}" for g in result.groups if site not in g.stats[protocol]["trained"]]
+    if missing:
+        raise NopeInterpError(f"{site} was not analysed for {'; '.join(missing)}")
+    low, high, _ = CLAIMS["first_attn"]
+    rows = [f"{g.task}: {g.recipe} ({len(g.seeds)})" for g in result.groups]
+    fig = go.Figure()
+    fig.add_vrect(x0=low, x1=high, fillcolor="#2ca02c", opacity=0.12, line_width=0,
+                  annotation_text=f"claimed {low}-{high}", annotation_position="top left")
+    fig.add_vline(x=0.5, line_dash="dot", line_color="gray")
+    for kind, colour in (("initialised", "#1f77b4"), ("trained", "#d62728")):
+        fig.add_trace(go.Scatter(
+            y=rows, x=[g.stats[protocol][kind][site]["mean"] for g in result.groups], mode="markers",
+            marker={"color": colour, "symbol": "line-ns", "size": 26, "line": {"width": 3, "color": colour}},
+            name=f"{'initialised (step 0)' if kind == 'initialised' else 'trained'}: mean over seeds",
+            hovertemplate="%{y}<br>mean %{x:.3f}<extra></extra>"))
+    seeds = [(row, s) for row, g in zip(rows, result.groups, strict=True) for s in g.seeds]
+    marker_sets = [("initialised (step 0)", "initialised", seeds, "diamond", "#1f77b4")]
+    for reached, text, symbol, colour in ((True, "trained, at 99% test exact match", "circle", "#d62728"),
+                                          (False, "trained, below 99%", "circle-open", "#d62728"),
+                                          (None, "trained, test exact match unknown", "x", "gray")):
+        chosen = [(row, s) for row, s in seeds if (None if s.test_acc is None else s.test_acc >= TARGET_ACC) == reached]
+        marker_sets.append((text, "trained", chosen, symbol, colour))
+    for name, kind, chosen, symbol, colour in marker_sets:
+        if not chosen:
+            continue
+        fig.add_trace(go.Scatter(
+            y=[row for row, _ in chosen], x=[s.scores[protocol][kind][site] for _, s in chosen], mode="markers",
+            marker={"color": colour, "symbol": symbol, "size": 9, "line": {"width": 1.5, "color": colour}},
+            name=name, customdata=[[s.label, "n/a" if s.test_acc is None else f"{s.test_acc:.4f}"] for _, s in chosen],
+            hovertemplate="%{customdata[0]}<br>score %{x:.3f}<br>test exact match %{customdata[1]}<extra></extra>"))
+    fig.update_layout(title={"text": f"{site} adjacency score of every model ({protocol} inputs): step 0 vs "
+                                     "trained, a row per task and recipe (number of seeds)", "y": 0.98,
+                             "yanchor": "top"},
+                      xaxis={"title": "adjacency score (row mean; 0.5 = chance)", "range": [0.3, 1.02]},
+                      yaxis={"autorange": "reversed", "tickfont": {"size": 11}},
+                      height=220 + 42 * len(rows), width=1300, margin={"l": 520, "t": 150},
+                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0})
+    return fig
+
+
 def write(result: CompareResult, out_root: str | Path = ".") -> list[Path]:
-    """Write ``results/compare/compare.{json,md,csv}`` and ``figures/compare/compare_<protocol>.html``."""
+    """Write ``results/compare/compare.{json,md,csv}``, ``figures/compare/compare_<protocol>.html`` (every
+    site, a panel per group) and ``figures/compare/compare_l0_z_<protocol>.html`` (:func:`plot_site_summary`)."""
     res_dir, fig_dir = io.job_dirs(out_root, NAME)
     figures = [save_figure(plot_compare(result, p), fig_dir / f"compare_{p}.html") for p in result.config.protocols]
+    figures += [save_figure(plot_site_summary(result, p), fig_dir / f"compare_l0_z_{p}.html")
+                for p in result.config.protocols]
     data = {**result.to_dict(), "figures": [str(p) for p in figures]}
     return [io.write_json(res_dir / "compare.json", data),
             io.atomic_write_text(res_dir / "compare.md", render_markdown(data)),
