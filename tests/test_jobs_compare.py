@@ -70,6 +70,11 @@ def test_groups_statistics_and_verdicts(tiny_runs, tmp_path):
     assert len(data["groups"]) == 2 and data["config"]["protocols"] == ["full", "authors"]
     md = (tmp_path / "results" / "compare" / "compare.md").read_text()
     assert "## Verdicts" in md and group.recipe in md
+    # a one-seed group (the packed run) shows its mean alone: its spread is undefined, not 0
+    packed_rows = [line for line in md.splitlines() if line.startswith("| addition | packed") and "| full |" in line]
+    assert packed_rows and all("±" not in line for line in packed_rows)
+    two_seed_rows = [line for line in md.splitlines() if line.startswith(f"| addition | {group.recipe} | full |")]
+    assert two_seed_rows and all("±" in line for line in two_seed_rows)
     # the causal test: per seed, the diagnostics' own numbers; one row per trained model in the per-seed table
     s0 = group.seeds[0]
     assert s0.diagnostics["trained"]["l0_z_score_none"] == pytest.approx(s0.scores["full"]["trained"][z], abs=1e-12)

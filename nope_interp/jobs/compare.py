@@ -246,8 +246,10 @@ def run(config: CompareConfig, models: list[ModelEntry] | None = None, *, log: L
                          wall_time_s=round(time.perf_counter() - t0, 1), provenance=io.provenance())
 
 
-def _fmt(st: dict[str, float]) -> str:
-    return f"{st['mean']:.3f} ± {st['std']:.3f}"
+def _fmt(st: dict[str, Any]) -> str:
+    """``mean ± std`` over seeds (a stats or verdict dict); the mean alone for one seed, whose spread is
+    undefined (not 0)."""
+    return f"{st['mean']:.3f}" if st.get("n_seeds") == 1 else f"{st['mean']:.3f} ± {st['std']:.3f}"
 
 
 def render_markdown(result: dict[str, Any]) -> str:
@@ -324,7 +326,7 @@ def render_markdown(result: dict[str, Any]) -> str:
               "|---|---|---|---|---|---|---|---|---|"]
     for v in result["verdicts"]:
         lines.append(f"| {v['task']} | {v['recipe']} | {v['protocol']} | {v['kind']} | `{v['site']}` | {v['claim']} "
-                     f"| {v['mean']:.3f} ± {v['std']:.3f} | {v['n_in_range']} of {v['n_seeds']} | {v['verdict']} |")
+                     f"| {_fmt(v)} | {v['n_in_range']} of {v['n_seeds']} | {v['verdict']} |")
     lines += ["", f"Wall time: {result['wall_time_s']} s. Commit: {result.get('git_commit')}.", ""]
     return "\n".join(lines)
 
