@@ -254,6 +254,7 @@ def _set_threads(threads: int | None) -> None:
 
 def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from nope_interp.config import ModelConfig, TrainConfig, check_name, preset
+    from nope_interp.stats import fmt_fraction
     from nope_interp.train import finalize, train
 
     _set_threads(args.threads)
@@ -263,7 +264,7 @@ def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
         name = args.name or f"{args.task}-{args.preset}-s0"
         check_name("run name", name)
         summary = finalize(Path(args.runs_dir) / name)
-        print(f"test exact match {summary['test_acc']:.4f} at step {summary['steps']}; "
+        print(f"test exact match {fmt_fraction(summary['test_acc'])} at step {summary['steps']}; "
               f"summary: {Path(args.runs_dir) / name / 'summary.json'}")
         return 0
     model_cfg = preset(args.preset, **config_kwargs(args, ModelConfig, prefix="model-"))
@@ -275,7 +276,7 @@ def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
     run_dir = Path(args.runs_dir) / name
     result = train(model_cfg, cfg, run_dir, resume=args.resume, device=args.device,
                    command=shlex.join(["nope-interp", *argv]), progress=not args.no_progress)
-    print(f"test exact match {result.test_acc:.4f} after {result.steps} steps "
+    print(f"test exact match {fmt_fraction(result.test_acc)} after {result.steps} steps "
           f"({result.wall_time_s / 60:.1f} min); outputs in {run_dir}/")
     return 0
 

@@ -70,3 +70,24 @@ def mean_std_ci(values: Sequence[float]) -> SeedStats:
     std = math.sqrt(math.fsum((v - mean) ** 2 for v in vals) / (n - 1)) if n > 1 else 0.0
     half = float(stats.t.ppf(0.975, n - 1) * std / n**0.5) if n > 1 else float("nan")
     return SeedStats(mean=mean, std=std, ci95_low=mean - half, ci95_high=mean + half, n_seeds=n)
+
+
+def fmt_fraction(x: Any, digits: Any = 4) -> str:
+    """``x`` (a fraction such as an exact match of k correct out of n prompts, in [0, 1]) rounded half up to
+    ``digits`` decimals, as a string: 0.99135 (19,827 of 20,000) reads 0.9914, as a reader rounds it, where
+    ``f"{x:.4f}"`` rounds the nearest binary float (0.991349999...) to 0.9913.
+
+    Rounds the shortest decimal that gives back ``x`` (``repr``), so it agrees with the decimal the value
+    stands for whenever that decimal has at most 17 significant digits (every k / n with n a power of 2
+    times a power of 5, such as 20,000, 5,000, 500).
+
+    Raises:
+        NopeInterpError: ``x`` not a finite real number; ``digits`` not an integer in [0, 10].
+    """
+    from decimal import ROUND_HALF_UP, Decimal
+
+    if isinstance(digits, bool) or not isinstance(digits, int) or not 0 <= digits <= 10:
+        raise NopeInterpError(f"digits must be an integer in [0, 10], got {digits!r}")
+    if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x):
+        raise NopeInterpError(f"fmt_fraction needs a finite number, got {x!r}")
+    return str(Decimal(repr(float(x))).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP))

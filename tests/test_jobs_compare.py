@@ -136,6 +136,7 @@ def test_summary_figure_has_every_seed_at_its_score_and_each_group_mean(tiny_run
     from nope_interp.errors import NopeInterpError
     from nope_interp.jobs import compare
     from nope_interp.jobs.common import ModelSource, load_models
+    from nope_interp.stats import fmt_fraction
 
     result = compare.run(compare.CompareConfig(n_prompts=4, protocols=("full",)),
                          load_models(ModelSource(run=tuple(str(r) for r in tiny_runs))))
@@ -160,7 +161,7 @@ def test_summary_figure_has_every_seed_at_its_score_and_each_group_mean(tiny_run
         for row, x, (label, acc) in zip(trace.y, trace.x, trace.customdata, strict=True):
             seed = expected[(row, label)]
             assert x == seed.scores["full"][kind][z]
-            assert acc == ("n/a" if seed.test_acc is None else f"{seed.test_acc:.4f}")
+            assert acc == ("n/a" if seed.test_acc is None else fmt_fraction(seed.test_acc))
             if kind == "trained":
                 reached = None if seed.test_acc is None else seed.test_acc >= 0.99
                 assert trace.name == {True: "trained, at 99% test exact match", False: "trained, below 99%",

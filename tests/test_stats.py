@@ -78,3 +78,30 @@ def test_mean_std_ci_refuses_what_is_not_a_sequence_of_real_numbers():
     undefined = mean_std_ci([float("nan"), 1.0])   # an undefined measurement: every statistic undefined, documented
     assert math.isnan(undefined.mean) and math.isnan(undefined.ci95_low) and undefined.n_seeds == 2
     assert unhooked(mean_std_ci)([torch.tensor(1.0), 3]).mean == 2.0
+
+
+@pytest.mark.parametrize("n", [20_000, 5_000, 500, 64, 40])
+def test_fmt_fraction_rounds_k_of_n_half_up_like_integer_arithmetic(n):
+    """Independent reference: round k / n half up to 4 decimals with integers only."""
+    from nope_interp.stats import fmt_fraction
+
+    for k in range(n + 1):
+        q, r = divmod(k * 10_000, n)
+        q += 2 * r >= n
+        assert fmt_fraction(k / n) == f"{q // 10_000}.{q % 10_000:04d}", (k, n)
+
+
+def test_fmt_fraction_examples_and_bad_input():
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.stats import fmt_fraction
+
+    assert [fmt_fraction(x) for x in (0.99135, 0.20325, 0.01925, 0.99045, 1.0, 0, 1)] == [
+        "0.9914", "0.2033", "0.0193", "0.9905", "1.0000", "0.0000", "1.0000"]
+    assert f"{0.99135:.4f}" == "0.9913"  # what the plain format gives: the reason for this function
+    assert fmt_fraction(0.125, 2) == "0.13" and fmt_fraction(0.5, 0) == "1"
+    for bad in (float("nan"), float("inf"), None, "0.5", True):
+        with pytest.raises(NopeInterpError, match="finite number"):
+            fmt_fraction(bad)
+    for digits in (-1, 11, 2.0, True):
+        with pytest.raises(NopeInterpError, match="digits must be an integer"):
+            fmt_fraction(0.5, digits)

@@ -31,7 +31,7 @@ from nope_interp.jobs.common import Log, ModelEntry, emit, progress, shipped_ent
 from nope_interp.jobs.demo import CLAIMS, FIRST_ATTENTION_SITES
 from nope_interp.model import build_model
 from nope_interp.plotting import plot_adjacency_by_layer, save_figure
-from nope_interp.stats import mean_std_ci
+from nope_interp.stats import fmt_fraction, mean_std_ci
 
 NAME = "compare"
 HELP = "initialised vs trained over seeds, per task and recipe, under each input protocol, with verdicts"
@@ -262,7 +262,7 @@ def render_markdown(result: dict[str, Any]) -> str:
              f"{', '.join(cfg['protocols'])} (docs/method.md, \"Analysis inputs\").", "",
              "## Models", "", "| task | recipe | seeds: test exact match (steps) | at 99% |", "|---|---|---|---|"]
     for g in result["groups"]:
-        accs = ", ".join(f"{s['label']} {'n/a' if s['test_acc'] is None else format(s['test_acc'], '.4f')}"
+        accs = ", ".join(f"{s['label']} {'n/a' if s['test_acc'] is None else fmt_fraction(s['test_acc'])}"
                          f" ({s['steps']})" for s in g["seeds"])
         lines.append(f"| {g['task']} | {g['recipe']} | {accs} | {g['n_at_target']} of {len(g['seeds'])} |")
     lines += ["", "## Scores at `hook_embed` and layer 0 (mean ± std over seeds)", "",
@@ -314,7 +314,7 @@ def render_markdown(result: dict[str, Any]) -> str:
             for sd in g["seeds"]:
                 d = sd["diagnostics"]["trained"]
                 if "l0_z_score_none" in d:
-                    acc = "n/a" if sd["test_acc"] is None else f"{sd['test_acc']:.4f}"
+                    acc = "n/a" if sd["test_acc"] is None else fmt_fraction(sd["test_acc"])
                     pr = d.get("digit_value_participation_ratio")
                     lines.append(f"| {g['task']} | {g['recipe']} | {sd['label']} | {acc} | "
                                  f"{d['l0_attention_entropy']:.3f} | {'-' if pr is None else format(pr, '.2f')} | "
@@ -419,7 +419,8 @@ def plot_site_summary(result: CompareResult, protocol: str = "full", site: str =
         fig.add_trace(go.Scatter(
             y=[row for row, _ in chosen], x=[s.scores[protocol][kind][site] for _, s in chosen], mode="markers",
             marker={"color": colour, "symbol": symbol, "size": 9, "line": {"width": 1.5, "color": colour}},
-            name=name, customdata=[[s.label, "n/a" if s.test_acc is None else f"{s.test_acc:.4f}"] for _, s in chosen],
+            name=name,
+            customdata=[[s.label, "n/a" if s.test_acc is None else fmt_fraction(s.test_acc)] for _, s in chosen],
             hovertemplate="%{customdata[0]}<br>score %{x:.3f}<br>test exact match %{customdata[1]}<extra></extra>"))
     fig.update_layout(title={"text": f"{site} adjacency score of every model ({protocol} inputs): step 0 vs "
                                      "trained, a row per task and recipe (number of seeds)", "y": 0.98,

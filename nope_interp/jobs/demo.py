@@ -36,6 +36,7 @@ from nope_interp.jobs.common import Log, ModelEntry, emit, entry_from_run, eval_
 from nope_interp.model import build_model
 from nope_interp.plotting import plot_adjacency_by_layer, plot_cosine_heatmaps, save_figure
 from nope_interp.pretrained import available_pretrained, load_pretrained, load_run
+from nope_interp.stats import fmt_fraction
 from nope_interp.train import resolve_device, train
 
 NAME = "demo"
@@ -305,7 +306,7 @@ def run(config: DemoConfig, models: list[ModelEntry] | None = None, *, log: Log 
         emit(log, f"[{i}/{len(models)}] {task.name}: embed {init_res.scores['row_mean']['hook_embed']['mean']:.3f} -> "
                   f"L0 hook_z {init_res.scores['row_mean'][z]['mean']:.3f} (initialised), "
                   f"{trained_res.scores['row_mean'][z]['mean']:.3f} (trained); "
-                  f"test exact match {acc:.4f} ({time.perf_counter() - t0:.0f}s)")
+                  f"test exact match {fmt_fraction(acc)} ({time.perf_counter() - t0:.0f}s)")
     return DemoResult(config=config, init_model=init_cfg, tasks=tuple(per_task), claims=tuple(claims),
                       wall_time_s=round(time.perf_counter() - t_start, 1), provenance=io.provenance())
 
@@ -340,8 +341,8 @@ def render_summary(summary: dict[str, Any]) -> str:
         lines.append(
             f"| {name} | {t.get('objective', 'answer_only')} | {m['n_layers']}x{m['d_model']} | {t['train_steps']} | "
             f"{'' if wall is None else f'{wall / 60:.1f}'} | "
-            f"{'n/a' if shipped is None else f'{shipped:.4f}'} ({t['n_test_shipped']}) | "
-            f"{t['test_acc_remeasured']:.4f} ({t['n_test_remeasured']}) | "
+            f"{'n/a' if shipped is None else fmt_fraction(shipped)} ({t['n_test_shipped']}) | "
+            f"{fmt_fraction(t['test_acc_remeasured'])} ({t['n_test_remeasured']}) | "
             f"{'yes' if (shipped if shipped is not None else t['test_acc_remeasured']) >= 0.99 else 'NO'} |")
     lines += ["", "## Our numbers beside the paper's claims", "",
               "| task | model | hook | paper claims | ours (mean ± std) | verdict |", "|---|---|---|---|---|---|"]

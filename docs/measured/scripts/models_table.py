@@ -12,6 +12,7 @@ from pathlib import Path
 
 from nope_interp import io
 from nope_interp.pretrained import stored_dtype
+from nope_interp.stats import fmt_fraction
 
 ROOT = Path(__file__).resolve().parents[3]
 PRETRAINED = ROOT / "nope_interp" / "pretrained"
@@ -75,7 +76,7 @@ def main() -> int:
              "| run | where | task | objective | shape | lr | seed | steps (of max) | test exact match | at 99% "
              "| wall time (min) | threads | CPU | weights |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        acc = "-" if r["test_acc"] is None else f"{r['test_acc']:.4f}"
+        acc = "-" if r["test_acc"] is None else fmt_fraction(r["test_acc"])
         at = "-" if r["at_99"] is None else ("yes" if r["at_99"] else "**no**")
         mins = "-" if r["minutes"] is None else f"{r['minutes']:.0f}"
         lines.append(f"| `{r['run']}` | {r['where']} | {r['task']} | {r['objective']} | {r['shape']} | {r['lr']:g} "
