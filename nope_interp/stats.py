@@ -79,7 +79,8 @@ def fmt_fraction(x: Any, digits: Any = 4) -> str:
 
     Rounds the shortest decimal that gives back ``x`` (``repr``), so it agrees with the decimal the value
     stands for whenever that decimal has at most 17 significant digits (every k / n with n a power of 2
-    times a power of 5, such as 20,000, 5,000, 500).
+    times a power of 5, such as 20,000, 5,000, 500). Source: round half up, the convention for reported
+    accuracies; ``decimal.ROUND_HALF_UP`` on the decimal string.
 
     Raises:
         NopeInterpError: ``x`` not a finite real number; ``digits`` not an integer in [0, 10].

@@ -250,6 +250,14 @@ def run_label(path: str | Path) -> str:
     return full.name
 
 
+def _repository_entries(paths: list[Path], task: tasks_pkg.Task | None, missing: str) -> list[ModelEntry]:
+    """``paths`` (run folders kept in the repository) as :class:`ModelEntry` s labelled by folder name;
+    the warning ``missing`` when there are none (they are not in the wheel)."""
+    if not paths:
+        warnings.warn(missing, stacklevel=3)
+    return [entry_from_run(load_run(p), p.name, "run", task) for p in paths]
+
+
 def seed_entries(name: str, task: tasks_pkg.Task | None = None) -> list[ModelEntry]:
     """The extra shipped seeds of task ``name`` as :class:`ModelEntry` s; a warning when there are none (they
     live in the repository, not in the wheel, and a task may have none yet).
@@ -259,11 +267,9 @@ def seed_entries(name: str, task: tasks_pkg.Task | None = None) -> list[ModelEnt
     """
     from nope_interp import pretrained  # at call time: tests move SEEDS_DIR
 
-    paths = available_seed_runs(name)
-    if not paths:
-        warnings.warn(f"no extra seeds of {name} in {pretrained.SEEDS_DIR} (they ship in the repository, not in "
-                      f"the wheel; a task may have none yet): using the shipped model alone", stacklevel=2)
-    return [entry_from_run(load_run(p), p.name, "run", task) for p in paths]
+    return _repository_entries(available_seed_runs(name), task,
+                               f"no extra seeds of {name} in {pretrained.SEEDS_DIR} (they ship in the repository, "
+                               "not in the wheel; a task may have none yet): using the shipped model alone")
 
 
 def candidate_entries(name: str, task: tasks_pkg.Task | None = None) -> list[ModelEntry]:
@@ -276,11 +282,9 @@ def candidate_entries(name: str, task: tasks_pkg.Task | None = None) -> list[Mod
     """
     from nope_interp import pretrained  # at call time: tests move CANDIDATES_DIR
 
-    paths = pretrained.available_candidate_runs(name)
-    if not paths:
-        warnings.warn(f"no candidate runs of {name} in {pretrained.CANDIDATES_DIR} (they are kept in the "
-                      f"repository, not in the wheel)", stacklevel=2)
-    return [entry_from_run(load_run(p), p.name, "run", task) for p in paths]
+    return _repository_entries(pretrained.available_candidate_runs(name), task,
+                               f"no candidate runs of {name} in {pretrained.CANDIDATES_DIR} (they are kept in the "
+                               "repository, not in the wheel)")
 
 
 def is_text_run(path: str | Path) -> bool:

@@ -384,7 +384,8 @@ def plot_site_summary(result: CompareResult, protocol: str = "full", site: str =
     weights (blue) and for the trained model (red; filled when it reached 99% test exact match, open when it
     did not, grey x when unknown), the mean over the group's seeds as a vertical tick, and the claimed range of the
     first attention layer (``nope_interp.jobs.demo.CLAIMS``: 0.8-1.0) shaded, chance (0.5) dotted. Row-mean
-    adjacency score in [0, 1], mean over prompts.
+    adjacency score in [0, 1], mean over prompts (``docs/method.md``, "Definitions"; the claim is the paper's,
+    in "Claims").
 
     Raises:
         NopeInterpError: ``protocol`` was not measured; ``site`` was not analysed in every group.
