@@ -14,6 +14,7 @@ The measurements that use these functions on models are in :mod:`nope_interp.ave
 """
 
 import math
+import numbers
 from typing import Any
 
 import numpy as np
@@ -23,15 +24,92 @@ from scipy.stats import spearmanr
 from torch import Tensor
 
 from nope_interp.errors import NopeInterpError
+from nope_interp.similarity import check_tensor
 
 PATTERN_KINDS = ("uniform", "identity", "random_matched")
+
+#: How far an attention row's sum may be from 1 (float16 patterns round to about 1e-3 per row).
+ROW_SUM_TOL = 1e-2
+
+
+def _checked(x: object, name: str, shape: str, fn: str, *, ndim: int | None = None, min_ndim: int = 0) -> Tensor:
+    """``x`` after the shared tensor check (:func:`nope_interp.similarity.check_tensor`: a real floating torch
+    tensor of ``ndim`` dimensions, or at least ``min_ndim``, no empty dimension, every entry finite), detached
+    (a tensor that requires grad is read, never differentiated)."""
+    check_tensor(x, name, shape, ndim=ndim, min_ndim=min_ndim, finite=True, fn=fn)
+    if 0 in x.shape:
+        raise NopeInterpError(f"{fn}: {name} must not have an empty dimension, got shape {tuple(x.shape)}")
+    return x.detach()
+
+
+def check_size(name: str, value: object, low: int = 1) -> int:
+    """``value`` as a Python int, checked: an integer (Python or numpy, not a bool) >= ``low``.
+
+    Raises:
+        NopeInterpError: not an integer, a bool, or below ``low``.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < low:
+        raise NopeInterpError(f"{name} must be an integer >= {low}, got {value!r}")
+    return int(value)
+
+
+def check_pattern(pattern: object, causal: Any = True, window: Any = None, name: str = "pattern",
+                  fn: str = "check_pattern") -> Float[Tensor, "*batch query_pos key_pos"]:
+    """An attention pattern, checked: a float tensor ``*batch query_pos key_pos`` with non-negative entries
+    whose rows sum to 1 (within :data:`ROW_SUM_TOL`); when ``causal``, square with nothing above the diagonal
+    (and, with a sliding ``window``, nothing more than ``window - 1`` keys back). Returned detached.
+
+    Raises:
+        NopeInterpError: not a real float tensor of at least 2 dimensions, or NaN/inf entries
+            (:func:`nope_interp.similarity.check_tensor`; ``fn`` is the function named in the message);
+            a negative entry; a row whose sum is not 1; ``causal`` not a bool; a causal pattern that is not square
+            or puts weight on a later key (a bidirectional model's pattern: pass ``causal=False``) or outside
+            its window.
+    """
+    p = _checked(pattern, name, "(*batch, query_pos, key_pos)", fn, min_ndim=2)
+    if not isinstance(causal, bool):
+        raise NopeInterpError(f"{fn}: causal must be True or False, got {causal!r}")
+    if bool((p < 0).any()):
+        raise NopeInterpError(f"{fn}: {name} must be non-negative (softmax weights), got a minimum of "
+                              f"{float(p.min()):.3g}")
+    err = float((p.double().sum(-1) - 1).abs().max())
+    if err > ROW_SUM_TOL:
+        raise NopeInterpError(f"{fn}: {name} rows must sum to 1 (softmax weights), got a row {err:.3g} away from 1")
+    if causal:
+        q, k = p.shape[-2:]
+        if q != k:
+            raise NopeInterpError(f"{fn}: {name} must be square (query_pos == key_pos) when causal, got "
+                                  f"shape {tuple(p.shape)}")
+        earlier = torch.tril(torch.ones(q, k, dtype=torch.bool, device=p.device))
+        later = float(p.masked_fill(earlier, 0).abs().max())
+        if later > 0:
+            raise NopeInterpError(f"{fn}: {name} (checked as causal) puts weight {later:.3g} on a later key (a "
+                                  f"bidirectional pattern: pass causal=False)")
+        if window is not None:
+            outside = float(p.masked_fill(~torch.tril(earlier, diagonal=-window), 0).abs().max())
+            if outside > 0:
+                raise NopeInterpError(f"{fn}: {name} puts weight {outside:.3g} on a key outside its sliding "
+                                      f"window of {window}")
+    return p
 
 
 def pattern_weighted_values(
     pattern: Float[Tensor, "batch n_heads query_pos key_pos"], v: Float[Tensor, "batch key_pos n_heads d_head"]
 ) -> Float[Tensor, "batch query_pos n_heads d_head"]:
-    """z = pattern @ v per head: what TransformerLens stores at ``attn.hook_z`` (an exact identity)."""
-    return torch.einsum("bhqk,bkhd->bqhd", pattern, v)
+    """z = pattern @ v per head: what TransformerLens stores at ``attn.hook_z`` (an exact identity).
+
+    Raises:
+        NopeInterpError: either is not a 4-D float tensor with finite entries; their batch, head or key
+            sizes differ. Both are computed in the wider of their two dtypes.
+    """
+    pattern = _checked(pattern, "pattern", "(batch, n_heads, query_pos, key_pos)", "pattern_weighted_values", ndim=4)
+    v = _checked(v, "v", "(batch, key_pos, n_heads, d_head)", "pattern_weighted_values", ndim=4)
+    b, h, _, k = pattern.shape
+    if (v.shape[0], v.shape[1], v.shape[2]) != (b, k, h):
+        raise NopeInterpError(f"pattern {tuple(pattern.shape)} (batch n_heads query_pos key_pos) and v "
+                              f"{tuple(v.shape)} (batch key_pos n_heads d_head) disagree in batch, key_pos or n_heads")
+    dtype = torch.promote_types(pattern.dtype, v.dtype)
+    return torch.einsum("bhqk,bkhd->bqhd", pattern.to(dtype), v.to(dtype))
 
 
 def attention_row_cosine(
@@ -41,37 +119,58 @@ def attention_row_cosine(
 
     The cosine between attention rows: the expected output cosine when the value vectors are i.i.d.,
     zero-mean and isotropic (module docstring). Values in [0, 1] for non-negative patterns.
+
+    Raises:
+        NopeInterpError: ``pattern`` is not a float tensor of at least 2 dimensions with finite entries.
     """
-    a = pattern.double()
+    a = _checked(pattern, "pattern", "(*batch, query_pos, key_pos)", "attention_row_cosine", min_ndim=2).double()
     gram = a @ a.transpose(-1, -2)
     norm = torch.linalg.vector_norm(a, dim=-1)
     return (gram / (norm.unsqueeze(-1) * norm.unsqueeze(-2)).clamp_min(1e-300)).clamp(-1.0, 1.0)
 
 
 def uniform_causal_pattern(n_pos: int) -> Float[Tensor, "query_pos key_pos"]:
-    """A[q, k] = 1/(q+1) for k <= q, else 0 (what near-zero attention scores give)."""
-    if n_pos < 1:
-        raise NopeInterpError(f"n_pos must be >= 1, got {n_pos}")
+    """A[q, k] = 1/(q+1) for k <= q, else 0 (what near-zero attention scores give).
+
+    Raises:
+        NopeInterpError: ``n_pos`` not an integer >= 1 (:func:`check_size`).
+    """
+    n_pos = check_size("n_pos", n_pos)
     mask = torch.tril(torch.ones(n_pos, n_pos, dtype=torch.float64))
     return mask / mask.sum(-1, keepdim=True)
 
 
 def identity_pattern(n_pos: int) -> Float[Tensor, "query_pos key_pos"]:
-    """Each position attends only to itself (no averaging)."""
+    """Each position attends only to itself (no averaging).
+
+    Raises:
+        NopeInterpError: ``n_pos`` not an integer >= 1 (:func:`check_size`).
+    """
+    n_pos = check_size("n_pos", n_pos)
     return torch.eye(n_pos, dtype=torch.float64)
 
 
 def closed_form_uniform_cosine(n_pos: int) -> Float[Tensor, "query_pos query_pos"]:
     """cos(y_i, y_k) = sqrt(min(i, k) / max(i, k)) in 1-based positions: uniform causal averaging of
-    i.i.d. zero-mean inputs in the limit of large d_model (Zuo, Guerzhoy & Guerzhoy, COLING 2025)."""
+    i.i.d. zero-mean inputs in the limit of large d_model (Zuo, Guerzhoy & Guerzhoy, COLING 2025).
+
+    Raises:
+        NopeInterpError: ``n_pos`` not an integer >= 1 (:func:`check_size`).
+    """
+    n_pos = check_size("n_pos", n_pos)
     pos = torch.arange(1, n_pos + 1, dtype=torch.float64)
     lo, hi = torch.minimum(pos[:, None], pos[None, :]), torch.maximum(pos[:, None], pos[None, :])
     return torch.sqrt(lo / hi)
 
 
 def attention_entropy(pattern: Float[Tensor, "*batch query_pos key_pos"]) -> Float[Tensor, "*batch query_pos"]:
-    """Shannon entropy of each attention row, in nats (0 * log 0 = 0)."""
-    p = pattern.double()
+    """Shannon entropy of each attention row, in nats (0 * log 0 = 0), in [0, log(key_pos)].
+
+    Raises:
+        NopeInterpError: ``pattern`` is not an attention pattern (:func:`check_pattern` with ``causal=False``:
+            negative entries or rows that do not sum to 1 would give entropies outside that range).
+    """
+    p = check_pattern(pattern, causal=False, fn="attention_entropy").double()
     return -(p * torch.log(p.clamp_min(1e-300))).sum(-1)
 
 
@@ -86,13 +185,17 @@ def relative_entropy_to_uniform(
     Bidirectional (``causal=False``): log(key_pos) for every row. 1.0 means uniform, 0.0 one-hot.
 
     Raises:
-        NopeInterpError: ``window`` below 1, or given with ``causal=False``.
+        NopeInterpError: ``window`` below 1, or given with ``causal=False``; ``pattern`` is not an attention
+            pattern of that kind (:func:`check_pattern`: with ``causal=True`` a weight on a later key, as a
+            bidirectional model's pattern has, would give values above 1).
     """
-    n = pattern.shape[-1]
-    h = attention_entropy(pattern)
-    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1 or not causal):
+    if window is not None and (isinstance(window, bool) or not isinstance(window, numbers.Integral) or window < 1
+                               or causal is not True):
         raise NopeInterpError(f"window must be an integer >= 1 with causal attention, got {window!r} "
                               f"(causal={causal})")
+    pattern = check_pattern(pattern, causal, None if window is None else int(window), fn="relative_entropy_to_uniform")
+    n = pattern.shape[-1]
+    h = attention_entropy(pattern)
     if not causal:
         return h / math.log(n) if n > 1 else torch.full_like(h, float("nan"))
     keys = torch.arange(1, n + 1, dtype=torch.float64, device=h.device)
@@ -117,7 +220,17 @@ def random_causal_pattern(
     Each row is softmax(g / T) over the allowed keys 0..q with g ~ N(0, 1) from ``generator``; the
     temperature T is found by bisection (entropy rises monotonically with T) so the row entropy matches
     ``target_entropy`` to about 1e-6 where the target is reachable (at most log(q+1)).
+
+    Raises:
+        NopeInterpError: ``target_entropy`` not a float tensor with finite entries; ``generator`` not a
+            ``torch.Generator`` (the draw must be reproducible); ``iters`` not an integer >= 1.
     """
+    target_entropy = _checked(target_entropy, "target_entropy", "(*batch, query_pos)", "random_causal_pattern",
+                              min_ndim=1)
+    if not isinstance(generator, torch.Generator):
+        raise NopeInterpError(f"generator must be a torch.Generator (e.g. torch.Generator().manual_seed(0)), "
+                              f"got {type(generator).__name__}")
+    iters = check_size("iters", iters)
     n = target_entropy.shape[-1]
     shape = (*target_entropy.shape, n)
     logits = torch.randn(shape, generator=generator, dtype=torch.float64)
@@ -137,12 +250,28 @@ def random_causal_pattern(
 
 
 def per_position_variance(x: Float[Tensor, "*batch pos d_model"]) -> Float[Tensor, "*batch pos"]:
-    """Variance across the d_model coordinates of each position's vector (Chi et al., 2023), float64."""
+    """Variance across the d_model coordinates of each position's vector (Chi et al., 2023), float64.
+
+    Raises:
+        NopeInterpError: ``x`` is not a float tensor of at least 2 dimensions with finite entries.
+    """
+    x = _checked(x, "x", "(*batch, pos, d_model)", "per_position_variance", min_ndim=2)
     return x.double().var(dim=-1, unbiased=False)
 
 
 def lower_triangle_spearman(pred: Float[Tensor, "pos pos"], obs: Float[Tensor, "pos pos"]) -> float:
-    """Spearman rank correlation (scipy) between the strictly-lower-triangle entries of two matrices."""
+    """Spearman rank correlation (scipy) between the strictly-lower-triangle entries of two matrices, in
+    [-1, 1]; NaN when either triangle is constant.
+
+    Raises:
+        NopeInterpError: either is not a square 2-D float tensor with finite entries; their shapes differ;
+            fewer than 3 positions.
+    """
+    pred = _checked(pred, "pred", "(pos, pos)", "lower_triangle_spearman", ndim=2)
+    obs = _checked(obs, "obs", "(pos, pos)", "lower_triangle_spearman", ndim=2)
+    if pred.shape != obs.shape or pred.shape[0] != pred.shape[1]:
+        raise NopeInterpError(f"pred and obs must be square matrices of one shape, got {tuple(pred.shape)} and "
+                              f"{tuple(obs.shape)}")
     n = pred.shape[-1]
     if n < 3:
         raise NopeInterpError(f"need at least 3 positions for a rank correlation, got {n}")
@@ -155,7 +284,16 @@ def lower_triangle_spearman(pred: Float[Tensor, "pos pos"], obs: Float[Tensor, "
 
 
 def vector_spearman(a: Float[Tensor, " n"], b: Float[Tensor, " n"]) -> float:
-    """Spearman rank correlation (scipy) of two vectors; NaN if either is constant."""
+    """Spearman rank correlation (scipy) of two vectors, in [-1, 1]; NaN if either is constant.
+
+    Raises:
+        NopeInterpError: either is not a 1-D float tensor with finite entries; their lengths differ; fewer
+            than 2 entries.
+    """
+    a = _checked(a, "a", "(n,)", "vector_spearman", ndim=1)
+    b = _checked(b, "b", "(n,)", "vector_spearman", ndim=1)
+    if a.shape != b.shape or a.shape[0] < 2:
+        raise NopeInterpError(f"a and b must be vectors of one length >= 2, got {tuple(a.shape)} and {tuple(b.shape)}")
     x, y = a.double().cpu().numpy(), b.double().cpu().numpy()
     if np.all(x == x[0]) or np.all(y == y[0]):
         return math.nan

@@ -29,8 +29,9 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer
 
+from nope_interp.config import check_float
 from nope_interp.errors import NopeInterpError
-from nope_interp.model import TiedUnembed
+from nope_interp.model import TiedUnembed, check_tokens
 
 __all__ = ["fast_logits", "fast_activations", "fast_activations_unsupported", "unsupported_reason"]
 
@@ -210,15 +211,22 @@ def fast_logits(
 
     Raises:
         NopeInterpError: the model uses an option the fast path does not implement
-            (:func:`unsupported_reason`); tokens longer than ``n_ctx``.
+            (:func:`unsupported_reason`); tokens that :func:`nope_interp.model.check_tokens` refuses (not a
+            2-D integer tensor, an id outside ``[0, d_vocab)``: a negative id would silently select the last
+            embedding rows) or longer than ``n_ctx``; ``dropout`` not a number in [0, 1).
     """
     why = unsupported_reason(model)
     if why is not None:
         raise NopeInterpError(f"fast_logits does not support {why}; use model(tokens)")
+    tokens = check_tokens(model, tokens)
     c = model.cfg
     b, p = tokens.shape
     if p > c.n_ctx:
         raise NopeInterpError(f"tokens have {p} positions, more than n_ctx={c.n_ctx}")
+    if dropout is not None:
+        check_float("dropout", dropout, 0.0, 1.0)
+        if dropout >= 1.0:
+            raise NopeInterpError(f"dropout must be in [0, 1), got {dropout!r}")
     p_drop = _dropout_p(model) if dropout is None else dropout
     return _forward(model, tokens, p_drop)[0]
 
@@ -243,15 +251,18 @@ def fast_activations(
 
     Args:
         model: a model :func:`fast_activations_unsupported` accepts (sliding-window attention included).
-        tokens: token ids in ``[0, d_vocab)`` (checked by the caller), at most ``n_ctx`` positions.
+        tokens: token ids in ``[0, d_vocab)``, at most ``n_ctx`` positions.
         names: TransformerLens hook names of the forms in :data:`FAST_HOOKS`.
 
     Raises:
-        NopeInterpError: an unsupported model option or hook name; tokens longer than ``n_ctx``.
+        NopeInterpError: an unsupported model option or hook name; tokens that
+            :func:`nope_interp.model.check_tokens` refuses (an id outside ``[0, d_vocab)``, a float or
+            1-D tensor) or longer than ``n_ctx``.
     """
     why = fast_activations_unsupported(model, names)
     if why is not None:
         raise NopeInterpError(f"fast_activations does not support {why}; use run_with_cache")
+    tokens = check_tokens(model, tokens)
     if tokens.shape[1] > model.cfg.n_ctx:
         raise NopeInterpError(f"tokens have {tokens.shape[1]} positions, more than n_ctx={model.cfg.n_ctx}")
     return _forward(model, tokens, 0.0, frozenset(names), logits=False)[1]

@@ -23,7 +23,7 @@ from jaxtyping import Float
 from torch import Tensor
 from transformer_lens import ActivationCache
 
-from nope_interp.averaging import attention_window, lower_triangle_spearman, relative_entropy_to_uniform
+from nope_interp.averaging import attention_window, check_pattern, lower_triangle_spearman, relative_entropy_to_uniform
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import hook_name, short_label
 from nope_interp.plotting import plot_adjacency_by_layer, plot_cosine_heatmaps, plot_lag_profile
@@ -385,17 +385,21 @@ class AveragingCheck:
         return fig
 
 
-def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool = True) -> AveragingCheck:
+def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool | None = None) -> AveragingCheck:
     """Compare layer ``layer``'s observed ``hook_z`` cosines with those predicted from its attention pattern.
 
     The prediction assumes i.i.d. zero-mean isotropic value vectors: then the expected inner product of two
     outputs is the inner product of their attention rows (summed over heads when heads are concatenated);
     see ``docs/method.md``, "The averaging argument". The relative entropy counts the keys the model allows:
     with a sliding window (read from the cache's model, when it has one), min(q + 1, window) per query.
+    ``causal`` (default: the cache's model's ``attention_dir``, else True) decides which keys count; a
+    bidirectional model's pattern checked as causal is refused, not scored above 1.
 
     Raises:
         NopeInterpError: ``cache`` not an ``ActivationCache``; ``blocks.{layer}.attn.hook_pattern`` or ``hook_z``
-            missing from the cache; NaN or inf entries in the pattern or in ``hook_z`` (the message names the site).
+            missing from the cache; NaN or inf entries in the pattern or in ``hook_z`` (the message names the site);
+            a pattern that is not softmax weights of that kind (:func:`nope_interp.averaging.check_pattern`);
+            ``hook_z`` and the pattern disagree in batch or positions.
     """
     _check_cache(cache, "averaging_check")
     p_name, z_name = hook_name("pattern", layer), hook_name("z", layer)
@@ -408,13 +412,19 @@ def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool = True)
     check_finite(pattern, f"attention pattern at {p_name}")
     z = site_activations(cache, z_name).double().cpu()
     check_finite(z, f"activations at {z_name}")
+    model = getattr(cache, "model", None)
+    if causal is None:
+        causal = getattr(getattr(model, "cfg", None), "attention_dir", "causal") == "causal"
+    window = attention_window(model.cfg) if causal is True and model is not None else None
+    check_pattern(pattern, causal, window, name=f"the attention pattern at {p_name}")
+    if pattern.shape[0] != z.shape[0] or pattern.shape[-2] != z.shape[-2]:
+        raise NopeInterpError(f"{p_name} {tuple(pattern.shape)} and {z_name} {tuple(z.shape)} disagree in batch or "
+                              f"query positions")
     gram = torch.einsum("bhqk,bhpk->bqp", pattern, pattern)
     d = gram.diagonal(dim1=-2, dim2=-1).sqrt()
     pred = (gram / (d.unsqueeze(-1) * d.unsqueeze(-2))).clamp(-1, 1)
     obs = cosine_similarity_matrix(z)
     rho = [lower_triangle_spearman(pred[b], obs[b]) for b in range(pred.shape[0])]
-    model = getattr(cache, "model", None)
-    window = attention_window(model.cfg) if causal and model is not None else None
     return AveragingCheck(
         layer=layer, relative_entropy=float(relative_entropy_to_uniform(pattern, causal, window)[..., 1:].mean()),
         spearman_pred_obs=float(torch.tensor(rho).nanmean()), adjacency_predicted=float(adjacency_score(pred).mean()),

@@ -313,10 +313,51 @@ def build_model(cfg: ModelConfig, device: str | torch.device = "cpu") -> HookedT
         # so hook_rot_q equals hook_q there (nope_interp.positional measures it) and every path (hooked,
         # fast_forward, with_context) sees the same layer
         model.blocks[layer].attn.apply_rotary = _no_rotation
-    init_weights(model, cfg)
+    _init_weights(model, cfg)
     model.to(device, print_details=False)
     model.eval()
     return model
+
+
+#: TransformerLens config fields a model and the :class:`ModelConfig` said to describe it must agree on.
+_MATCHED_FIELDS = ("n_layers", "d_model", "n_heads", "d_head", "d_mlp", "n_ctx", "d_vocab", "act_fn",
+                   "normalization_type", "attention_dir", "positional_embedding_type", "use_local_attn",
+                   "window_size")
+
+
+def check_model_config(model: object, cfg: object, what: str = "cfg") -> None:
+    """Raise unless ``cfg`` describes ``model``: a function that takes both (:func:`init_weights`,
+    :func:`with_context`) would otherwise rebuild or rewrite a different model without a word (a
+    learned-position model copied without its positions, a NoPE model given positional weights).
+
+    Args:
+        model: a ``HookedTransformer``.
+        cfg: the :class:`ModelConfig` said to describe it; ``what`` names it in the message.
+
+    Raises:
+        NopeInterpError: ``model`` is not a TransformerLens model or ``cfg`` not a ``ModelConfig``; the
+            TransformerLens config of ``cfg`` (:func:`to_hooked_transformer_config`) differs from
+            ``model.cfg`` in any of :data:`_MATCHED_FIELDS` (every difference is named); tied embeddings on
+            one side only; ``cfg.positional`` is ``"none"`` but ``W_pos`` is not all zero, or ``"learned"``
+            but ``W_pos`` is all zero and frozen (a NoPE model).
+    """
+    check_model(model)
+    if not isinstance(cfg, ModelConfig):
+        raise NopeInterpError(f"{what} must be a ModelConfig (see nope_interp.config.preset), got {type(cfg).__name__}")
+    want = to_hooked_transformer_config(cfg)
+    diffs = [f"{f}={getattr(model.cfg, f, None)!r} in the model, {getattr(want, f)!r} from {what}"
+             for f in _MATCHED_FIELDS if getattr(model.cfg, f, None) != getattr(want, f)]
+    tied = isinstance(getattr(model, "unembed", None), TiedUnembed)
+    if tied != cfg.tied_embeddings:
+        diffs.append(f"tied embeddings {tied} in the model, {cfg.tied_embeddings} from {what}")
+    w_pos = getattr(getattr(model, "pos_embed", None), "W_pos", None)
+    if w_pos is not None and cfg.positional == "none" and bool(torch.any(w_pos != 0)):
+        diffs.append(f"the model has positional embeddings (W_pos not all zero), {what} has positional='none'")
+    frozen_zero = w_pos is not None and not w_pos.requires_grad and not bool(torch.any(w_pos != 0))
+    if frozen_zero and cfg.positional == "learned":
+        diffs.append(f"the model has no positional embeddings (W_pos zero and frozen), {what} has positional='learned'")
+    if diffs:
+        raise NopeInterpError(f"{what} does not describe this model: {'; '.join(diffs)}")
 
 
 def init_weights(model: HookedTransformer, cfg: ModelConfig) -> None:
@@ -329,7 +370,17 @@ def init_weights(model: HookedTransformer, cfg: ModelConfig) -> None:
     LayerNorm scales to 1. With ``positional="none"``, ``W_pos`` is zeroed and frozen. With
     ``biases=False``, all biases are frozen. Source: ``docs/method.md``, "Models and training" (the authors'
     code draws all matrices from N(0, 0.02)).
+
+    Raises:
+        NopeInterpError: ``cfg`` does not describe ``model`` (:func:`check_model_config`).
     """
+    check_model_config(model, cfg)
+    _init_weights(model, cfg)
+
+
+def _init_weights(model: HookedTransformer, cfg: ModelConfig) -> None:
+    """:func:`init_weights` without the check (a freshly constructed model's ``W_pos`` is TransformerLens's
+    random draw, whatever ``cfg.positional`` is)."""
     gen = torch.Generator().manual_seed(cfg.seed)
     with torch.no_grad():
         for name, param in model.named_parameters():
@@ -392,9 +443,11 @@ def with_context(model: HookedTransformer, cfg: ModelConfig, n_ctx: int) -> tupl
     ``(model, cfg)`` unchanged.
 
     Raises:
-        NopeInterpError: ``n_ctx`` not an integer >= 1; a model with learned positional embeddings (it has
-            none past its own ``n_ctx``); a new config that does not fit memory (:func:`check_model_fits`).
+        NopeInterpError: ``cfg`` does not describe ``model`` (:func:`check_model_config`: the copy would be a
+            different model); ``n_ctx`` not an integer >= 1; a model with learned positional embeddings (it
+            has none past its own ``n_ctx``); a new config that does not fit memory (:func:`check_model_fits`).
     """
+    check_model_config(model, cfg)
     if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 1:
         raise NopeInterpError(f"n_ctx must be an integer >= 1, got {n_ctx!r}")
     if n_ctx <= cfg.n_ctx:
@@ -434,7 +487,8 @@ def check_model(model: object) -> None:
 
 
 def check_tokens(model: LensModel, tokens: object, name: str = "tokens") -> Int[Tensor, "batch pos"]:
-    """Check a batch of token ids for ``model`` and return it as ``torch.long`` (same values, same device).
+    """Check a batch of token ids for ``model`` and return it as a contiguous ``torch.long`` tensor (same
+    values, same device; TransformerLens's embedding views its input, so a transposed batch would fail there).
 
     Args:
         model: the model the ids are for (its ``cfg.d_vocab``).
@@ -462,7 +516,7 @@ def check_tokens(model: LensModel, tokens: object, name: str = "tokens") -> Int[
             f"{name} must be token ids in [0, {d_vocab}) (d_vocab={d_vocab}), got {int(tokens[where])} at {name}"
             f"[{', '.join(map(str, where))}] ({int(bad.sum())} ids out of range; min {int(tokens.min())}, "
             f"max {int(tokens.max())})")
-    return tokens.long()
+    return tokens.long().contiguous()
 
 
 @contextlib.contextmanager

@@ -19,11 +19,15 @@ SCRIPT = r"""
 import json, warnings
 import numpy as np
 import torch
-from nope_interp import diagnostics as D, similarity as S
+from nope_interp import averaging as A, diagnostics as D, similarity as S
 
 def act(*shape): return torch.randn(*shape, generator=torch.Generator().manual_seed(0))
 def sim(n=5):
     return S.cosine_similarity_matrix(act(2, n, 4))
+def pattern(n=5):
+    return A.uniform_causal_pattern(n).float().expand(2, n, n).clone()
+PRED = A.closed_form_uniform_cosine(6)
+V = act(2, 5, 2, 3)
 
 FUNCS = {  # name: (call, argument name in the message, a good input)
     "cosine_similarity_matrix": (S.cosine_similarity_matrix, "x", act(2, 6, 4)),
@@ -44,6 +48,16 @@ FUNCS = {  # name: (call, argument name in the message, a good input)
     "lag_summary": (S.lag_summary, "profiles", act(3, 4)),
     "positional_share": (D.positional_share, "acts", act(3, 5, 4)),
     "participation_ratio": (D.participation_ratio, "x", act(4, 3)),
+    "attention_row_cosine": (A.attention_row_cosine, "pattern", pattern()),
+    "attention_entropy": (A.attention_entropy, "pattern", pattern()),
+    "relative_entropy_to_uniform": (A.relative_entropy_to_uniform, "pattern", pattern()),
+    "pattern_weighted_values": (lambda x: A.pattern_weighted_values(x, V), "pattern",
+                                pattern().unsqueeze(1).expand(2, 2, 5, 5).clone()),
+    "random_causal_pattern": (lambda x: A.random_causal_pattern(x, torch.Generator().manual_seed(0)),
+                              "target_entropy", act(2, 5).abs()),
+    "per_position_variance": (A.per_position_variance, "x", act(2, 6, 4)),
+    "lower_triangle_spearman": (lambda x: A.lower_triangle_spearman(x, PRED), "pred", PRED.float()),
+    "vector_spearman": (lambda x: A.vector_spearman(x, act(6)), "a", act(6)),
 }
 
 def bad_types(good):
@@ -53,11 +67,11 @@ def bad_types(good):
 
 def bad_shapes(name, good):
     out = {"0-D": torch.tensor(1.0)}
-    if good.ndim >= 2 and name != "recency_gap":   # recency_gap takes one profile (lag,) too
+    if good.ndim >= 2 and name not in ("recency_gap", "random_causal_pattern"):   # these take (n,) too
         out["1-D"] = torch.ones(good.shape[-1])
     if name in ("cosine_similarity_matrix", "nonfinite_positions", "near_zero_positions", "check_finite",
                 "adjacency_scores_of_activations", "adjacency_score_of_activations", "lag_profile",
-                "positional_share", "participation_ratio"):
+                "positional_share", "participation_ratio", "per_position_variance"):
         out["d=0"] = torch.ones(*good.shape[:-1], 0)
     return out
 
@@ -107,7 +121,10 @@ ARGS = {"cosine_similarity_matrix": "x", "nonfinite_positions": "x", "near_zero_
         "lag_profile": "x", "adjacency_score": "sim", "adjacency_counts": "sim", "adjacency_counts_naive": "sim",
         "adjacency_counts_sorted": "sim", "cosine_spread": "sim", "degenerate_sequences": "sim",
         "summarize": "scores", "recency_gap": "profile", "lag_summary": "profiles", "positional_share": "acts",
-        "participation_ratio": "x"}
+        "participation_ratio": "x", "attention_row_cosine": "pattern", "attention_entropy": "pattern",
+        "relative_entropy_to_uniform": "pattern", "pattern_weighted_values": "pattern",
+        "random_causal_pattern": "target_entropy", "per_position_variance": "x", "lower_triangle_spearman": "pred",
+        "vector_spearman": "a"}
 #: The public name a message gives for a function that hands its argument to another.
 NAMED = {"adjacency_score_of_activations": "adjacency_scores_of_activations"}
 

@@ -64,3 +64,91 @@ def test_relative_entropy_of_bidirectional_uniform_is_one(A):
     uniform_bi = torch.full((n, n), 1 / n, dtype=torch.float64)
     rel = A.relative_entropy_to_uniform(uniform_bi, causal=False)
     torch.testing.assert_close(rel, torch.ones(n, dtype=torch.float64))
+
+
+def test_a_pattern_that_is_not_softmax_weights_of_its_kind_is_refused_not_scored(A):
+    """Before the check, a bidirectional pattern scored as causal gave a relative entropy of 2.0 (range [0, 1]),
+    negative entries an entropy of -345, and rows that do not sum to 1 any number."""
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+
+    u = A.uniform_causal_pattern(5)
+    full = torch.full((5, 5), 0.2, dtype=torch.float64)
+    cases = [
+        (A.relative_entropy_to_uniform, (full,), {}, "puts weight 0.2 on a later key .*causal=False"),
+        (A.relative_entropy_to_uniform, (u,), {"window": 2}, "puts weight 0.333 on a key outside its sliding window"),
+        (A.relative_entropy_to_uniform, (torch.cat([u, torch.zeros(5, 1, dtype=u.dtype)], 1),), {}, "must be square"),
+        (A.relative_entropy_to_uniform, (u,), {"causal": "no"}, "causal must be True or False"),
+        (A.attention_entropy, (-u,), {}, "must be non-negative"),
+        (A.attention_entropy, (u * 2,), {}, "rows must sum to 1 .* 1 away"),
+        (A.attention_entropy, (u * 1.5,), {}, "rows must sum to 1 .* 0.5 away"),
+    ]
+    for fn, args, kwargs, words in cases:
+        with pytest.raises(NopeInterpError, match=f"^{fn.__name__}: .*{words}"):
+            unhooked(fn)(*args, **kwargs)
+    # the same patterns scored as what they are: in [0, 1]
+    assert torch.allclose(A.relative_entropy_to_uniform(full, causal=False), torch.ones(5, dtype=torch.float64))
+    h = A.relative_entropy_to_uniform(u.half().float())   # float16 rounding of the rows is within tolerance
+    assert torch.isnan(h[0]) and torch.allclose(h[1:], torch.ones(4, dtype=torch.float64), atol=1e-3)
+
+
+def test_shapes_that_disagree_are_refused_not_truncated_or_broadcast(A):
+    """Before: a 5x5 against a 6x6 matrix gave 1.0 (the 6x6 cut to 5x5), two 5x3 matrices -1.0."""
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+
+    c5, c6 = A.closed_form_uniform_cosine(5), A.closed_form_uniform_cosine(6)
+    v = torch.randn(2, 5, 2, 3)
+    for fn, args, words in [
+        (A.lower_triangle_spearman, (c5, c6), "square matrices of one shape, got \\(5, 5\\) and \\(6, 6\\)"),
+        (A.lower_triangle_spearman, (torch.randn(5, 3), torch.randn(5, 3)), "square"),
+        (A.vector_spearman, (torch.ones(3), torch.ones(4)), "one length"),
+        (A.vector_spearman, (torch.ones(1), torch.ones(1)), "one length >= 2"),
+        (A.pattern_weighted_values, (torch.rand(2, 2, 5, 6), v), "disagree"),
+        (A.pattern_weighted_values, (torch.rand(2, 3, 5, 5), v), "disagree"),
+    ]:
+        with pytest.raises(NopeInterpError, match=words):
+            unhooked(fn)(*args)
+    # the shapes that agree give the naive answer (pattern @ v per head), float64 kept
+    p = torch.rand(2, 2, 5, 5, dtype=torch.float64)
+    z = A.pattern_weighted_values(p, v)
+    assert z.dtype == torch.float64
+    naive = sum(p[1, 0, 3, k] * v[1, k, 0].double() for k in range(5))
+    torch.testing.assert_close(z[1, 3, 0], naive)
+
+
+def test_sizes_and_generators_are_checked_and_numpy_integers_accepted(A):
+    import numpy as np
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+
+    for fn in (A.uniform_causal_pattern, A.identity_pattern, A.closed_form_uniform_cosine):
+        for bad in (0, -3, 2.5, True, "3", None):
+            with pytest.raises(NopeInterpError, match="n_pos must be an integer >= 1"):
+                unhooked(fn)(bad)
+        assert unhooked(fn)(np.int64(4)).shape == (4, 4)
+    with pytest.raises(NopeInterpError, match="generator must be a torch.Generator"):
+        unhooked(A.random_causal_pattern)(torch.ones(5), None)   # the global RNG would not be reproducible
+    for bad in (0, -1, 1.5):
+        with pytest.raises(NopeInterpError, match="iters must be an integer >= 1"):
+            unhooked(A.random_causal_pattern)(torch.ones(5), torch.Generator(), bad)
+
+
+def test_averaging_check_reads_the_attention_direction_from_the_model(tiny_cfg):
+    """Before: a bidirectional model's cache was scored as causal by default (relative entropy 1.57)."""
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.lens import averaging_check
+    from nope_interp.model import build_model
+
+    tokens = torch.randint(0, 96, (2, 10), generator=torch.Generator().manual_seed(0))
+    model = build_model(tiny_cfg.replace(attention="bidirectional"))
+    _, cache = model.run_with_cache(tokens)
+    check = averaging_check(cache)
+    assert 0.0 <= check.relative_entropy <= 1.0
+    with pytest.raises(NopeInterpError, match="later key"):
+        averaging_check(cache, causal=True)
+    _, causal_cache = build_model(tiny_cfg).run_with_cache(tokens)
+    assert 0.99 <= averaging_check(causal_cache).relative_entropy <= 1.0   # near-uniform at init

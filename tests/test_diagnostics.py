@@ -387,7 +387,10 @@ def test_relative_entropy_counts_the_keys_a_sliding_window_allows(tiny_cfg):
     # against all earlier keys the same rows look concentrated: log(3) / log(7) at the last row
     plain = relative_entropy_to_uniform(uniform_in_window, causal=True)
     assert float(plain[-1]) == pytest.approx(torch.log(torch.tensor(3.0)).item() / torch.log(torch.tensor(7.0)).item())
-    assert torch.isnan(relative_entropy_to_uniform(uniform_in_window, causal=True, window=1)).all()
+    assert torch.isnan(relative_entropy_to_uniform(torch.eye(n), causal=True, window=1)).all()
+    # a pattern with weight outside the window it is said to have is refused, not scored
+    with pytest.raises(NopeInterpError, match="outside its sliding window of 1"):
+        relative_entropy_to_uniform(uniform_in_window, causal=True, window=1)
     from conftest import unhooked
 
     for bad in (0, -1, 2.5, True):   # as users call it (the test-time type checker would refuse 2.5 first)

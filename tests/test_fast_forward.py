@@ -109,3 +109,45 @@ def test_hooks_that_force_the_hooked_path_on_long_inputs_are_said(tiny_cfg):
     with model.hooks(fwd_hooks=[("blocks.0.hook_resid_mid", lambda x, hook: x)]):
         with pytest.warns(UserWarning, match="hooks are attached at blocks.0.hook_resid_mid.*pos\\^2"):
             analyze_tokens(model, toks, points=("resid_post",), max_lag=4)
+
+
+def test_fast_paths_check_their_tokens_as_the_hooked_paths_do(tiny_cfg):
+    """Before: a token id of -1 silently read the last embedding row (the same activations as id 95), and a
+    1-D or float batch failed deep in torch."""
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.fast_forward import fast_activations, fast_logits
+    from nope_interp.model import build_model
+
+    model = build_model(tiny_cfg)
+    for bad, words in ((torch.full((1, 4), -1), "in \\[0, 96\\).* got -1"), (torch.full((1, 4), 96), "got 96"),
+                       (torch.zeros(4, dtype=torch.long), "2-D"), (torch.zeros(2, 4), "integer token ids"),
+                       (torch.zeros(2, 4, dtype=torch.long).numpy(), "torch tensor")):
+        with pytest.raises(NopeInterpError, match=words):
+            unhooked(fast_logits)(model, bad)
+        with pytest.raises(NopeInterpError, match=words):
+            unhooked(fast_activations)(model, bad, ["hook_embed"])
+    for bad in (1.0, -0.1, 1.5, float("nan")):
+        with pytest.raises(NopeInterpError, match="dropout must be"):
+            unhooked(fast_logits)(model, torch.zeros(2, 4, dtype=torch.long), dropout=bad)
+
+
+def test_a_transposed_token_batch_gives_the_contiguous_batch_s_numbers(tiny_cfg):
+    """Before: a non-contiguous batch failed in TransformerLens's embedding (view size is not compatible)."""
+    from nope_interp.activations import collect_activations
+    from nope_interp.evaluate import greedy_decode
+    from nope_interp.fast_forward import fast_logits
+    from nope_interp.model import build_model
+
+    model = build_model(tiny_cfg)
+    tokens = torch.randint(0, 96, (3, 10), generator=torch.Generator().manual_seed(0))
+    strided = tokens.t().contiguous().t()
+    assert not strided.is_contiguous()
+    got = collect_activations(model, strided, points=("embed",))
+    want = collect_activations(model, tokens, points=("embed",))
+    assert got.labels == want.labels
+    torch.testing.assert_close(got.acts, want.acts)
+    torch.testing.assert_close(fast_logits(model, strided), fast_logits(model, tokens))
+    prompts = torch.zeros(2, 3, dtype=torch.long)
+    assert torch.equal(greedy_decode(model, prompts.t().contiguous().t(), 2), greedy_decode(model, prompts, 2))

@@ -468,3 +468,33 @@ def test_every_measurement_of_a_model_left_in_train_mode_runs_without_dropout(me
     model.train()
     assert calls[measure](model) == reference and calls[measure](model) == reference
     assert all(m.training for m in model.modules())
+
+
+def test_a_config_that_does_not_describe_the_model_is_refused_not_applied(tiny_cfg):
+    """Before: with_context copied a learned-position model without its positions (logits moved by 0.38) and
+    init_weights wrote positional weights into a NoPE model, both without a word."""
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.model import build_model, init_weights, with_context
+
+    nope = build_model(tiny_cfg)
+    learned_cfg = tiny_cfg.replace(positional="learned")
+    learned = build_model(learned_cfg)
+    cases = [
+        (lambda: with_context(learned, tiny_cfg, 100), "has positional embeddings .*positional='none'"),
+        (lambda: init_weights(nope, learned_cfg), "no positional embeddings .*positional='learned'"),
+        (lambda: init_weights(learned, tiny_cfg), "has positional embeddings"),
+        (lambda: with_context(nope, tiny_cfg.replace(n_ctx=20), 100), "n_ctx=48 in the model, 20 from cfg"),
+        (lambda: with_context(nope, tiny_cfg.replace(d_mlp=2 * tiny_cfg.d_mlp), 100), "d_mlp"),
+        (lambda: with_context(nope, tiny_cfg.replace(tied_embeddings=not tiny_cfg.tied_embeddings), 100),
+         "tied embeddings"),
+        (lambda: unhooked(init_weights)(nope, 3), "cfg must be a ModelConfig"),
+    ]
+    for call, words in cases:
+        with pytest.raises(NopeInterpError, match=f"does not describe this model: .*{words}|{words}"):
+            call()
+    w_pos = nope.pos_embed.W_pos.clone()
+    init_weights(nope, tiny_cfg)   # the matching config still re-initialises
+    assert torch.equal(nope.pos_embed.W_pos, w_pos) and not bool(w_pos.any())
+    assert with_context(nope, tiny_cfg, 100)[1].n_ctx == 100
