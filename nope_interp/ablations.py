@@ -19,6 +19,8 @@ length; mu, permutations and subspaces are defined there). Positions of generate
 through unchanged, for every ablation alike.
 """
 
+import math
+import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +30,43 @@ from torch import Tensor
 from transformer_lens.hook_points import HookPoint
 
 from nope_interp.errors import NopeInterpError
+from nope_interp.similarity import check_tensor
+
+#: How far ``basis.T @ basis`` may be from the identity for a basis to count as orthonormal (float32 bases
+#: computed by an SVD are orthonormal to about 1e-6).
+ORTHONORMAL_TOL = 1e-4
+
+
+def _check_rank(rank: object, high: int, fn: str) -> int:
+    if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or not 0 <= rank <= high:
+        raise NopeInterpError(f"{fn}: rank must be an integer in [0, {high}], got {rank!r}")
+    return int(rank)
+
+
+def check_basis(basis: object, d_model: int, fn: str) -> Float[Tensor, "d_model rank"]:
+    """``basis`` checked as an orthonormal basis of a subspace of R^d_model: a real float tensor
+    ``(d_model, rank)`` with finite entries and ``basis.T @ basis`` within :data:`ORTHONORMAL_TOL` of the
+    identity (projecting out a non-orthonormal basis removes the wrong amount). Returned as float64.
+
+    Raises:
+        NopeInterpError: any of these fails; ``fn`` names the public function in the message.
+    """
+    check_tensor(basis, "basis", "(d_model, rank)", ndim=2, finite=True, fn=fn)
+    if basis.shape[0] != d_model:
+        raise NopeInterpError(f"{fn}: basis must have d_model={d_model} rows, got shape {tuple(basis.shape)}")
+    b = basis.detach().double()
+    err = float((b.T @ b - torch.eye(b.shape[1], dtype=torch.float64, device=b.device)).abs().max()) if b.shape[1] \
+        else 0.0
+    if err > ORTHONORMAL_TOL:
+        raise NopeInterpError(f"{fn}: basis must have orthonormal columns (basis.T @ basis = I), got an entry "
+                              f"{err:.3g} away from the identity (orthonormalise it with torch.linalg.qr)")
+    return b
+
+
+def _check_acts(acts: object, fn: str, shape: str = "(batch, pos, d_model)", ndim: int = 3) -> Tensor:
+    check_tensor(acts, "acts" if ndim == 3 else "mu", shape, ndim=ndim, min_sizes={i: 1 for i in range(ndim)},
+                 finite=True, fn=fn)
+    return acts.detach()
 
 ABLATIONS = ("shuffle_positional", "mean_positional", "project_out", "project_out_random", "shuffle_vectors",
              "swap_prompts")
@@ -35,8 +74,13 @@ ResidHook = Callable[..., Float[Tensor, "batch pos d_model"]]
 
 
 def positional_means(acts: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "pos d_model"]:
-    """mu[p]: the mean activation at each position over prompts (float64); Song & Zhong's positional mean."""
-    return acts.double().mean(0)
+    """mu[p]: the mean activation at each position over prompts (float64); Song & Zhong's positional mean.
+
+    Raises:
+        NopeInterpError: ``acts`` is not a real float tensor ``(batch, pos, d_model)`` with data and finite
+            entries.
+    """
+    return _check_acts(acts, "positional_means").double().mean(0)
 
 
 def positional_decomposition(
@@ -68,12 +112,17 @@ def positional_decomposition(
     addition 0.76, reversal 0.93, ordering 0.95; indexing 0.42).
 
     Raises:
-        NopeInterpError: fewer than 2 prompts, or fewer than 3 usable positions.
+        NopeInterpError: ``acts`` not a real float tensor with finite entries; fewer than 2 prompts, or fewer
+            than 3 usable positions; ``rel_zero`` not a finite number in [0, 1).
     """
     from nope_interp.similarity import adjacency_score_of_activations
 
-    if acts.ndim != 3 or acts.shape[0] < 2:
+    acts = _check_acts(acts, "positional_decomposition")
+    if acts.shape[0] < 2:
         raise NopeInterpError(f"positional_decomposition needs (batch >= 2, pos, d_model), got {tuple(acts.shape)}")
+    if (isinstance(rel_zero, bool) or not isinstance(rel_zero, numbers.Real) or not math.isfinite(rel_zero)
+            or not 0 <= rel_zero < 1):
+        raise NopeInterpError(f"positional_decomposition: rel_zero must be a finite number in [0, 1), got {rel_zero!r}")
     h = acts.double()
     content = h - h.mean(0)
     scale = float(torch.linalg.vector_norm(h, dim=-1).median())
@@ -101,13 +150,20 @@ def positional_subspace(mu: Float[Tensor, "pos d_model"], rank: int) -> Float[Te
     """Orthonormal basis of the top-``rank`` principal directions of the centred positional means.
 
     Raises:
-        NopeInterpError: rank outside [0, min(pos - 1, d_model)].
+        NopeInterpError: ``mu`` not a real float tensor ``(pos, d_model)`` with finite entries; ``rank`` not an
+            integer in [0, min(pos - 1, d_model)] (pos - 1 and d_model bound it); ``rank`` above the number of
+            directions the centred means actually span (singular values above 1e-9 of the largest): the rest
+            of the basis would be arbitrary directions, not positional ones.
     """
+    mu = _check_acts(mu, "positional_subspace", "(pos, d_model)", ndim=2)
     n, d = mu.shape
-    if not 0 <= rank <= min(n - 1, d):
-        raise NopeInterpError(f"rank must be in [0, {min(n - 1, d)}] (pos - 1 and d_model bound it), got {rank}")
+    rank = _check_rank(rank, min(n - 1, d), "positional_subspace")
     centred = mu.double() - mu.double().mean(0, keepdim=True)
-    _, _, vh = torch.linalg.svd(centred, full_matrices=False)
+    _, sv, vh = torch.linalg.svd(centred, full_matrices=False)
+    spanned = int((sv > 1e-9 * float(sv[0])).sum()) if float(sv[0]) > 0 else 0
+    if rank > spanned:
+        raise NopeInterpError(f"positional_subspace: the centred positional means span {spanned} direction(s), so "
+                              f"rank {rank} would add arbitrary ones; use rank <= {spanned}")
     return vh[:rank].T.contiguous()
 
 
@@ -116,17 +172,28 @@ def random_subspace(d_model: int, rank: int, generator: torch.Generator) -> Floa
     the diagonal of R so that the distribution is Haar; Mezzadri, Notices of the AMS 2007).
 
     Raises:
-        NopeInterpError: rank outside [0, d_model].
+        NopeInterpError: ``d_model`` not an integer >= 1; ``rank`` not an integer in [0, d_model]; ``generator``
+            not a ``torch.Generator``.
     """
-    if not 0 <= rank <= d_model:
-        raise NopeInterpError(f"rank must be in [0, {d_model}], got {rank}")
+    if isinstance(d_model, bool) or not isinstance(d_model, numbers.Integral) or d_model < 1:
+        raise NopeInterpError(f"random_subspace: d_model must be an integer >= 1, got {d_model!r}")
+    d_model = int(d_model)
+    rank = _check_rank(rank, d_model, "random_subspace")
+    if not isinstance(generator, torch.Generator):
+        raise NopeInterpError(f"random_subspace: generator must be a torch.Generator, got {type(generator).__name__}")
     q, r = torch.linalg.qr(torch.randn(d_model, max(rank, 1), generator=generator, dtype=torch.float64))
     return (q * torch.sign(torch.diagonal(r))).contiguous()[:, :rank]
 
 
 def project_out(h: Float[Tensor, "... d_model"], basis: Float[Tensor, "d_model rank"]) -> Float[Tensor, "... d_model"]:
-    """h minus its orthogonal projection onto the span of ``basis`` (orthonormal columns), in ``h``'s dtype."""
-    b = basis.to(h.dtype)
+    """h minus its orthogonal projection onto the span of ``basis`` (orthonormal columns), in ``h``'s dtype.
+
+    Raises:
+        NopeInterpError: ``h`` not a real float tensor with finite entries; ``basis`` not an orthonormal
+            ``(d_model, rank)`` basis for ``h``'s last dimension (:func:`check_basis`).
+    """
+    check_tensor(h, "h", "(..., d_model)", min_ndim=1, finite=True, fn="project_out")
+    b = check_basis(basis, h.shape[-1], "project_out").to(h.dtype)
     return h - (h @ b) @ b.T
 
 
@@ -155,18 +222,30 @@ def ablation_hook(
         generator: for ``swap_prompts`` (a fresh permutation of the batch on each forward pass).
 
     Raises:
-        NopeInterpError: unknown kind or a missing argument.
+        NopeInterpError: unknown kind or a missing argument; ``mu`` not a real float tensor ``(pos, d_model)``
+            with finite entries; ``perm`` not a permutation of ``range(pos)``; ``basis`` not an orthonormal
+            ``(d_model, rank)`` basis (:func:`check_basis`); ``generator`` not a ``torch.Generator``.
     """
     if kind not in ABLATIONS:
         raise NopeInterpError(f"unknown ablation {kind!r}; allowed: {', '.join(ABLATIONS)}")
+    mu = _check_acts(mu, "ablation_hook", "(pos, d_model)", ndim=2).double()
     n = mu.shape[0]
-    mu = mu.double()
-    if kind in ("shuffle_positional", "shuffle_vectors") and perm is None:
-        raise NopeInterpError(f"ablation {kind!r} needs perm")
-    if kind in ("project_out", "project_out_random") and basis is None:
-        raise NopeInterpError(f"ablation {kind!r} needs basis")
-    if kind == "swap_prompts" and generator is None:
-        raise NopeInterpError("ablation 'swap_prompts' needs a generator")
+    if kind in ("shuffle_positional", "shuffle_vectors"):
+        if perm is None:
+            raise NopeInterpError(f"ablation {kind!r} needs perm")
+        if (not isinstance(perm, Tensor) or perm.dtype.is_floating_point or perm.dtype.is_complex
+                or perm.dtype == torch.bool or perm.ndim != 1
+                or not torch.equal(torch.sort(perm.cpu()).values, torch.arange(n, dtype=perm.dtype))):
+            got = (f"{perm.dtype} of shape {tuple(perm.shape)}" if isinstance(perm, Tensor)
+                   else type(perm).__name__)
+            raise NopeInterpError(f"ablation_hook: perm must be a permutation of range({n}) (an integer tensor of the "
+                                  f"{n} prompt positions, each once), got a {got} that is not")
+    if kind in ("project_out", "project_out_random"):
+        if basis is None:
+            raise NopeInterpError(f"ablation {kind!r} needs basis")
+        basis = check_basis(basis, mu.shape[1], "ablation_hook")
+    if kind == "swap_prompts" and not isinstance(generator, torch.Generator):
+        raise NopeInterpError(f"ablation 'swap_prompts' needs a torch.Generator, got {type(generator).__name__}")
 
     def transform(h: Tensor) -> Tensor:
         m = mu.to(h.device)

@@ -88,8 +88,51 @@ def test_bad_ablation_input(AB):
         AB.ablation_hook("zero", mu)
     with pytest.raises(NopeInterpError, match="needs perm"):
         AB.ablation_hook("shuffle_positional", mu)
-    with pytest.raises(NopeInterpError, match="rank must be in"):
+    with pytest.raises(NopeInterpError, match="rank must be an integer in \\[0, 4\\]"):
         AB.positional_subspace(mu, 5)
+
+
+def test_ablation_inputs_that_would_give_garbage_numbers_are_refused(AB):
+    """Before: a 1-D mu, a perm that is not a permutation, an integer h (the basis cast to 0) and a
+    non-orthonormal basis were accepted, and a constant mu gave an arbitrary 'positional' basis."""
+    import numpy as np
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+
+    gen = torch.Generator().manual_seed(0)
+    mu = torch.randn(8, 6, generator=gen, dtype=torch.float64)
+    acts = torch.randn(3, 8, 6, generator=gen)
+    basis = AB.positional_subspace(mu, 2)
+    U = unhooked
+    cases = [
+        (lambda: U(AB.ablation_hook)("mean_positional", mu[0]), "mu must be a real floating torch tensor of shape"),
+        (lambda: U(AB.ablation_hook)("shuffle_positional", mu, perm=torch.zeros(8, dtype=torch.long)),
+         "perm must be a permutation of range\\(8\\)"),
+        (lambda: U(AB.ablation_hook)("shuffle_vectors", mu, perm=torch.arange(7)), "permutation of range\\(8\\)"),
+        (lambda: U(AB.ablation_hook)("shuffle_positional", mu, perm=torch.arange(8.0)), "permutation"),
+        (lambda: U(AB.ablation_hook)("project_out", mu, basis=torch.ones(6, 1)), "orthonormal columns"),
+        (lambda: U(AB.ablation_hook)("project_out", mu, basis=torch.eye(5)[:, :2]), "d_model=6 rows"),
+        (lambda: U(AB.ablation_hook)("swap_prompts", mu, generator=0), "torch.Generator"),
+        (lambda: U(AB.project_out)(torch.ones(2, 6, dtype=torch.long), basis), "h must be a real floating"),
+        (lambda: U(AB.project_out)(acts, torch.ones(6, 1)), "orthonormal"),
+        (lambda: U(AB.positional_subspace)(torch.ones(8, 6), 2), "span 0 direction\\(s\\)"),
+        (lambda: U(AB.positional_subspace)(mu, 2.5), "rank must be an integer"),
+        (lambda: U(AB.positional_subspace)(mu, True), "rank must be an integer"),
+        (lambda: U(AB.random_subspace)(6.0, 2, gen), "d_model must be an integer"),
+        (lambda: U(AB.random_subspace)(6, 2, None), "torch.Generator"),
+        (lambda: U(AB.positional_decomposition)(acts, rel_zero=-1), "rel_zero"),
+        (lambda: U(AB.positional_decomposition)(acts, rel_zero=float("nan")), "rel_zero"),
+        (lambda: U(AB.positional_means)(acts.numpy()), "torch tensor"),
+    ]
+    for call, words in cases:
+        with pytest.raises(NopeInterpError, match=words):
+            call()
+    # good input: numpy integers for sizes, and the projection removes exactly the basis directions
+    q = unhooked(AB.random_subspace)(np.int64(6), np.int64(2), gen)   # as users call it (no type checker)
+    out = AB.project_out(acts.double(), q)
+    assert float((out @ q).abs().max()) < 1e-12
+    torch.testing.assert_close(out + (acts.double() @ q) @ q.T, acts.double())
 
 
 def test_positional_decomposition_separates_position_from_content(AB):
