@@ -32,6 +32,7 @@ training mean, and the same probe trained on targets shuffled across training ro
 """
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -45,7 +46,7 @@ from sklearn.preprocessing import StandardScaler
 from torch import Tensor
 
 from nope_interp.errors import NopeInterpError
-from nope_interp.similarity import check_finite, cosine_similarity_matrix
+from nope_interp.similarity import check_finite, check_tensor, cosine_similarity_matrix, near_zero_positions
 
 FEATURES = ("cos_last", "cos_profile", "variance", "norm", "raw", "variance+norm")
 PROBES = ("mlp", "ridge")
@@ -54,6 +55,23 @@ PROFILE_WIDTH = 4
 #: A probe on :func:`noise_activations` whose held-out NRMSE is below this reads position from something
 #: that is not in the activations (a feature leaking position by construction); chance is 1.0.
 NOISE_MAX_NRMSE = 0.95
+
+
+def _check_integer(fn: str, name: str, value: object, low: int, high: int | None = None) -> None:
+    if (isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < low
+            or (high is not None and value > high)):
+        bound = f"in [{low}, {high}]" if high is not None else f">= {low}"
+        raise NopeInterpError(f"{fn}: {name} must be an integer {bound}, got {value!r}")
+
+
+def _vector(fn: str, name: str, x: object) -> np.ndarray:
+    if isinstance(x, Tensor) or not isinstance(x, np.ndarray) or x.ndim != 1 or len(x) == 0 \
+            or not np.issubdtype(x.dtype, np.number):
+        raise NopeInterpError(f"{fn}: {name} must be a non-empty 1-D numpy array of numbers, got "
+                              f"{type(x).__name__} {getattr(x, 'shape', '')}")
+    if not np.isfinite(x).all():
+        raise NopeInterpError(f"{fn}: {name} has NaN or infinite entries")
+    return x
 
 
 def position_features(
@@ -71,17 +89,27 @@ def position_features(
         index of each row, for splitting by sequence).
 
     Raises:
-        NopeInterpError: unknown feature name; ``pos < PROFILE_WIDTH + 3`` (fewer than 2 target
-            positions); NaN or inf entries in ``acts``.
+        NopeInterpError: unknown feature name; ``acts`` not a real float tensor ``(batch, pos, d_model)`` with
+            data (:func:`nope_interp.similarity.check_tensor`); ``pos < PROFILE_WIDTH + 3`` (fewer than 2
+            target positions); NaN or inf entries in ``acts``; a near-zero vector (its cosines are undefined)
+            for the cosine features.
     """
     if feature not in FEATURES:
         raise NopeInterpError(f"unknown feature {feature!r}; allowed: {', '.join(FEATURES)}")
+    check_tensor(acts, "acts", "(batch, pos, d_model)", ndim=3, min_sizes={0: 1, 2: 1}, fn="position_features")
+    acts = acts.detach()
     b, n, _ = acts.shape
     w = PROFILE_WIDTH
     if n < w + 3:
         raise NopeInterpError(f"position probes need at least {w + 3} positions, got {n}")
     check_finite(acts)
     x = acts.double()
+    if feature.startswith("cos_"):
+        zero = near_zero_positions(x)
+        if bool(zero.any()):
+            where = tuple(int(i) for i in zero.nonzero()[0])
+            raise NopeInterpError(f"position_features: {int(zero.sum())} near-zero vectors in acts (first at (batch, "
+                                  f"pos) {where}) have undefined cosines; feature {feature!r} cannot be computed")
     pos = torch.arange(n, dtype=torch.float64).expand(b, n)
     if feature == "cos_last":
         sim = cosine_similarity_matrix(x)[:, :, -1]
@@ -113,12 +141,12 @@ def noise_activations(batch: int, pos: int, d_model: int, seed: int = 0) -> Floa
     :data:`NOISE_MAX_NRMSE`); a feature that does better reads position off its own construction.
 
     Raises:
-        NopeInterpError: a size below 1.
+        NopeInterpError: a size not an integer >= 1; ``seed`` not an integer >= 0.
     """
-    if min(batch, pos, d_model) < 1:
-        raise NopeInterpError(
-            f"noise_activations needs sizes >= 1, got batch={batch}, pos={pos}, d_model={d_model}")
-    return torch.randn(batch, pos, d_model, generator=torch.Generator().manual_seed(seed))
+    for name, v in (("batch", batch), ("pos", pos), ("d_model", d_model)):
+        _check_integer("noise_activations", name, v, 1)
+    _check_integer("noise_activations", "seed", seed, 0)
+    return torch.randn(int(batch), int(pos), int(d_model), generator=torch.Generator().manual_seed(int(seed)))
 
 
 def make_probe(kind: str, seed: int):
@@ -126,8 +154,10 @@ def make_probe(kind: str, seed: int):
     10% validation split, at most 150 epochs) or Ridge (alpha 1).
 
     Raises:
-        NopeInterpError: ``kind`` not in :data:`PROBES`.
+        NopeInterpError: ``kind`` not in :data:`PROBES`; ``seed`` not an integer in [0, 2**32).
     """
+    _check_integer("make_probe", "seed", seed, 0, 2**32 - 1)
+    seed = int(seed)
     if kind == "mlp":
         reg = MLPRegressor(hidden_layer_sizes=(32, 32, 32, 32), max_iter=150, early_stopping=True,
                            n_iter_no_change=8, tol=1e-4, random_state=seed, learning_rate_init=2e-3)
@@ -149,7 +179,15 @@ class ProbeScore:
 
 
 def score_predictions(y_true: np.ndarray, y_pred: np.ndarray) -> ProbeScore:
-    """NRMSE, Pearson r and MAE of predictions."""
+    """NRMSE, Pearson r and MAE of predictions.
+
+    Raises:
+        NopeInterpError: ``y_true`` and ``y_pred`` are not 1-D arrays of one length >= 1 with finite values.
+    """
+    y_true, y_pred = _vector("score_predictions", "y_true", y_true), _vector("score_predictions", "y_pred", y_pred)
+    if y_true.shape != y_pred.shape:
+        raise NopeInterpError(f"score_predictions: y_true and y_pred must have one length, got {y_true.shape[0]} "
+                              f"and {y_pred.shape[0]}")
     sd = float(np.std(y_true))
     rmse = float(np.sqrt(np.mean((y_true - y_pred) ** 2)))
     r = math.nan if np.std(y_pred) < 1e-12 or sd < 1e-12 else float(np.corrcoef(y_true, y_pred)[0, 1])
@@ -169,13 +207,32 @@ def fit_position_probe(
         ``{"probe": ..., "mean_baseline": ..., "shuffled_baseline": ...}``, scores on held-out sequences.
 
     Raises:
-        NopeInterpError: fewer than 4 sequences; an unknown probe.
+        NopeInterpError: fewer than 4 sequences; an unknown probe; ``X`` not a 2-D array or ``y``/``groups``
+            not 1-D arrays with one row each per row of ``X`` (finite values); ``seed`` not an integer in
+            [0, 2**32); ``test_fraction`` not a number in (0, 1) or one that leaves no sequence to train on.
     """
-    rng = np.random.default_rng(seed)
+    if isinstance(X, Tensor) or not isinstance(X, np.ndarray) or X.ndim != 2 or not np.issubdtype(X.dtype, np.number):
+        raise NopeInterpError(f"fit_position_probe: X must be a 2-D numpy array (rows x n_features), got "
+                              f"{type(X).__name__} {getattr(X, 'shape', '')}")
+    if not np.isfinite(X).all():
+        raise NopeInterpError("fit_position_probe: X has NaN or infinite entries")
+    y = _vector("fit_position_probe", "y", y)
+    groups = _vector("fit_position_probe", "groups", groups)
+    if not len(y) == len(groups) == X.shape[0]:
+        raise NopeInterpError(f"fit_position_probe: X, y and groups must have one row each, got {X.shape[0]}, "
+                              f"{len(y)} and {len(groups)}")
+    _check_integer("fit_position_probe", "seed", seed, 0, 2**32 - 1)
+    if (isinstance(test_fraction, bool) or not isinstance(test_fraction, numbers.Real)
+            or not 0 < test_fraction < 1):
+        raise NopeInterpError(f"fit_position_probe: test_fraction must be a number in (0, 1), got {test_fraction!r}")
+    rng = np.random.default_rng(int(seed))
     seqs = np.unique(groups)
     if len(seqs) < 4:
         raise NopeInterpError(f"need at least 4 sequences to split by sequence, got {len(seqs)}")
-    test_seqs = rng.choice(seqs, size=max(1, int(round(test_fraction * len(seqs)))), replace=False)
+    n_test = max(1, int(round(test_fraction * len(seqs))))
+    if n_test >= len(seqs):
+        raise NopeInterpError(f"fit_position_probe: test_fraction={test_fraction} holds out all {len(seqs)} sequences")
+    test_seqs = rng.choice(seqs, size=n_test, replace=False)
     test = np.isin(groups, test_seqs)
     train = ~test
     model = make_probe(probe, seed).fit(X[train], y[train])
@@ -195,8 +252,18 @@ def probe_sites(
     (``<probe|mean_baseline|shuffled_baseline>_<nrmse|pearson_r|mae>``).
 
     Raises:
-        NopeInterpError: an unknown feature or probe; too few positions or sequences.
+        NopeInterpError: an unknown feature or probe; too few positions or sequences; ``acts`` not a 4-D real
+            float tensor; ``labels`` not a list of one name per site (a single string, or a count that
+            differs from ``acts.shape[0]``, would drop or mislabel sites); ``features``, ``probes`` or
+            ``seeds`` empty or a single string.
     """
+    check_tensor(acts, "acts", "(site, batch, pos, d_model)", ndim=4, fn="probe_sites")
+    for name, value in (("labels", labels), ("features", features), ("probes", probes), ("seeds", seeds)):
+        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or len(value) == 0:
+            raise NopeInterpError(f"probe_sites: {name} must be a non-empty list, got {value!r}")
+    if len(labels) != acts.shape[0]:
+        raise NopeInterpError(f"probe_sites: labels must name each of the {acts.shape[0]} sites in acts, got "
+                              f"{len(labels)} labels")
     rows: list[dict[str, object]] = []
     for s, label in enumerate(labels):
         for feature in features:

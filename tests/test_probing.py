@@ -128,5 +128,45 @@ def test_probe_input_checks_positions_and_finiteness(P):
         acts[2, 5, 1] = bad
         with pytest.raises(NopeInterpError, match="not finite"):
             P.position_features(acts, "cos_last")
-    with pytest.raises(NopeInterpError, match="sizes >= 1"):
+    with pytest.raises(NopeInterpError, match="batch must be an integer >= 1, got 0"):
         P.noise_activations(0, 10, 8)
+
+
+def test_probe_inputs_that_would_drop_sites_or_split_nothing_are_refused(P):
+    """Before: two sites with one label silently dropped the second, a string was taken as the labels list,
+    test_fraction 0 or -0.5 held out one sequence, 2-D predictions were flattened, and a zero vector gave NaN
+    cosine features that failed inside scikit-learn."""
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+
+    acts = P.noise_activations(6, 10, 4, seed=0)
+    four = torch.stack([acts, acts])
+    X, y, g = P.position_features(acts, "variance")
+    U = unhooked
+    cases = [
+        (lambda: U(P.probe_sites)(four, ["a"], ("variance",), ("ridge",), (0,)), "labels must name each of the 2"),
+        (lambda: U(P.probe_sites)(four, "ab", ("variance",), ("ridge",), (0,)), "labels must be a non-empty list"),
+        (lambda: U(P.probe_sites)(four, ["a", "b"], (), ("ridge",), (0,)), "features must be a non-empty list"),
+        (lambda: U(P.probe_sites)(four, ["a", "b"], ("variance",), ("ridge",), ()), "seeds must be a non-empty"),
+        (lambda: U(P.probe_sites)(acts, ["a"]), "shape \\(site, batch, pos, d_model\\)"),
+        (lambda: U(P.fit_position_probe)(X, y, g, "ridge", 0, 0), "test_fraction must be a number in \\(0, 1\\)"),
+        (lambda: U(P.fit_position_probe)(X, y, g, "ridge", 0, -0.5), "test_fraction"),
+        (lambda: U(P.fit_position_probe)(X, y, g, "ridge", 0, 0.99), "holds out all 6 sequences"),
+        (lambda: U(P.fit_position_probe)(X, y[:-1], g, "ridge"), "one row each"),
+        (lambda: U(P.fit_position_probe)(X[:, 0], y, g, "ridge"), "X must be a 2-D numpy array"),
+        (lambda: U(P.fit_position_probe)(X, y, g, "ridge", -1), "seed must be an integer in \\[0, "),
+        (lambda: U(P.score_predictions)(y.reshape(-1, 1), y.reshape(-1, 1)), "y_true must be a non-empty 1-D"),
+        (lambda: U(P.score_predictions)(y, y[:-1]), "one length"),
+        (lambda: U(P.make_probe)("mlp", -1), "seed must be an integer"),
+        (lambda: U(P.noise_activations)(2.5, 10, 4), "batch must be an integer"),
+        (lambda: U(P.position_features)(acts.numpy(), "variance"), "torch tensor"),
+        (lambda: U(P.position_features)(torch.cat([acts[:, :3] * 0, acts[:, 3:]], 1), "cos_last"), "near-zero"),
+    ]
+    for call, words in cases:
+        with pytest.raises(NopeInterpError, match=words):
+            call()
+    # a tensor that requires grad is read, not refused by numpy
+    assert P.position_features(acts.clone().requires_grad_(True), "cos_last")[0].shape[0] == X.shape[0]
+    rows = P.probe_sites(four, ["a", "b"], ("variance",), ("ridge",), (0,))
+    assert [r["site"] for r in rows] == ["a", "b"]
