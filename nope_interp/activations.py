@@ -13,7 +13,7 @@ from torch import Tensor
 
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names
-from nope_interp.model import LensModel, check_tokens, evaluates
+from nope_interp.model import LensModel, check_model_dtype, check_tokens, evaluates
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,7 @@ class Activations:
 
 
 def _checked(model: LensModel, tokens: Tensor) -> Tensor:
+    check_model_dtype(model, "collect_activations")
     tokens = check_tokens(model, tokens)
     if tokens.shape[1] > model.cfg.n_ctx:
         raise NopeInterpError(f"sequences of {tokens.shape[1]} tokens exceed the model's n_ctx={model.cfg.n_ctx}")

@@ -21,7 +21,7 @@ from nope_interp.config import check_int
 from nope_interp.errors import NopeInterpError
 from nope_interp.fast_forward import attached_hooks, fast_activations, fast_activations_unsupported
 from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names
-from nope_interp.model import LensModel, check_model, check_tokens, evaluates
+from nope_interp.model import LensModel, check_model, check_model_dtype, check_tokens, evaluates
 from nope_interp.similarity import (
     REDUCTIONS,
     ScoreSummary,
@@ -212,6 +212,7 @@ def analyze_tokens(
         if not isinstance(value, str):
             raise NopeInterpError(f"{name} must be a string (it is recorded in the result), got "
                                   f"{type(value).__name__}")
+    check_model_dtype(model, "analyze_tokens")
     tokens = check_tokens(model, tokens)
     n_pos = tokens.shape[1]
     if n_pos < 3:

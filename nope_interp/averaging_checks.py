@@ -35,11 +35,12 @@ from nope_interp.averaging import (
     relative_entropy_to_uniform,
     vector_spearman,
 )
+from nope_interp.config import check_int
 from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import exact_match_accuracy
 from nope_interp.hooks import hook_name
 from nope_interp.interventions import replaced_pattern
-from nope_interp.model import check_model, evaluates
+from nope_interp.model import check_model_for_task, evaluates
 from nope_interp.similarity import adjacency_score, check_finite, cosine_similarity_matrix
 
 
@@ -247,9 +248,12 @@ def averaging_report(
     Raises:
         NopeInterpError: ``model`` not a TransformerLens model; prompts shorter than 3 tokens (no rank
             correlation); NaN or inf entries in a layer's ``hook_z`` (the message names the site); TaskError:
-            too many prompts asked.
+            too many prompts asked; a model that cannot read the task's inputs (:func:`nope_interp.model.
+            check_model_for_task`: a string for ``task``, ``n_ctx`` or ``d_vocab`` too small, ``model.half()``);
+            ``n_prompts`` not an integer >= 1.
     """
-    check_model(model)
+    check_model_for_task(model, task, getattr(task, "max_prompt_len", None), "averaging_report")
+    check_int("n_prompts", n_prompts, 1, 10**7)
     tokens = task.analysis_tokens(n_prompts, seed, exclude).to(model.cfg.device)
     n_layers = model.cfg.n_layers
     names = {hook_name(p, layer) for layer in range(n_layers) for p in ("pattern", "z", "v")}
@@ -305,9 +309,10 @@ def counterfactual_report(
         A :class:`CounterfactualReport` with ``"clean"`` first, then ``kinds`` in order.
 
     Raises:
-        NopeInterpError: ``model`` not a TransformerLens model; an unknown kind or a layer out of range.
+        NopeInterpError: ``model`` not a TransformerLens model; an unknown kind or a layer out of range; a
+            model that cannot read the task's inputs (:func:`nope_interp.model.check_model_for_task`).
     """
-    check_model(model)
+    check_model_for_task(model, task, getattr(task, "max_prompt_len", None), "counterfactual_report")
     conditions = []
     for kind in ("clean", *kinds):
         if kind == "clean":
@@ -329,9 +334,10 @@ def cosine_example(model: HookedTransformer, task: tasks_pkg.Task, layer: int = 
     matrix of ``hook_z`` at ``layer`` on one full-length prompt (``task.analysis_prompts(1, seed)``).
 
     Raises:
-        NopeInterpError: ``model`` not a TransformerLens model; ``layer`` out of range.
+        NopeInterpError: ``model`` not a TransformerLens model; ``layer`` out of range; a model that cannot
+            read the task's inputs (:func:`nope_interp.model.check_model_for_task`).
     """
-    check_model(model)
+    check_model_for_task(model, task, getattr(task, "max_prompt_len", None), "cosine_example")
     prompt = task.analysis_prompts(1, seed=seed)[0]
     names = {hook_name("pattern", layer, model.cfg.n_layers), hook_name("z", layer)}
     tokens = task.prompt_tokens([prompt]).to(model.cfg.device)

@@ -33,7 +33,7 @@ from nope_interp.config import check_int
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import hook_name
 from nope_interp.interventions import pattern_replacement_hook
-from nope_interp.model import check_model, check_tokens, eval_mode
+from nope_interp.model import check_model, check_model_dtype, check_tokens, eval_mode
 from nope_interp.similarity import adjacency_scores_of_activations, check_tensor, degenerate_report
 
 DIGITS = "0123456789"
@@ -68,21 +68,8 @@ def positional_share(acts: Float[Tensor, "batch pos d"]) -> float:
 
 
 def _check_model_dtype(model: HookedTransformer, fn: str) -> None:
-    """Refuse a TransformerLens model (:func:`~nope_interp.model.check_model`) whose parameters are not all of
-    ``model.cfg.dtype``: ``model.half()`` (``.bfloat16()``, ``.double()``) converts the weights but keeps the old
-    ``cfg.dtype``, to which TransformerLens's layer norms cast, so the model's own forward fails on a dtype
-    mismatch (16-bit weights) or silently mixes precisions. ``model.to(dtype)`` converts both and is supported."""
-    check_model(model)
-    want = getattr(model.cfg, "dtype", None)
-    if not isinstance(model, HookedTransformer) or not isinstance(want, torch.dtype):
-        return
-    have = sorted({str(p.dtype) for p in model.parameters() if p.is_floating_point()})
-    if have and have != [str(want)]:
-        fix = f"model.to({have[0]})" if len(have) == 1 else "model.to(dtype) for one dtype"
-        raise NopeInterpError(
-            f"{fn}: model's parameters are {', '.join(have)} but model.cfg.dtype is {want} (as after model.half(): "
-            f"TransformerLens's layer norms cast to cfg.dtype, so its forward fails or mixes precisions); convert it "
-            f"with {fix}, which updates cfg.dtype too")
+    """:func:`nope_interp.model.check_model_dtype` (kept under its old name for this module's callers)."""
+    check_model_dtype(model, fn)
 
 
 def _check_task(task: object, fn: str) -> None:

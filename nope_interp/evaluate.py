@@ -18,7 +18,7 @@ from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 
 from nope_interp.errors import NopeInterpError
 from nope_interp.fast_forward import attached_hooks, fast_logits, unsupported_reason
-from nope_interp.model import check_tokens, evaluates
+from nope_interp.model import check_model_dtype, check_model_for_task, check_tokens, evaluates
 from tasks import EOS, Batch, Example, Task, UnknownCharacterError, decode, encode
 
 
@@ -34,6 +34,7 @@ def greedy_decode(
             token id in ``[0, d_vocab)``; ``max_new_tokens`` is not an integer >= 0; prompt plus new
             tokens would exceed the model's ``n_ctx``.
     """
+    check_model_dtype(model, "greedy_decode")
     prompt_tokens = check_tokens(model, prompt_tokens, "prompt_tokens")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise NopeInterpError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
@@ -103,8 +104,11 @@ def predict(model: HookedTransformer, task: Task, prompts: Sequence[str], batch_
     Raises:
         NopeInterpError: ``prompts`` is a single string; a prompt that is not a string, is empty (with no
             ``prefix``) or holds a character outside the vocabulary (the message gives its index);
-            ``batch_size`` < 1; prompts that do not fit the model's ``n_ctx``.
+            ``batch_size`` < 1; prompts that do not fit the model's ``n_ctx``; a model that cannot read the
+            task's inputs (:func:`nope_interp.model.check_model_for_task`: ``task`` a string, ``d_vocab`` too
+            small, ``model.half()``).
     """
+    check_model_for_task(model, task, None, "predict")
     if isinstance(prompts, (str, bytes)):
         raise NopeInterpError(f"prompts must be a sequence of prompt strings, got the single string {prompts!r} "
                               f"(write [{prompts!r}] for one prompt)")

@@ -486,6 +486,50 @@ def check_model(model: object) -> None:
                               f"got a {type(model).__name__}{hint}")
 
 
+def check_model_dtype(model: object, fn: str) -> None:
+    """Refuse a TransformerLens model (:func:`check_model`) whose parameters are not all of ``model.cfg.dtype``:
+    ``model.half()`` (``.bfloat16()``, ``.double()``) converts the weights but keeps the old ``cfg.dtype``, to
+    which TransformerLens's layer norms cast, so the model's own forward fails on a dtype mismatch (16-bit
+    weights) or silently mixes precisions. ``model.to(dtype)`` converts both and is supported.
+
+    Raises:
+        NopeInterpError: one line naming ``fn``, the parameters' dtypes, ``cfg.dtype`` and the fix.
+    """
+    check_model(model)
+    want = getattr(model.cfg, "dtype", None)
+    if not isinstance(model, HookedTransformer) or not isinstance(want, torch.dtype):
+        return
+    have = sorted({str(p.dtype) for p in model.parameters() if p.is_floating_point()})
+    if have and have != [str(want)]:
+        fix = f"model.to({have[0]})" if len(have) == 1 else "model.to(dtype) for one dtype"
+        raise NopeInterpError(
+            f"{fn}: model's parameters are {', '.join(have)} but model.cfg.dtype is {want} (as after model.half(): "
+            f"TransformerLens's layer norms cast to cfg.dtype, so its forward fails or mixes precisions); convert it "
+            f"with {fix}, which updates cfg.dtype too")
+
+
+def check_model_for_task(model: object, task: object, n_pos: int | None, fn: str) -> None:
+    """Refuse a model that cannot read ``task``'s inputs, before any forward pass fails deep in TransformerLens:
+    not a TransformerLens model, or one whose parameters are not of ``cfg.dtype`` (:func:`check_model_dtype`);
+    ``task`` not a ``tasks.Task``; a vocabulary smaller than the task's characters (``d_vocab`` below
+    ``tasks.D_VOCAB``); inputs of ``n_pos`` tokens longer than ``n_ctx`` (``None``: not checked).
+
+    Raises:
+        NopeInterpError: one line naming ``fn`` and what does not fit.
+    """
+    import tasks as tasks_pkg
+
+    check_model_dtype(model, fn)
+    if not isinstance(task, tasks_pkg.Task):
+        raise NopeInterpError(f"{fn}: task must be a tasks.Task (e.g. tasks.get_task('reversal')), got "
+                              f"{type(task).__name__} {task!r}"[:300])
+    if model.cfg.d_vocab < tasks_pkg.D_VOCAB:
+        raise NopeInterpError(f"{fn}: the model's d_vocab={model.cfg.d_vocab} is smaller than the tasks' vocabulary "
+                              f"of {tasks_pkg.D_VOCAB} characters")
+    if n_pos is not None and n_pos > model.cfg.n_ctx:
+        raise NopeInterpError(f"{fn}: n_ctx={model.cfg.n_ctx} is too small for {task.name!r} inputs of {n_pos} tokens")
+
+
 def check_tokens(model: LensModel, tokens: object, name: str = "tokens") -> Int[Tensor, "batch pos"]:
     """Check a batch of token ids for ``model`` and return it as a contiguous ``torch.long`` tensor (same
     values, same device; TransformerLens's embedding views its input, so a transposed batch would fail there).

@@ -94,3 +94,44 @@ def test_cosine_example_matches_the_cache(checks, tiny_model, addition_task):
     rows = cache["blocks.1.attn.hook_pattern"][0].double().permute(1, 0, 2).flatten(-2)
     torch.testing.assert_close(ex.predicted, cosine_similarity_matrix(rows).double().clamp(-1, 1))
     assert ex.predicted.shape == (len(ex.prompt), len(ex.prompt))
+
+
+def test_a_model_that_cannot_read_the_task_is_refused_before_any_forward_pass(tiny_cfg):
+    """Before: a task given by name gave AttributeError, a small n_ctx or d_vocab a TransformerLens size error,
+    model.half() a dtype RuntimeError deep in attention, n_prompts=0 a TaskError naming `n`."""
+    from conftest import unhooked
+
+    import tasks
+    from nope_interp import activations, analysis, averaging_checks, evaluate
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.model import build_model
+
+    task = tasks.get_task("reversal")
+    model = build_model(tiny_cfg)
+    half = build_model(tiny_cfg).half()
+    short = build_model(tiny_cfg.replace(n_ctx=8))
+    narrow = build_model(tiny_cfg.replace(d_vocab=30))
+    tokens = torch.zeros(2, 5, dtype=torch.long)
+    U = unhooked
+    cases = [
+        (lambda: U(averaging_checks.averaging_report)(model, "reversal"), "^averaging_report: task must be a tasks"),
+        (lambda: U(averaging_checks.cosine_example)(model, "reversal"), "^cosine_example: task must be"),
+        (lambda: U(averaging_checks.counterfactual_report)(model, "reversal"), "^counterfactual_report: task must"),
+        (lambda: U(evaluate.predict)(model, "reversal", ["ab"]), "^predict: task must be"),
+        (lambda: U(averaging_checks.averaging_report)(short, task), "n_ctx=8 is too small for 'reversal' inputs of 22"),
+        (lambda: U(averaging_checks.cosine_example)(short, task), "n_ctx=8 is too small"),
+        (lambda: U(averaging_checks.averaging_report)(narrow, task), "d_vocab=30 is smaller than the tasks' vocab"),
+        (lambda: U(evaluate.predict)(narrow, task, ["ab"]), "d_vocab=30"),
+        (lambda: U(averaging_checks.averaging_report)(model, task, n_prompts=0), "n_prompts must be an integer"),
+    ]
+    for fn_name, call in (("averaging_report", lambda: U(averaging_checks.averaging_report)(half, task)),
+                          ("predict", lambda: U(evaluate.predict)(half, task, ["ab"])),
+                          ("collect_activations", lambda: U(activations.collect_activations)(half, tokens)),
+                          ("analyze_tokens", lambda: U(analysis.analyze_tokens)(half, tokens)),
+                          ("greedy_decode", lambda: U(evaluate.greedy_decode)(half, tokens, 2))):
+        cases.append((call, f"^{fn_name}: model's parameters are torch.float16 but model.cfg.dtype is torch.float32"))
+    for call, words in cases:
+        with pytest.raises(NopeInterpError, match=words):
+            call()
+    # converted the supported way, the same model runs
+    assert evaluate.predict(build_model(tiny_cfg).to(torch.float64), task, ["ab"]) is not None
