@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from nope_interp.config import check_int
 from nope_interp.errors import NopeInterpError
 
 #: The tiny models :func:`tiny_hf_model` builds.
@@ -25,6 +26,9 @@ TINY_KINDS = ("smollm3-mixed", "smollm3-nope", "llama")
 
 def bridge_from_hf(hf_model: torch.nn.Module, architecture: str | None = None) -> Any:
     """A ``TransformerBridge`` around an already-built Hugging Face causal LM (eval mode, same weights).
+
+    The bridge runs ``hf_model``'s own modules, so ``hf_model`` is put in eval mode too (one set of modules
+    has one mode); call ``hf_model.train()`` after it to train the Hugging Face model.
 
     Uses TransformerLens's loader-agnostic builder
     (``transformer_lens.model_bridge.sources._bridge_builder.build_bridge_from_module``), so nothing is
@@ -90,25 +94,34 @@ def tiny_hf_model(kind: str = "smollm3-mixed", seed: int = 0, n_layers: int = 4,
 
     ``smollm3-mixed``: SmolLM3 with RoPE in every layer but every fourth (``no_rope_layers[i] == 0`` for
     i = 3, 7, ...: in SmolLM3's config 1 means the layer USES RoPE); ``smollm3-nope``: no RoPE in any layer;
-    ``llama``: Llama, RoPE in every layer. 4 heads, 2 key/value heads (grouped-query attention).
+    ``llama``: Llama, RoPE in every layer. 4 heads, 2 key/value heads (grouped-query attention). The weights
+    are drawn from ``seed``; the global torch RNG is left as it was.
 
     Raises:
-        NopeInterpError: an unknown kind.
+        NopeInterpError: an unknown kind; ``seed`` not an integer >= 0; ``n_layers``, ``vocab`` or ``n_ctx``
+            not an integer >= 1 (``vocab`` >= 3: it holds the pad, bos and eos ids); ``d_model`` not a
+            multiple of 8 (4 heads of an even width, as rotary embeddings need).
     """
     if kind not in TINY_KINDS:
         raise NopeInterpError(f"unknown tiny model {kind!r}; allowed: {', '.join(TINY_KINDS)}")
     common = dict(vocab_size=vocab, hidden_size=d_model, intermediate_size=2 * d_model, num_hidden_layers=n_layers,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=n_ctx, pad_token_id=0,
                   bos_token_id=1, eos_token_id=2, attn_implementation="eager")
-    torch.manual_seed(seed)
-    if kind == "llama":
-        from transformers import LlamaConfig, LlamaForCausalLM
+    for name, value, low in (("seed", seed, 0), ("n_layers", n_layers, 1), ("vocab", vocab, 3), ("n_ctx", n_ctx, 1),
+                             ("d_model", d_model, 8)):
+        check_int(name, value, low, 2**63 - 1)
+    if d_model % 8:
+        raise NopeInterpError(f"d_model must be a multiple of 8 (4 heads of an even width), got {d_model}")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        if kind == "llama":
+            from transformers import LlamaConfig, LlamaForCausalLM
 
-        return LlamaForCausalLM(LlamaConfig(**common)).eval()
-    from transformers import SmolLM3Config, SmolLM3ForCausalLM
+            return LlamaForCausalLM(LlamaConfig(**common)).eval()
+        from transformers import SmolLM3Config, SmolLM3ForCausalLM
 
-    uses_rope = [0 if kind == "smollm3-nope" or (i + 1) % 4 == 0 else 1 for i in range(n_layers)]
-    return SmolLM3ForCausalLM(SmolLM3Config(no_rope_layers=uses_rope, **common)).eval()
+        uses_rope = [0 if kind == "smollm3-nope" or (i + 1) % 4 == 0 else 1 for i in range(n_layers)]
+        return SmolLM3ForCausalLM(SmolLM3Config(no_rope_layers=uses_rope, **common)).eval()
 
 
 def expected_layer_types(hf_model: torch.nn.Module) -> tuple[str, ...]:

@@ -152,3 +152,21 @@ def test_only_the_hf_module_imports_transformers():
     importers = [p.relative_to(root).as_posix() for p in root.rglob("*.py")
                  if re.search(r"^\s*(from|import) transformers\b", p.read_text(), re.MULTILINE)]
     assert importers == ["hf.py"]
+
+
+def test_tiny_hf_model_leaves_the_global_rng_alone_and_checks_its_sizes():
+    """Before: it called torch.manual_seed(seed), resetting the caller's random stream."""
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.hf import tiny_hf_model
+
+    torch.manual_seed(123)
+    want = torch.rand(3)
+    torch.manual_seed(123)
+    a = tiny_hf_model("llama", seed=0, n_layers=1, d_model=16, vocab=32, n_ctx=16)
+    assert torch.equal(torch.rand(3), want)
+    b = tiny_hf_model("llama", seed=0, n_layers=1, d_model=16, vocab=32, n_ctx=16)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))   # same seed
+    for kwargs, words in (({"d_model": 30}, "multiple of 8"), ({"n_layers": 0}, "n_layers must be an integer"),
+                          ({"seed": -1}, "seed must be"), ({"vocab": 2}, "vocab must be")):
+        with pytest.raises(NopeInterpError, match=words):
+            tiny_hf_model("llama", **kwargs)
