@@ -394,7 +394,9 @@ def analyze_text(model: LensModel, texts: str | list[str] | tuple[str, ...], len
 
     Raises:
         NopeInterpError: everything :func:`text_windows_of` and :func:`analyze_tokens` raise (ids outside the
-            model's vocabulary among them: a tokenizer that is not the model's).
+            model's vocabulary among them: a tokenizer that is not the model's); no ``tokenizer`` for a model
+            that does not read the toolkit's character vocabulary (a ``TransformerBridge``, or a ``d_vocab``
+            other than ``tasks.D_VOCAB``): its ids would be analysed as if they were that model's tokens.
 
     Warns:
         DegenerateInputWarning: as :func:`analyze_tokens` (a text of one repeated character, say).
@@ -403,6 +405,11 @@ def analyze_text(model: LensModel, texts: str | list[str] | tuple[str, ...], len
     "Analysis inputs" (natural text instead of task prompts, a direction the paper names as future work).
     """
     check_model(model)
+    if tokenizer is None and (not isinstance(model, HookedTransformer) or model.cfg.d_vocab != tasks_pkg.D_VOCAB):
+        raise NopeInterpError(
+            f"analyze_text: give the model's own tokenizer (tokenizer=...): without one the text is encoded with the "
+            f"toolkit's {tasks_pkg.D_VOCAB}-character vocabulary, which this {type(model).__name__} (d_vocab="
+            f"{model.cfg.d_vocab}) does not read (nope_interp.hf.load_hf_tokenizer loads a saved one)")
     tokens = text_windows_of(texts, length, n_windows, tokenizer)
     kwargs.setdefault("task", "text")
     kwargs.setdefault("protocol", "text")

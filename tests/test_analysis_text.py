@@ -109,6 +109,11 @@ def test_a_hugging_face_tokenizer_and_a_bridge(tmp_path):
     base = analyze_tokens(bridge, got, ("z",))
     torch.testing.assert_close(res.per_sequence["row_mean"], base.per_sequence["row_mean"])
     assert res.example_prompt == "To be, or not"
+    # without its tokenizer the bridge would be fed the character vocabulary's ids: refused, not analysed
+    from nope_interp.errors import NopeInterpError
+
+    with pytest.raises(NopeInterpError, match="analyze_text: give the model's own tokenizer"):
+        analyze_text(bridge, TEXTS, 4, points=("z",))
 
 
 def test_cli_analyze_reads_a_text_file_with_the_models_own_tokenizer(tmp_path, tiny_run, capsys):
