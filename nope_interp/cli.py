@@ -36,6 +36,19 @@ _ASCII_FLOAT = re.compile(r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:e[+-]?[0-9]+)
                           re.ASCII | re.IGNORECASE)
 
 
+def path_arg(text: str) -> str:
+    """argparse type of a folder flag (``--out-root``, ``--runs-dir``, ``--out-dir``): any path but an empty or
+    blank one, which would silently mean the current folder.
+
+    Raises:
+        argparse.ArgumentTypeError: an empty or blank path (a one-line error, exit status 2).
+    """
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"must be a folder path, got the empty path {text!r} (write . for the "
+                                         f"current folder)")
+    return text
+
+
 def ascii_int(text: str) -> int:
     """argparse type: an integer written with the ASCII digits 0-9 and an optional sign.
 
@@ -177,7 +190,7 @@ def _build_parser() -> argparse.ArgumentParser:
                                    "(NoPE by default; --model-positional learned or rotary for the twins).")
     p.add_argument("--preset", default="cpu", help=f"model preset: {', '.join(PRESETS)} (default cpu)")
     p.add_argument("--name", default=None, help="run name (default: text-<positional>-<preset>-s<seed>)")
-    p.add_argument("--runs-dir", default="runs", help="parent of the run directory (default runs/)")
+    p.add_argument("--runs-dir", type=path_arg, default="runs", help="parent of the run directory (default runs/)")
     p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
     p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu or cuda[:N]")
     p.add_argument("--threads", type=ascii_int, default=None, help="torch CPU threads (default: torch's choice)")
@@ -190,7 +203,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-digits", type=ascii_int, default=None, help="task size (default: the paper's)")
     p.add_argument("--preset", default="cpu", help=f"model preset: {', '.join(PRESETS)} (default cpu)")
     p.add_argument("--name", default=None, help="run name (default: <task>-<preset>-s<seed>)")
-    p.add_argument("--runs-dir", default="runs", help="parent of the run directory (default runs/)")
+    p.add_argument("--runs-dir", type=path_arg, default="runs", help="parent of the run directory (default runs/)")
     p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
     p.add_argument("--finalize", action="store_true",
                    help="no training: score a stopped run's last checkpoint on the test set, write summary.json")
@@ -213,14 +226,14 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=ascii_int, default=1, help="torch threads per point (default 1)")
     p.add_argument("--ray-address", default=None, help="address of a running Ray cluster (host:port); "
                                                         "default: start a local one")
-    p.add_argument("--out-dir", default=None, help="where the points go (default runs/sweeps/<name>/)")
+    p.add_argument("--out-dir", type=path_arg, default=None, help="where the points go (default runs/sweeps/<name>/)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p = sub.add_parser("sweep-report", help="aggregate a sweep over seeds: table (CSV, Markdown) and figures",
                        description="Aggregate the finished points of a sweep over seeds (mean, std, 95% CI).")
     p.add_argument("spec", help=f"a spec file, or a shipped spec: {shipped}")
-    p.add_argument("--out-dir", default=None, help="where the points are (default runs/sweeps/<name>/)")
-    p.add_argument("--out-root", default=".", help="writes results/sweeps/<name>/ and figures/sweeps/<name>/ "
-                                                   "under this folder (default .)")
+    p.add_argument("--out-dir", type=path_arg, default=None, help="where the points are (default runs/sweeps/<name>/)")
+    p.add_argument("--out-root", type=path_arg, default=".",
+                   help="writes results/sweeps/<name>/ and figures/sweeps/<name>/ under this folder (default .)")
 
     for job in _jobs():
         p = sub.add_parser(job.NAME, help=job.HELP.replace("%", "%%"), description=job.HELP)
@@ -231,7 +244,7 @@ def _build_parser() -> argparse.ArgumentParser:
             add_config_flags(group, ModelSource, only=sources)
             if "init" in sources:  # the --model-* flags shape an --init model only
                 add_config_flags(group, ModelConfig, prefix="model-", only=MODEL_FLAGS, defaults_from="--preset")
-        p.add_argument("--out-root", default=".",
+        p.add_argument("--out-root", type=path_arg, default=".",
                        help=f"writes results/{job.NAME.replace('-', '_')}/ and figures/{job.NAME.replace('-', '_')}/ "
                             "under this folder (default .)")
     return parser
@@ -241,12 +254,13 @@ def _set_threads(threads: int | None) -> None:
     """``--threads``: torch's CPU threads (None: torch's choice).
 
     Raises:
-        NopeInterpError: fewer than 1.
+        NopeInterpError: not in [1, this machine's CPU count] (:func:`nope_interp.config.check_threads`).
     """
     if threads is None:
         return
-    if threads < 1:
-        raise NopeInterpError(f"--threads must be a positive integer, got {threads}")
+    from nope_interp.config import check_threads
+
+    check_threads("--threads", threads)
     import torch
 
     torch.set_num_threads(threads)
@@ -263,6 +277,16 @@ def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.finalize:
         name = args.name or f"{args.task}-{args.preset}-s0"
         check_name("run name", name)
+        config_path = Path(args.runs_dir) / name / "config.json"
+        if config_path.is_file():  # finalize scores the run's own task: a different --task would be ignored
+            from nope_interp import io
+
+            saved = io.read_json(config_path, "run config")
+            run_task = saved["task"].get("name") if isinstance(saved, dict) and isinstance(saved.get("task"), dict) \
+                else None
+            if isinstance(run_task, str) and run_task != args.task:
+                raise NopeInterpError(f"--task {args.task} but run {name} was trained on {run_task}: --finalize scores "
+                                      f"a run on its own task (give --task {run_task})")
         summary = finalize(Path(args.runs_dir) / name)
         print(f"test exact match {fmt_fraction(summary['test_acc'])} at step {summary['steps']}; "
               f"summary: {Path(args.runs_dir) / name / 'summary.json'}")

@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import json
 import math
+import os
 import re
 import types
 import typing
@@ -33,6 +34,31 @@ def check_int(name: str, value: Any, low: int = 1, high: int = 10**9) -> None:
     """Raise NopeInterpError unless ``value`` is an ``int`` (not a bool) in ``[low, high]``."""
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise NopeInterpError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
+
+
+def check_threads(name: str, value: Any) -> int:
+    """``value`` checked as a number of torch CPU threads on this machine: an integer in [1, the CPU count]
+    (more threads than cores only slow torch down, and tens of thousands crash OpenMP), returned as int.
+
+    Raises:
+        NopeInterpError: not an integer in that range; the message gives this machine's CPU count.
+    """
+    cores = os.cpu_count() or 1
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= cores:
+        raise NopeInterpError(f"{name} must be an integer in [1, {cores}] (this machine has {cores} CPU cores), "
+                              f"got {value!r}")
+    return value
+
+
+def check_used(name: str, value: Any, default: Any, used: bool, when: str) -> None:
+    """Refuse a setting given a non-default ``value`` where it would be silently ignored (``used`` False):
+    ``--window 10`` with ``--protocol full``, say. ``when`` says when it is used, for the message.
+
+    Raises:
+        NopeInterpError: ``value != default`` and not ``used``.
+    """
+    if not used and value != default:
+        raise NopeInterpError(f"{name}={value!r} is only used {when}; here it would be ignored")
 
 
 def check_float(name: str, value: Any, low: float = -math.inf, high: float = math.inf, *,

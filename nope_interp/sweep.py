@@ -53,7 +53,15 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from nope_interp import io
-from nope_interp.config import ModelConfig, TrainConfig, check_field_value, check_name, check_train_fits, preset
+from nope_interp.config import (
+    ModelConfig,
+    TrainConfig,
+    check_field_value,
+    check_name,
+    check_threads,
+    check_train_fits,
+    preset,
+)
 from nope_interp.errors import NopeInterpError, NopeInterpWarning
 
 KINDS = ("init", "train")
@@ -599,6 +607,8 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", 
             continue
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise NopeInterpError(f"{label} must be an integer >= 1, got {v!r}")
+    if executor == "local":   # on Ray the workers' machines decide (a point asks Ray for `threads` CPUs)
+        check_threads("threads", threads)
     if ray_address is not None:
         if executor != "ray":
             raise NopeInterpError(f"--ray-address needs --executor ray (got --executor {executor}, which would "

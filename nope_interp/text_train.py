@@ -264,7 +264,7 @@ def _train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: Path, str
     start_step, wall_before, resumed_loss = 0, 0.0, None
     if resume:
         if not ckpt_path.is_file():
-            raise NopeInterpError(f"--resume given but no checkpoint in {run_dir} (expected {ckpt_path.name})")
+            raise NopeInterpError(io.no_checkpoint_message(run_dir, ckpt_path))
         old_model, old_cfg = parse_text_run_config(io.read_json(run_dir / io.CONFIG_FILE, "run config"),
                                                    run_dir / io.CONFIG_FILE)
         check_same_settings({**old_model.to_dict(), **old_cfg.to_dict()}, {**model_cfg.to_dict(), **cfg.to_dict()},
@@ -277,7 +277,7 @@ def _train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: Path, str
         kept = [r for r in io.read_metrics(run_dir / io.METRICS_FILE) if r["step"] <= start_step]
         io.atomic_write_text(run_dir / io.METRICS_FILE, "".join(io.jsonl_line(r) for r in kept))
     elif run_dir.exists() and any(run_dir.iterdir()):
-        raise NopeInterpError(f"run directory {run_dir} is not empty; use --resume or choose another --name")
+        raise NopeInterpError(io.not_empty_message(run_dir, ckpt_path))
     else:
         io.write_json(run_dir / io.CONFIG_FILE, config)
     held_out = eval_tokens(cfg.eval_windows, cfg.window)

@@ -347,7 +347,7 @@ def _train(model_cfg: ModelConfig, cfg: TrainConfig, run_dir: Path, task: tasks_
     ckpt_path = run_dir / io.CHECKPOINT_FILE
     if resume:
         if not ckpt_path.is_file():
-            raise NopeInterpError(f"--resume given but no checkpoint in {run_dir} (expected {ckpt_path.name})")
+            raise NopeInterpError(io.no_checkpoint_message(run_dir, ckpt_path))
         old = io.read_json(run_dir / io.CONFIG_FILE, "run config")
         # compare as configs, so a run written before a config gained a field (with its default) resumes
         old_model, old_train = parse_run_config(old, run_dir / io.CONFIG_FILE)
@@ -355,7 +355,7 @@ def _train(model_cfg: ModelConfig, cfg: TrainConfig, run_dir: Path, task: tasks_
                             run_dir)
         config["command"] = old.get("command", config["command"])
     elif run_dir.exists() and any(run_dir.iterdir()):
-        raise NopeInterpError(f"run directory {run_dir} is not empty; use --resume or choose another --name")
+        raise NopeInterpError(io.not_empty_message(run_dir, ckpt_path))
 
     splits = task.splits(cfg.n_train, cfg.n_test, cfg.data_seed)
     packed = cfg.objective == "packed"

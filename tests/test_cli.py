@@ -109,7 +109,7 @@ BAD = [
 @pytest.mark.parametrize("argv,message", BAD, ids=[" ".join(a[:3]) + "|" + m[:20] for a, m in BAD])
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(main, tmp_path, capsys, argv, message):
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
-    if argv[0] == "train":
+    if argv[0] in ("train", "train-text"):
         argv += ["--runs-dir", str(tmp_path / "runs"), "--no-progress"]
     else:
         argv += ["--out-root", str(tmp_path / "out")]
@@ -137,12 +137,42 @@ def test_corrupt_run_directories(main, tiny_run, tmp_path, capsys):
     assert _files(tmp_path / "o") == []
 
 
-def test_resume_without_checkpoint_and_nonempty_run_dir(main, tiny_run, capsys):
+def test_resume_without_checkpoint_and_nonempty_run_dir(main, tiny_run, tmp_path, capsys):
     base = ["train", "--task", "addition", "--runs-dir", str(tiny_run.parent), "--no-progress"]
     assert main(base + ["--name", "fresh", "--resume"]) == 2
     assert "no checkpoint" in capsys.readouterr().err
     assert main(base + ["--name", "t"]) == 2
     assert "not empty; use --resume" in capsys.readouterr().err
+    # a run killed before its first checkpoint: a config and nothing to resume; both messages say to remove it
+    killed = tmp_path / "killed"
+    (killed / "checkpoints").mkdir(parents=True)
+    (killed / "config.json").write_text((tiny_run / "config.json").read_text())
+    base[base.index("--runs-dir") + 1] = str(tmp_path)
+    assert main(base + ["--name", "killed", "--resume"]) == 2
+    assert f"nothing to resume; remove the folder (rm -r {killed})" in capsys.readouterr().err
+    assert main(base + ["--name", "killed"]) == 2
+    assert f"holds no checkpoint (a run stopped before its first one): remove it (rm -r {killed})" in \
+        capsys.readouterr().err
+
+
+def test_empty_folder_paths_and_a_finalize_on_another_task_are_refused(main, tiny_run, tmp_path, capsys,
+                                                                      monkeypatch):
+    """Before: an empty --out-root or --runs-dir wrote into the current folder; --finalize --task reversal on an
+    addition run scored it as addition."""
+    monkeypatch.chdir(tmp_path)
+    for argv in (["analyze", "--init", "--task", "addition", "--out-root", ""],
+                 ["train", "--task", "addition", "--runs-dir", " ", "--steps", "3"],
+                 ["sweep", "tiny-init", "--out-dir", ""],
+                 ["sweep-report", "tiny-init", "--out-root", ""]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert "must be a folder path, got the empty path" in err and err.count("\n") == 0, err
+    assert main(["sweep", "tiny-init", "--threads", "1000", "--out-dir", str(tmp_path / "sw")]) == 2
+    assert "threads must be an integer in [1, " in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+    assert main(["train", "--task", "reversal", "--finalize", "--name", tiny_run.name, "--runs-dir",
+                 str(tiny_run.parent)]) == 2
+    assert "--task reversal but run t was trained on addition" in capsys.readouterr().err
 
 
 def test_console_script_is_installed_and_reports_errors_with_status_2():
@@ -316,6 +346,14 @@ BAD_VALUES = [
     (["train", "--task", "../x", "--finalize"], "run name must be one folder name"),
     (["analyze", "--init", "--task", "addition", "--label", "../../x"], "label must be one folder name"),
     (["analyze", "--init", "--task", "addition", "--label", "a b"], "label must be one folder name"),
+    # more threads than cores (100,000 crashed OpenMP with a traceback)
+    (["train", "--task", "addition", "--threads", "100000"], "--threads must be an integer in [1, "),
+    (["train-text", "--threads", "100000"], "--threads must be an integer in [1, "),
+    # settings that would be silently ignored
+    (["analyze", "--init", "--task", "addition", "--window", "10"], "window=10 is only used with protocol window"),
+    (["demo", "--device", "cpu"], "device='cpu' is only used with retrain"),
+    (["demo", "--runs-dir", "elsewhere"], "runs_dir='elsewhere' is only used with retrain"),
+    (["init-grid", "--wide-std", "--stds", "0.1"], "wide_std and stds=(0.1,) exclude each other"),
 ]
 
 

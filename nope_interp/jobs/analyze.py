@@ -23,7 +23,7 @@ from torch import Tensor
 import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.analysis import AnalysisResult, analyze_model, analyze_tokens, decode_window, text_windows_of
-from nope_interp.config import FrozenConfig, check_choice, check_choices, check_int, check_name, opt
+from nope_interp.config import FrozenConfig, check_choice, check_choices, check_int, check_name, check_used, opt
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names
 from nope_interp.jobs.common import Log, ModelEntry, emit, entry_tokens, progress
@@ -64,6 +64,7 @@ class AnalyzeConfig(FrozenConfig):
         check_int("n_prompts", self.n_prompts, 1, 100_000)
         check_choice("protocol", self.protocol, tasks_pkg.PROTOCOLS)
         check_int("window", self.window, 3, 1_000_000)
+        check_used("window", self.window, 64, self.protocol == "window", "with protocol window")
         if self.text_length is not None:
             check_int("text_length", self.text_length, 3, 1_000_000)
         if self.text_file is not None and self.protocol != "full":

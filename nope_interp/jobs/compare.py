@@ -24,7 +24,7 @@ import plotly.graph_objects as go
 import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.analysis import analyze_model
-from nope_interp.config import FrozenConfig, check_choices, check_int, opt
+from nope_interp.config import FrozenConfig, check_choices, check_int, check_used, opt
 from nope_interp.diagnostics import INTERVENTIONS, diagnose
 from nope_interp.errors import NopeInterpError
 from nope_interp.jobs.common import Log, ModelEntry, emit, progress, shipped_entries
@@ -65,6 +65,7 @@ class CompareConfig(FrozenConfig):
         if not self.protocols or self.protocols[0] != "full":
             raise NopeInterpError(f"protocols must start with full (the main table), got {self.protocols}")
         check_int("window", self.window, 3, 1_000_000)
+        check_used("window", self.window, 64, "window" in self.protocols, "when protocols include window")
         check_int("prompt_seed", self.prompt_seed, 0, 2**63 - 1)
 
 

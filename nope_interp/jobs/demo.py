@@ -26,6 +26,7 @@ from nope_interp.config import (
     check_choices,
     check_int,
     check_tasks,
+    check_used,
     opt,
     preset,
 )
@@ -83,6 +84,11 @@ class DemoConfig(FrozenConfig):
         if self.protocols[0] != "full":
             raise NopeInterpError(f"protocols must start with full (the main tables), got {self.protocols}")
         check_int("window", self.window, 3, 1_000_000)
+        check_used("window", self.window, 64, "window" in self.protocols, "when protocols include window")
+        check_used("runs_dir", self.runs_dir, "runs", self.retrain, "with retrain")
+        check_used("device", self.device, "auto", self.retrain, "with retrain")
+        if not str(self.runs_dir).strip():
+            raise NopeInterpError("runs_dir must be a folder path, got an empty one")
         if self.from_sweep and self.retrain:
             raise NopeInterpError("from_sweep and retrain exclude each other: the trained models come from one place")
         if self.sweep_dir and not self.from_sweep:
