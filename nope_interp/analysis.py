@@ -21,7 +21,7 @@ from nope_interp.config import check_int
 from nope_interp.errors import NopeInterpError
 from nope_interp.fast_forward import attached_hooks, fast_activations, fast_activations_unsupported
 from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names
-from nope_interp.model import LensModel, check_model, check_model_dtype, check_tokens, evaluates
+from nope_interp.model import LensModel, check_fits_memory, check_model, check_model_dtype, check_tokens, evaluates
 from nope_interp.similarity import (
     REDUCTIONS,
     ScoreSummary,
@@ -196,7 +196,9 @@ def analyze_tokens(
             unknown or no points; unknown ``forward``; ``max_bytes`` < 1; ``meta`` not a dict; ``task``,
             ``example_prompt`` or ``protocol`` not a string; ``forward="fast"`` for a model it does not
             support or with hooks attached (they would not run); ``max_lag`` outside [1, pos - 1];
-            non-finite or near-zero activations at a site (the message names it).
+            non-finite or near-zero activations at a site (the message names it); a sequence whose cosine
+            similarity matrix (``8 * pos**2`` bytes, with a temporary) would not fit the free memory; a model
+            whose parameters are not of ``cfg.dtype`` (``model.half()``: :func:`~nope_interp.model.check_model_dtype`).
 
     Warns:
         DegenerateInputWarning: sequences whose vectors are parallel at every position of a site (one token
@@ -219,6 +221,10 @@ def analyze_tokens(
         raise NopeInterpError(f"the adjacency score needs at least 3 positions, got pos={n_pos}")
     if n_pos > model.cfg.n_ctx:
         raise NopeInterpError(f"sequences of {n_pos} tokens exceed the model's n_ctx={model.cfg.n_ctx}")
+    # each sequence's cosine similarity matrix is float64 pos x pos, with one temporary of its size: at 65,536
+    # tokens 64 GiB, which would fail in torch's allocator with a traceback
+    check_fits_memory({"one sequence's cosine similarity matrix and a temporary (float64)": 2 * 8 * n_pos**2}, "cpu",
+                      f"the adjacency score of {n_pos}-token sequences", "use shorter sequences")
     labels = tuple(activation_hook_names(model.cfg.n_layers, points))
     why = fast_activations_unsupported(model, labels)
     if forward == "fast" and why is not None:

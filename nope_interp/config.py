@@ -62,14 +62,14 @@ def check_used(name: str, value: Any, default: Any, used: bool, when: str) -> No
 
 
 def check_float(name: str, value: Any, low: float = -math.inf, high: float = math.inf, *,
-                low_open: bool = False) -> None:
-    """Raise NopeInterpError unless ``value`` is a finite real number in ``[low, high]`` (``(low, high]``
-    with ``low_open``). NaN and infinities are always refused."""
+                low_open: bool = False, high_open: bool = False) -> None:
+    """Raise NopeInterpError unless ``value`` is a finite real number in ``[low, high]`` (``(low, ...`` with
+    ``low_open``, ``..., high)`` with ``high_open``). NaN and infinities are always refused."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (value > low if low_open else value >= low) and value <= high
+    ok = ok and (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
     if not ok:
-        bracket = "(" if low_open else "["
-        raise NopeInterpError(f"{name} must be a finite number in {bracket}{low}, {high}], got {value!r}")
+        left, right = "(" if low_open else "[", ")" if high_open else "]"
+        raise NopeInterpError(f"{name} must be a finite number in {left}{low}, {high}{right}, got {value!r}")
 
 
 def check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
@@ -389,9 +389,7 @@ class ModelConfig(FrozenConfig):
                 check_int("nope_layers", layer, 0, self.n_layers - 1)
             if list(self.nope_layers) != sorted(set(self.nope_layers)):
                 raise NopeInterpError(f"nope_layers must be strictly increasing, got {list(self.nope_layers)}")
-        check_float("dropout", self.dropout, 0.0, 1.0)
-        if self.dropout >= 1.0:
-            raise NopeInterpError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        check_float("dropout", self.dropout, 0.0, 1.0, high_open=True)
         if self.attention == "sliding":
             if self.window is None:
                 raise NopeInterpError("window must be an integer >= 1 (keys per query, itself included) "

@@ -224,9 +224,7 @@ def fast_logits(
     if p > c.n_ctx:
         raise NopeInterpError(f"tokens have {p} positions, more than n_ctx={c.n_ctx}")
     if dropout is not None:
-        check_float("dropout", dropout, 0.0, 1.0)
-        if dropout >= 1.0:
-            raise NopeInterpError(f"dropout must be in [0, 1), got {dropout!r}")
+        check_float("dropout", dropout, 0.0, 1.0, high_open=True)
     p_drop = _dropout_p(model) if dropout is None else dropout
     return _forward(model, tokens, p_drop)[0]
 

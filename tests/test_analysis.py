@@ -182,3 +182,21 @@ print("ok", len(cases))
 '''
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "ok 9" in out.stdout, out.stderr[-2000:]
+
+
+def test_a_sequence_whose_cosine_matrix_does_not_fit_memory_is_refused_before_the_forward(tiny_cfg, monkeypatch):
+    """Before: 65,536 tokens failed in torch's allocator (34 GB) with a traceback, after the forward pass."""
+    import torch
+
+    import nope_interp.model as M
+    from nope_interp.analysis import analyze_tokens
+    from nope_interp.errors import NopeInterpError
+
+    model = M.build_model(tiny_cfg)
+    tokens = torch.zeros(1, 40, dtype=torch.long)
+    need = 2 * 8 * 40**2
+    monkeypatch.setattr(M, "_cpu_available_bytes", lambda: need - 1)
+    with pytest.raises(NopeInterpError, match="the adjacency score of 40-token sequences needs about 25.0 KiB"):
+        analyze_tokens(model, tokens, ("z",))
+    monkeypatch.setattr(M, "_cpu_available_bytes", lambda: need + 10**9)
+    assert analyze_tokens(model, tokens, ("z",)).sites
