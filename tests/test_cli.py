@@ -353,7 +353,6 @@ BAD_VALUES = [
     (["analyze", "--init", "--task", "addition", "--window", "10"], "window=10 is only used with protocol window"),
     (["demo", "--device", "cpu"], "device='cpu' is only used with retrain"),
     (["demo", "--runs-dir", "elsewhere"], "runs_dir='elsewhere' is only used with retrain"),
-    (["init-grid", "--wide-std", "--stds", "0.1"], "wide_std and stds=(0.1,) exclude each other"),
 ]
 
 

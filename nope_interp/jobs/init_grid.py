@@ -123,10 +123,7 @@ class InitGridConfig(FrozenConfig):
         for name in ("depths", "widths"):
             if getattr(self, name) == FULL_GRID[name]:
                 object.__setattr__(self, name, grid[name])
-        if self.wide_std is True and self.stds not in (DEFAULT_STDS, WIDE_STDS):
-            raise NopeInterpError(f"wide_std and stds={self.stds} exclude each other: wide_std replaces the stds "
-                                  f"by {WIDE_STDS}")
-        if self.wide_std is True and self.stds == DEFAULT_STDS:
+        if self.wide_std and self.stds == DEFAULT_STDS:
             object.__setattr__(self, "stds", WIDE_STDS)
         for name in ("means", "stds", "depths", "widths", "tasks"):
             value = getattr(self, name)
