@@ -42,7 +42,8 @@ def mean_std_ci(values: Sequence[float]) -> SeedStats:
     ``null`` in result JSON): it is reported as undefined, not dropped.
 
     Raises:
-        NopeInterpError: no values; not a sequence (a number, None); a string (for the sequence or one of its
+        NopeInterpError: no values; not a sequence (a number, None), or a set or dict (a set collapses two
+            seeds with one value, a dict would give its keys); a string (for the sequence or one of its
             values: ``float`` would read ``"12"`` as 12, and a string as a sequence of its characters); a value
             that is not a real number (None, a bool, a complex number, a tensor of more than one element); an
             infinite value.
@@ -53,7 +54,11 @@ def mean_std_ci(values: Sequence[float]) -> SeedStats:
         raw = None if isinstance(values, (str, bytes)) else list(values)
     except TypeError:
         raw = None
-    if raw is None or any(isinstance(v, (str, bytes, bool)) for v in raw):
+    if isinstance(values, (set, frozenset, dict)):   # a set collapses equal seeds' values, a dict gives its keys
+        raise NopeInterpError(f"mean_std_ci needs an ordered sequence of numbers (a list or tuple, one per seed), got "
+                              f"a {type(values).__name__}")
+    if raw is None or any(isinstance(v, (str, bytes, bool, complex)) or "bool" in str(getattr(v, "dtype", ""))
+                          or "complex" in str(getattr(v, "dtype", "")) for v in raw):
         raise NopeInterpError(f"mean_std_ci needs a sequence of numbers, got {values!r}"[:300])
     try:
         vals = [float(v) for v in raw]

@@ -75,7 +75,7 @@ BAD = [
     (["demo", "--init-preset", "huge"], "init_preset must be one of paper, paper-recipe, cpu, tiny, got 'huge'"),
     (["train", "--task", "addition", "--objective", "every_token"], "objective must be one of answer_only, packed"),
     (["train", "--task", "addition", "--lr", "nan"], "lr must be a finite number"),
-    (["train", "--task", "addition", "--model-dropout", "1.0"], "dropout must be a finite number in [0.0, 1.0), got 1.0"),
+    (["train", "--task", "addition", "--model-dropout", "1.0"], "dropout must be a finite number in [0.0, 1.0)"),
     (["train", "--task", "addition", "--model-nope-layers", "1"], "nope_layers needs positional rotary"),
     (["analyze", "--init", "--task", "reversal", "--preset", "tiny", "--model-positional", "rotary",
       "--model-nope-layers", "1", "0"], "nope_layers must be strictly increasing, got [1, 0]"),

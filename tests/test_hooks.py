@@ -48,3 +48,19 @@ def test_activation_points_given_as_one_string_are_refused_by_name(points):
         unhooked(activation_hook_names)(2, points)
     assert "unknown activation point" not in str(err.value)  # not reported as point 'e' / 'z'
     assert activation_hook_names(2, (points,))[0].endswith(points if points != "z" else "hook_z")
+
+
+def test_numpy_integer_layers_are_layers_and_a_layer_count_below_one_is_refused():
+    """Before: hook_name('z', np.int64(0)) said it needed a layer >= 0, and activation_hook_names(-1) returned
+    ['hook_embed']."""
+    import numpy as np
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.hooks import activation_hook_names, hook_name
+
+    assert unhooked(hook_name)("z", np.int64(1), n_layers=np.int64(2)) == "blocks.1.attn.hook_z"
+    for bad in (-1, 0, 1.5, True):
+        with pytest.raises(NopeInterpError, match="n_layers must be an integer >= 1"):
+            unhooked(activation_hook_names)(bad)
+    assert unhooked(activation_hook_names)(np.int64(1), ("embed", "z")) == ["hook_embed", "blocks.0.attn.hook_z"]

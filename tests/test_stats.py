@@ -105,3 +105,21 @@ def test_fmt_fraction_examples_and_bad_input():
     for digits in (-1, 11, 2.0, True):
         with pytest.raises(NopeInterpError, match="digits must be an integer"):
             fmt_fraction(0.5, digits)
+
+
+def test_mean_std_ci_refuses_sets_dicts_and_bool_or_complex_scalars_of_any_library():
+    """Before: a set collapsed two seeds with one value (n_seeds 2 for 3 seeds), a dict gave its keys, numpy and
+    torch booleans counted as 1.0 and numpy complex values lost their imaginary part."""
+    import numpy as np
+    import torch
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.stats import mean_std_ci
+
+    for bad, words in (({0.5, 0.7}, "got a set"), ({0.5: 1}, "got a dict"), ([np.bool_(True), 0.2], "numbers"),
+                       ([torch.tensor(True)], "numbers"), ([np.complex128(1)], "numbers")):
+        with pytest.raises(NopeInterpError, match=words):
+            unhooked(mean_std_ci)(bad)
+    got = unhooked(mean_std_ci)([np.float32(0.5), torch.tensor(0.75), 0.25, np.int64(1)])
+    assert got.n_seeds == 4 and got.mean == pytest.approx(0.625, abs=1e-7)
