@@ -514,6 +514,9 @@ class TrainConfig(FrozenConfig):
         check_optimizer_fields(self)
         check_choice("objective", self.objective, OBJECTIVES)
         check_int("window", self.window, 1, 1_000_000)
+        if self.eval_n > self.n_test:
+            raise NopeInterpError(f"eval_n={self.eval_n} is more than n_test={self.n_test}: each evaluation would use "
+                                  f"only the {self.n_test} test prompts; lower eval_n or raise n_test")
 
     @property
     def eval_prefix(self) -> str:

@@ -98,6 +98,11 @@ def parse_run_config(config: Any, where: str | Path,
             out.append(cls.from_dict(config[key]))
         except NopeInterpError as err:
             raise NopeInterpError(f"run config is invalid: {where}: {key!r}: {err}") from None
+    task = config.get("task")
+    trained = getattr(out[-1], "task", None) if len(out) > 1 else None
+    if isinstance(task, dict) and trained is not None and task.get("name", trained) != trained:
+        raise NopeInterpError(f"run config is inconsistent: {where}: 'task' names {task.get('name')!r} but 'train' "
+                              f"trained on {trained!r}")
     return tuple(out)
 
 

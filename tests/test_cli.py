@@ -352,6 +352,7 @@ BAD_VALUES = [
     # settings that would be silently ignored
     (["analyze", "--init", "--task", "addition", "--window", "10"], "window=10 is only used with protocol window"),
     (["demo", "--device", "cpu"], "device='cpu' is only used with retrain"),
+    (["train", "--task", "addition", "--n-test", "5", "--eval-n", "10"], "eval_n=10 is more than n_test=5"),
     (["demo", "--runs-dir", "elsewhere"], "runs_dir='elsewhere' is only used with retrain"),
 ]
 

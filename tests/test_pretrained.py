@@ -420,3 +420,20 @@ def test_with_candidates_alone_keeps_the_seeds_of_a_job_whose_default_has_them(t
         alone = {e.label for e in load_models(source)}
     assert with_default_seeds == shipped | {"addition-s7", "addition-other-recipe"}
     assert alone == shipped | {"addition-other-recipe"}
+
+
+def test_a_run_config_whose_task_entries_disagree_is_refused(tiny_run, tmp_path):
+    """Before: 'task': {'name': 'foo'} beside a run trained on addition was analysed as addition, silently."""
+    import json
+    import shutil
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.pretrained import load_run
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    config = json.loads((run / "config.json").read_text())
+    config["task"]["name"] = "reversal"
+    (run / "config.json").write_text(json.dumps(config))
+    with pytest.raises(NopeInterpError, match="inconsistent: .*'task' names 'reversal' but 'train' trained on"):
+        load_run(run)
