@@ -46,6 +46,19 @@ def test_few_full_length_prompts_give_all_there_are():
     assert len(got) == len(set(got)) and "$3+4=" not in got and 50 <= len(got) <= 99
 
 
+def test_a_size_with_fewer_prompts_than_asked_is_said_as_it_happens(tiny_run):
+    from nope_interp.jobs import length_gen
+    from nope_interp.jobs.common import entry_from_run
+    from nope_interp.pretrained import load_run
+
+    lines = []
+    cfg = length_gen.LengthGenConfig(sizes=(1,), n_examples=500, n_prompts=4, points=("z",))
+    (row,) = length_gen.run(cfg, [entry_from_run(load_run(tiny_run), "tiny")], log=lines.append).rows
+    assert row.n_examples < 500
+    assert any(f"n_digits=1 has only {row.n_examples} full-length prompts outside the training prompts (asked for "
+               f"500)" in line for line in lines), lines
+
+
 def test_an_initialised_model_is_refused(tmp_path):
     import tasks
     from nope_interp.config import preset

@@ -149,6 +149,9 @@ def run(config: LengthGenConfig, models: list[ModelEntry] | None = None, *, log:
             exclude = entry.run.train_prompts  # a shorter size's prompts can be training prompts too
             prompts = full_length_prompts(task, config.n_examples, config.seed, exclude)
             examples = [task.example(p) for p in prompts]
+            if len(examples) < config.n_examples:   # recorded in the row's n_examples; said here as it happens
+                emit(log, f"  {entry.label}: n_digits={size} has only {len(examples)} full-length prompts outside "
+                          f"the training prompts (asked for {config.n_examples}); scored on those")
             need = len(prefix) + max(len(ex.prompt) + len(ex.answer) + 1 for ex in examples)
             model, _ = with_context(entry.model, entry.model_cfg, need)
             acc = exact_match_accuracy(model, task, examples, prefix=prefix)
