@@ -676,7 +676,8 @@ def seed_markdown(summaries: Sequence[TaskSeedSummary], runs: Sequence[RunAblati
     also each run's own exact match (clean and under every ablation) per site, which is what to read when
     the runs' clean accuracies differ a lot."""
     lines = ["# Ablations over seeds", "",
-             "mean ± sample std [95% Student-t CI of the mean] over the runs of each task; accuracy lost = clean "
+             "mean ± sample std [95% Student-t CI of the mean] over the runs of each task (with one run the "
+             "std is written as 0.0 and the CI as nan: one value has no spread to estimate); accuracy lost = clean "
              "exact match - ablated exact match (for a train-text language model, task text-*, next-character "
              "accuracy instead of exact match).", ""]
     for e in summaries:
