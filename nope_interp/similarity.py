@@ -767,13 +767,16 @@ def lag_profile(
         NopeInterpError: ``x`` not a dense real floating torch tensor with data of at least 2 dimensions and
             d_model >= 1 (:func:`check_activations`); fewer than 2 positions; ``max_lag`` not an integer in
             [1, pos - 1]; vectors with NaN or inf entries (:func:`check_finite`); near-zero vectors (norm
-            below ``min_norm``); ``min_norm`` not a finite number >= 0; ``max_elements`` not an integer >= 1.
+            below ``min_norm``); ``min_norm`` not a finite number >= 0; ``max_elements`` not an integer >= 1; no
+            sequence (a batch of 0).
     """
     check_activations(x, "x" if what == "activations" else f"x ({what})", fn="lag_profile")
     _check_min_norm(min_norm, "lag_profile")
     check_int("max_elements", max_elements, 1, 2**62)
     n = x.shape[-2]
     d_max = _check_lag(n, max_lag)
+    if x.numel() == 0:
+        raise NopeInterpError(f"lag_profile: no sequence to profile (a batch of 0), got shape {tuple(x.shape)}")
     _check_scorable(x, min_norm, what)
     flat = x.reshape(-1, n, x.shape[-1])
     chunk = max(1, max_elements // max(1, n * x.shape[-1] + 3 * d_max * min(n, d_max)))

@@ -542,3 +542,13 @@ def test_scores_and_profiles_with_nan_are_refused_not_summarised(S):
             bad.view(-1)[1] = value
             with pytest.raises(NopeInterpError, match=rf"{fn}: \w+ must be finite, got 1 NaN or inf entries"):
                 getattr(S, fn)(bad)
+
+
+def test_lag_profile_of_no_sequence_is_refused_like_the_scores():
+    """Before: torch.cat() of an empty list failed with a raw ValueError."""
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.similarity import lag_profile
+
+    for shape in ((0, 5, 4), (2, 0, 5, 4)):
+        with pytest.raises(NopeInterpError, match="a batch of 0"):
+            lag_profile(torch.zeros(shape))
