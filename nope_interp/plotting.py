@@ -4,11 +4,14 @@ Cosine heatmaps use the diverging ``RdBu`` scale fixed to [-1, 1] with midpoint 
 the sign of a cosine reads at a glance.
 """
 
+import math
+import numbers
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import plotly.graph_objects as go
+import torch
 from jaxtyping import Float
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
@@ -16,6 +19,7 @@ from torch import Tensor
 
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import short_label
+from nope_interp.similarity import check_tensor
 
 short_site_label = short_label  # the name used before hooks.py owned it
 
@@ -44,12 +48,27 @@ def plot_cosine_heatmaps(
         title: figure title.
 
     Raises:
-        NopeInterpError: ``site_labels`` is a single string; the number of labels or characters does not
-            match ``sim``.
+        NopeInterpError: ``sim`` not a real float tensor ``(site, pos, pos)`` of square matrices with at least
+            one site, or with a value outside [-1, 1] (NaN is allowed: the cosine of a zero vector); ``site_labels``
+            is a single string or holds a label that is not a string; ``tokens`` is None; the number of labels or
+            characters does not match ``sim``.
     """
+    check_tensor(sim, "sim", "(site, pos, pos)", ndim=3, min_sizes={0: 1, 1: 1}, fn="plot_cosine_heatmaps")
+    if sim.shape[1] != sim.shape[2]:
+        raise NopeInterpError(f"plot_cosine_heatmaps: sim must hold square matrices, got shape {tuple(sim.shape)}")
+    sim = sim.detach()
+    finite = sim[torch.isfinite(sim)]
+    if bool(torch.isinf(sim).any()) or (finite.numel() and float(finite.abs().max()) > 1 + 1e-6):
+        raise NopeInterpError("plot_cosine_heatmaps: sim must hold cosines in [-1, 1] (or NaN), got values up to "
+                              f"{float(sim.abs().nan_to_num(0).max()):.3g} in absolute value")
+    if tokens is None:
+        raise NopeInterpError("plot_cosine_heatmaps: tokens must be the prompt's characters or one label per "
+                              "position, got None")
     if isinstance(site_labels, (str, bytes)):
         raise NopeInterpError(f"site_labels must be a sequence of labels, one per site, got the single string "
                               f"{site_labels!r}")
+    if any(not isinstance(label, str) for label in site_labels):
+        raise NopeInterpError(f"plot_cosine_heatmaps: site_labels must be strings, got {list(site_labels)!r}"[:300])
     if len(site_labels) != sim.shape[0] or len(tokens) != sim.shape[-1]:
         raise NopeInterpError(
             f"got {len(site_labels)} site labels and {len(tokens)} characters for matrices of shape {tuple(sim.shape)}"
@@ -85,10 +104,37 @@ def plot_adjacency_by_layer(
         results: ``results[task][model_label][site] = {"mean": m, "std": s}``, e.g. model labels
             ``"initialised"`` and ``"trained"``; sites in forward order.
         title: figure title.
+
+    Raises:
+        NopeInterpError: no task; ``results`` not nested mappings of that form (a missing ``"mean"`` or
+            ``"std"`` included); a mean outside [0, 1] (an adjacency score: it would be drawn off the fixed
+            axis, unseen) or a std that is negative; an infinite value (NaN, undefined, is drawn as a gap).
     """
+    if not isinstance(results, Mapping):
+        raise NopeInterpError(f"plot_adjacency_by_layer: results must be a mapping task -> model -> site -> "
+                              f"{{'mean', 'std'}}, got {type(results).__name__}")
     task_names = list(results)
     if not task_names:
         raise NopeInterpError("plot_adjacency_by_layer needs at least one task")
+    for task, models in results.items():
+        if not isinstance(models, Mapping):
+            raise NopeInterpError(f"plot_adjacency_by_layer: results[{task!r}] must map model labels to sites, "
+                                  f"got {type(models).__name__}")
+        for label, sites in models.items():
+            if not isinstance(sites, Mapping):
+                raise NopeInterpError(f"plot_adjacency_by_layer: results[{task!r}][{label!r}] must map sites to "
+                                      f"{{'mean', 'std'}}, got {type(sites).__name__}")
+            for site, v in sites.items():
+                where = f"results[{task!r}][{label!r}][{site!r}]"
+                if not isinstance(v, Mapping) or "mean" not in v or "std" not in v:
+                    raise NopeInterpError(f"plot_adjacency_by_layer: {where} must have 'mean' and 'std', got {v!r}")
+                mean, std = v["mean"], v["std"]
+                ok = all(isinstance(x, numbers.Real) and not isinstance(x, bool) and not math.isinf(x)
+                         for x in (mean, std))   # NaN (undefined) is drawn as a gap
+                if not ok or not (math.isnan(mean) or 0.0 <= mean <= 1.0) or std < 0:
+                    raise NopeInterpError(f"plot_adjacency_by_layer: {where} must have a mean in [0, 1] (an "
+                                          f"adjacency score) and a std >= 0 (NaN: undefined), got mean={mean!r}, "
+                                          f"std={std!r}")
     fig = make_subplots(rows=len(task_names), cols=1, subplot_titles=task_names, shared_xaxes=False,
                         vertical_spacing=0.45 / max(2, len(task_names)))
     colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]

@@ -129,3 +129,33 @@ def test_site_labels_given_as_one_string_are_refused():
 
     with pytest.raises(NopeInterpError, match="single string 'ab'"):
         unhooked(plot_cosine_heatmaps)(torch.zeros(2, 3, 3, dtype=torch.float64), "ab", "xyz")
+
+
+def test_figures_refuse_values_they_would_draw_wrong_or_not_at_all():
+    """Before: a mean of 5 was drawn off the fixed [0, 1.05] axis (unseen), non-square and out-of-range cosine
+    matrices were drawn, and a missing "std" or tokens=None failed with KeyError / TypeError."""
+    import math
+
+    import torch
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.plotting import plot_adjacency_by_layer, plot_cosine_heatmaps
+
+    def one(mean, std=0.1):
+        return {"t": {"m": {"blocks.0.attn.hook_z": {"mean": mean, "std": std}}}}
+
+    for bad, words in ((one(5.0), "mean in \\[0, 1\\]"), (one(0.5, -1.0), "std >= 0"), (one(math.inf), "mean in"),
+                       ({"t": {"m": {"s": {"mean": 0.5}}}}, "must have 'mean' and 'std'"), ([1], "must be a mapping")):
+        with pytest.raises(NopeInterpError, match=f"^plot_adjacency_by_layer: .*{words}"):
+            unhooked(plot_adjacency_by_layer)(bad)
+    assert plot_adjacency_by_layer(one(math.nan, math.nan)).data   # undefined: drawn as a gap
+    ok = torch.eye(3).unsqueeze(0)
+    for args, words in (((torch.zeros(2, 5, 3), ["a", "b"], "abc"), "square"),
+                        ((ok * 5, ["a"], "abc"), "in \\[-1, 1\\]"), ((ok, [1], "abc"), "site_labels must be strings"),
+                        ((ok, ["a"], None), "tokens must be"), ((ok[:0], [], "abc"), "at least 1 along dimension 0")):
+        with pytest.raises(NopeInterpError, match=f"^plot_cosine_heatmaps: .*{words}"):
+            unhooked(plot_cosine_heatmaps)(*args)
+    with_nan = ok.clone()
+    with_nan[0, 0, 1] = math.nan   # the cosine of a zero vector: allowed
+    assert plot_cosine_heatmaps(with_nan, ["a"], "abc").data
