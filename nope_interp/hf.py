@@ -57,9 +57,12 @@ def load_hf(path: str | Path) -> Any:
     (:func:`bridge_from_hf`).
 
     Raises:
-        NopeInterpError: ``path`` is not a folder with a ``config.json``; the weights cannot be loaded.
+        NopeInterpError: ``path`` is not a path, or not a folder with a ``config.json``; the weights cannot be
+            loaded.
     """
-    path = Path(path)
+    from nope_interp.io import as_path
+
+    path = as_path(path, "--hf-path")
     if not (path / "config.json").is_file():
         raise NopeInterpError(f"--hf-path {path} is not a folder saved by save_pretrained (no config.json)")
     from transformers import AutoModelForCausalLM
@@ -77,10 +80,14 @@ def load_hf_tokenizer(path: str | Path) -> Any:
     :func:`nope_interp.analysis.analyze_text`.
 
     Raises:
-        NopeInterpError: no tokenizer can be loaded from ``path`` (the message says how to save one).
+        NopeInterpError: ``path`` is not a path; no tokenizer can be loaded from it (the message says how to
+            save one).
     """
     from transformers import AutoTokenizer
 
+    from nope_interp.io import as_path
+
+    path = as_path(path, "path")
     try:
         return AutoTokenizer.from_pretrained(Path(path), local_files_only=True)
     except Exception as err:

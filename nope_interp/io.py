@@ -422,3 +422,16 @@ def not_empty_message(run_dir: Path, ckpt_path: Path) -> str:
         return (f"run directory {run_dir} is not empty but holds no checkpoint (a run stopped before its first "
                 f"one): remove it (rm -r {run_dir}) and rerun, or choose another --name")
     return f"run directory {run_dir} is not empty; use --resume or choose another --name"
+
+
+def as_path(value: object, name: str = "path") -> Path:
+    """``value`` as a ``Path``: a ``str`` or ``os.PathLike`` that is not empty or blank (an empty string would
+    mean the current folder).
+
+    Raises:
+        NopeInterpError: anything else (a number, None, bytes, an empty string), naming ``name``.
+    """
+    if not isinstance(value, (str, os.PathLike)) or not str(value).strip():
+        raise NopeInterpError(f"{name} must be a non-empty path (a str or pathlib.Path), got "
+                              f"{type(value).__name__} {value!r}"[:300])
+    return Path(value)

@@ -294,11 +294,14 @@ def save_figure(fig: go.Figure, path: str | Path) -> Path:
     (the installed plotly's own version; a stale, empty or foreign file already there is replaced). Atomic.
 
     Raises:
-        NopeInterpError: ``path`` does not end in ``.html``; the folder or a file cannot be written.
+        NopeInterpError: ``fig`` not a plotly Figure; ``path`` not a path or not ending in ``.html``; the
+            folder or a file cannot be written.
     """
-    from nope_interp.io import atomic_write_text
+    from nope_interp.io import as_path, atomic_write_text
 
-    path = Path(path)
+    if not isinstance(fig, go.Figure):
+        raise NopeInterpError(f"save_figure needs a plotly Figure, got {type(fig).__name__}")
+    path = as_path(path, "path")
     if path.suffix != ".html":
         raise NopeInterpError(f"figures are written as .html, got {path.name!r}")
     try:

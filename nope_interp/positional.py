@@ -18,8 +18,9 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
+from nope_interp.config import check_float
 from nope_interp.errors import NopeInterpError
-from nope_interp.model import evaluates
+from nope_interp.model import check_tokens, evaluates
 
 #: The layer types :func:`layer_positional_types` reports.
 LAYER_TYPES = ("nope", "rope", "learned")
@@ -38,16 +39,21 @@ def layer_positional_types(model: torch.nn.Module, tokens: Int[Tensor, "batch po
         atol: rotated and unrotated queries closer than this (absolute, every entry) count as equal.
 
     Raises:
-        NopeInterpError: ``model`` has no ``cfg.n_layers`` / ``run_with_cache``; ``tokens`` of fewer than 2
-            positions (position 0 is never rotated, so one position cannot tell RoPE from NoPE).
+        NopeInterpError: ``model`` has no ``cfg.n_layers`` / ``run_with_cache``; ``tokens`` that
+            :func:`nope_interp.model.check_tokens` refuses (not a 2-D integer tensor, ids outside
+            ``[0, d_vocab)``), of fewer than 2 positions (position 0 is never rotated, so one position cannot
+            tell RoPE from NoPE) or more than ``n_ctx``; ``atol`` not a finite number >= 0.
     """
     cfg = getattr(model, "cfg", None)
     if cfg is None or not hasattr(model, "run_with_cache") or not isinstance(getattr(cfg, "n_layers", None), int):
         raise NopeInterpError(f"layer_positional_types needs a TransformerLens model, got {type(model).__name__}")
     if tokens is None:
         tokens = torch.arange(min(8, int(cfg.d_vocab)))[None]
-    if tokens.ndim != 2 or tokens.shape[1] < 2:
-        raise NopeInterpError(f"tokens must be (batch, pos) with pos >= 2, got shape {tuple(tokens.shape)}")
+    tokens = check_tokens(model, tokens)   # a 2-D integer tensor of ids in [0, d_vocab)
+    check_float("atol", atol, 0.0)
+    if tokens.shape[1] < 2 or tokens.shape[1] > cfg.n_ctx:
+        raise NopeInterpError(f"tokens must be (batch, pos) with 2 <= pos <= n_ctx={cfg.n_ctx}, got shape "
+                              f"{tuple(tokens.shape)}")
     n = cfg.n_layers
     names = {f"blocks.{i}.attn.hook_{w}" for i in range(n) for w in ("q", "rot_q")} | {"hook_pos_embed"}
     device = getattr(cfg, "device", None) or "cpu"

@@ -118,9 +118,10 @@ def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
     """Load ``runs/<name>/`` (or a shipped model directory).
 
     Raises:
-        NopeInterpError: the directory, its config or its weights are missing or corrupt.
+        NopeInterpError: ``path`` not a path (:func:`nope_interp.io.as_path`); the directory, its config or its
+            weights are missing or corrupt.
     """
-    path = Path(path)
+    path = io.as_path(path)
     if not path.is_dir():
         raise NopeInterpError(f"run directory not found: {path}")
     config = io.read_json(path / io.CONFIG_FILE, "run config")
@@ -153,8 +154,12 @@ def stored_dtype(state: Any) -> str:
 
 def is_shipped_dir(path: str | Path) -> bool:
     """Whether ``path`` is the shipped model folder of a task, ``.../pretrained/<task>/``: of this package or
-    of any other checkout (judged by the folder's place, symlinks resolved)."""
-    path = Path(path).resolve()
+    of any other checkout (judged by the folder's place, symlinks resolved).
+
+    Raises:
+        NopeInterpError: ``path`` not a path (:func:`nope_interp.io.as_path`).
+    """
+    path = io.as_path(path).resolve()
     shipped = {(PRETRAINED_DIR / t).resolve() for t in tasks_pkg.TASK_NAMES}
     return path in shipped or (path.parent.name == "pretrained" and path.name in tasks_pkg.TASK_NAMES)
 

@@ -48,8 +48,9 @@ def test_layer_types_of_hooked_transformers():
     assert layer_positional_types(build_model(preset("tiny"))) == ("nope", "nope")
     assert layer_positional_types(build_model(preset("tiny", positional="rotary"))) == ("rope", "rope")
     assert layer_positional_types(build_model(preset("tiny", positional="learned"))) == ("learned", "learned")
-    with pytest.raises(NopeInterpError, match="pos >= 2"):
-        layer_positional_types(build_model(preset("tiny", positional="rotary")), torch.tensor([[5]]))
+    rotary = build_model(preset("tiny", positional="rotary"))
+    with pytest.raises(NopeInterpError, match="2 <= pos <= n_ctx"):
+        layer_positional_types(rotary, torch.tensor([[5]]))
     with pytest.raises(NopeInterpError, match="TransformerLens model"):
         layer_positional_types(torch.nn.Linear(2, 2))
 

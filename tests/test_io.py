@@ -291,3 +291,35 @@ def test_exclusive_refuses_another_thread_of_the_same_process(tmp_path):
         t.start()
         t.join()
     assert len(errors) == 1 and "being written by another nope-interp process" in errors[0]
+
+
+def test_a_path_argument_that_is_not_a_path_is_one_line_naming_it(tiny_cfg):
+    """Before: load_run(3), is_shipped_dir(3) and save_figure("fig", ...) failed with TypeError / AttributeError
+    from pathlib, and load_run("") read the current folder."""
+    from pathlib import Path
+
+    import plotly.graph_objects as go
+    import torch
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.io import as_path
+    from nope_interp.model import build_model
+    from nope_interp.plotting import save_figure
+    from nope_interp.positional import layer_positional_types
+    from nope_interp.pretrained import is_shipped_dir, load_run
+
+    for bad in (3, None, "", "  ", b"runs/t"):
+        for fn, args in ((load_run, (bad,)), (is_shipped_dir, (bad,)), (save_figure, (go.Figure(), bad))):
+            with pytest.raises(NopeInterpError, match="must be a non-empty path"):
+                unhooked(fn)(*args)
+    with pytest.raises(NopeInterpError, match="save_figure needs a plotly Figure, got str"):
+        unhooked(save_figure)("fig", "x.html")
+    assert as_path("runs/t") == Path("runs/t")
+    model = build_model(tiny_cfg)   # layer_positional_types checks its tokens as every analysis does
+    for tokens, words in ((torch.zeros(1, 4), "integer token ids"), (torch.full((1, 4), 999), "in \\[0, 96\\)"),
+                          (torch.zeros(1, 100, dtype=torch.long), "pos <= n_ctx=48")):
+        with pytest.raises(NopeInterpError, match=words):
+            unhooked(layer_positional_types)(model, tokens)
+    with pytest.raises(NopeInterpError, match="atol must be"):
+        unhooked(layer_positional_types)(model, None, float("nan"))
