@@ -590,13 +590,25 @@ F_ = TypeVar("F_", bound=Callable[..., Any])
 def evaluates(fn: F_) -> F_:
     """Decorator for a function that measures a model (its first argument, or ``model=``): the call runs
     under :func:`eval_mode`, so a model left in train mode (dropout on) is measured as in eval mode and is
-    handed back in the mode it came in. Generator functions stay in eval mode while they are iterated."""
+    handed back in the mode it came in. A generator function computes each item in eval mode and hands the
+    model back in its own mode between items, so a generator left half-drawn (a ``break`` in a notebook cell)
+    does not keep the model in eval mode behind the user's back."""
     def model_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:
         return kwargs["model"] if "model" in kwargs else (args[0] if args else None)
 
     def drawn_in_eval_mode(model: object, gen: Iterator[Any]) -> Iterator[Any]:
-        with eval_mode(model):
-            yield from gen
+        try:
+            while True:
+                with eval_mode(model):
+                    try:
+                        item = next(gen)
+                    except StopIteration:
+                        return
+                yield item
+        finally:
+            close = getattr(gen, "close", None)
+            if close is not None:
+                close()
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:

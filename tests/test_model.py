@@ -437,6 +437,11 @@ def test_eval_mode_restores_every_submodules_mode_also_on_an_exception():
             yield model.training  # seen while iterating
 
     assert list(gen(model, 2)) == [False, False] and [m.training for m in model.modules()] == before
+    drawn = gen(model, 3)   # before: a half-drawn generator held the model in eval mode until collected
+    assert next(drawn) is False and [m.training for m in model.modules()] == before
+    assert next(drawn) is False and [m.training for m in model.modules()] == before
+    drawn.close()
+    assert [m.training for m in model.modules()] == before
     assert evaluates(lambda model: model.training)(model=model) is False
     with eval_mode("not a module"):  # anything else is left alone
         pass
@@ -468,6 +473,27 @@ def test_every_measurement_of_a_model_left_in_train_mode_runs_without_dropout(me
     model.train()
     assert calls[measure](model) == reference and calls[measure](model) == reference
     assert all(m.training for m in model.modules())
+
+
+def test_iter_activations_left_half_drawn_hands_the_model_back_in_train_mode():
+    """Between chunks the model is in the caller's mode; each chunk is still computed without dropout."""
+    import tasks
+    from nope_interp.activations import collect_activations, iter_activations
+    from nope_interp.config import preset
+    from nope_interp.model import build_model
+
+    tokens = tasks.get_task("reversal", n_digits=4).analysis_tokens(6, 0)
+    model = build_model(preset("tiny", dropout=0.5, seed=3))
+    reference = collect_activations(model.eval(), tokens, ("z",), batch_size=2).acts
+    model.train()
+    chunks = iter_activations(model, tokens, ("z",), batch_size=2)
+    first = next(chunks)
+    assert all(m.training for m in model.modules())     # the user's model, as they left it
+    torch.testing.assert_close(first.acts, reference[:, :2], rtol=0, atol=0)
+    model.blocks[0].eval()                                # a change made between chunks is kept
+    second = next(chunks)
+    torch.testing.assert_close(second.acts, reference[:, 2:4], rtol=0, atol=0)
+    assert not model.blocks[0].training and model.blocks[1].training
 
 
 def test_a_config_that_does_not_describe_the_model_is_refused_not_applied(tiny_cfg):
