@@ -147,6 +147,22 @@ def config_kwargs(args: argparse.Namespace, cls: type, prefix: str = "") -> dict
     return out
 
 
+def flag_named(message: str, args: argparse.Namespace) -> str:
+    """``message`` with a leading config field name (``dropout must be ...``, ``n_layers=0 ...``) replaced by
+    the command-line flag that set it (``--model-dropout must be ...``): the configs check their fields by
+    name, and a user of the CLI knows the flags. Left as it is when no given flag, or more than one (``--seed``
+    and ``--model-seed`` both set ``seed``), sets a field of that name."""
+    match = re.match(r"([a-z][a-z0-9_]*)(?==| must | lists | is | has )", message)
+    if match is None:
+        return message
+    field = match.group(1)
+    given = {f"--{dest.replace('_', '-')}": value for dest, value in vars(args).items()
+             if value is not None and value is not False and dest in (field, f"model_{field}")}
+    if len(given) > 1:  # both set a field of this name: the one whose value the message quotes
+        given = {flag: v for flag, v in given.items() if re.search(rf"got {re.escape(str(v))}\b", message)}
+    return next(iter(given)) + message[len(field):] if len(given) == 1 else message
+
+
 def _jobs() -> tuple[Any, ...]:
     from nope_interp.jobs import (
         ablate,
@@ -415,7 +431,7 @@ def _run_command(args: argparse.Namespace, argv: list[str]) -> int:
         job = next(j for j in _jobs() if j.NAME == args.command)
         return _cmd_job(job, args)
     except (NopeInterpError, TaskError) as err:
-        print(f"nope-interp: error: {err}", file=sys.stderr)
+        print(f"nope-interp: error: {flag_named(str(err), args)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback; trainings and sweeps resume on a rerun
         print(f"nope-interp: interrupted ({args.command}); what finished is kept: rerun the same command to "

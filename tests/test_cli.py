@@ -61,26 +61,27 @@ BAD = [
     (["train", "--task", "addition", "--preset", "huge"],
      "unknown preset 'huge'; available presets: paper, paper-recipe, cpu, tiny"),
     (["train", "--task", "reversal", "--preset", "tiny", "--model-n-ctx", "20"],
-     "n_ctx=20 is too small for task 'reversal': its examples need n_ctx >= 39"),
-    (["train", "--task", "addition", "--model-d-model", "-5"], "d_model must be an integer in [1, 1000000], got -5"),
+     "--model-n-ctx=20 is too small for task 'reversal': its examples need n_ctx >= 39"),
+    (["train", "--task", "addition", "--model-d-model", "-5"],
+     "--model-d-model must be an integer in [1, 1000000], got -5"),
     (["train", "--task", "addition", "--steps", "0"], "steps must be an integer in [1, 1000000000], got 0"),
-    (["train", "--task", "addition", "--n-digits", "0"], "n_digits must be an integer in [1, 18]"),
+    (["train", "--task", "addition", "--n-digits", "0"], "--n-digits must be an integer in [1, 18]"),
     (["analyze", "--init", "--task", "addition", "--preset", "tiny", "--points", "resid_final"],
      "unknown activation point 'resid_final'; allowed: embed, resid_pre, z, resid_mid, resid_post"),
     (["analyze", "--run", "{tmp}/missing"], "run directory not found"),
     (["analyze", "--pretrained", "sorting"], "unknown task 'sorting'; allowed: addition, reversal, indexing, ordering"),
     (["analyze", "--init", "--task", "reversal", "--preset", "tiny", "--model-n-ctx", "10"],
-     "n_ctx=10 is too small for 'reversal' full inputs of 22 tokens"),
+     "--model-n-ctx=10 is too small for 'reversal' full inputs of 22 tokens"),
     (["demo", "--tasks", "sorting"], "unknown task 'sorting'"),
-    (["demo", "--init-preset", "huge"], "init_preset must be one of paper, paper-recipe, cpu, tiny, got 'huge'"),
+    (["demo", "--init-preset", "huge"], "--init-preset must be one of paper, paper-recipe, cpu, tiny, got 'huge'"),
     (["train", "--task", "addition", "--objective", "every_token"], "objective must be one of answer_only, packed"),
     (["train", "--task", "addition", "--lr", "nan"], "lr must be a finite number"),
     (["train", "--task", "addition", "--model-dropout", "1.0"], "dropout must be a finite number in [0.0, 1.0)"),
     (["train", "--task", "addition", "--model-nope-layers", "1"], "nope_layers needs positional rotary"),
     (["analyze", "--init", "--task", "reversal", "--preset", "tiny", "--model-positional", "rotary",
-      "--model-nope-layers", "1", "0"], "nope_layers must be strictly increasing, got [1, 0]"),
+      "--model-nope-layers", "1", "0"], "--model-nope-layers must be strictly increasing, got [1, 0]"),
     (["train", "--task", "addition", "--model-positional", "rotary", "--model-nope-layers", "3"],
-     "nope_layers must be an integer in [0, 2], got 3"),
+     "--model-nope-layers must be an integer in [0, 2], got 3"),
     (["train", "--task", "addition", "--preset", "tiny", "--objective", "packed", "--window", "100"],
      "window=100 is longer than the model's n_ctx=48"),
     (["analyze", "--init", "--task", "addition", "--protocol", "padded"],
@@ -317,18 +318,18 @@ def test_ascii_number_parsers():
 
 BAD_VALUES = [
     # non-finite or out-of-range floats
-    (["train", "--task", "addition", "--model-init-std", "1e39"], "init_std must be a finite number in (0.0, 1000.0]"),
-    (["train", "--task", "addition", "--model-init-mean", "1e300"], "init_mean must be a finite number in [-1000.0"),
-    (["train", "--task", "addition", "--model-init-mean=-inf"], "init_mean must be a finite number"),
-    (["train", "--task", "addition", "--weight-decay", "nan"], "weight_decay must be a finite number"),
-    (["train", "--task", "addition", "--grad-clip", "nan"], "grad_clip must be a finite number"),
+    (["train", "--task", "addition", "--model-init-std", "1e39"], "--model-init-std must be a finite number in (0.0,"),
+    (["train", "--task", "addition", "--model-init-mean", "1e300"], "--model-init-mean must be a finite number in [-1"),
+    (["train", "--task", "addition", "--model-init-mean=-inf"], "--model-init-mean must be a finite number"),
+    (["train", "--task", "addition", "--weight-decay", "nan"], "--weight-decay must be a finite number"),
+    (["train", "--task", "addition", "--grad-clip", "nan"], "--grad-clip must be a finite number"),
     (["train", "--task", "addition", "--lr", "1e30"], "lr must be a finite number in (0.0, 10.0], got 1e+30"),
     (["train", "--task", "addition", "--beta2", "1"], "beta2 must be in [0, 1), got 1.0"),
     (["train", "--task", "addition", "--lr", "0.5", "--weight-decay", "3"], "lr * weight_decay must be at most 1"),
     (["train", "--task", "addition", "--model-dropout", "nan"], "dropout must be a finite number"),
     (["init-grid", "--stds", "0.02", "1e39"], "stds must be a finite number in (0.0, 1000.0]"),
     (["init-grid", "--means", "nan"], "means must be a finite number"),
-    (["analyze", "--init", "--task", "addition", "--model-init-std", "inf"], "init_std must be a finite number"),
+    (["analyze", "--init", "--task", "addition", "--model-init-std", "inf"], "--model-init-std must be a finite"),
     # sizes that pass the range checks but cannot fit in memory
     (["train", "--task", "addition", "--model-d-model", "1000000", "--model-n-heads", "1", "--model-d-head", "1000000"],
      "needs about"),
@@ -352,8 +353,8 @@ BAD_VALUES = [
     # settings that would be silently ignored
     (["analyze", "--init", "--task", "addition", "--window", "10"], "window=10 is only used with protocol window"),
     (["demo", "--device", "cpu"], "device='cpu' is only used with retrain"),
-    (["train", "--task", "addition", "--n-test", "5", "--eval-n", "10"], "eval_n=10 is more than n_test=5"),
-    (["demo", "--runs-dir", "elsewhere"], "runs_dir='elsewhere' is only used with retrain"),
+    (["train", "--task", "addition", "--n-test", "5", "--eval-n", "10"], "--eval-n=10 is more than n_test=5"),
+    (["demo", "--runs-dir", "elsewhere"], "--runs-dir='elsewhere' is only used with retrain"),
 ]
 
 
@@ -531,10 +532,31 @@ def test_every_job_declares_known_sources():
     (["long-context", "--pretrained", "reversal", "--normalizations", "LN", "--window", "8"],
      "--normalizations, --window shape long-context's default models"),
     (["probe", "--pretrained", "reversal", "--tasks", "addition"], "--tasks shapes probe's default models"),
-    (["length-gen", "--n-prompts", "30", "--n-examples", "20"], "n_prompts=30 exceeds n_examples=20"),
+    (["length-gen", "--n-prompts", "30", "--n-examples", "20"], "--n-prompts=30 exceeds n_examples=20"),
 ])
 def test_options_that_would_be_ignored_are_refused(main, tmp_path, capsys, argv, message):
     assert main([*argv, "--out-root", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err
     assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_a_config_fields_name_in_an_error_becomes_the_flag_that_set_it():
+    """Before: ``train --model-dropout 2`` said ``dropout must be ...``, naming a field no flag is called."""
+    from argparse import Namespace
+
+    from nope_interp.cli import flag_named
+
+    args = Namespace(model_dropout=2.0, seed=3, model_seed=-1, batch_size=None, run=["x"], tied=False)
+    cases = {
+        "dropout must be a finite number in [0.0, 1.0), got 2.0": "--model-dropout must be",
+        "seed must be an integer in [0, 9], got -1": "--model-seed must be",       # both set seed: the quoted one
+        "seed must be an integer in [0, 9], got 7": "seed must be",                # neither quoted: left alone
+        "batch_size must be an integer": "batch_size must be",                     # not given on the command line
+        "run directory not found: x": "run directory not found",                   # not a field's check
+        "tied must be": "tied must be",                                            # a flag left off
+        "--window 5 is longer": "--window 5 is longer",
+    }
+    for message, start in cases.items():
+        assert flag_named(message, args).startswith(start), message
+    assert flag_named("window=99 is longer", Namespace(window=99)) == "--window=99 is longer"

@@ -115,7 +115,7 @@ def test_twins_train_and_report_2x(tmp_path, positional):
 @pytest.mark.parametrize("extra,match", [
     (["--window", "100", "--model-n-ctx", "64"], "window 100 exceeds the model's n_ctx 64"),
     (["--window", "1"], "window"),
-    (["--eval-windows", "0"], "eval_windows"),
+    (["--eval-windows", "0"], "--eval-windows must be"),
     (["--lr", "nan"], "lr"),
     (["--name", "../x"], "name"),
 ])
