@@ -739,20 +739,31 @@ def _check_out_dir_spec(spec: SweepSpec, spec_text: str, out: Path) -> bool:
     """Refuse to run ``spec`` into ``out`` when ``out/spec.toml`` is another sweep's (another ``[sweep]`` name
     or kind, or not a readable spec). Returns whether ``out/spec.toml`` exists and differs from ``spec_text``
     (comments and layout aside): the same sweep, edited, whose record the run updates."""
+    old = _out_dir_spec(spec, out, "give another --out-dir")
+    return old is not None and old != tomllib.loads(spec_text)
+
+
+def _out_dir_spec(spec: SweepSpec, out: Path, advice: str) -> dict[str, Any] | None:
+    """The spec recorded in ``out/spec.toml`` (None when there is none), checked to be ``spec``'s sweep.
+
+    Raises:
+        NopeInterpError: the file is not a readable spec, or names another sweep (``[sweep]`` name or kind);
+            the message ends with ``advice``.
+    """
     old_path = out / "spec.toml"
     if not old_path.exists():
-        return False
+        return None
     try:
         old = tomllib.loads(old_path.read_text())
         head = old.get("sweep", {})
         old_name, old_kind = head.get("name"), head.get("kind")
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, AttributeError):
-        raise NopeInterpError(f"--out-dir {out} holds a spec.toml that is not a readable sweep spec; give "
-                              f"another --out-dir") from None
+        raise NopeInterpError(f"--out-dir {out} holds a spec.toml that is not a readable sweep spec; "
+                              f"{advice}") from None
     if (old_name, old_kind) != (spec.name, spec.kind):
         raise NopeInterpError(f"--out-dir {out} holds another sweep's spec ({old_name!r}, kind {old_kind!r}; "
-                              f"this is {spec.name!r}, kind {spec.kind!r}): give another --out-dir")
-    return old != tomllib.loads(spec_text)
+                              f"this is {spec.name!r}, kind {spec.kind!r}): {advice}")
+    return old
 
 
 def _ray_connect(address: str | None, connect: bool) -> Any:
@@ -1017,7 +1028,7 @@ def report(spec: SweepSpec, out_dir: str | Path) -> SweepReport:
     value is a finite number, and ``<metric>_n`` says how many those are.
 
     Raises:
-        NopeInterpError: no finished point.
+        NopeInterpError: no finished point; ``out_dir/spec.toml`` is another sweep's or unreadable.
 
     Warns:
         NopeInterpWarning: one line per unreadable ``result.json`` (naming the file; the point is not counted
@@ -1026,6 +1037,8 @@ def report(spec: SweepSpec, out_dir: str | Path) -> SweepReport:
     """
     from nope_interp.stats import mean_std_ci
 
+    # another sweep's folder would report every point as not run: say whose folder it is instead
+    _out_dir_spec(spec, Path(out_dir), f"give the --out-dir that {spec.name!r} was run into")
     points, missing, failed, unreadable = read_results(spec, out_dir)
     for reason in unreadable.values():
         warnings.warn(f"{reason}: reported as unreadable, not as not run (the next sweep runs the point again)",

@@ -267,7 +267,7 @@ def test_a_sweep_that_fails_on_its_options_writes_nothing(tmp_path, address, hin
 
 def test_an_out_dir_holding_another_sweeps_spec_is_refused(tmp_path):
     from nope_interp.errors import NopeInterpError
-    from nope_interp.sweep import load_spec, run_sweep
+    from nope_interp.sweep import load_spec, report, run_sweep
 
     spec = load_spec(_write(tmp_path, SPEC.format(n_prompts=4)))
     out = tmp_path / "o"
@@ -281,6 +281,10 @@ def test_an_out_dir_holding_another_sweeps_spec_is_refused(tmp_path):
         run_sweep(other, out, progress=False)
     assert "\n" not in str(info.value)
     assert (out / "spec.toml").read_text() == original  # not overwritten
+    # before: sweep-report of "u" on "t"'s folder reported t's results (the same point keys) as u's
+    with pytest.raises(NopeInterpError, match="holds another sweep's spec .*give the --out-dir that 'u' was run"):
+        report(other, out)
+    assert len(report(spec, out).points) == len(spec.points)
     # the same sweep, edited (here: only the first seed): accepted, and its record updated, saying so
     edited = load_spec(_write(tmp_path, SPEC.format(n_prompts=4).replace("seed = [0, 1]", "seed = [0]"), "e.toml"))
     run_sweep(edited, out, progress=False, log=lines.append)
