@@ -203,3 +203,29 @@ def test_kept_weights_past_the_runs_steps_are_refused(tiny_addition_run_with_kep
     with pytest.raises(NopeInterpError, match="step_999999.safetensors is past the run's 60 training steps"):
         trajectory.run(trajectory.TrajectoryConfig(n_prompts=4, no_mechanisms=True),
                        load_models(ModelSource(run=(str(run),))))
+
+
+def test_a_corrupt_file_of_any_run_fails_before_the_first_step_is_scored(tiny_addition_run_with_kept_steps,
+                                                                         tmp_path):
+    """Before: a truncated last checkpoint, or a bad metrics.jsonl of a second run, failed only after every
+    earlier step (and run) had been scored."""
+    import shutil
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs import trajectory
+    from nope_interp.jobs.common import ModelSource, load_models
+
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    shutil.copytree(tiny_addition_run_with_kept_steps, good)
+    shutil.copytree(tiny_addition_run_with_kept_steps, bad)
+    last = sorted((bad / "checkpoints").glob("step_*.safetensors"))[-1]
+    for damage, words in ((lambda: last.write_bytes(last.read_bytes()[:100]), last.name),
+                          (lambda: (bad / "metrics.jsonl").write_text("not json\n"), "metrics.jsonl")):
+        shutil.rmtree(bad)
+        shutil.copytree(tiny_addition_run_with_kept_steps, bad)
+        damage()
+        lines: list[str] = []
+        with pytest.raises(NopeInterpError, match=words):
+            trajectory.run(trajectory.TrajectoryConfig(n_prompts=4, no_mechanisms=True),
+                           load_models(ModelSource(run=(str(good), str(bad)))), log=lines.append)
+        assert not any(" step " in line for line in lines), lines   # nothing was scored

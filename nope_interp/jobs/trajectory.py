@@ -202,27 +202,44 @@ def default_models(config: TrajectoryConfig) -> list[ModelEntry]:
     raise NopeInterpError("trajectory needs --run with one or more run directories")
 
 
+def _checked_run(entry: ModelEntry) -> tuple[dict[int, Path], list[dict[str, Any]]]:
+    """The kept steps of ``entry``'s run (step -> weights file) and its metrics, with every kept weights file
+    loaded into the run's model once, so a corrupt or mismatched file late in a run fails before any scoring.
+
+    Raises:
+        NopeInterpError: as :func:`run`.
+    """
+    if entry.run is None:
+        raise NopeInterpError(f"{entry.label} is not a trained run; trajectory needs --run directories")
+    steps = kept_steps(entry.run.path)
+    if not steps:
+        raise NopeInterpError(f"{entry.run.path} kept no weights in {io.TRAJECTORY_DIR}/ (trained before "
+                              "this version, or a shipped model): retrain it to trace it")
+    past = [s for s in steps if s > entry.run.train_cfg.steps]
+    if past:
+        raise NopeInterpError(f"{steps[past[0]]} is past the run's {entry.run.train_cfg.steps} training steps: "
+                              "not written by this run; remove it")
+    metrics = io.read_metrics(entry.run.path / io.METRICS_FILE, numbers=("eval_acc",))
+    model = build_model(entry.model_cfg)
+    for path in steps.values():
+        load_state(model, io.load_weights(path), f"the weights {path}")
+    return steps, metrics
+
+
 def run(config: TrajectoryConfig, models: list[ModelEntry] | None = None, *, log: Log = None) -> TrajectoryResult:
-    """Score every site at every kept step of every run in ``models``.
+    """Score every site at every kept step of every run in ``models``. Every run's files are checked before
+    the first step is scored.
 
     Raises:
         NopeInterpError: a model that is not a run directory, or a run that kept no weights; kept weights past
-            the run's training steps; a corrupt ``metrics.jsonl`` (:func:`nope_interp.io.read_metrics`).
+            the run's training steps, corrupt or not of the run's shape; a corrupt ``metrics.jsonl``
+            (:func:`nope_interp.io.read_metrics`).
     """
     models = default_models(config) if not models else models
     t0 = time.perf_counter()
+    checked = [_checked_run(entry) for entry in models]  # every file read once before any scoring
     out = []
-    for entry in models:
-        if entry.run is None:
-            raise NopeInterpError(f"{entry.label} is not a trained run; trajectory needs --run directories")
-        steps = kept_steps(entry.run.path)
-        if not steps:
-            raise NopeInterpError(f"{entry.run.path} kept no weights in {io.TRAJECTORY_DIR}/ (trained before "
-                                  "this version, or a shipped model): retrain it to trace it")
-        past = [s for s in steps if s > entry.run.train_cfg.steps]
-        if past:
-            raise NopeInterpError(f"{steps[past[0]]} is past the run's {entry.run.train_cfg.steps} training steps: "
-                                  "not written by this run; remove it")
+    for entry, (steps, metrics) in zip(models, checked, strict=True):
         scores: dict[str, list[float]] = {}
         mechanisms: dict[str, list[float]] = {}
         model = build_model(entry.model_cfg)
@@ -248,7 +265,6 @@ def run(config: TrajectoryConfig, models: list[ModelEntry] | None = None, *, log
                     mechanisms[MECHANISMS[0]][-1],
                     " / ".join(f"{mechanisms[f'l0_z_score_{k}'][-1]:.3f}" for k in INTERVENTIONS[1:]))
             emit(log, f"{entry.label} step {step}: {line}")
-        metrics = io.read_metrics(entry.run.path / io.METRICS_FILE, numbers=("eval_acc",))
         out.append(RunTrajectory(
             label=entry.label, task=entry.task.name, objective=entry.run.train_cfg.objective, steps=tuple(steps),
             sites=tuple(scores), scores={s: tuple(v) for s, v in scores.items()},
