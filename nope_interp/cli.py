@@ -156,11 +156,16 @@ def flag_named(message: str, args: argparse.Namespace) -> str:
     if match is None:
         return message
     field = match.group(1)
-    given = {f"--{dest.replace('_', '-')}": value for dest, value in vars(args).items()
-             if value is not None and value is not False and dest in (field, f"model_{field}")}
-    if len(given) > 1:  # both set a field of this name: the one whose value the message quotes
-        given = {flag: v for flag, v in given.items() if re.search(rf"got {re.escape(str(v))}\b", message)}
-    return next(iter(given)) + message[len(field):] if len(given) == 1 else message
+    options = {f"--{dest.replace('_', '-')}": value for dest, value in vars(args).items()
+               if dest in (field, f"model_{field}") and value is not False}
+    unset = "got None" in message   # the field was left unset: the flag the user did not give
+    if unset:
+        options = {flag: v for flag, v in options.items() if v is None}
+    else:
+        options = {flag: v for flag, v in options.items() if v is not None}
+        if len(options) > 1:  # both set a field of this name: the one whose value the message quotes
+            options = {flag: v for flag, v in options.items() if re.search(rf"got {re.escape(str(v))}\b", message)}
+    return next(iter(options)) + message[len(field):] if len(options) == 1 else message
 
 
 def _jobs() -> tuple[Any, ...]:

@@ -560,3 +560,8 @@ def test_a_config_fields_name_in_an_error_becomes_the_flag_that_set_it():
     for message, start in cases.items():
         assert flag_named(message, args).startswith(start), message
     assert flag_named("window=99 is longer", Namespace(window=99)) == "--window=99 is longer"
+    # a sliding window left unset while the training --window is given: the flag to give is --model-window
+    both = Namespace(window=4, model_window=None)
+    assert flag_named("window must be an integer >= 1 with attention='sliding', got None", both).startswith(
+        "--model-window must be")
+    assert flag_named("window must be an integer >= 1, got 4", both).startswith("--window must be")
