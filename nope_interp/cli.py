@@ -331,6 +331,8 @@ def _cmd_train_text(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from nope_interp.text_train import train_text
 
     _set_threads(args.threads)
+    if args.name is not None:
+        check_name("--name", args.name)
     model_kw = config_kwargs(args, ModelConfig, prefix="model-")
     cfg = TextTrainConfig(**config_kwargs(args, TextTrainConfig))
     model_kw.setdefault("n_ctx", 2 * cfg.window)  # room for the 2x evaluation (and for learned positions)

@@ -39,6 +39,7 @@ from nope_interp.train import (
     _check_finite_weights,
     _cpu_name,
     check_same_settings,
+    check_trainable_attention,
     locked_run,
     log_spaced_steps,
     lr_at,
@@ -46,6 +47,7 @@ from nope_interp.train import (
     optimizer_step,
     resolve_device,
     resumed_running_loss,
+    run_settings,
     trajectory_path,
     warn_short_schedule,
 )
@@ -131,11 +133,13 @@ def train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: str | Path
             ``config.json``. progress: a tqdm bar with the loss.
 
     Raises:
-        NopeInterpError: the text extra is not installed; ``n_ctx`` < ``window``; a vocabulary size other than
-            the tasks'; a run directory that is a file, not writable, locked by another process, or not empty
+        NopeInterpError: a bidirectional model (:func:`nope_interp.train.check_trainable_attention`);
+            ``run_dir`` not a path; the text extra is not installed; ``n_ctx`` < ``window``; a vocabulary size
+            other than the tasks'; a run directory that is a file, not writable, locked by another process, or not empty
             without ``resume``; a missing or mismatched checkpoint with ``resume``; a non-finite loss.
     """
-    run_dir = Path(run_dir)
+    run_dir = io.as_path(run_dir, "run_dir")
+    check_trainable_attention(model_cfg)
     if model_cfg.n_ctx < cfg.window:
         raise NopeInterpError(f"window {cfg.window} exceeds the model's n_ctx {model_cfg.n_ctx} "
                               f"(raise --model-n-ctx or lower --window)")
@@ -267,8 +271,7 @@ def _train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: Path, str
             raise NopeInterpError(io.no_checkpoint_message(run_dir, ckpt_path))
         old_model, old_cfg = parse_text_run_config(io.read_json(run_dir / io.CONFIG_FILE, "run config"),
                                                    run_dir / io.CONFIG_FILE)
-        check_same_settings({**old_model.to_dict(), **old_cfg.to_dict()}, {**model_cfg.to_dict(), **cfg.to_dict()},
-                            run_dir)
+        check_same_settings(run_settings(old_model, old_cfg), run_settings(model_cfg, cfg), run_dir)
         ckpt = io.load_checkpoint(ckpt_path, device)
         load_state(model, ckpt["model"], f"the weights of checkpoint {ckpt_path}")
         opt.load_state_dict(ckpt["optimizer"])

@@ -220,7 +220,8 @@ def train(
     error, a divergence, Ctrl-C) is removed again, so that it never blocks a rerun.
 
     Raises:
-        NopeInterpError: n_ctx too small for the task, more examples than the task has, a run that would not
+        NopeInterpError: a bidirectional model (:func:`check_trainable_attention`); ``run_dir`` not a path;
+            n_ctx too small for the task, more examples than the task has, a run that would not
             fit the free memory (the message gives the estimate), a run directory that is a file or not
             writable, one being written by another process, a non-empty run directory without ``resume``,
             a missing, mismatched, corrupt or unsafe checkpoint with ``resume``, a non-finite loss or
@@ -229,7 +230,8 @@ def train(
     Warns:
         ScheduleWarning: ``warmup_steps`` >= ``steps`` (the learning rate never reaches ``lr``).
     """
-    run_dir = Path(run_dir)
+    run_dir = io.as_path(run_dir, "run_dir")
+    check_trainable_attention(model_cfg)
     task = cfg.make_task()
     check_train_fits(model_cfg, task, cfg)
     device = resolve_device(device)
@@ -308,8 +310,30 @@ def resumed_running_loss(ckpt: dict[str, Any]) -> float | None:
     return float(value) if isinstance(value, float) and math.isfinite(value) else None
 
 
+def run_settings(model_cfg: Any, cfg: Any) -> dict[str, Any]:
+    """The settings of a run that ``--resume`` compares: the model's and the training config's fields, each
+    under its own prefix (``model.window``, ``train.window``), so that a field of the same name in both (``seed``,
+    ``window``) is compared in each rather than one hiding the other."""
+    return {**{f"model.{k}": v for k, v in model_cfg.to_dict().items()},
+            **{f"train.{k}": v for k, v in cfg.to_dict().items()}}
+
+
+def check_trainable_attention(model_cfg: Any) -> None:
+    """Refuse to train a model whose attention sees later positions: with a next-token loss (every objective
+    here, task or text) its inputs hold its own targets, so its loss and bits per character would be wrong.
+
+    Raises:
+        NopeInterpError: ``attention='bidirectional'`` (the bidirectional control is for initialised models).
+    """
+    if getattr(model_cfg, "attention", "causal") == "bidirectional":
+        raise NopeInterpError("--model-attention bidirectional cannot be trained: its inputs hold the next tokens "
+                              "it is trained to predict; train a causal or sliding model (the bidirectional "
+                              "control is for initialised models: --init)")
+
+
 def check_same_settings(stored: dict[str, Any], given: dict[str, Any], run_dir: Path) -> None:
-    """Refuse ``--resume`` when the given settings differ from those stored in the run.
+    """Refuse ``--resume`` when the given settings differ from those stored in the run (dicts of
+    :func:`run_settings`).
 
     Raises:
         NopeInterpError: the differing fields, with both values.
@@ -351,8 +375,7 @@ def _train(model_cfg: ModelConfig, cfg: TrainConfig, run_dir: Path, task: tasks_
         old = io.read_json(run_dir / io.CONFIG_FILE, "run config")
         # compare as configs, so a run written before a config gained a field (with its default) resumes
         old_model, old_train = parse_run_config(old, run_dir / io.CONFIG_FILE)
-        check_same_settings({**old_model.to_dict(), **old_train.to_dict()}, {**model_cfg.to_dict(), **cfg.to_dict()},
-                            run_dir)
+        check_same_settings(run_settings(old_model, old_train), run_settings(model_cfg, cfg), run_dir)
         config["command"] = old.get("command", config["command"])
     elif run_dir.exists() and any(run_dir.iterdir()):
         raise NopeInterpError(io.not_empty_message(run_dir, ckpt_path))

@@ -118,6 +118,8 @@ def test_twins_train_and_report_2x(tmp_path, positional):
     (["--eval-windows", "0"], "--eval-windows must be"),
     (["--lr", "nan"], "lr"),
     (["--name", "../x"], "name"),
+    (["--name", ""], "--name"),                 # before: trained into the default run name
+    (["--model-attention", "bidirectional"], "bidirectional cannot be trained"),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, extra, match):
     from nope_interp.cli import main
@@ -134,6 +136,8 @@ def test_resume_with_other_settings_or_a_task_run_is_refused(tmp_path, capsys, t
     _train(tmp_path, "r")
     assert main(["train-text", *TINY, "--runs-dir", str(tmp_path), "--name", "r", "--resume", "--lr", "0.5"]) == 2
     assert "settings differ" in capsys.readouterr().err
+    assert main(["train-text", *TINY, "--runs-dir", str(tmp_path), "--name", "r", "--resume", "--model-seed", "7"]) == 2
+    assert "model.seed (stored 0, given 7)" in capsys.readouterr().err   # before: hidden behind the training seed
     assert main(["train-text", *TINY, "--runs-dir", str(tmp_path), "--name", "r"]) == 2
     assert "not empty" in capsys.readouterr().err
     from nope_interp.errors import NopeInterpError

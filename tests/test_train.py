@@ -241,8 +241,47 @@ def test_resume_with_other_settings_names_every_differing_field(tiny_train, tmp_
 
     model_cfg, cfg = tiny_train
     train(model_cfg, cfg.replace(steps=4), tmp_path / "r", progress=False)
-    with pytest.raises(NopeInterpError, match=r"steps \(stored 4, given 8\), lr \(stored 0.003, given 0.001\)"):
+    with pytest.raises(NopeInterpError, match=r"train.steps \(stored 4, given 8\), train.lr \(stored 0.003, given "
+                                              r"0.001\)"):
         train(model_cfg, cfg.replace(steps=8, lr=1e-3), tmp_path / "r", resume=True, progress=False)
+    # before: the model's seed and window were hidden behind the training config's fields of the same name
+    for changed, words in ((model_cfg.replace(seed=7), r"model.seed \(stored 0, given 7\)"),
+                           (model_cfg.replace(attention="sliding", window=3),
+                            r"model.window \(stored None, given 3\)")):
+        with pytest.raises(NopeInterpError, match=words):
+            train(changed, cfg.replace(steps=4), tmp_path / "r", resume=True, progress=False)
+
+
+def test_training_refuses_bidirectional_attention_and_user_folders_get_no_removal_advice(tiny_train, tmp_path):
+    """Before: a bidirectional model trained on its own next tokens (a text run's bits per character read 3.10
+    against 3.78 causal), and a user's non-empty folder was called a stopped run to remove with rm -r."""
+    from conftest import unhooked
+
+    from nope_interp.config import TextTrainConfig
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.text_train import train_text
+    from nope_interp.train import train
+
+    model_cfg, cfg = tiny_train
+    bidirectional = model_cfg.replace(attention="bidirectional")
+    for call in (lambda: train(bidirectional, cfg, tmp_path / "b", progress=False),
+                 lambda: train_text(bidirectional, TextTrainConfig(window=24, steps=2), tmp_path / "b",
+                                    progress=False)):
+        with pytest.raises(NopeInterpError, match="bidirectional cannot be trained"):
+            call()
+        assert not (tmp_path / "b").exists()
+    user = tmp_path / "mine"
+    user.mkdir()
+    (user / "notes.txt").write_text("important")
+    with pytest.raises(NopeInterpError, match="is not empty and is not a run") as info:
+        train(model_cfg, cfg, user, progress=False)
+    assert "rm -r" not in str(info.value) and (user / "notes.txt").read_text() == "important"
+    (user / "config.json").write_text("{}")   # a config beside the user's file: still not only a run's files
+    with pytest.raises(NopeInterpError, match="is not empty and is not a run"):
+        train(model_cfg, cfg, user, progress=False)
+    for bad in ("", 3):
+        with pytest.raises(NopeInterpError, match="run_dir must be a non-empty path"):
+            unhooked(train)(model_cfg, cfg, bad, progress=False)
 
 
 def test_resume_and_finalize_name_a_corrupt_run_config_and_bad_devices(tiny_train, tmp_path):
@@ -373,8 +412,8 @@ def test_more_examples_than_the_task_has_are_refused_before_any_work(tiny_train,
 
 def _train_argv(runs, name, seed, steps):
     return ["train", "--task", "addition", "--n-digits", "2", "--preset", "tiny", "--model-n-ctx", "16", "--steps",
-            str(steps), "--batch-size", "4", "--n-train", "100", "--n-test", "20", "--eval-every", "1000",
-            "--checkpoint-every", "1000", "--runs-dir", str(runs), "--name", name, "--model-seed", str(seed),
+            str(steps), "--batch-size", "4", "--n-train", "100", "--n-test", "20", "--eval-n", "10", "--eval-every",
+            "1000", "--checkpoint-every", "1000", "--runs-dir", str(runs), "--name", name, "--model-seed", str(seed),
             "--no-progress"]
 
 
