@@ -29,28 +29,32 @@ LAYER_TYPES = ("nope", "rope", "learned")
 @evaluates
 @torch.no_grad()
 def layer_positional_types(model: torch.nn.Module, tokens: Int[Tensor, "batch pos"] | None = None,
-                           atol: float = 1e-6) -> tuple[str, ...]:
+                           atol: float = 0.0, rtol: float = 1e-4) -> tuple[str, ...]:
     """The positional type of every attention layer of ``model``: one of :data:`LAYER_TYPES` per layer.
 
     Args:
         model: a ``HookedTransformer`` or a ``TransformerBridge`` (anything with ``cfg.n_layers``,
             ``cfg.d_vocab`` and ``run_with_cache``).
-        tokens: the probe sequence (default: 8 token ids 0..7, i.e. within any vocabulary of 8 or more).
-        atol: rotated and unrotated queries closer than this (absolute, every entry) count as equal.
+        tokens: the probe sequence (default: token ids 0..7, fewer when ``d_vocab`` or ``n_ctx`` is smaller).
+        atol, rtol: rotated and unrotated queries count as equal when every entry differs by at most
+            ``atol + rtol * max|q|`` (the layer's largest query entry): relative, so that a model with tiny
+            weights is still told apart (RoPE moves the fastest-rotating pair by about its own size at pos 1).
 
     Raises:
         NopeInterpError: ``model`` has no ``cfg.n_layers`` / ``run_with_cache``; ``tokens`` that
             :func:`nope_interp.model.check_tokens` refuses (not a 2-D integer tensor, ids outside
             ``[0, d_vocab)``), of fewer than 2 positions (position 0 is never rotated, so one position cannot
-            tell RoPE from NoPE) or more than ``n_ctx``; ``atol`` not a finite number >= 0.
+            tell RoPE from NoPE) or more than ``n_ctx``; ``atol`` or ``rtol`` not a finite number >= 0; a
+            layer whose queries are all zero (rotation cannot be seen).
     """
     cfg = getattr(model, "cfg", None)
     if cfg is None or not hasattr(model, "run_with_cache") or not isinstance(getattr(cfg, "n_layers", None), int):
         raise NopeInterpError(f"layer_positional_types needs a TransformerLens model, got {type(model).__name__}")
     if tokens is None:
-        tokens = torch.arange(min(8, int(cfg.d_vocab)))[None]
+        tokens = torch.arange(min(8, int(cfg.d_vocab), int(cfg.n_ctx)))[None]
     tokens = check_tokens(model, tokens)   # a 2-D integer tensor of ids in [0, d_vocab)
     check_float("atol", atol, 0.0)
+    check_float("rtol", rtol, 0.0)
     if tokens.shape[1] < 2 or tokens.shape[1] > cfg.n_ctx:
         raise NopeInterpError(f"tokens must be (batch, pos) with 2 <= pos <= n_ctx={cfg.n_ctx}, got shape "
                               f"{tuple(tokens.shape)}")
@@ -64,7 +68,11 @@ def layer_positional_types(model: torch.nn.Module, tokens: Int[Tensor, "batch po
         q_name, rot_name = f"blocks.{i}.attn.hook_q", f"blocks.{i}.attn.hook_rot_q"
         if rot_name in cache and q_name in cache:
             q, rq = cache[q_name].float(), cache[rot_name].float()
-            out.append("nope" if torch.allclose(rq, q, atol=atol, rtol=0) else "rope")
+            scale = float(q.abs().max())
+            if scale == 0.0:
+                raise NopeInterpError(f"layer {i}'s queries are all zero on these tokens: RoPE cannot be told "
+                                      "from NoPE; give other tokens")
+            out.append("nope" if float((rq - q).abs().max()) <= atol + rtol * scale else "rope")
         else:
             out.append("learned" if learned else "nope")
     return tuple(out)

@@ -51,6 +51,17 @@ def test_layer_types_of_hooked_transformers():
     rotary = build_model(preset("tiny", positional="rotary"))
     with pytest.raises(NopeInterpError, match="2 <= pos <= n_ctx"):
         layer_positional_types(rotary, torch.tensor([[5]]))
+    # before: an absolute tolerance of 1e-6 called RoPE layers of small-weight models NoPE
+    for std in (1e-5, 1e-3, 0.02, 1.0):
+        assert layer_positional_types(build_model(preset("tiny", positional="rotary", init_std=std))) == \
+            ("rope", "rope"), std
+        assert layer_positional_types(build_model(preset("tiny", init_std=std))) == ("nope", "nope"), std
+    # before: the default 8-token probe was refused by a model with a shorter context
+    assert layer_positional_types(build_model(preset("tiny", positional="rotary", n_ctx=4))) == ("rope", "rope")
+    zero = build_model(preset("tiny", positional="rotary"))
+    torch.nn.init.zeros_(zero.blocks[0].attn.W_Q)
+    with pytest.raises(NopeInterpError, match="layer 0's queries are all zero"):
+        layer_positional_types(zero)
     with pytest.raises(NopeInterpError, match="TransformerLens model"):
         layer_positional_types(torch.nn.Linear(2, 2))
 
@@ -67,6 +78,17 @@ def test_adjacency_pipeline_runs_on_a_hybrid_bridge(tiny_models):
     z3 = cache["blocks.3.attn.hook_z"].reshape(3, 40, -1)
     expected = adjacency_scores_of_activations(z3)["row_mean"]
     torch.testing.assert_close(res.per_sequence["row_mean"][res.sites.index("blocks.3.attn.hook_z")], expected)
+
+
+def test_an_hf_model_with_a_short_context_gets_inputs_it_can_read(tmp_path, capsys):
+    """Before: analyze and probe gave every HF model 64-token inputs, refused by a model with n_ctx 32."""
+    from nope_interp.cli import main
+    from nope_interp.hf import tiny_hf_model
+
+    tiny_hf_model("smollm3-nope", seed=0, n_layers=2, n_ctx=32).save_pretrained(tmp_path / "ctx32")
+    for argv in (["analyze", "--points", "z"], ["probe", "--quick", "--n-prompts", "8"]):
+        code = main([*argv[:1], "--hf-path", str(tmp_path / "ctx32"), *argv[1:], "--out-root", str(tmp_path / "o")])
+        assert code == 0, capsys.readouterr().err
 
 
 def test_long_context_from_an_hf_folder_marks_nope_layers(tmp_path, capsys):

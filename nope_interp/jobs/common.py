@@ -327,8 +327,16 @@ def text_task_name(entry: ModelEntry) -> str:
     return f"text-{entry.model_cfg.positional_label}"
 
 
-#: Length of the random-token inputs of a Hugging Face model (``kind="hf"``) in analyze and probe.
+#: Length of the random-token inputs of a Hugging Face model (``kind="hf"``) in analyze and probe (capped
+#: at the model's ``n_ctx``: :func:`hf_random_length`).
 HF_RANDOM_LENGTH = 64
+
+
+def hf_random_length(model: Any) -> int:
+    """:data:`HF_RANDOM_LENGTH`, or the model's ``n_ctx`` when that is shorter (a model with a 32-token context
+    was given 64-token inputs it could not read)."""
+    n_ctx = getattr(getattr(model, "cfg", None), "n_ctx", None)
+    return min(HF_RANDOM_LENGTH, int(n_ctx)) if isinstance(n_ctx, int) and n_ctx >= 2 else HF_RANDOM_LENGTH
 
 
 def entry_tokens(entry: ModelEntry, n: int, seed: int) -> tuple[str, str, Int[Tensor, "n pos"]]:
@@ -339,7 +347,7 @@ def entry_tokens(entry: ModelEntry, n: int, seed: int) -> tuple[str, str, Int[Te
     - a ``train-text`` language model: ``n`` windows of its training length from the held-out plays
       (:func:`nope_interp.text.text_windows`, ``seed``), task :func:`text_task_name`, protocol ``text``;
     - a Hugging Face model (a ``TransformerBridge``, its own vocabulary): ``n`` sequences of
-      :data:`HF_RANDOM_LENGTH` ids of :func:`random_tokens` (``seed``), task ``random``, protocol ``random``.
+      :func:`hf_random_length` ids of :func:`random_tokens` (``seed``), task ``random``, protocol ``random``.
 
     Raises:
         NopeInterpError: too few distinct prompts; the text extra missing for a text model.
@@ -351,7 +359,7 @@ def entry_tokens(entry: ModelEntry, n: int, seed: int) -> tuple[str, str, Int[Te
         windows = text_windows(n, int(entry.source["text_window"]), seed=seed)
         return text_task_name(entry), "text", torch.stack([encode_text(w) for w in windows])
     if entry.kind == "hf":
-        return "random", "random", random_tokens(entry.model, n, HF_RANDOM_LENGTH, seed)
+        return "random", "random", random_tokens(entry.model, n, hf_random_length(entry.model), seed)
     task = entry.task
     return task.name, "full", task.analysis_tokens(n, seed, entry.train_prompts)
 

@@ -37,12 +37,12 @@ from nope_interp.config import PRESETS, FrozenConfig, check_choice, check_choice
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import hook_name, short_label
 from nope_interp.jobs.common import (
-    HF_RANDOM_LENGTH,
     Log,
     ModelEntry,
     emit,
     entry_from_init,
     entry_tokens,
+    hf_random_length,
     progress,
     shipped_entries,
 )
@@ -317,7 +317,7 @@ def run(config: ProbeConfig, models: list[ModelEntry] | None = None, *, log: Log
         if (name, d_model) not in controls:
             controls.add((name, d_model))
             n_pos = None if entry.kind not in ("text", "hf") else (
-                int(entry.source["text_window"]) if entry.kind == "text" else HF_RANDOM_LENGTH)
+                int(entry.source["text_window"]) if entry.kind == "text" else hf_random_length(entry.model))
             noise_rows += noise_control(config, name if n_pos else entry.task, d_model, n_pos)
     result = ProbeResult(config=config, n_prompts=config.prompts_used, features=config.features_used,
                          probes=config.probes_used, seeds=config.seeds_used, rows=tuple(rows),
