@@ -120,6 +120,37 @@ def test_what_cannot_work_is_one_line_that_says_why(tiny_reversal_run, tmp_path,
     assert len(err) == 1 and match in err[0]
 
 
+@pytest.mark.parametrize(("argv", "match"), [
+    (["analyze", "--model-n-layers", "7"], "--model-n-layers shapes an --init model"),
+    (["long-context", "--model-init-std", "5"], "--model-init-std shapes an --init model"),
+    (["probe", "--preset", "tiny"], "--preset shapes an --init model"),
+    (["ablate", "--preset", "tiny", "--model-d-model", "8"], "--model-d-model, --preset shape an --init model"),
+])
+def test_model_shape_flags_with_a_trained_model_are_refused_not_ignored(tiny_reversal_run, tmp_path, capsys, argv,
+                                                                        match):
+    """Before: ``analyze --run R --model-n-layers 7`` ran on R as it is and said nothing."""
+    from nope_interp.cli import main
+
+    job, *rest = argv
+    assert main([job, "--run", str(tiny_reversal_run), *rest, "--out-root", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and match in err[0] and not (tmp_path / "o").exists()
+
+
+def test_other_silently_ignored_source_settings_are_refused():
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.analyze import AnalyzeConfig
+    from nope_interp.jobs.common import ModelSource
+
+    for kwargs in ({"hf_path": "x", "task": "addition"}, {"hf_path": "x", "n_digits": 3}):
+        with pytest.raises(NopeInterpError, match="a Hugging Face model .* reads random ids"):
+            ModelSource(**kwargs)
+    with pytest.raises(NopeInterpError, match="prompt_seed=9 is only used without --text-file"):
+        AnalyzeConfig(text_file="t.txt", prompt_seed=9)
+    ModelSource(init=True, task="reversal", preset="tiny", model_overrides={"n_layers": 1})  # where they apply
+    AnalyzeConfig(text_file="t.txt")
+
+
 @pytest.mark.parametrize("n_digits", [2, 3, 4])
 def test_n_digits_alone_is_the_runs_own_task_at_that_size(tiny_reversal_run, n_digits):
     from nope_interp.jobs.common import ModelSource, load_models

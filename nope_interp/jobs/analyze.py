@@ -72,6 +72,8 @@ class AnalyzeConfig(FrozenConfig):
                                   "is the input")
         check_choices("activation point", tuple(self.points), ACTIVATION_POINTS)
         check_int("prompt_seed", self.prompt_seed, 0, 2**63 - 1)
+        check_used("prompt_seed", self.prompt_seed, 1, self.text_file is None,
+                   "without --text-file (the file is read from its start)")
         if self.label is not None:  # a folder name under results/analyze/ and figures/analyze/
             check_name("label", self.label)
 

@@ -48,7 +48,9 @@ class ModelSource(FrozenConfig):
 
     Raises:
         NopeInterpError: two sources at once; ``init`` without ``task``; ``with_seeds`` or
-            ``with_candidates`` with ``run``, ``init`` or ``hf_path``; an unknown task, preset or model field.
+            ``with_candidates`` with ``run``, ``init`` or ``hf_path``; an unknown task, preset or model field;
+            ``model_overrides`` or a preset other than ``paper`` without ``init`` (they would be ignored);
+            ``task`` or ``n_digits`` with ``hf_path``.
     """
 
     run: tuple[str, ...] = opt((), "run directories (runs/<name>/)")
@@ -79,6 +81,16 @@ class ModelSource(FrozenConfig):
             if self.task is None:
                 raise NopeInterpError(f"--init needs --task (one of: {', '.join(tasks_pkg.TASK_NAMES)})")
             preset(self.preset, **self.model_overrides)  # validates preset and overrides
+        else:  # they shape an initialised model only: with any other source they would be ignored
+            shaping = [f"--model-{k.replace('_', '-')}" for k in self.model_overrides]
+            shaping += ["--preset"] if self.preset != "paper" else []
+            if shaping:
+                raise NopeInterpError(f"{', '.join(shaping)} shape{'s' if len(shaping) == 1 else ''} an --init model; "
+                                      f"a trained, shipped or Hugging Face model has its own shape: drop "
+                                      f"{'it' if len(shaping) == 1 else 'them'}")
+        if self.hf_path and (self.task is not None or self.n_digits is not None):
+            raise NopeInterpError("--task and --n-digits name task inputs; a Hugging Face model (--hf-path) reads "
+                                  "random ids of its own vocabulary (or --text-file): drop them")
         for flag, on in (("--with-seeds", self.with_seeds), ("--with-candidates", self.with_candidates)):
             if not on:
                 continue
