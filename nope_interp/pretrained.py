@@ -88,8 +88,13 @@ def parse_run_config(config: Any, where: str | Path,
         raise NopeInterpError(f"run config is corrupt: {where}: expected a JSON object with "
                               f"{' and '.join(repr(k) for k, _ in sections)}, got {_json_kind(config)}")
     out = []
+    kinds = {"train": "a task run (nope-interp train)", "text_train": "a language model run (nope-interp train-text)"}
     for key, cls in sections:
         if key not in config:
+            other = next((k for k in kinds if k != key and isinstance(config.get(k), dict)), None)
+            if key in kinds and other is not None:  # a run of the other kind, not a corrupt one
+                raise NopeInterpError(f"{where} is {kinds[other]}, not {kinds[key]}: give it to the command "
+                                      f"that made it")
             raise NopeInterpError(f"run config is corrupt: {where}: the entry {key!r} is missing")
         if not isinstance(config[key], dict):
             raise NopeInterpError(f"run config is corrupt: {where}: {key!r} must be a JSON object of "

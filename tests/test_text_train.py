@@ -143,8 +143,15 @@ def test_resume_with_other_settings_or_a_task_run_is_refused(tmp_path, capsys, t
     from nope_interp.errors import NopeInterpError
     from nope_interp.text_train import load_text_run
 
-    with pytest.raises(NopeInterpError, match="'text_train' is missing"):
+    # before: a task run was called corrupt ("the entry 'text_train' is missing"), and a text run likewise
+    with pytest.raises(NopeInterpError, match="is a task run \\(nope-interp train\\), not a language model run"):
         load_text_run(tiny_run)
+    assert main(["train-text", *TINY, "--runs-dir", str(tiny_run.parent), "--name", tiny_run.name, "--resume"]) == 2
+    assert "is a task run (nope-interp train)" in capsys.readouterr().err
+    from nope_interp.pretrained import load_run
+
+    with pytest.raises(NopeInterpError, match="is a language model run \\(nope-interp train-text\\), not a task"):
+        load_run(tmp_path / "r")
 
 
 def test_long_context_takes_text_runs_and_other_jobs_refuse_them(tmp_path, capsys):
@@ -264,7 +271,7 @@ def test_ship_text_copies_a_finished_run_and_shipped_text_models_reproduce_their
         tt.ship_text(run, "other")
     with pytest.raises(NopeInterpError, match="name"):
         tt.ship_text(dest, "../x")
-    with pytest.raises(NopeInterpError, match="'text_train' is missing"):
+    with pytest.raises(NopeInterpError, match="is a task run"):
         tt.ship_text(tiny_run)
     for path in shipped:  # each shipped text model: its weights give its recorded held-out bits per character
         model, model_cfg, cfg = tt.load_text_run(path)

@@ -185,13 +185,14 @@ def run(config: AnalyzeConfig, models: list[ModelEntry] | None = None, *, log: L
                                 meta={**entry.source, **io.provenance()}, protocol=config.protocol,
                                 window=config.window)
         row = res.scores["row_mean"]
+        max_lag = len(next(iter(res.lag_profile.values()))["mean"]) if res.lag_profile else 0
         for site in res.sites:
             gap = res.lag_profile[site]["recency_gap"]
             parts = site.split(".")
             kind = f" ({types[int(parts[1])]})" if types and parts[0] == "blocks" else ""
             degenerate = res.meta.get("degenerate_sequences", {}).get(site)
             emit(log, f"  {site + kind:34s} {row[site]['mean']:.3f} ± {row[site]['std']:.3f}   "
-                      f"recency gap {gap['mean']:+.3f}"
+                      f"recency gap c(1) - c({max_lag}) {gap['mean']:+.3f}"
                       + (f"   ({degenerate}/{res.n_prompts} degenerate inputs: rounding, not position)"
                          if degenerate else ""))
         out.append(ModelScores(label=label, analysis=res))
