@@ -6,6 +6,7 @@ both reductions of the adjacency score and the lag profile, mean and spread over
 """
 
 import numbers
+import os
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -309,16 +310,26 @@ def _encode(tokenizer: Tokenizer, text: str) -> list[int]:
             raise NopeInterpError(f"{_unknown_characters(text)}: remove or replace them, or analyse with the "
                                   "tokenizer your model reads")
         return tasks_pkg.vocab.encode(text)
-    if hasattr(tokenizer, "encode"):
-        try:
-            ids = tokenizer.encode(text, add_special_tokens=False)
-        except TypeError as err:
-            if "add_special_tokens" not in str(err):  # the tokenizer's own failure, not the keyword
-                raise NopeInterpError(f"the tokenizer's encode failed: {err}") from None
-            ids = tokenizer.encode(text)  # an encode without that keyword
-    elif callable(tokenizer):
-        ids = tokenizer(text)
-    else:
+    if isinstance(tokenizer, str | os.PathLike | bytes):  # a str has .encode: it is not a tokenizer
+        raise NopeInterpError(f"tokenizer must be a tokenizer, not a path or string ({tokenizer!r}); load one from "
+                              "a folder with nope_interp.hf.load_hf_tokenizer(path)"[:300])
+    try:
+        if hasattr(tokenizer, "encode"):
+            try:
+                ids = tokenizer.encode(text, add_special_tokens=False)
+            except TypeError as err:
+                if "add_special_tokens" not in str(err):  # the tokenizer's own failure, not the keyword
+                    raise
+                ids = tokenizer.encode(text)  # an encode without that keyword
+        elif callable(tokenizer):
+            ids = tokenizer(text)
+        else:
+            ids = None
+    except NopeInterpError:
+        raise
+    except Exception as err:  # the user's tokenizer failed: say so in one line, whatever it raised
+        raise NopeInterpError(f"the tokenizer failed on the text: {type(err).__name__}: {err}"[:300]) from None
+    if ids is None and not callable(tokenizer):
         raise NopeInterpError(f"tokenizer must be None, a callable str -> ids or an object with encode(), "
                               f"got {type(tokenizer).__name__}")
     if hasattr(ids, "ids"):  # a `tokenizers` Encoding

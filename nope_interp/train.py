@@ -231,6 +231,7 @@ def train(
         ScheduleWarning: ``warmup_steps`` >= ``steps`` (the learning rate never reaches ``lr``).
     """
     run_dir = io.as_path(run_dir, "run_dir")
+    check_configs(model_cfg, cfg, TrainConfig)
     check_trainable_attention(model_cfg)
     task = cfg.make_task()
     check_train_fits(model_cfg, task, cfg)
@@ -316,6 +317,18 @@ def run_settings(model_cfg: Any, cfg: Any) -> dict[str, Any]:
     ``window``) is compared in each rather than one hiding the other."""
     return {**{f"model.{k}": v for k, v in model_cfg.to_dict().items()},
             **{f"train.{k}": v for k, v in cfg.to_dict().items()}}
+
+
+def check_configs(model_cfg: Any, cfg: Any, cls: type) -> None:
+    """Refuse, in one line, configs of the wrong type (a dict of settings, None) before any attribute is read.
+
+    Raises:
+        NopeInterpError: ``model_cfg`` not a :class:`~nope_interp.config.ModelConfig` or ``cfg`` not a ``cls``.
+    """
+    for name, value, want in (("model_cfg", model_cfg, ModelConfig), ("cfg", cfg, cls)):
+        if not isinstance(value, want):
+            raise NopeInterpError(f"{name} must be a {want.__name__} (e.g. {want.__name__}(**settings)), got "
+                                  f"{type(value).__name__}")
 
 
 def check_trainable_attention(model_cfg: Any) -> None:

@@ -56,6 +56,10 @@ def test_analyze_text_equals_analyze_tokens_on_the_same_windows():
     ({"texts": ["caf\u00e9 au lait and more"]}, "not in the 96-character vocabulary.*tokenizer your model reads"),
     ({"tokenizer": 42}, "tokenizer must be None, a callable"),
     ({"tokenizer": lambda s: [0.5] * len(s)}, "integer token ids, got an element of type float"),
+    # before: a path string was taken for a tokenizer (a str has .encode) and raised "got bytes"
+    ({"tokenizer": "/models/tok"}, "not a path or string .*load_hf_tokenizer"),
+    ({"tokenizer": lambda s: 1 / 0}, "the tokenizer failed on the text: ZeroDivisionError"),  # before: raw
+    ({"tokenizer": lambda s: None}, "got NoneType"),
 ])
 def test_bad_text_inputs_are_one_clear_error(kwargs, match):
     from nope_interp.analysis import text_windows_of
@@ -189,7 +193,7 @@ def test_cli_text_file_errors_are_one_line_exit_2_nothing_written(tmp_path, tiny
     assert err.startswith("nope-interp: error:"), err
     expected = {"missing file": "does not exist", "directory": "not a readable UTF-8", "not utf-8": "not a readable",
                 "with a protocol": "exclude each other", "no tokenizer": "no tokenizer in",
-                "too short": "no text has 8 tokens", "bad length": "text_length",
+                "too short": "no text has 8 tokens", "bad length": "--text-length",
                 "over n_ctx": "--text-length 500 exceeds", "outside the vocabulary":
                 "line 2001, column 4: character '\u00e9' is not in the 96-character vocabulary"}[case]
     assert expected in err and len(err) < 400, err  # never the file's text
@@ -274,3 +278,30 @@ def test_text_file_reads_only_the_prefix_its_windows_need(tmp_path, monkeypatch,
     windows, chars_read = job._text_file_windows(str(path), length, n_windows, None)
     assert torch.equal(windows, text_windows_of(text, length, n_windows))
     assert chars_read == chars  # None: the whole file
+
+
+def test_text_helpers_refuse_wrong_types_in_one_line():
+    """Before: raw TypeError / ValueError / ZeroDivisionError, and text_windows took seed="abc" or 1.5 as is."""
+    from nope_interp import text
+    from nope_interp.config import TextTrainConfig, preset
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.model import build_model
+    from nope_interp.text_train import bits_per_char, encode_text, load_text_run, train_text
+
+    model = build_model(preset("tiny"))
+    windows = encode_text("to be or not")[None]
+    bpc, enc, load, tt, windows_of = (unhooked(f) for f in (bits_per_char, encode_text, load_text_run, train_text,
+                                                            text.text_windows))
+    cases = [
+        *[(lambda b=b: bpc(model, windows, batch_size=b), "batch_size must be") for b in (0, -1, 1.5)],
+        *[(lambda v=v: enc(v), "encode_text needs a str") for v in (5, b"ab", None)],
+        *[(lambda v=v: load(v), "run_dir must be a non-empty path") for v in (None, 123, "")],
+        (lambda: tt(preset("tiny"), {"steps": 2}, "/tmp/x-never"), "cfg must be a TextTrainConfig"),
+        (lambda: tt(None, TextTrainConfig(), "/tmp/x-never"), "model_cfg must be a ModelConfig"),
+        (lambda: unhooked(text.corpus)(["train"]), "unknown split"),
+        *[(lambda s=s: windows_of(2, 16, seed=s), "seed must be an integer >= 0") for s in ([1], "abc", 1.5, -1)],
+    ]
+    for call, words in cases:
+        with pytest.raises(NopeInterpError, match=words):
+            call()
+    assert bits_per_char(model, windows, batch_size=1) == pytest.approx(bits_per_char(model, windows))
