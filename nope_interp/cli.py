@@ -263,8 +263,10 @@ def _build_parser() -> argparse.ArgumentParser:
             group = p.add_argument_group("models (default: " + job.DEFAULT_MODELS + ")")
             sources = source_flags(job)
             add_config_flags(group, ModelSource, only=sources)
-            if "init" in sources:  # the --model-* flags shape an --init model only
-                add_config_flags(group, ModelConfig, prefix="model-", only=MODEL_FLAGS, defaults_from="--preset")
+            if "init" in sources:  # the --model-* flags shape an --init model only (refused with any other)
+                shape = p.add_argument_group("shape of an --init model (refused with --run, --pretrained, --hf-path "
+                                             "or the default models)")
+                add_config_flags(shape, ModelConfig, prefix="model-", only=MODEL_FLAGS, defaults_from="--preset")
         p.add_argument("--out-root", type=path_arg, default=".",
                        help=f"writes results/{job.NAME.replace('-', '_')}/ and figures/{job.NAME.replace('-', '_')}/ "
                             "under this folder (default .)")
