@@ -182,6 +182,8 @@ def test_console_script_is_installed_and_reports_errors_with_status_2():
     assert out.returncode == 2 and "unknown task 'nope'" in out.stderr
 
 
+@pytest.mark.slow  # about 70 s (paper-shape default models); tests/test_jobs_averaging.py and
+# tests/test_jobs_init_grid.py run and write both jobs on tiny models in the default run
 def test_averaging_and_init_grid_commands(main, tmp_path):
     assert main(["averaging", "--tasks", "reversal", "--n-prompts", "6", "--eval-n", "10",
                  "--out-root", str(tmp_path)]) == 0

@@ -424,23 +424,36 @@ def test_an_unreadable_result_is_reported_as_such_not_as_not_run(tmp_path, conte
 
 
 def test_peak_memory_is_each_points_own(tmp_path):
-    """With one worker, a small point after a large one reports its own peak, not the large one's."""
-    from nope_interp.sweep import peak_memory_mib, reset_peak_memory, run_point
+    """With one worker, a small point after a large one reports its own peak, not the large one's. Run in a
+    fresh process, as a sweep worker is: in this test process the memory freed by earlier tests stays resident
+    and a point's allocations can fit inside it, so no point would raise the peak above the reset level."""
+    from nope_interp.sweep import reset_peak_memory
 
     if not reset_peak_memory():
         pytest.skip("this system cannot reset a process's peak memory (/proc/self/clear_refs)")
-    block = b"\x01" * (200 << 20)  # 200 MiB, touched
-    high = peak_memory_mib(True)
-    del block
-    assert reset_peak_memory()
-    assert peak_memory_mib(True) < high - 150  # the helper itself
-    peaks = {}
-    for d_model in (1024, 32):
-        out = run_point("init", {"preset": "tiny", "task": "reversal", "n_prompts": 4, "model_d_model": d_model,
-                                 "model_n_layers": 2}, str(tmp_path))
-        result = json.loads((tmp_path / "points" / out["key"] / "result.json").read_text())
-        assert result["peak_scope"] == "point"
-        peaks[d_model] = result["peak_mib"]
+    script = f"""
+import json
+from pathlib import Path
+from nope_interp.sweep import peak_memory_mib, reset_peak_memory, run_point
+
+block = b"\\x01" * (200 << 20)  # 200 MiB, touched
+high = peak_memory_mib(True)
+del block
+assert reset_peak_memory()
+assert peak_memory_mib(True) < high - 150  # the helper itself
+peaks = {{}}
+for d_model in (1024, 32):
+    out = run_point("init", {{"preset": "tiny", "task": "reversal", "n_prompts": 4, "model_d_model": d_model,
+                             "model_n_layers": 2}}, {str(tmp_path)!r})
+    result = json.loads((Path({str(tmp_path)!r}) / "points" / out["key"] / "result.json").read_text())
+    assert result["peak_scope"] == "point"
+    peaks[d_model] = result["peak_mib"]
+print(json.dumps(peaks))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    peaks = {int(k): v for k, v in json.loads(done.stdout.strip().splitlines()[-1]).items()}
     assert peaks[32] < peaks[1024] - 40, peaks  # ~100 MiB of weights at d_model 1024
 
 
