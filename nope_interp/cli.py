@@ -377,6 +377,10 @@ def _cmd_job(job: Any, args: argparse.Namespace) -> int:
         if text_runs and not getattr(job, "TAKES_TEXT", False):
             raise NopeInterpError(f"{', '.join(text_runs)}: a train-text language model works with long-context, "
                                   f"analyze, ablate and probe, not {job.NAME} (it has no task of its own)")
+        if text_runs and job.NAME != "long-context" and (source.task is not None or source.n_digits is not None):
+            raise NopeInterpError(f"{', '.join(text_runs)}: {job.NAME} reads a train-text model's held-out text "
+                                  "windows, so --task / --n-digits would be ignored: drop them (long-context "
+                                  "--inputs task reads task text)")
     with io.exclusive(res_dir, "--out-root output folder"):  # one writer per job and --out-root at a time
         result = job.run(cfg, models, log=print)
         paths = job.write(result, args.out_root)

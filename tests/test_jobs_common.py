@@ -137,6 +137,19 @@ def test_model_shape_flags_with_a_trained_model_are_refused_not_ignored(tiny_rev
     assert len(err) == 1 and match in err[0] and not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("job", ["analyze", "probe", "ablate"])
+def test_task_flags_with_a_text_run_are_refused_where_text_windows_are_read(job, tmp_path, capsys):
+    """Before: ``analyze --run <text run> --task addition`` analysed the text windows and said nothing."""
+    from nope_interp.cli import main
+    from nope_interp.text_train import available_text_models
+
+    text_run = str(next(p for p in available_text_models() if p.name == "text-nope"))
+    for extra in (["--task", "addition"], ["--n-digits", "3"]):
+        assert main([job, "--run", text_run, *extra, "--out-root", str(tmp_path / "o")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--task / --n-digits would be ignored" in err[0] and not (tmp_path / "o").exists()
+
+
 def test_other_silently_ignored_source_settings_are_refused():
     from nope_interp.errors import NopeInterpError
     from nope_interp.jobs.analyze import AnalyzeConfig
