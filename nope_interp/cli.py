@@ -150,8 +150,10 @@ def config_kwargs(args: argparse.Namespace, cls: type, prefix: str = "") -> dict
 def flag_named(message: str, args: argparse.Namespace) -> str:
     """``message`` with a leading config field name (``dropout must be ...``, ``n_layers=0 ...``) replaced by
     the command-line flag that set it (``--model-dropout must be ...``): the configs check their fields by
-    name, and a user of the CLI knows the flags. Left as it is when no given flag, or more than one (``--seed``
-    and ``--model-seed`` both set ``seed``), sets a field of that name."""
+    name, and a user of the CLI knows the flags. A message saying ``got None`` names the flag of that field
+    that was not given (``--model-window`` for a sliding window, not the training ``--window``). Left as it is
+    when no flag, or more than one that the message cannot tell apart (``--seed`` and ``--model-seed`` both
+    set ``seed`` and the message quotes neither value), fits."""
     match = re.match(r"([a-z][a-z0-9_]*)(?==| must | lists | is | has )", message)
     if match is None:
         return message

@@ -428,7 +428,7 @@ def not_empty_message(run_dir: Path, ckpt_path: Path) -> str:
     if all(child.name in RUN_FILES for child in run_dir.iterdir()) and (run_dir / CONFIG_FILE).is_file():
         return (f"run directory {run_dir} is not empty but holds no checkpoint (a run stopped before its first "
                 f"one): remove it (rm -r {run_dir}) and rerun, or choose another --name")
-    return (f"run directory {run_dir} is not empty and is not a run (no {CONFIG_FILE} and checkpoint of one): "
+    return (f"run directory {run_dir} is not empty and is not a run (it holds files a run does not write): "
             f"choose another --name or --runs-dir")
 
 
