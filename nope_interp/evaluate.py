@@ -186,3 +186,63 @@ def answer_loss(model: HookedTransformer, batch: Batch, fast: bool = False) -> F
         logits = model(tokens, return_type="logits")
     mask = batch.loss_mask.to(device)
     return F.cross_entropy(logits[mask], batch.targets.to(device)[mask])
+
+
+
+@evaluates
+@torch.inference_mode()
+def answer_token_loss(
+    model: HookedTransformer, task: Task, examples: Sequence[Example], batch_size: int = 1024, prefix: str = ""
+) -> float:
+    """Teacher-forced cross-entropy (nats per answer character, >= 0) of ``examples``' answers: the mean over
+    every answer character of ``-log p(that character)``, given ``prefix`` (as in :func:`predict`), the
+    prompt and the answer's earlier characters. The newline that ends an answer is not scored.
+
+    Exact match moves only once greedy answers come out right; this falls as soon as the model puts more
+    probability on the right answers, so it shows whether a run at chance accuracy is learning anything.
+    Compare it with the entropy of the answers' own distribution: a model that ignores the prompt and
+    predicts that distribution scores exactly it (2.09 nats on the 9-digit indexing task; its answers are
+    one character).
+
+    Raises:
+        NopeInterpError: as :func:`exact_match_accuracy` (no examples, not ``tasks.Example``, bad prompts,
+            ``batch_size`` < 1, inputs longer than the model's ``n_ctx``, a model that cannot read the task).
+    """
+    check_model_for_task(model, task, None, "answer_token_loss")
+    if isinstance(examples, (str, bytes)) or not examples:
+        raise NopeInterpError(f"answer_token_loss needs a non-empty sequence of tasks.Example, got {examples!r}")
+    bad = next((i for i, ex in enumerate(examples) if not isinstance(ex, Example)), None)
+    if bad is not None:
+        raise NopeInterpError(f"examples[{bad}] must be a tasks.Example (e.g. task.example(prompt)), "
+                              f"got {type(examples[bad]).__name__} {examples[bad]!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise NopeInterpError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    if not isinstance(prefix, str):
+        raise NopeInterpError(f"prefix must be a string, got {type(prefix).__name__} {prefix!r}")
+    lines: list[tuple[list[int], int]] = []  # (ids of prefix + prompt + answer, index of the first answer id)
+    for i, ex in enumerate(examples):
+        try:
+            lines.append((encode(prefix + ex.prompt + ex.answer), len(prefix) + len(ex.prompt)))
+        except UnknownCharacterError as err:
+            raise NopeInterpError(f"examples[{i}] with prefix {prefix!r}: {err}") from None
+    longest = max(len(ids) for ids, _ in lines)
+    if longest - 1 > model.cfg.n_ctx:
+        raise NopeInterpError(f"examples with prefix {prefix!r} need {longest - 1} positions, more than the "
+                              f"model's n_ctx={model.cfg.n_ctx}")
+    total, count = 0.0, 0
+    for start in range(0, len(lines), batch_size):
+        chunk = lines[start : start + batch_size]
+        width = max(len(ids) for ids, _ in chunk) - 1
+        # right-padded: with causal attention the padding after a line cannot change its positions
+        tokens = torch.full((len(chunk), width), encode(EOS)[0], dtype=torch.long)
+        targets = torch.zeros_like(tokens)
+        mask = torch.zeros((len(chunk), width), dtype=torch.bool)
+        for b, (ids, first) in enumerate(chunk):
+            tokens[b, : len(ids) - 1] = torch.tensor(ids[:-1])
+            targets[b, : len(ids) - 1] = torch.tensor(ids[1:])
+            mask[b, first - 1 : len(ids) - 1] = True  # position t predicts ids[t + 1]
+        logits = model(tokens.to(model.cfg.device), return_type="logits")
+        m = mask.to(logits.device)
+        total += float(F.cross_entropy(logits[m].float(), targets.to(logits.device)[m], reduction="sum"))
+        count += int(m.sum())
+    return total / count

@@ -30,7 +30,7 @@ import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.config import ModelConfig, TextTrainConfig, TrainConfig, check_train_fits
 from nope_interp.errors import NopeInterpError, ScheduleWarning
-from nope_interp.evaluate import answer_loss, exact_match_accuracy
+from nope_interp.evaluate import answer_loss, answer_token_loss, exact_match_accuracy
 from nope_interp.model import build_model, check_device, check_nope, load_state
 from nope_interp.pretrained import parse_run_config
 
@@ -463,6 +463,7 @@ def _train(model_cfg: ModelConfig, cfg: TrainConfig, run_dir: Path, task: tasks_
             acc = accuracy(eval_examples)
             best_acc = max(best_acc, acc)
             record = {"step": step, "loss": running, "lr": lr_at(step - 1, cfg), "eval_acc": acc,
+                      "eval_answer_loss": answer_token_loss(model, task, eval_examples, prefix=prefix),
                       "eval_n": len(eval_examples), "wall_time_s": round(wall, 2)}
             if acc >= cfg.target_acc:
                 full_acc = accuracy(splits.test)

@@ -226,3 +226,84 @@ def test_attached_hooks_counts_dropout_in_training_mode(tiny_cfg):
     model = build_model(tiny_cfg.replace(dropout=0.3))
     assert attached_hooks(model.eval()) == []
     assert "hook_embed" in attached_hooks(model.train())
+
+
+@pytest.mark.parametrize("prefix", ["", "\n", "\n\n$1+1=2$\n"])
+def test_answer_token_loss_equals_a_one_example_at_a_time_loop(tiny_cfg, prefix):
+    """The batched, right-padded loss equals -log p(answer char) summed one example and one character at a
+    time with unpadded inputs, divided by the number of answer characters (the ending newline not scored)."""
+    import tasks
+    from nope_interp.evaluate import answer_token_loss
+    from nope_interp.model import build_model
+
+    model = build_model(tiny_cfg.replace(init_std=0.3, seed=5))
+    task = tasks.get_task("addition", n_digits=2)
+    examples = list(task.splits(30, 1, seed=4).train)
+    assert len({len(ex.prompt + ex.answer) for ex in examples}) > 1  # padding is exercised
+    total, count = 0.0, 0
+    for ex in examples:
+        for k in range(len(ex.answer)):
+            ids = tasks.encode(prefix + ex.prompt + ex.answer[:k])
+            with torch.no_grad():
+                logp = model(torch.tensor([ids]), return_type="logits")[0, -1].log_softmax(-1)
+            total -= float(logp[tasks.encode(ex.answer[k])[0]])
+            count += 1
+    for batch_size in (1, 7, 1024):
+        got = answer_token_loss(model, task, examples, batch_size=batch_size, prefix=prefix)
+        assert got == pytest.approx(total / count, rel=1e-5)
+
+
+def test_answer_token_loss_of_a_prompt_blind_model_is_the_answers_entropy(tiny_cfg, monkeypatch):
+    """A model whose logits are the log of the answers' own distribution, whatever the prompt, scores exactly
+    that distribution's entropy (the baseline the docstring names), and a model sure of the answer scores 0."""
+    import collections
+    import math
+
+    import tasks
+    from nope_interp.evaluate import answer_token_loss
+    from nope_interp.model import build_model
+
+    task = tasks.get_task("indexing", n_digits=4)
+    examples = list(task.splits(200, 1, seed=1).train)
+    counts = collections.Counter(ex.answer for ex in examples)
+    probs = torch.full((tiny_cfg.d_vocab,), 1e-30)
+    for a, c in counts.items():
+        probs[tasks.encode(a)[0]] = c / len(examples)
+    entropy = -sum(c / len(examples) * math.log(c / len(examples)) for c in counts.values())
+    model = build_model(tiny_cfg)
+    monkeypatch.setattr(type(model), "forward", lambda self, tokens, return_type="logits": probs.log().expand(
+        *tokens.shape, -1).clone())
+    assert answer_token_loss(model, task, examples) == pytest.approx(entropy, rel=1e-6)
+
+    def sure(self, tokens, return_type="logits"):  # puts all its mass on the right next token
+        out = torch.full((*tokens.shape, tiny_cfg.d_vocab), -1e4)
+        for ex in examples:
+            ids = tasks.encode(ex.prompt + ex.answer)
+            for b in range(tokens.shape[0]):
+                if tokens[b, : len(ids) - 1].tolist() == ids[:-1]:
+                    out[b, torch.arange(len(ids) - 1), torch.tensor(ids[1:])] = 0.0
+        return out
+
+    monkeypatch.setattr(type(model), "forward", sure)
+    assert answer_token_loss(model, task, examples[:20], batch_size=1) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_answer_token_loss_refuses_bad_input(tiny_model):
+    from conftest import unhooked
+
+    import tasks
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.evaluate import answer_token_loss
+
+    task = tasks.get_task("addition", n_digits=2)
+    ex = [task.example("$12+34=")]
+    fn = unhooked(answer_token_loss)
+    for kwargs, match in [({"examples": []}, "non-empty sequence"), ({"examples": "$1+2="}, "non-empty sequence"),
+                          ({"examples": ["$1+2="]}, r"examples\[0\] must be a tasks.Example"),
+                          ({"batch_size": 0}, "batch_size must be an integer >= 1"),
+                          ({"prefix": 3}, "prefix must be a string"),
+                          ({"prefix": "é"}, r"examples\[0\] with prefix"),
+                          ({"prefix": "\n" * 60}, "more than the model's n_ctx=48")]:
+        args = {"examples": ex, **kwargs}
+        with pytest.raises(NopeInterpError, match=match):
+            fn(tiny_model, task, args.pop("examples"), **args)

@@ -190,6 +190,14 @@ def test_packed_training_records_its_objective_and_refuses_a_window_longer_than_
     r = train(model_cfg, cfg.replace(objective="packed", window=16, steps=4), tmp_path / "p", progress=False)
     summary = json.loads((r.run_dir / "summary.json").read_text())
     assert summary["objective"] == "packed" and summary["eval_prefix"] == "\n" and summary["cpu"]
+    # every eval line has the answer-token loss, measured with the run's eval prefix
+    from nope_interp.evaluate import answer_token_loss
+    from nope_interp.pretrained import load_run
+
+    rows = [json.loads(line) for line in (r.run_dir / "metrics.jsonl").read_text().splitlines()]
+    run = load_run(r.run_dir)
+    assert rows and rows[-1]["step"] == 4 and rows[-1]["eval_answer_loss"] == pytest.approx(
+        answer_token_loss(run.model, run.task, run.splits.test[: cfg.eval_n], prefix="\n"), rel=1e-5)
     with pytest.raises(NopeInterpError, match="objective must be one of answer_only, packed"):
         cfg.replace(objective="every_token")
 
