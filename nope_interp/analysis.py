@@ -19,7 +19,7 @@ from transformer_lens import HookedTransformer
 import tasks as tasks_pkg
 from nope_interp.activations import iter_activations
 from nope_interp.config import check_int
-from nope_interp.errors import NopeInterpError
+from nope_interp.errors import DegenerateInputWarning, NopeInterpError
 from nope_interp.fast_forward import attached_hooks, fast_activations, fast_activations_unsupported
 from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names
 from nope_interp.model import LensModel, check_fits_memory, check_model, check_model_dtype, check_tokens, evaluates
@@ -27,11 +27,13 @@ from nope_interp.similarity import (
     REDUCTIONS,
     ScoreSummary,
     _check_lag,
+    adjacency_score,
     adjacency_scores_of_activations,
     cosine_similarity_matrix,
     degenerate_report,
     lag_profile,
     lag_summary,
+    mean_cosine_similarity_matrix,
     summarize,
     uniform_causal_lag_profile,
 )
@@ -59,6 +61,10 @@ class AnalysisResult:
         lag_profile: ``lag_profile[site]`` = :func:`~nope_interp.similarity.lag_summary` of the per-sequence
             lag profiles (c(d) for d = 1..pos - 1: mean and std over sequences, recency gap c(1) - c(D)).
         lag_per_sequence: ``Float[Tensor, "site batch lag"]`` the lag profiles, cosines in [-1, 1].
+        mean_matrix_scores: ``mean_matrix_scores[reduction][site]``: the adjacency score, in [0, 1], of the
+            prompt-averaged cosine similarity matrix (:func:`~nope_interp.similarity.mean_cosine_similarity_matrix`,
+            the authors' heat-map titles) under ``row_mean`` and ``pooled``; empty beyond
+            :data:`EXAMPLE_MAX_POS` positions.
     """
 
     task: str
@@ -72,6 +78,7 @@ class AnalysisResult:
     protocol: str = "full"
     lag_profile: dict[str, dict[str, Any]] = field(default_factory=dict)
     lag_per_sequence: Tensor | None = None
+    mean_matrix_scores: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def score(self, site: str, reduction: str = "row_mean") -> ScoreSummary:
         """The typed summary (mean, std, n over sequences) at ``site``; ``scores`` holds the same as JSON.
@@ -85,10 +92,28 @@ class AnalysisResult:
             raise NopeInterpError(f"site {site!r} was not analysed; analysed: {', '.join(self.sites)}")
         return ScoreSummary(**self.scores[reduction][site])
 
+    def mean_matrix_score(self, site: str, reduction: str = "pooled") -> float:
+        """The adjacency score of the prompt-averaged cosine similarity matrix at ``site`` (``mean_matrix_scores``).
+
+        Raises:
+            NopeInterpError: not measured (sequences longer than :data:`EXAMPLE_MAX_POS`); a site that was not
+                analysed; a reduction other than ``row_mean`` or ``pooled``.
+        """
+        if not self.mean_matrix_scores:
+            raise NopeInterpError(f"the prompt-averaged matrix is not kept beyond {EXAMPLE_MAX_POS} positions")
+        if reduction not in self.mean_matrix_scores:
+            raise NopeInterpError(f"unknown reduction {reduction!r} for the prompt-averaged matrix; allowed: "
+                                  f"{', '.join(self.mean_matrix_scores)}")
+        if site not in self.mean_matrix_scores[reduction]:
+            raise NopeInterpError(f"site {site!r} was not analysed; analysed: {', '.join(self.sites)}")
+        return self.mean_matrix_scores[reduction][site]
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (scores per reduction and site, not the per-sequence tensors)."""
         out = {"task": self.task, "n_prompts": self.n_prompts, "protocol": self.protocol, "sites": list(self.sites),
                "scores": self.scores, "example_prompt": self.example_prompt}
+        if self.mean_matrix_scores:
+            out["mean_matrix_scores"] = self.mean_matrix_scores
         if self.lag_profile:
             n_pos = len(next(iter(self.lag_profile.values()))["mean"]) + 1
             out["lag_profile"] = {"uniform_causal": uniform_causal_lag_profile(n_pos).tolist(),
@@ -241,6 +266,8 @@ def analyze_tokens(
     per_chunk: dict[str, list[Tensor]] = {r: [] for r in REDUCTIONS}
     lag_chunks: list[Tensor] = []
     example_sim = None
+    keep_mean = n_pos <= EXAMPLE_MAX_POS  # the prompt-averaged matrix: site x pos x pos float64
+    sim_sum = torch.zeros(len(labels), n_pos, n_pos, dtype=torch.float64) if keep_mean else None
     if forward == "auto" and why is None and hooked_at and n_pos > EXAMPLE_MAX_POS:
         warnings.warn(f"hooks are attached at {', '.join(hooked_at[:3])}{', ...' if len(hooked_at) > 3 else ''}: "
                       f"analysing {n_pos} positions with the hooked forward, whose memory grows with pos^2 (remove "
@@ -260,6 +287,9 @@ def analyze_tokens(
                               for i, site in enumerate(labels)]  # one site's float64 copies at a time
             lag_chunks.append(torch.stack([lag_profile(acts[i], max_lag, what=f"activations at {site}")
                                            for i, site in enumerate(labels)]))
+            if sim_sum is not None:
+                for i, site in enumerate(labels):
+                    sim_sum[i] += mean_cosine_similarity_matrix(acts[i], what=f"activations at {site}") * acts.shape[1]
             del acts
             for r in REDUCTIONS:
                 per_chunk[r].append(torch.stack([sc[r] for sc in scores_by_site]))
@@ -269,12 +299,20 @@ def analyze_tokens(
         r: {site: summarize(per_sequence[r][i]).to_dict() for i, site in enumerate(labels)} for r in REDUCTIONS
     }
     lags = torch.cat(lag_chunks, dim=1)  # site batch lag
+    mean_matrix: dict[str, dict[str, float]] = {}
+    if sim_sum is not None:
+        mean_sim = (sim_sum / tokens.shape[0]).clamp_(-1.0, 1.0)
+        # a constant averaged matrix scores 0, as any does: the per-sequence warning above says why
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DegenerateInputWarning)
+            mean_matrix = {r: {site: float(adjacency_score(mean_sim[i], r)) for i, site in enumerate(labels)}
+                           for r in ("row_mean", "pooled")}
     return AnalysisResult(task=task, sites=labels, n_prompts=tokens.shape[0], scores=scores,
                           per_sequence=per_sequence, example_prompt=example_prompt, example_sim=example_sim,
                           meta={**(meta or {}), **({"degenerate_sequences": degenerate} if degenerate else {})},
                           protocol=protocol,
                           lag_profile={site: lag_summary(lags[i]) for i, site in enumerate(labels)},
-                          lag_per_sequence=lags)
+                          lag_per_sequence=lags, mean_matrix_scores=mean_matrix)
 
 
 def analysis_chunk_size(n_sites: int, n_pos: int, d_model: int, max_bytes: int = DEFAULT_CHUNK_BYTES) -> int:

@@ -8,6 +8,7 @@ attention: padding on the left would change the activations, so none is used).
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -19,7 +20,7 @@ from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 from nope_interp.errors import NopeInterpError
 from nope_interp.fast_forward import attached_hooks, fast_logits, unsupported_reason
 from nope_interp.model import check_model_dtype, check_model_for_task, check_tokens, evaluates
-from tasks import EOS, Batch, Example, Task, UnknownCharacterError, decode, encode
+from tasks import EOS, Batch, Example, Task, TaskError, UnknownCharacterError, decode, encode
 
 
 @evaluates
@@ -246,3 +247,74 @@ def answer_token_loss(
         total += float(F.cross_entropy(logits[m].float(), targets.to(logits.device)[m], reduction="sum"))
         count += int(m.sum())
     return total / count
+
+
+@dataclass(frozen=True)
+class InputsExactMatch:
+    """A model's greedy exact match on the prompts inside a set of analysis inputs (:func:`exact_match_on_inputs`).
+
+    Attributes:
+        exact_match: fraction in [0, 1] of the scorable inputs answered exactly; None when none is scorable.
+        n_scored: inputs scored. n_inputs: inputs given (the rest hold no complete prompt that fits n_ctx).
+    """
+
+    exact_match: float | None
+    n_scored: int
+    n_inputs: int
+
+    def to_dict(self) -> dict[str, float | int | None]:
+        """JSON-ready fields."""
+        return {"exact_match": self.exact_match, "n_scored": self.n_scored, "n_inputs": self.n_inputs}
+
+
+def prompt_in_input(task: Task, text: str) -> tuple[str, str] | None:
+    """The last complete prompt of ``task`` in an analysis input: ``(context, prompt)``, where ``context`` is
+    ``text`` up to and including that prompt's last character (everything the model reads before answering:
+    leading newlines, earlier examples) and ``prompt`` the prompt alone, the text between the newline before
+    it (or the start) and its end. None when ``text`` holds no complete prompt (an input cut before its ``=``).
+
+    A full-length prompt is its own context; an input of the ``authors`` protocol is its left padding plus
+    the prompt (any answer characters after it are dropped); a ``window`` input is every earlier line plus
+    the last prompt whose end it holds.
+    """
+    end = len(text)
+    while (end := text.rfind("=", 0, end)) >= 0:
+        start = text.rfind(EOS, 0, end) + 1
+        try:
+            task.solve(text[start : end + 1])
+        except TaskError:
+            continue
+        return text[: end + 1], text[start : end + 1]
+    return None
+
+
+@evaluates
+def exact_match_on_inputs(model: HookedTransformer, task: Task, inputs: Sequence[str],
+                          batch_size: int = 1024) -> InputsExactMatch:
+    """Greedy exact match of ``model`` on the very inputs an analysis reads (``tasks.protocol_inputs``): for
+    each input, the answer decoded after the context of its last complete prompt (:func:`prompt_in_input`),
+    against the task's solution. A score measured on inputs that the model cannot answer (padding or earlier
+    examples that a model trained on single unpadded prompts never saw) is measured off its distribution:
+    this says so. Inputs without a complete prompt, or whose context and answer would not fit ``n_ctx``,
+    are not scored (counted in ``n_inputs`` only).
+
+    Raises:
+        NopeInterpError: ``inputs`` a single string or holding a non-string; a model that cannot read the task
+            (:func:`~nope_interp.model.check_model_for_task`); characters outside the vocabulary;
+            ``batch_size`` < 1.
+    """
+    check_model_for_task(model, task, None, "exact_match_on_inputs")
+    if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence):
+        raise NopeInterpError(f"inputs must be a sequence of input strings, got {type(inputs).__name__} "
+                              f"{inputs!r}"[:200])
+    bad = next((i for i, t in enumerate(inputs) if not isinstance(t, str)), None)
+    if bad is not None:
+        raise NopeInterpError(f"inputs[{bad}] must be a string, got {type(inputs[bad]).__name__}")
+    room = model.cfg.n_ctx - task.max_answer_len - 1
+    found = [prompt_in_input(task, t) for t in inputs]
+    scored = [(ctx, task.solve(prompt)) for ctx, prompt in (f for f in found if f is not None) if len(ctx) <= room]
+    if not scored:
+        return InputsExactMatch(exact_match=None, n_scored=0, n_inputs=len(inputs))
+    preds = predict(model, task, [ctx for ctx, _ in scored], batch_size)
+    right = sum(p == answer for p, (_, answer) in zip(preds, scored, strict=True))
+    return InputsExactMatch(exact_match=right / len(scored), n_scored=len(scored), n_inputs=len(inputs))

@@ -175,7 +175,9 @@ def adjacency_scores(cache: ActivationCache, sites: list[str] | None = None,
     Args:
         cache: from ``model.run_with_cache(tokens)``; sequences of at least 3 positions.
         sites: full hook names (default :func:`cached_vector_sites`).
-        reduction: ``"row_mean"`` (the paper's) or ``"pooled"`` (the authors' code).
+        reduction: ``"row_mean"`` (the paper's), ``"pooled"`` (the authors' code) or ``"pooled_rounded"``
+            (``pooled`` rounded to two decimals, as the authors report it;
+            :data:`~nope_interp.similarity.REDUCTIONS`).
 
     Raises:
         NopeInterpError: ``cache`` not an ``ActivationCache``; no scorable site; a site missing from the cache,

@@ -6,7 +6,9 @@ Definitions (``docs/method.md``, "Definitions"):
 * Adjacency score of row k (0-based, k >= 2): over all k(k-1)/2 pairs i < j < k of earlier positions,
   the fraction with C[k, i] < C[k, j] (the nearer position is strictly more similar; ties fail).
   ``row_mean`` (the paper's matrix score) averages row scores over k = 2..pos-1; ``pooled`` (the
-  authors' code) divides all successes by all pairs. Random order gives about 0.5, a perfect
+  authors' code) divides all successes by all pairs; ``pooled_rounded`` is ``pooled`` rounded to two
+  decimals (Python's ``round(x, 2)``), the per-sequence number the authors report (mean ± std over
+  sequences). Random order gives about 0.5, a perfect
   adjacency pattern 1.0, the reverse order 0.0. For a row without ties the row score equals
   (1 + tau) / 2, tau = Kendall's rank correlation of (position, similarity).
 * Lag profile of a sequence: c(d) = mean over query positions i >= d of C[i, i - d], d = 1..D, with the
@@ -28,7 +30,11 @@ from nope_interp import ckernel
 from nope_interp.config import check_int
 from nope_interp.errors import DegenerateInputWarning, NopeInterpError
 
-REDUCTIONS = ("row_mean", "pooled")
+#: Per-sequence reductions of the adjacency counts (module docstring): the paper's, the authors' code's, and the
+#: authors' reported (rounded) score.
+REDUCTIONS = ("row_mean", "pooled", "pooled_rounded")
+#: Decimals of the authors' reported per-sequence score (``pooled_rounded``).
+AUTHORS_DECIMALS = 2
 #: Vectors with an L2 norm below this are "near zero": their cosines are undefined (NaN).
 DEFAULT_MIN_NORM = 1e-8
 #: Degenerate sequences (:func:`degenerate_sequences`): vectors parallel up to rounding, i.e. their unit vectors
@@ -541,8 +547,9 @@ def adjacency_score(
 
     Args:
         sim: cosine-similarity matrices (only the strictly lower triangle is used).
-        reduction: ``"row_mean"`` (paper: mean of row scores over rows k >= 2) or ``"pooled"``
-            (authors' code: total successes / total pairs).
+        reduction: ``"row_mean"`` (paper: mean of row scores over rows k >= 2), ``"pooled"``
+            (authors' code: total successes / total pairs) or ``"pooled_rounded"`` (``pooled`` rounded to
+            :data:`AUTHORS_DECIMALS` decimals, as the authors report it).
 
     Raises:
         NopeInterpError: ``sim`` is not a dense real floating torch tensor with data (an integer dtype, a
@@ -585,6 +592,12 @@ def _reduce(counts: Tensor, reduction: str) -> Tensor:
     pairs = row_pair_counts(counts.shape[-1]).double().to(succ.device)
     if reduction == "pooled":
         return succ.sum(-1) / pairs.sum()
+    if reduction == "pooled_rounded":
+        # Python's round(x, 2) of each float (it rounds the exact binary value: 0.475 -> 0.47); multiplying by
+        # 100 first, as torch.round(x, decimals=2) and np.round do, can land on a tie that the value is not (0.48)
+        pooled = succ.sum(-1) / pairs.sum()
+        return torch.tensor([round(v, AUTHORS_DECIMALS) for v in pooled.flatten().tolist()],
+                            dtype=pooled.dtype, device=pooled.device).reshape(pooled.shape)
     return (succ[..., 2:] / pairs[2:]).mean(-1)
 
 
@@ -680,6 +693,36 @@ def adjacency_scores_of_activations(
     _warn_degenerate(torch.cat(degenerate), what)
     counts = torch.cat(counts)
     return {r: _reduce(counts, r).reshape(x.shape[:-2]) for r in reductions}
+
+
+def mean_cosine_similarity_matrix(
+    x: Float[Tensor, "batch pos d_model"], max_elements: int = 2**25, min_norm: float = DEFAULT_MIN_NORM,
+    what: str = "activations",
+) -> Float[Tensor, "pos pos"]:
+    """The prompt-averaged cosine similarity matrix: the mean over sequences of :func:`cosine_similarity_matrix`
+    of each, in float64, entries in [-1, 1], exactly symmetric with a diagonal of 1. The authors' heat maps
+    show this matrix and title it with its adjacency score (:func:`adjacency_score` of the result), a
+    different quantity from the mean of per-sequence scores: averaging cancels each prompt's content and
+    keeps what all prompts share, position among it (``docs/method.md``, "Definitions").
+
+    Sequences are processed in chunks of about ``max_elements`` cosine entries, so memory stays O(pos^2).
+
+    Raises:
+        NopeInterpError: ``x`` not a dense real floating tensor of 3 dimensions with data, a batch of 0;
+            vectors with NaN or inf entries or near zero (their cosines are undefined; ``what`` names ``x``);
+            ``min_norm`` not a finite number >= 0; ``max_elements`` not an integer >= 1.
+    """
+    check_tensor(x, "x", "(batch, pos, d_model)", ndim=3, min_sizes={0: 1, -1: 1},
+                 fn="mean_cosine_similarity_matrix")
+    _check_min_norm(min_norm, "mean_cosine_similarity_matrix")
+    check_int("max_elements", max_elements, 1, 2**62)
+    _check_scorable(x, min_norm, what)
+    n = x.shape[-2]
+    chunk = max(1, max_elements // max(1, n * n))
+    total = torch.zeros(n, n, dtype=torch.float64, device=x.device)
+    for i in range(0, x.shape[0], chunk):
+        total += _cosine(x[i : i + chunk], min_norm, symmetric=True).sum(0)
+    return (total / x.shape[0]).clamp_(-1.0, 1.0)
 
 
 # ---------------------------------------------------------------------------------------------------------------

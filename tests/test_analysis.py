@@ -15,7 +15,8 @@ def test_analyze_model_reproduces_the_pattern_at_init():
     sc = res.scores["row_mean"]
     assert 0.4 < sc["hook_embed"]["mean"] < 0.6
     assert sc["blocks.0.attn.hook_z"]["mean"] > 0.9
-    assert set(res.scores) == {"row_mean", "pooled"} and res.per_sequence["pooled"].shape == (len(res.sites), 48)
+    assert set(res.scores) == {"row_mean", "pooled", "pooled_rounded"}
+    assert res.per_sequence["pooled"].shape == (len(res.sites), 48)
     # the lag profile after the first attention layer follows uniform causal averaging (near-uniform attention
     # at init); the embeddings are not averaged: no recency gap there
     from nope_interp.similarity import uniform_causal_lag_profile
@@ -65,6 +66,13 @@ def test_typed_score_accessor_equals_the_json_scores(tiny_model):
         res.score("blocks.0.hook_resid_post")
     with pytest.raises(NopeInterpError, match="unknown reduction"):
         res.score("hook_embed", "median")
+    assert res.score("hook_embed", "pooled_rounded").mean == pytest.approx(
+        float(res.per_sequence["pooled"][0].double().mul(100).round().div(100).mean()), abs=1e-12)
+    assert res.to_dict()["mean_matrix_scores"]["pooled"]["hook_embed"] == res.mean_matrix_score("hook_embed")
+    for args, match in [(("blocks.0.hook_resid_post",), "was not analysed"),
+                        (("hook_embed", "pooled_rounded"), "unknown reduction 'pooled_rounded' for the prompt")]:
+        with pytest.raises(NopeInterpError, match=match):
+            res.mean_matrix_score(*args)
 
 
 def test_prompts_are_run_and_scored_in_chunks_with_the_scores_of_one_pass(tiny_model, monkeypatch):
@@ -101,6 +109,11 @@ def test_prompts_are_run_and_scored_in_chunks_with_the_scores_of_one_pass(tiny_m
         torch.testing.assert_close(res.example_sim, sim[:, 0], rtol=0, atol=1e-6)  # float32 forward, other batch
         torch.testing.assert_close(res.lag_per_sequence, lag_profile(acts.acts), rtol=0, atol=1e-6)  # float32 forward
         assert res.example_sim.untyped_storage().nbytes() == res.example_sim.numel() * 8  # not a view of all
+        # the prompt-averaged matrix, summed over chunks, scores as the mean of all the sequences' matrices
+        for r in ("row_mean", "pooled"):
+            for i, site in enumerate(res.sites):
+                assert res.mean_matrix_score(site, r) == pytest.approx(
+                    float(adjacency_score(sim[i].mean(0), r)), abs=1e-9)
     assert analysis.analysis_chunk_size(25, 22, 384) == 2**27 // (25 * 22 * 384 * 4)
     assert analysis.analysis_chunk_size(1, 3, 8) == analysis.MAX_CHUNK_PROMPTS
 

@@ -307,3 +307,76 @@ def test_answer_token_loss_refuses_bad_input(tiny_model):
         args = {"examples": ex, **kwargs}
         with pytest.raises(NopeInterpError, match=match):
             fn(tiny_model, task, args.pop("examples"), **args)
+
+
+def test_prompt_in_input_finds_the_last_complete_prompt_and_its_context():
+    import tasks
+    from nope_interp.evaluate import prompt_in_input
+
+    add = tasks.get_task("addition")
+    rev = tasks.get_task("reversal")
+    cases = [(add, "$123+456=", ("$123+456=", "$123+456=")),
+             (add, "\n\n\n$12+4=", ("\n\n\n$12+4=", "$12+4=")),  # the authors' left padding is context
+             (add, "$1+2=3$\n$45+6=15$\n$7+", ("$1+2=3$\n$45+6=", "$45+6=")),  # a window: the last whole prompt
+             (add, "+2=3$\n$45+6", None),  # a window cut before any complete prompt
+             (add, "$123+45", None),
+             (rev, "\n\nrev(123)=321", ("\n\nrev(123)=", "rev(123)=")),  # answer characters after it dropped
+             (rev, "rev(12=3)=", None)]  # '=' inside the operand: no valid prompt ends at either '='
+    for task, text, expected in cases:
+        assert prompt_in_input(task, text) == expected, text
+
+
+def test_exact_match_on_inputs_equals_a_greedy_loop_on_each_context(tiny_cfg):
+    """Against a hand-written greedy loop on the context of each input; inputs with no complete prompt or
+    too long for n_ctx are counted but not scored."""
+    import tasks
+    from nope_interp.evaluate import exact_match_on_inputs, prompt_in_input
+    from nope_interp.model import build_model
+
+    model = build_model(tiny_cfg.replace(init_std=0.5, seed=3))  # n_ctx 48
+    task = tasks.get_task("addition", n_digits=2)
+    inputs = ["$12+34=", "\n\n$1+2=", "$5+6=11$\n$7+8=", "$12+3", "\n" * 44 + "$1+2="]
+    got = exact_match_on_inputs(model, task, inputs)
+    assert (got.n_scored, got.n_inputs) == (3, 5)
+    right = 0
+    for text in inputs[:3]:
+        ctx, prompt = prompt_in_input(task, text)
+        toks = torch.tensor([tasks.encode(ctx)])
+        for _ in range(task.max_answer_len + 1):
+            with torch.no_grad():
+                nxt = model(toks, return_type="logits")[0, -1].argmax()
+            toks = torch.cat([toks, nxt.view(1, 1)], dim=1)
+        right += tasks.decode(toks[0, len(ctx):]).split("\n")[0] == task.solve(prompt)
+    assert got.exact_match == pytest.approx(right / 3)
+    # a model that always answers right scores 1 on every protocol's inputs; none scorable gives None
+    import nope_interp.evaluate as E
+
+    real = E.predict
+    try:
+        E.predict = lambda model, task, prompts, batch_size=1024, prefix="": [
+            task.solve(prompt_in_input(task, p)[1]) for p in prompts]
+        for protocol in ("full", "authors", "window"):
+            inputs = tasks.protocol_inputs(task, protocol, 20, seed=1, window=30)
+            r = exact_match_on_inputs(model, task, inputs)
+            assert r.exact_match == 1.0 and 0 < r.n_scored <= r.n_inputs == 20
+    finally:
+        E.predict = real
+    assert exact_match_on_inputs(model, task, ["$12+3"]).to_dict() == {"exact_match": None, "n_scored": 0,
+                                                                       "n_inputs": 1}
+
+
+def test_exact_match_on_inputs_refuses_bad_input(tiny_model):
+    from conftest import unhooked
+
+    import tasks
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.evaluate import exact_match_on_inputs
+
+    fn = unhooked(exact_match_on_inputs)
+    task = tasks.get_task("addition", n_digits=2)
+    for inputs, match in [("$1+2=", "sequence of input strings"), (["$1+2=", 3], r"inputs\[1\] must be a string"),
+                          (["\né\n$1+2="], "vocabulary|not in"), ({"$1+2="}, "sequence of input strings")]:
+        with pytest.raises(NopeInterpError, match=match):
+            fn(tiny_model, task, inputs)
+    with pytest.raises(NopeInterpError, match="task must be a tasks.Task"):
+        fn(tiny_model, "addition", ["$1+2="])

@@ -54,6 +54,17 @@ def test_groups_statistics_and_verdicts(tiny_runs, tmp_path):
         assert st["trained"][z]["std"] == pytest.approx(statistics.stdev(trained), abs=1e-12)
         assert st["initialised"][z]["mean"] == pytest.approx(statistics.mean(init), abs=1e-12)
         assert st["trained"][z]["n_seeds"] == 2
+        # the authors' statistics and the exact match on the analysed inputs, per seed, from the same inputs
+        import tasks as tasks_pkg
+        from nope_interp.evaluate import exact_match_on_inputs
+
+        for e, rec in zip(entries[:2], group.seeds, strict=True):
+            res = analyze_model(e.model, e.task, 6, seed=1, exclude=e.train_prompts, protocol=protocol)
+            a = rec.authors[protocol]["trained"][z]
+            assert a["pooled_rounded_mean"] == res.scores["pooled_rounded"][z]["mean"]
+            assert a["mean_matrix_pooled"] == pytest.approx(res.mean_matrix_score(z, "pooled"), abs=1e-12)
+            inputs = tasks_pkg.protocol_inputs(e.task, protocol, 6, 1, e.train_prompts)
+            assert rec.exact_match_on_inputs[protocol] == exact_match_on_inputs(e.model, e.task, inputs).to_dict()
     # verdicts: one per (protocol, kind, claimed site); in-range counts agree with the per-seed scores
     vs = [v for v in result.verdicts if v.recipe == group.recipe]
     assert {(v.protocol, v.kind) for v in vs} == {(p, k) for p in ("full", "authors") for k in compare.KINDS}
@@ -69,11 +80,20 @@ def test_groups_statistics_and_verdicts(tiny_runs, tmp_path):
     data = json.loads((tmp_path / "results" / "compare" / "compare.json").read_text())
     assert len(data["groups"]) == 2 and data["config"]["protocols"] == ["full", "authors"]
     md = (tmp_path / "results" / "compare" / "compare.md").read_text()
-    assert "## Verdicts" in md and group.recipe in md
+    assert "## Verdicts" in md and group.recipe in md and "## The authors' statistics at L0" in md
+    seed0 = group.seeds[0].authors["authors"]["trained"][z]
+    section = md.split("## The authors' statistics at L0")[1].split("\n## ")[0]
+    authors_rows = [line for line in section.splitlines() if line.startswith(f"| addition | {group.recipe} | authors |")
+                    and "| trained |" in line]
+    assert len(authors_rows) == 1 and "±" in authors_rows[0]
+    assert data["groups"][0]["seeds"][0]["authors"]["full"]["trained"][z].keys() == set(compare.AUTHORS_STATISTICS)
+    assert 0 <= seed0["mean_matrix_pooled"] <= 1
     # a one-seed group (the packed run) shows its mean alone: its spread is undefined, not 0
-    packed_rows = [line for line in md.splitlines() if line.startswith("| addition | packed") and "| full |" in line]
+    # (the authors' statistics give a spread over prompts, also for one seed)
+    rest = md.replace(section, "")
+    packed_rows = [line for line in rest.splitlines() if line.startswith("| addition | packed") and "| full |" in line]
     assert packed_rows and all("±" not in line for line in packed_rows)
-    two_seed_rows = [line for line in md.splitlines() if line.startswith(f"| addition | {group.recipe} | full |")]
+    two_seed_rows = [line for line in rest.splitlines() if line.startswith(f"| addition | {group.recipe} | full |")]
     assert two_seed_rows and all("±" in line for line in two_seed_rows)
     # the causal test: per seed, the diagnostics' own numbers; one row per trained model in the per-seed table
     s0 = group.seeds[0]

@@ -23,6 +23,9 @@ def test_claims_follow_the_scores(reversal_demo_result):
         low, high, _ = CLAIMS["embed" if c.site == "hook_embed" else "first_attn"]
         assert c.score == score and (c.verdict == "agrees") == (low <= score <= high)
     assert 0.9 <= t.test_acc_remeasured <= 1.0 and t.n_test_remeasured == 40
+    # exact match on the analysed inputs, every protocol: the shipped reversal model reads its own prompts
+    assert set(t.exact_match_on_inputs) == set(reversal_demo_result.config.protocols)
+    assert t.exact_match_on_inputs["full"] >= 0.9
 
 
 def test_write_and_summary(reversal_demo_result, tmp_path):

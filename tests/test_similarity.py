@@ -58,7 +58,9 @@ def test_sorted_count_equals_the_naive_reference(S, gen, ties):
     for red in S.REDUCTIONS:  # the public score uses the sorted count from SORT_THRESHOLD on
         ref = S.adjacency_counts_naive(mats).double()
         pairs = S.row_pair_counts(300).double()
-        expected = ref.sum(-1) / pairs.sum() if red == "pooled" else (ref[:, 2:] / pairs[2:]).mean(-1)
+        expected = {"pooled": ref.sum(-1) / pairs.sum(), "row_mean": (ref[:, 2:] / pairs[2:]).mean(-1),
+                    "pooled_rounded": torch.tensor([round(float(v), 2) for v in ref.sum(-1) / pairs.sum()],
+                                                   dtype=torch.float64)}[red]
         torch.testing.assert_close(S.adjacency_score(mats, red), expected)
 
 
@@ -505,7 +507,8 @@ def test_empty_or_non_list_reductions_are_refused(S, gen):
 
     x = torch.randn(2, 6, 4, generator=gen)
     for bad in ((), [], set(), None, 5):
-        with pytest.raises(NopeInterpError, match=r"reductions must be a non-empty list of row_mean, pooled, got"):
+        with pytest.raises(NopeInterpError,
+                           match=r"reductions must be a non-empty list of row_mean, pooled, pooled_rounded, got"):
             unhooked(S.adjacency_scores_of_activations)(x, bad)
     assert set(S.adjacency_scores_of_activations(x, ["pooled"])) == {"pooled"}
     assert set(S.adjacency_scores_of_activations(x, ("row_mean", "pooled"))) == {"row_mean", "pooled"}
@@ -552,3 +555,55 @@ def test_lag_profile_of_no_sequence_is_refused_like_the_scores():
     for shape in ((0, 5, 4), (2, 0, 5, 4)):
         with pytest.raises(NopeInterpError, match="a batch of 0"):
             lag_profile(torch.zeros(shape))
+
+
+def test_pooled_rounded_is_pythons_round_of_pooled_to_two_decimals(S, gen):
+    """The authors' reported score: Python's round(pooled, 2) of each sequence, decimal halves included."""
+    from fractions import Fraction
+
+    for n in (3, 4, 5, 9, 17, 40):
+        mats = torch.randn(64, n, n, generator=gen, dtype=torch.float64)
+        pooled = S.adjacency_score(mats, "pooled")
+        got = S.adjacency_score(mats, "pooled_rounded")
+        assert got.tolist() == [round(v, 2) for v in pooled.tolist()]
+        assert (got - pooled).abs().max() <= 0.005 + 1e-12
+    # a pooled score that is a decimal half (17 positions: 680 pairs; 323 / 680 = 0.475, stored just below it):
+    # Python's round gives 0.47, multiplying by 100 first (torch.round(decimals=2), np.round) would give 0.48
+    assert Fraction(323, int(S.row_pair_counts(17).sum())) == Fraction(475, 1000)
+    assert S._reduce(torch.tensor([[0, 0, 323] + [0] * 14]), "pooled_rounded").item() == round(0.475, 2) == 0.47
+    assert S._reduce(torch.tensor([[0, 0, 323] + [0] * 14]), "pooled").item() == 0.475
+
+
+def test_mean_cosine_similarity_matrix_is_the_mean_of_numpy_cosines(S, gen):
+    """Against numpy: the mean over sequences of x_i . x_j / (|x_i| |x_j|), in chunks of any size."""
+    x = torch.randn(7, 12, 5, generator=gen) * torch.logspace(-3, 3, 7)[:, None, None]
+    a = x.double().numpy()
+    unit = a / np.linalg.norm(a, axis=-1, keepdims=True)
+    expected = np.einsum("bid,bjd->bij", unit, unit).mean(0)
+    for max_elements in (1, 144, 300, 2**25):
+        got = S.mean_cosine_similarity_matrix(x, max_elements=max_elements)
+        assert got.dtype == torch.float64 and got.shape == (12, 12)
+        np.testing.assert_allclose(got.numpy(), expected, rtol=0, atol=1e-12)
+        assert torch.equal(got, got.T) and bool((got.diagonal() == 1).all())
+    # its score is not the mean of the per-sequence scores (a different quantity)
+    mean_of_scores = float(S.adjacency_score(S.cosine_similarity_matrix(x), "pooled").mean())
+    assert float(S.adjacency_score(got, "pooled")) != pytest.approx(mean_of_scores, abs=1e-3)
+
+
+def test_mean_cosine_similarity_matrix_refuses_bad_input(S):
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+
+    fn = unhooked(S.mean_cosine_similarity_matrix)
+
+    cases = [(torch.zeros(2, 4, 3), {}, "near-zero vectors"),
+             (torch.full((2, 4, 3), float("nan")), {}, "NaN or inf|non-finite"),
+             (torch.ones(4, 3), {}, r"shape \(batch, pos, d_model\)"),
+             (torch.ones(0, 4, 3), {}, "at least 1 along dimension 0"),
+             (torch.ones(2, 4, 3, dtype=torch.long), {}, "real floating"),
+             (torch.ones(2, 4, 3), {"max_elements": 0}, "max_elements"),
+             (torch.ones(2, 4, 3), {"min_norm": -1.0}, "min_norm")]
+    for x, kwargs, match in cases:
+        with pytest.raises(NopeInterpError, match=match):
+            fn(x, **kwargs)

@@ -15,7 +15,7 @@ the claimed range. Writes ``results/compare/compare.{json,md,csv}`` and ``figure
 
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from nope_interp.analysis import analyze_model
 from nope_interp.config import FrozenConfig, check_choices, check_int, check_used, opt
 from nope_interp.diagnostics import INTERVENTIONS, diagnose
 from nope_interp.errors import NopeInterpError
+from nope_interp.evaluate import exact_match_on_inputs
 from nope_interp.jobs.common import Log, ModelEntry, emit, progress, shipped_entries
 from nope_interp.jobs.demo import CLAIMS, FIRST_ATTENTION_SITES
 from nope_interp.model import build_model
@@ -91,8 +92,11 @@ def recipe_of(entry: ModelEntry) -> str:
 @dataclass(frozen=True)
 class SeedRecord:
     """One trained model of a group: ``label``, init ``seed``, ``test_acc`` (shipped summary; None if
-    unknown), ``steps`` trained, ``scores[protocol][kind][site]`` (row-mean, mean over prompts) and
-    ``diagnostics[kind]`` (full protocol)."""
+    unknown), ``steps`` trained, ``scores[protocol][kind][site]`` (row-mean, mean over prompts),
+    ``diagnostics[kind]`` (full protocol), ``authors[protocol][kind][site]``: the authors' statistics
+    (:data:`AUTHORS_STATISTICS`: their rounded pooled score, mean and std over prompts, and the score of the
+    prompt-averaged cosine matrix) and ``exact_match_on_inputs[protocol]``: the trained model's exact match
+    on the analysed inputs (:class:`~nope_interp.evaluate.InputsExactMatch` as a dict)."""
 
     label: str
     seed: int
@@ -100,10 +104,32 @@ class SeedRecord:
     steps: int | None
     scores: dict[str, dict[str, dict[str, float]]]
     diagnostics: dict[str, dict[str, float]]
+    authors: dict[str, dict[str, dict[str, dict[str, float]]]] = field(default_factory=dict)
+    exact_match_on_inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
         return dict(self.__dict__)
+
+
+#: The authors' statistics recorded per model, protocol, kind and site: their reported per-sequence score
+#: (``pooled_rounded``) as mean and std over prompts, and the score of the prompt-averaged cosine matrix under
+#: their reduction (``pooled``) and the paper's (``row_mean``).
+AUTHORS_STATISTICS = ("pooled_rounded_mean", "pooled_rounded_std", "mean_matrix_pooled", "mean_matrix_row_mean")
+
+
+def authors_statistics(res: Any) -> dict[str, dict[str, float]]:
+    """:data:`AUTHORS_STATISTICS` at every site of an :class:`~nope_interp.analysis.AnalysisResult` (the
+    prompt-averaged matrix's scores are NaN where the analysis kept none: inputs longer than
+    ``nope_interp.analysis.EXAMPLE_MAX_POS``)."""
+    out = {}
+    for site in res.sites:
+        st = res.scores["pooled_rounded"][site]
+        mm = res.mean_matrix_scores
+        out[site] = {"pooled_rounded_mean": st["mean"], "pooled_rounded_std": st["std"],
+                     "mean_matrix_pooled": mm["pooled"][site] if mm else float("nan"),
+                     "mean_matrix_row_mean": mm["row_mean"][site] if mm else float("nan")}
+    return out
 
 
 @dataclass(frozen=True)
@@ -176,17 +202,23 @@ def _seed_record(entry: ModelEntry, config: CompareConfig) -> SeedRecord:
     task, n = entry.task, config.n_prompts
     models = {"initialised": build_model(entry.model_cfg), "trained": entry.model}
     scores: dict[str, dict[str, dict[str, float]]] = {}
+    authors: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
+    on_inputs: dict[str, dict[str, Any]] = {}
     for protocol in config.protocols:
-        scores[protocol] = {}
+        scores[protocol], authors[protocol] = {}, {}
         for kind, model in models.items():
             res = analyze_model(model, task, n, seed=config.prompt_seed, exclude=entry.train_prompts,
                                 protocol=protocol, window=config.window)
             scores[protocol][kind] = {s: v["mean"] for s, v in res.scores["row_mean"].items()}
+            authors[protocol][kind] = authors_statistics(res)
+        inputs = tasks_pkg.protocol_inputs(task, protocol, n, config.prompt_seed, entry.train_prompts, config.window)
+        on_inputs[protocol] = exact_match_on_inputs(entry.model, task, inputs).to_dict()
     tokens = task.analysis_tokens(n, config.prompt_seed, entry.train_prompts)
     diagnostics = {kind: diagnose(model, task, tokens) for kind, model in models.items()}
     summary = entry.run.summary if entry.run is not None else {}
     return SeedRecord(label=entry.label, seed=entry.model_cfg.seed, test_acc=summary.get("test_acc"),
-                      steps=summary.get("steps"), scores=scores, diagnostics=diagnostics)
+                      steps=summary.get("steps"), scores=scores, diagnostics=diagnostics, authors=authors,
+                      exact_match_on_inputs=on_inputs)
 
 
 def _group(task: str, recipe: str, seeds: list[SeedRecord], protocols: tuple[str, ...]) -> GroupComparison:
@@ -275,6 +307,37 @@ def render_markdown(result: dict[str, Any]) -> str:
                      (("initialised", "hook_embed"), ("initialised", z), ("trained", "hook_embed"), ("trained", z),
                       ("trained", "blocks.0.hook_resid_post"))]
             lines.append(f"| {g['task']} | {g['recipe']} | {p} | " + " | ".join(cells) + " |")
+    if any(sd.get("authors") for g in result["groups"] for sd in g["seeds"]):
+        lines += ["", "## The authors' statistics at L0 `hook_z` (mean over seeds)", "",
+                  "Beside our row-mean score: the authors' reported score (per prompt the pooled score rounded to "
+                  "two decimals, then mean ± std over prompts), the pooled score of the prompt-averaged cosine "
+                  "matrix (their heat-map titles) and the trained model's greedy exact match on the very inputs "
+                  "analysed (the last complete prompt of each input, read with its padding or earlier lines; "
+                  "`n` inputs scored). A score measured where that exact match is low is off the model's "
+                  "distribution.", "",
+                  "| task | recipe | protocol | model | row mean (ours) | pooled, rounded (authors) | prompt-averaged "
+                  "matrix, pooled | exact match on these inputs (n) |", "|---|---|---|---|---|---|---|---|"]
+        for g in result["groups"]:
+            seeds = [sd for sd in g["seeds"] if sd.get("authors")]
+            if not seeds:
+                continue
+            for p in seeds[0]["authors"]:
+                for kind in KINDS:
+                    if z not in seeds[0]["authors"][p][kind]:
+                        continue
+                    a = [sd["authors"][p][kind][z] for sd in seeds]
+                    row = sum(sd["scores"][p][kind][z] for sd in seeds) / len(seeds)
+                    mean = sum(x["pooled_rounded_mean"] for x in a) / len(a)
+                    std = sum(x["pooled_rounded_std"] for x in a) / len(a)
+                    mm = sum(x["mean_matrix_pooled"] for x in a) / len(a)
+                    em = "-"
+                    if kind == "trained":
+                        got = [sd["exact_match_on_inputs"][p] for sd in seeds]
+                        known = [x["exact_match"] for x in got if x["exact_match"] is not None]
+                        em = (f"{sum(known) / len(known):.3f} ({sum(x['n_scored'] for x in got) // len(got)})"
+                              if known else "none scorable")
+                    lines.append(f"| {g['task']} | {g['recipe']} | {p} | {kind} | {row:.3f} | {mean:.2f} ± {std:.2f} "
+                                 f"| {mm:.3f} | {em} |")
     lines += ["", "## Layer-0 diagnostics of the trained models (mean over seeds, full protocol)", "",
               "| task | recipe | L0 attention entropy | positional share of L0 hook_z | digit value spread "
               "| delimiter / digit value norm | digit value participation ratio (of 9) |",

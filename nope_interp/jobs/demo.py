@@ -32,7 +32,7 @@ from nope_interp.config import (
 )
 from nope_interp.diagnostics import INTERVENTIONS, diagnose
 from nope_interp.errors import NopeInterpError
-from nope_interp.evaluate import exact_match_accuracy
+from nope_interp.evaluate import exact_match_accuracy, exact_match_on_inputs
 from nope_interp.jobs.common import Log, ModelEntry, emit, entry_from_run, eval_examples, progress
 from nope_interp.model import build_model
 from nope_interp.plotting import plot_adjacency_by_layer, plot_cosine_heatmaps, save_figure
@@ -130,7 +130,8 @@ class TaskDemo:
         task: task name. analyses: ``{"initialised" | "step0" | "trained": AnalysisResult}`` on full-length
             prompts. other_protocols: ``{protocol: {kind: AnalysisResult}}`` for the other input protocols.
         exact_match_on_inputs: ``{protocol: exact match}`` of the trained model on the analysed inputs
-            themselves, where an answer is defined (``full``: the analysed prompts).
+            themselves (:func:`nope_interp.evaluate.exact_match_on_inputs`: the last complete prompt of each
+            input, with what precedes it; None when no input holds one), every protocol.
         diagnostics: ``{kind: nope_interp.diagnostics.diagnose(...)}`` on the analysed full-length prompts:
             which mechanism is at work (attention entropy, positional share, value geometry).
         labels: the legend label of each analysed model (shape included).
@@ -154,7 +155,7 @@ class TaskDemo:
     test_acc_remeasured: float
     n_test_remeasured: int
     other_protocols: dict[str, dict[str, AnalysisResult]]
-    exact_match_on_inputs: dict[str, float]
+    exact_match_on_inputs: dict[str, float | None]
     diagnostics: dict[str, dict[str, float]]
 
     def to_dict(self) -> dict[str, Any]:
@@ -288,7 +289,8 @@ def run(config: DemoConfig, models: list[ModelEntry] | None = None, *, log: Log 
                                     window=config.window)
                 for kind, model in (("initialised", build_model(init_cfg)), ("trained", entry.model))}
         analysed = [task.example(p) for p in task.analysis_prompts(n, 1, entry.train_prompts)]
-        on_inputs = {"full": exact_match_accuracy(entry.model, task, analysed, prefix=prefix)}
+        on_inputs = {p: exact_match_on_inputs(entry.model, task, tasks_pkg.protocol_inputs(
+            task, p, n, 1, entry.train_prompts, config.window)).exact_match for p in config.protocols}
         tokens = task.prompt_tokens([ex.prompt for ex in analysed])
         diagnostics = {kind: diagnose(model, task, tokens) for kind, model in
                        (("initialised", build_model(init_cfg)), ("step0", build_model(entry.model_cfg)),
@@ -382,8 +384,13 @@ def render_summary(summary: dict[str, Any]) -> str:
                 cells = [f"{by[k]['scores']['row_mean'][s]['mean']:.3f}" for k in ("initialised", "trained")
                          for s in ("hook_embed", z)]
                 lines.append(f"| {name} | {protocol} | " + " | ".join(cells) + " |")
-        lines += ["", "Trained models' exact match on the very prompts analysed (full protocol): "
-                  + ", ".join(f"{name} {t['exact_match_on_inputs']['full']:.3f}" for name, t in others), ""]
+        lines += ["", "Trained models' greedy exact match on the very inputs analysed (the last complete prompt of "
+                  "each input, read with its padding or earlier lines; `nope_interp.evaluate.exact_match_on_inputs`): "
+                  + "; ".join(f"{name} " + ", ".join(f"{p} {'-' if v is None else format(v, '.3f')}"
+                                                      for p, v in t["exact_match_on_inputs"].items())
+                              for name, t in others)
+                  + ". `nope-interp compare` adds the authors' statistics (their rounded pooled score and the "
+                  "score of the prompt-averaged matrix).", ""]
     diag = [(name, t) for name, t in summary["tasks"].items() if t.get("diagnostics")]
     if diag:
         lines += ["## Which mechanism? Layer-0 diagnostics", "",
