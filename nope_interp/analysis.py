@@ -167,7 +167,7 @@ def analyze_model(
     check_int("seed", seed, 0, 2**63 - 1)
     if protocol not in tasks_pkg.PROTOCOLS:
         raise NopeInterpError(f"unknown protocol {protocol!r}; allowed: {', '.join(tasks_pkg.PROTOCOLS)}")
-    length = {"full": task.max_prompt_len, "authors": tasks_pkg.authors_length(task), "window": window}[protocol]
+    length = tasks_pkg.protocol_length(task, protocol, window)
     if length > model.cfg.n_ctx:
         raise NopeInterpError(
             f"n_ctx={model.cfg.n_ctx} is too small for {task.name!r} {protocol} inputs of {length} tokens"

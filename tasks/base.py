@@ -427,6 +427,18 @@ def window_inputs(task: Task, n: int, window: int, seed: int = 0, exclude: froze
     return [text[s : s + window] for s in (rng.randrange(len(text) - window) for _ in range(n))]
 
 
+def protocol_length(task: Task, protocol: str, window: int = 64) -> int:
+    """The length (characters = tokens) of every input of ``protocol``: the task's longest prompt for
+    ``full``, :func:`authors_length` for ``authors``, ``window`` for ``window``.
+
+    Raises:
+        TaskError: unknown protocol (the message lists them).
+    """
+    if protocol not in PROTOCOLS:
+        raise TaskError(f"unknown protocol {protocol!r}; allowed: {', '.join(PROTOCOLS)}")
+    return {"full": task.max_prompt_len, "authors": authors_length(task), "window": window}[protocol]
+
+
 def protocol_inputs(task: Task, protocol: str, n: int, seed: int = 0, exclude: frozenset[str] = frozenset(),
                     window: int = 64) -> list[str]:
     """``n`` analysis inputs of equal length under ``protocol`` (one of :data:`PROTOCOLS`): ``full`` is

@@ -35,6 +35,7 @@ def small_config(probe_job):
     ({"n_prompts": 7}, "n_prompts"), ({"n_prompts": 100_001}, "n_prompts"), ({"seeds": 0}, "seeds"),
     ({"features": ("entropy",)}, "feature"), ({"features": ()}, "feature"), ({"probes": ("forest",)}, "probe"),
     ({"tasks": ("sorting",)}, "task"), ({"default_preset": "huge"}, "default_preset"), ({"sites": ()}, "sites"),
+    ({"protocol": "padded"}, "protocol"), ({"window": 32}, "window"), ({"protocol": "window", "window": 2}, "window"),
 ])
 def test_bad_config_names_the_field(probe_job, kwargs, field):
     from nope_interp.errors import NopeInterpError
@@ -176,3 +177,43 @@ def test_noise_control_runs_every_feature_and_flags_a_leaking_feature(probe_job,
     assert [(k["feature"], k["probe"]) for k in leaked.noise_leaks()] == [("cos_last", "ridge")]
     assert leaked.noise_leaks()[0]["nrmse"] < probing.NOISE_MAX_NRMSE
     assert any(ln.startswith("WARNING: noise control") and "cos_last" in ln for ln in lines)
+
+
+@pytest.mark.parametrize("protocol", ["authors", "window"])
+def test_a_protocol_probes_its_inputs_and_names_its_files(probe_job, small_config, tiny_reversal_entry, tmp_path,
+                                                          protocol):
+    """--protocol authors / window: the probes read tasks.protocol_inputs (the same numbers as the pure functions
+    on those inputs), the noise control has their length, and files and title name the protocol."""
+    import tasks
+    from nope_interp.activations import collect_activations
+    from nope_interp.probing import probe_sites
+
+    cfg = dataclasses.replace(small_config, protocol=protocol, **({"window": 30} if protocol == "window" else {}))
+    result = probe_job.run(cfg, [tiny_reversal_entry])
+    task = tiny_reversal_entry.task
+    inputs = tasks.protocol_inputs(task, protocol, 16, 1, window=30)
+    assert {len(x) for x in inputs} == {22 if protocol == "authors" else 30}
+    acts = collect_activations(tiny_reversal_entry.model, task.prompt_tokens(inputs))
+    sites = probe_job.default_sites(2)
+    ref = probe_sites(acts.acts[[acts.labels.index(s) for s in sites]], sites, ("variance", "raw"), ("ridge",), (0,))
+    got = [{k: v for k, v in r.to_dict().items() if k not in ("task", "model")} for r in result.rows]
+    assert json.dumps(got) == json.dumps(ref)
+    assert result.to_dict()["protocol"] == protocol
+    paths = probe_job.write(result, tmp_path)
+    assert sorted(p.name for p in paths) == sorted([f"probe_{protocol}.json", f"probe_{protocol}.csv",
+                                                    f"nrmse_by_site_ridge_{protocol}.html"])
+    assert f"{protocol} inputs" in probe_job.plot_probe_nrmse(result, "ridge").layout.title.text
+
+
+def test_a_protocol_is_refused_for_text_models_and_inputs_longer_than_n_ctx(tiny_reversal_entry):
+    import dataclasses as dc
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.common import entry_tokens
+
+    with pytest.raises(NopeInterpError, match="window inputs of 100 tokens"):
+        entry_tokens(tiny_reversal_entry, 4, 1, "window", 100)
+    with pytest.raises(NopeInterpError, match="applies to task models"):
+        entry_tokens(dc.replace(tiny_reversal_entry, kind="text"), 4, 1, "authors")
+    with pytest.raises(NopeInterpError, match="unknown protocol 'padded'"):
+        entry_tokens(tiny_reversal_entry, 4, 1, "padded")

@@ -351,19 +351,27 @@ def hf_random_length(model: Any) -> int:
     return min(HF_RANDOM_LENGTH, int(n_ctx)) if isinstance(n_ctx, int) and n_ctx >= 2 else HF_RANDOM_LENGTH
 
 
-def entry_tokens(entry: ModelEntry, n: int, seed: int) -> tuple[str, str, Int[Tensor, "n pos"]]:
+def entry_tokens(entry: ModelEntry, n: int, seed: int, protocol: str = "full",
+                 window: int = 64) -> tuple[str, str, Int[Tensor, "n pos"]]:
     """The inputs a token-level analysis reads for ``entry``, as ``(task name, protocol, tokens)``.
 
-    - a task model: ``n`` full-length held-out prompts of its task (``seed``, training prompts excluded),
-      protocol ``full``;
+    - a task model: ``n`` held-out inputs of its task under ``protocol`` (``tasks.protocol_inputs``:
+      ``full``-length prompts by default, the ``authors``' fixed-length padded lines, or ``window``-character
+      windows of concatenated lines; ``seed``, training prompts excluded);
     - a ``train-text`` language model: ``n`` windows of its training length from the held-out plays
       (:func:`nope_interp.text.text_windows`, ``seed``), task :func:`text_task_name`, protocol ``text``;
     - a Hugging Face model (a ``TransformerBridge``, its own vocabulary): ``n`` sequences of
       :func:`hf_random_length` ids of :func:`random_tokens` (``seed``), task ``random``, protocol ``random``.
 
     Raises:
-        NopeInterpError: too few distinct prompts; the text extra missing for a text model.
+        NopeInterpError: too few distinct prompts; the text extra missing for a text model; a ``protocol``
+            other than ``full`` for a text or Hugging Face model (they read no task inputs); an unknown
+            protocol; inputs longer than the model's ``n_ctx``.
     """
+    if protocol != "full" and entry.kind in ("text", "hf"):
+        raise NopeInterpError(f"{entry.label}: protocol {protocol} applies to task models; a "
+                              f"{'train-text' if entry.kind == 'text' else 'Hugging Face'} model reads "
+                              f"{'held-out text windows' if entry.kind == 'text' else 'random tokens'}")
     if entry.kind == "text":
         from nope_interp.text import text_windows
         from nope_interp.text_train import encode_text
@@ -373,7 +381,17 @@ def entry_tokens(entry: ModelEntry, n: int, seed: int) -> tuple[str, str, Int[Te
     if entry.kind == "hf":
         return "random", "random", random_tokens(entry.model, n, hf_random_length(entry.model), seed)
     task = entry.task
-    return task.name, "full", task.analysis_tokens(n, seed, entry.train_prompts)
+    if protocol == "full":
+        return task.name, "full", task.analysis_tokens(n, seed, entry.train_prompts)
+    try:
+        length = tasks_pkg.protocol_length(task, protocol, window)
+    except tasks_pkg.TaskError as err:
+        raise NopeInterpError(str(err)) from None
+    if length > entry.model.cfg.n_ctx:
+        raise NopeInterpError(f"{entry.label}: n_ctx={entry.model.cfg.n_ctx} is too small for {task.name!r} "
+                              f"{protocol} inputs of {length} tokens")
+    inputs = tasks_pkg.protocol_inputs(task, protocol, n, seed, entry.train_prompts, window)
+    return task.name, protocol, task.prompt_tokens(inputs)
 
 
 def random_tokens(model: Any, n: int, length: int, seed: int) -> Int[Tensor, "n length"]:

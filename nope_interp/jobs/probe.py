@@ -1,7 +1,8 @@
 """``nope-interp probe``: position probes on cosine-similarity features and on Chi et al.'s variance.
 
 For each model (by default, for each task of ``tasks``: a freshly initialised model of ``default_preset``
-and the shipped trained model), ``n_prompts`` held-out full-length prompts of its task, activations at
+and the shipped trained model), ``n_prompts`` held-out inputs of its task (``protocol``: full-length prompts
+by default, or the ``authors``' or ``window`` inputs of ``tasks.protocol_inputs``), activations at
 each hook site, and for every (site, feature, probe, seed) a probe of the token position trained and
 scored on held-out sequences, with two chance baselines (:mod:`nope_interp.probing`; the method is in
 ``docs/method.md``; the variance feature is from Chi et al., "Latent Positional Information is in the
@@ -33,7 +34,17 @@ from torch import Tensor
 import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.activations import collect_activations
-from nope_interp.config import PRESETS, FrozenConfig, check_choice, check_choices, check_int, check_tasks, opt, preset
+from nope_interp.config import (
+    PRESETS,
+    FrozenConfig,
+    check_choice,
+    check_choices,
+    check_int,
+    check_tasks,
+    check_used,
+    opt,
+    preset,
+)
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import hook_name, short_label
 from nope_interp.jobs.common import (
@@ -98,9 +109,14 @@ class ProbeConfig(FrozenConfig):
     probes: tuple[str, ...] | None = opt(None, f"probes (default both; ridge with --quick): {', '.join(PROBES)}")
     seeds: int | None = opt(None, "split/probe seeds 0..N-1 (default 2; 1 with --quick)")
     quick: bool = opt(False, "ridge only, 1 seed, 48 prompts (explicit flags win)")
+    protocol: str = opt("full", f"inputs of task models: {', '.join(tasks_pkg.PROTOCOLS)} (docs/method.md)")
+    window: int = opt(64, "characters per input of the window protocol")
 
     def __post_init__(self) -> None:
         check_tasks(tuple(self.tasks))
+        check_choice("protocol", self.protocol, tasks_pkg.PROTOCOLS)
+        check_int("window", self.window, 8, 1_000_000)
+        check_used("window", self.window, 64, self.protocol == "window", "with protocol window")
         check_choice("default_preset", self.default_preset, tuple(PRESETS))
         if self.n_prompts is not None:
             check_int("n_prompts", self.n_prompts, 8, 100_000)
@@ -205,7 +221,9 @@ class ProbeResult:
         noise = {"description": "i.i.d. Gaussian activations of each task's shape: no position to find",
                  "fail_threshold": NOISE_MAX_NRMSE, "leaks": self.noise_leaks(),
                  "rows": [r.to_dict() for r in self.noise_rows]}
-        return {"n_prompts": self.n_prompts, "features": list(self.features), "probes": list(self.probes),
+        return {"n_prompts": self.n_prompts, "protocol": self.config.protocol,
+                **({"window": self.config.window} if self.config.protocol == "window" else {}),
+                "features": list(self.features), "probes": list(self.probes),
                 "seeds": list(self.seeds), "normaliser": NORMALISER, "rows": [r.to_dict() for r in self.rows],
                 "noise_control": noise, **self.provenance, "wall_time_s": self.wall_time_s}
 
@@ -252,7 +270,7 @@ def probe_entry(config: ProbeConfig, entry: ModelEntry) -> list[ProbeRow]:
     Raises:
         NopeInterpError: a site that the model has no activation for; prompts longer than ``n_ctx``.
     """
-    name, _, tokens = entry_tokens(entry, config.prompts_used, 1)
+    name, _, tokens = entry_tokens(entry, config.prompts_used, 1, config.protocol, config.window)
     sites = list(config.sites or default_sites(entry.model.cfg.n_layers))
     acts = collect_activations(entry.model, tokens)
     missing = [s for s in sites if s not in acts.labels]
@@ -316,9 +334,12 @@ def run(config: ProbeConfig, models: list[ModelEntry] | None = None, *, log: Log
         d_model = int(entry.model.cfg.d_model)
         if (name, d_model) not in controls:
             controls.add((name, d_model))
-            n_pos = None if entry.kind not in ("text", "hf") else (
-                int(entry.source["text_window"]) if entry.kind == "text" else hf_random_length(entry.model))
-            noise_rows += noise_control(config, name if n_pos else entry.task, d_model, n_pos)
+            if entry.kind in ("text", "hf"):
+                n_pos = int(entry.source["text_window"]) if entry.kind == "text" else hf_random_length(entry.model)
+                noise_rows += noise_control(config, name, d_model, n_pos)
+            else:  # the length of the protocol's inputs
+                n_pos = tasks_pkg.protocol_length(entry.task, config.protocol, config.window)
+                noise_rows += noise_control(config, entry.task, d_model, n_pos)
     result = ProbeResult(config=config, n_prompts=config.prompts_used, features=config.features_used,
                          probes=config.probes_used, seeds=config.seeds_used, rows=tuple(rows),
                          provenance=io.provenance(), wall_time_s=round(time.perf_counter() - t0, 1),
@@ -368,18 +389,22 @@ def plot_probe_nrmse(result: ProbeResult, probe: str = "mlp") -> go.Figure:
                                  showlegend=(i == 1), line={"color": "black", "dash": "dot"}), row=i, col=1)
         fig.add_hline(y=1.0, line_dash="dash", line_color="gray", row=i, col=1)
         fig.update_yaxes(title_text="NRMSE", range=[0, 1.4], row=i, col=1)
-    fig.update_layout(title=f"Position probes ({probe}): NRMSE on held-out sequences (1.0 = predicting the mean)",
+    fig.update_layout(title=f"Position probes ({probe}, {result.config.protocol} inputs): NRMSE on held-out sequences "
+                            "(1.0 = predicting the mean)",
                       height=180 + 300 * len(keys), width=1000)
     return fig
 
 
 def write(result: ProbeResult, out_root: str | Path = ".") -> list[Path]:
     """Write ``results/probe/probe.json``, ``results/probe/probe.csv`` and
-    ``figures/probe/nrmse_by_site_<probe>.html`` for every probe kind; returns the paths."""
+    ``figures/probe/nrmse_by_site_<probe>.html`` for every probe kind; returns the paths. Under a protocol
+    other than ``full`` every name ends in ``_<protocol>`` (``probe_authors.json``), so the outputs of two
+    protocols never overwrite each other."""
     res_dir, fig_dir = io.job_dirs(out_root, NAME)
+    sfx = "" if result.config.protocol == "full" else f"_{result.config.protocol}"
     rows = [r.to_dict() for r in (*result.rows, *result.noise_rows)]
-    paths = [io.write_json(res_dir / "probe.json", result.to_dict()),
-             io.atomic_write_text(res_dir / "probe.csv", io.to_csv(rows))]
+    paths = [io.write_json(res_dir / f"probe{sfx}.json", result.to_dict()),
+             io.atomic_write_text(res_dir / f"probe{sfx}.csv", io.to_csv(rows))]
     for probe in result.probes:
-        paths.append(save_figure(plot_probe_nrmse(result, probe), fig_dir / f"nrmse_by_site_{probe}.html"))
+        paths.append(save_figure(plot_probe_nrmse(result, probe), fig_dir / f"nrmse_by_site_{probe}{sfx}.html"))
     return paths
