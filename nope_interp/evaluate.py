@@ -203,7 +203,8 @@ def answer_token_loss(
     probability on the right answers, so it shows whether a run at chance accuracy is learning anything.
     Compare it with the entropy of the answers' own distribution: a model that ignores the prompt and
     predicts that distribution scores exactly it (2.09 nats on the 9-digit indexing task; its answers are
-    one character).
+    one character). Logged as ``eval_answer_loss`` in a training run's ``metrics.jsonl`` (README, "From the
+    command line").
 
     Raises:
         NopeInterpError: as :func:`exact_match_accuracy` (no examples, not ``tasks.Example``, bad prompts,
@@ -296,7 +297,7 @@ def exact_match_on_inputs(model: HookedTransformer, task: Task, inputs: Sequence
     against the task's solution. A score measured on inputs that the model cannot answer (padding or earlier
     examples that a model trained on single unpadded prompts never saw) is measured off its distribution:
     this says so. Inputs without a complete prompt, or whose context and answer would not fit ``n_ctx``,
-    are not scored (counted in ``n_inputs`` only).
+    are not scored (counted in ``n_inputs`` only). Defined in ``docs/method.md``, "Definitions".
 
     Raises:
         NopeInterpError: ``inputs`` a single string or holding a non-string; a model that cannot read the task
