@@ -31,6 +31,8 @@ from nope_interp.similarity import (
     adjacency_scores_of_activations,
     cosine_similarity_matrix,
     degenerate_report,
+    degenerate_sequences,
+    degenerate_tolerance,
     lag_profile,
     lag_summary,
     mean_cosine_similarity_matrix,
@@ -64,7 +66,8 @@ class AnalysisResult:
         mean_matrix_scores: ``mean_matrix_scores[reduction][site]``: the adjacency score, in [0, 1], of the
             prompt-averaged cosine similarity matrix (:func:`~nope_interp.similarity.mean_cosine_similarity_matrix`,
             the authors' heat-map titles) under ``row_mean`` and ``pooled``; empty beyond
-            :data:`EXAMPLE_MAX_POS` positions.
+            :data:`EXAMPLE_MAX_POS` positions; NaN at a site whose averaged matrix is constant up to rounding
+            (every prompt's vectors parallel there: no order to score).
     """
 
     task: str
@@ -86,6 +89,8 @@ class AnalysisResult:
         Raises:
             NopeInterpError: a site that was not analysed, or an unknown reduction.
         """
+        if not isinstance(site, str) or not isinstance(reduction, str):
+            raise NopeInterpError(f"site and reduction must be strings, got {site!r} and {reduction!r}"[:300])
         if reduction not in self.scores:
             raise NopeInterpError(f"unknown reduction {reduction!r}; allowed: {', '.join(self.scores)}")
         if site not in self.scores[reduction]:
@@ -99,6 +104,8 @@ class AnalysisResult:
             NopeInterpError: not measured (sequences longer than :data:`EXAMPLE_MAX_POS`); a site that was not
                 analysed; a reduction other than ``row_mean`` or ``pooled``.
         """
+        if not isinstance(site, str) or not isinstance(reduction, str):
+            raise NopeInterpError(f"site and reduction must be strings, got {site!r} and {reduction!r}"[:300])
         if not self.mean_matrix_scores:
             raise NopeInterpError(f"the prompt-averaged matrix is not kept beyond {EXAMPLE_MAX_POS} positions")
         if reduction not in self.mean_matrix_scores:
@@ -167,12 +174,15 @@ def analyze_model(
     check_int("seed", seed, 0, 2**63 - 1)
     if protocol not in tasks_pkg.PROTOCOLS:
         raise NopeInterpError(f"unknown protocol {protocol!r}; allowed: {', '.join(tasks_pkg.PROTOCOLS)}")
-    length = tasks_pkg.protocol_length(task, protocol, window)
-    if length > model.cfg.n_ctx:
-        raise NopeInterpError(
-            f"n_ctx={model.cfg.n_ctx} is too small for {task.name!r} {protocol} inputs of {length} tokens"
-        )
-    prompts = tasks_pkg.protocol_inputs(task, protocol, n_prompts, seed, exclude, window)
+    try:
+        length = tasks_pkg.protocol_length(task, protocol, window)
+        if length > model.cfg.n_ctx:
+            raise NopeInterpError(
+                f"n_ctx={model.cfg.n_ctx} is too small for {task.name!r} {protocol} inputs of {length} tokens"
+            )
+        prompts = tasks_pkg.protocol_inputs(task, protocol, n_prompts, seed, exclude, window)
+    except tasks_pkg.TaskError as err:  # a window that is no length, too few held-out prompts
+        raise NopeInterpError(str(err)) from None
     return analyze_tokens(model, task.prompt_tokens(prompts), points, task=task.name, example_prompt=prompts[0],
                           meta=meta, protocol=protocol, max_bytes=max_bytes,
                           forward="hooked" if length <= EXAMPLE_MAX_POS else "auto")
@@ -302,11 +312,13 @@ def analyze_tokens(
     mean_matrix: dict[str, dict[str, float]] = {}
     if sim_sum is not None:
         mean_sim = (sim_sum / tokens.shape[0]).clamp_(-1.0, 1.0)
-        # a constant averaged matrix scores 0, as any does: the per-sequence warning above says why
+        # an averaged matrix constant up to rounding (every prompt's vectors parallel at that site) has no order:
+        # NaN, not a score of rounding noise (the per-sequence warning above names the site)
+        flat = degenerate_sequences(mean_sim, degenerate_tolerance(torch.float32))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegenerateInputWarning)
-            mean_matrix = {r: {site: float(adjacency_score(mean_sim[i], r)) for i, site in enumerate(labels)}
-                           for r in ("row_mean", "pooled")}
+            mean_matrix = {r: {site: float("nan") if bool(flat[i]) else float(adjacency_score(mean_sim[i], r))
+                               for i, site in enumerate(labels)} for r in ("row_mean", "pooled")}
     return AnalysisResult(task=task, sites=labels, n_prompts=tokens.shape[0], scores=scores,
                           per_sequence=per_sequence, example_prompt=example_prompt, example_sim=example_sim,
                           meta={**(meta or {}), **({"degenerate_sequences": degenerate} if degenerate else {})},

@@ -190,6 +190,28 @@ def answer_loss(model: HookedTransformer, batch: Batch, fast: bool = False) -> F
 
 
 
+def _checked_examples(examples: object, fn: str) -> list[Example]:
+    """``examples`` as a list of :class:`~tasks.Example` with string fields, a non-empty answer without a
+    newline, and a non-empty prompt; else one-line :class:`NopeInterpError` naming ``fn`` and the index."""
+    if isinstance(examples, (str, bytes, Example)) or not isinstance(examples, Sequence):
+        raise NopeInterpError(f"{fn} needs a non-empty sequence (a list) of tasks.Example, got "
+                              f"{type(examples).__name__} {examples!r}"[:300])
+    examples = list(examples)
+    if not examples:
+        raise NopeInterpError(f"{fn} needs a non-empty sequence of tasks.Example, got an empty one")
+    for i, ex in enumerate(examples):
+        if not isinstance(ex, Example):
+            raise NopeInterpError(f"examples[{i}] must be a tasks.Example (e.g. task.example(prompt)), "
+                                  f"got {type(ex).__name__} {ex!r}"[:300])
+        for name in ("prompt", "answer"):
+            value = getattr(ex, name)
+            if not isinstance(value, str) or not value:
+                raise NopeInterpError(f"examples[{i}].{name} must be a non-empty string, got {value!r}"[:300])
+        if EOS in ex.answer:
+            raise NopeInterpError(f"examples[{i}].answer holds a newline ({ex.answer!r}): an answer ends before it")
+    return examples
+
+
 @evaluates
 @torch.inference_mode()
 def answer_token_loss(
@@ -204,49 +226,39 @@ def answer_token_loss(
     Compare it with the entropy of the answers' own distribution: a model that ignores the prompt and
     predicts that distribution scores exactly it (2.09 nats on the 9-digit indexing task; its answers are
     one character). Logged as ``eval_answer_loss`` in a training run's ``metrics.jsonl`` (README, "From the
-    command line").
+    command line"). Lines are grouped by length, so no padding enters the model (any attention).
 
     Raises:
-        NopeInterpError: as :func:`exact_match_accuracy` (no examples, not ``tasks.Example``, bad prompts,
-            ``batch_size`` < 1, inputs longer than the model's ``n_ctx``, a model that cannot read the task).
+        NopeInterpError: ``examples`` not a non-empty sequence of ``tasks.Example`` with non-empty string
+            prompts and answers (an answer holding a newline included); characters outside the vocabulary;
+            ``batch_size`` < 1; ``prefix`` not a string; inputs longer than the model's ``n_ctx``; a model that
+            cannot read the task (:func:`~nope_interp.model.check_model_for_task`).
     """
     check_model_for_task(model, task, None, "answer_token_loss")
-    if isinstance(examples, (str, bytes)) or not examples:
-        raise NopeInterpError(f"answer_token_loss needs a non-empty sequence of tasks.Example, got {examples!r}")
-    bad = next((i for i, ex in enumerate(examples) if not isinstance(ex, Example)), None)
-    if bad is not None:
-        raise NopeInterpError(f"examples[{bad}] must be a tasks.Example (e.g. task.example(prompt)), "
-                              f"got {type(examples[bad]).__name__} {examples[bad]!r}")
+    examples = _checked_examples(examples, "answer_token_loss")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise NopeInterpError(f"batch_size must be an integer >= 1, got {batch_size!r}")
     if not isinstance(prefix, str):
         raise NopeInterpError(f"prefix must be a string, got {type(prefix).__name__} {prefix!r}")
-    lines: list[tuple[list[int], int]] = []  # (ids of prefix + prompt + answer, index of the first answer id)
+    groups: dict[tuple[int, int], list[list[int]]] = defaultdict(list)  # (length, first answer index) -> ids
     for i, ex in enumerate(examples):
         try:
-            lines.append((encode(prefix + ex.prompt + ex.answer), len(prefix) + len(ex.prompt)))
+            ids = encode(prefix + ex.prompt + ex.answer)
         except UnknownCharacterError as err:
             raise NopeInterpError(f"examples[{i}] with prefix {prefix!r}: {err}") from None
-    longest = max(len(ids) for ids, _ in lines)
-    if longest - 1 > model.cfg.n_ctx:
-        raise NopeInterpError(f"examples with prefix {prefix!r} need {longest - 1} positions, more than the "
-                              f"model's n_ctx={model.cfg.n_ctx}")
+        if len(ids) - 1 > model.cfg.n_ctx:
+            raise NopeInterpError(f"examples[{i}] with prefix {prefix!r} needs {len(ids) - 1} positions, more than "
+                                  f"the model's n_ctx={model.cfg.n_ctx}")
+        groups[(len(ids), len(prefix) + len(ex.prompt))].append(ids)
     total, count = 0.0, 0
-    for start in range(0, len(lines), batch_size):
-        chunk = lines[start : start + batch_size]
-        width = max(len(ids) for ids, _ in chunk) - 1
-        # right-padded: with causal attention the padding after a line cannot change its positions
-        tokens = torch.full((len(chunk), width), encode(EOS)[0], dtype=torch.long)
-        targets = torch.zeros_like(tokens)
-        mask = torch.zeros((len(chunk), width), dtype=torch.bool)
-        for b, (ids, first) in enumerate(chunk):
-            tokens[b, : len(ids) - 1] = torch.tensor(ids[:-1])
-            targets[b, : len(ids) - 1] = torch.tensor(ids[1:])
-            mask[b, first - 1 : len(ids) - 1] = True  # position t predicts ids[t + 1]
-        logits = model(tokens.to(model.cfg.device), return_type="logits")
-        m = mask.to(logits.device)
-        total += float(F.cross_entropy(logits[m].float(), targets.to(logits.device)[m], reduction="sum"))
-        count += int(m.sum())
+    for (_, first), rows in groups.items():
+        for start in range(0, len(rows), batch_size):
+            ids = torch.tensor(rows[start : start + batch_size], dtype=torch.long)
+            # position t predicts ids[t + 1]; the answer's characters are ids[first:]
+            logits = model(ids[:, :-1].to(model.cfg.device), return_type="logits")[:, first - 1 :]
+            targets = ids[:, first:].to(logits.device)
+            total += float(F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="sum"))
+            count += targets.numel()
     return total / count
 
 
@@ -268,19 +280,35 @@ class InputsExactMatch:
         return {"exact_match": self.exact_match, "n_scored": self.n_scored, "n_inputs": self.n_inputs}
 
 
-def prompt_in_input(task: Task, text: str) -> tuple[str, str] | None:
+def prompt_in_input(task: Task, text: str, max_context: int | None = None) -> tuple[str, str] | None:
     """The last complete prompt of ``task`` in an analysis input: ``(context, prompt)``, where ``context`` is
     ``text`` up to and including that prompt's last character (everything the model reads before answering:
     leading newlines, earlier examples) and ``prompt`` the prompt alone, the text between the newline before
-    it (or the start) and its end. None when ``text`` holds no complete prompt (an input cut before its ``=``).
+    it (or the start) and its end. None when ``text`` holds no complete prompt (an input cut before its ``=``),
+    or none whose context is at most ``max_context`` characters (None: any length).
 
     A full-length prompt is its own context; an input of the ``authors`` protocol is its left padding plus
     the prompt (any answer characters after it are dropped); a ``window`` input is every earlier line plus
-    the last prompt whose end it holds.
+    the last prompt whose end it holds. Linear in ``len(text)``: only candidates no longer than the task's
+    longest prompt are parsed.
+
+    Raises:
+        NopeInterpError: ``task`` not a ``tasks.Task``; ``text`` not a string; ``max_context`` not None or an
+            integer >= 1.
     """
-    end = len(text)
+    if not isinstance(task, Task):
+        raise NopeInterpError(f"task must be a tasks.Task (e.g. tasks.get_task('reversal')), got "
+                              f"{type(task).__name__} {task!r}"[:200])
+    if not isinstance(text, str):
+        raise NopeInterpError(f"text must be a string (one analysis input), got {type(text).__name__}")
+    if max_context is not None and (isinstance(max_context, bool) or not isinstance(max_context, int)
+                                    or max_context < 1):
+        raise NopeInterpError(f"max_context must be None or an integer >= 1, got {max_context!r}")
+    end = len(text) if max_context is None else min(len(text), max_context)
     while (end := text.rfind("=", 0, end)) >= 0:
         start = text.rfind(EOS, 0, end) + 1
+        if end + 1 - start > task.max_prompt_len:  # longer than any prompt: not one
+            continue
         try:
             task.solve(text[start : end + 1])
         except TaskError:
@@ -300,20 +328,32 @@ def exact_match_on_inputs(model: HookedTransformer, task: Task, inputs: Sequence
     are not scored (counted in ``n_inputs`` only). Defined in ``docs/method.md``, "Definitions".
 
     Raises:
-        NopeInterpError: ``inputs`` a single string or holding a non-string; a model that cannot read the task
-            (:func:`~nope_interp.model.check_model_for_task`); characters outside the vocabulary;
-            ``batch_size`` < 1.
+        NopeInterpError: ``inputs`` empty, a single string or holding a non-string; a model that cannot read
+            the task (:func:`~nope_interp.model.check_model_for_task`); characters outside the vocabulary in a
+            scored context (the input's index is named); ``batch_size`` < 1.
     """
     check_model_for_task(model, task, None, "exact_match_on_inputs")
     if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence):
         raise NopeInterpError(f"inputs must be a sequence of input strings, got {type(inputs).__name__} "
                               f"{inputs!r}"[:200])
+    if not inputs:
+        raise NopeInterpError("exact_match_on_inputs needs a non-empty sequence of input strings, got an empty one")
     bad = next((i for i, t in enumerate(inputs) if not isinstance(t, str)), None)
     if bad is not None:
         raise NopeInterpError(f"inputs[{bad}] must be a string, got {type(inputs[bad]).__name__}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise NopeInterpError(f"batch_size must be an integer >= 1, got {batch_size!r}")
     room = model.cfg.n_ctx - task.max_answer_len - 1
-    found = [prompt_in_input(task, t) for t in inputs]
-    scored = [(ctx, task.solve(prompt)) for ctx, prompt in (f for f in found if f is not None) if len(ctx) <= room]
+    scored: list[tuple[str, str]] = []
+    for i, text in enumerate(inputs):
+        found = prompt_in_input(task, text, max_context=room) if room >= 1 else None
+        if found is None:
+            continue
+        try:
+            encode(found[0])
+        except UnknownCharacterError as err:
+            raise NopeInterpError(f"inputs[{i}]: {err}") from None
+        scored.append((found[0], task.solve(found[1])))
     if not scored:
         return InputsExactMatch(exact_match=None, n_scored=0, n_inputs=len(inputs))
     preds = predict(model, task, [ctx for ctx, _ in scored], batch_size)

@@ -115,7 +115,8 @@ class SiteScores:
     """Adjacency scores of every scored site of a cache.
 
     Attributes:
-        reduction: ``row_mean`` or ``pooled``. sites: full hook names in forward order.
+        reduction: one of :data:`~nope_interp.similarity.REDUCTIONS` (``row_mean``, ``pooled``,
+            ``pooled_rounded``). sites: full hook names in forward order.
         per_sequence: ``{site: Float[Tensor, "batch"]}`` scores in [0, 1] (0.5 = chance, 1 = perfect).
         n_pos: sequence length.
     """

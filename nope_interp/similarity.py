@@ -708,12 +708,15 @@ def mean_cosine_similarity_matrix(
     Sequences are processed in chunks of about ``max_elements`` cosine entries, so memory stays O(pos^2).
 
     Raises:
-        NopeInterpError: ``x`` not a dense real floating tensor of 3 dimensions with data, a batch of 0;
-            vectors with NaN or inf entries or near zero (their cosines are undefined; ``what`` names ``x``);
+        NopeInterpError: ``x`` not a dense real floating tensor of 3 dimensions with data, a batch, pos or
+            d_model of 0; vectors with NaN or inf entries or near zero (their cosines are undefined; ``what``, a
+            string, names ``x``);
             ``min_norm`` not a finite number >= 0; ``max_elements`` not an integer >= 1.
     """
-    check_tensor(x, "x", "(batch, pos, d_model)", ndim=3, min_sizes={0: 1, -1: 1},
+    check_tensor(x, "x", "(batch, pos, d_model)", ndim=3, min_sizes={0: 1, 1: 1, 2: 1},
                  fn="mean_cosine_similarity_matrix")
+    if not isinstance(what, str):
+        raise NopeInterpError(f"mean_cosine_similarity_matrix: what must be a string naming x, got {what!r}"[:200])
     _check_min_norm(min_norm, "mean_cosine_similarity_matrix")
     check_int("max_elements", max_elements, 1, 2**62)
     _check_scorable(x, min_norm, what)

@@ -389,6 +389,7 @@ def authors_inputs(task: Task, n: int, seed: int = 0, exclude: frozenset[str] = 
             long enough.
     """
     _check_int("n", n, 1, 10**7)
+    _check_int("seed", seed, 0, 2**63 - 1)
     exclude = _exclude(exclude)
     length = authors_length(task)
     rng = random.Random(seed)
@@ -417,6 +418,7 @@ def window_inputs(task: Task, n: int, window: int, seed: int = 0, exclude: froze
     """
     _check_int("n", n, 1, 10**7)
     _check_int("window", window, 1, 10**7)
+    _check_int("seed", seed, 0, 2**63 - 1)
     exclude = _exclude(exclude)
     rng = random.Random(seed)
     lines = held_out_lines(task, max(2 * n, (2 * window) // max(1, task.max_seq_len) + 2), seed, exclude,
@@ -432,11 +434,17 @@ def protocol_length(task: Task, protocol: str, window: int = 64) -> int:
     ``full``, :func:`authors_length` for ``authors``, ``window`` for ``window``.
 
     Raises:
-        TaskError: unknown protocol (the message lists them).
+        TaskError: unknown protocol (the message lists them); ``task`` not a Task; for ``window``, ``window``
+            not an integer in [1, 10**7].
     """
+    if not isinstance(task, Task):
+        raise TaskError(f"task must be a tasks.Task (e.g. tasks.get_task('reversal')), got {type(task).__name__}")
     if protocol not in PROTOCOLS:
         raise TaskError(f"unknown protocol {protocol!r}; allowed: {', '.join(PROTOCOLS)}")
-    return {"full": task.max_prompt_len, "authors": authors_length(task), "window": window}[protocol]
+    if protocol == "window":
+        _check_int("window", window, 1, 10**7)
+        return window
+    return {"full": task.max_prompt_len, "authors": authors_length(task)}[protocol]
 
 
 def protocol_inputs(task: Task, protocol: str, n: int, seed: int = 0, exclude: frozenset[str] = frozenset(),
@@ -445,10 +453,12 @@ def protocol_inputs(task: Task, protocol: str, n: int, seed: int = 0, exclude: f
     :meth:`Task.analysis_prompts`, ``authors`` :func:`authors_inputs`, ``window`` :func:`window_inputs`.
 
     Raises:
-        TaskError: unknown protocol (the message lists them); too few inputs available; ``exclude`` is a
+        TaskError: unknown protocol (the message lists them); ``seed`` not an integer >= 0 (every call must give
+            the same inputs); too few inputs available; ``exclude`` is a
             single string (``in`` would test substrings) or holds a non-string.
     """
     exclude = _exclude(exclude)
+    _check_int("seed", seed, 0, 2**63 - 1)
     if protocol == "full":
         return task.analysis_prompts(n, seed, exclude)
     if protocol == "authors":

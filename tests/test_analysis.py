@@ -213,3 +213,40 @@ def test_a_sequence_whose_cosine_matrix_does_not_fit_memory_is_refused_before_th
         analyze_tokens(model, tokens, ("z",))
     monkeypatch.setattr(M, "_cpu_available_bytes", lambda: need + 10**9)
     assert analyze_tokens(model, tokens, ("z",)).sites
+
+
+def test_bad_windows_seeds_and_sites_are_one_line_errors(tiny_model):
+    """TaskError from the input builders comes out as NopeInterpError; sites must be strings."""
+    import torch
+    from conftest import unhooked
+
+    import tasks
+    from nope_interp.analysis import analyze_model, analyze_tokens
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.common import entry_from_init, entry_tokens
+    from nope_interp.model import preset
+
+    task = tasks.get_task("reversal")
+    for window in (0, -1):  # (types are checked in tasks.protocol_length: test_tasks)
+        with pytest.raises(NopeInterpError, match="window must be an integer"):
+            unhooked(analyze_model)(tiny_model, task, 4, protocol="window", window=window)
+    entry = entry_from_init(preset("tiny"), task, "initialised")
+    for args, match in [((0, 1), "n must be an integer"), ((4, -1), "seed must be an integer"),
+                        ((4, 1, "window", 0), "window must be an integer"),
+                        ((10**8, 1, "authors"), "n must be an integer")]:
+        with pytest.raises(NopeInterpError, match=match):
+            unhooked(entry_tokens)(entry, *args)
+    res = analyze_model(tiny_model, task, 4, points=("embed", "z"))
+    score, mm = unhooked(type(res).score), unhooked(type(res).mean_matrix_score)
+    for call in (lambda: score(res, ["hook_embed"]), lambda: mm(res, ["hook_embed"]),
+                 lambda: mm(res, "hook_embed", ["pooled"])):
+        with pytest.raises(NopeInterpError, match="must be strings"):
+            call()
+    # one token repeated: every prompt's vectors are parallel, the averaged matrix has no order -> NaN
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rep = analyze_tokens(tiny_model, torch.full((2, 6), 7), points=("embed", "z"))
+    assert all(v != v for r in rep.mean_matrix_scores.values() for v in r.values())
+    assert res.mean_matrix_score("blocks.0.attn.hook_z") == res.mean_matrix_score("blocks.0.attn.hook_z")  # a number

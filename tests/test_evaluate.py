@@ -298,8 +298,20 @@ def test_answer_token_loss_refuses_bad_input(tiny_model):
     task = tasks.get_task("addition", n_digits=2)
     ex = [task.example("$12+34=")]
     fn = unhooked(answer_token_loss)
+    def E(prompt, answer):  # an Example with any fields (the test run's type checker refuses them in __init__)
+        ex = object.__new__(tasks.Example)
+        object.__setattr__(ex, "prompt", prompt)
+        object.__setattr__(ex, "answer", answer)
+        return ex
+
     for kwargs, match in [({"examples": []}, "non-empty sequence"), ({"examples": "$1+2="}, "non-empty sequence"),
                           ({"examples": ["$1+2="]}, r"examples\[0\] must be a tasks.Example"),
+                          ({"examples": ex[0]}, "non-empty sequence"), ({"examples": iter(ex)}, "non-empty sequence"),
+                          ({"examples": [E("", "64$")]}, r"examples\[0\].prompt must be a non-empty string"),
+                          ({"examples": [E("$12+34=", "")]}, r"examples\[0\].answer must be a non-empty string"),
+                          ({"examples": [E("$12+34=", 64)]}, r"examples\[0\].answer must be a non-empty string"),
+                          ({"examples": [E(None, "64$")]}, r"examples\[0\].prompt must be a non-empty string"),
+                          ({"examples": [E("$12+34=", "64$\n")]}, "holds a newline"),
                           ({"batch_size": 0}, "batch_size must be an integer >= 1"),
                           ({"prefix": 3}, "prefix must be a string"),
                           ({"prefix": "é"}, r"examples\[0\] with prefix"),
@@ -380,3 +392,47 @@ def test_exact_match_on_inputs_refuses_bad_input(tiny_model):
             fn(tiny_model, task, inputs)
     with pytest.raises(NopeInterpError, match="task must be a tasks.Task"):
         fn(tiny_model, "addition", ["$1+2="])
+
+
+def test_answer_token_loss_does_not_depend_on_batching_whatever_the_attention(tiny_cfg):
+    """Lines are grouped by length, never padded: a bidirectional model (where right padding would change
+    every position) gives the same loss for any batch size."""
+    import tasks
+    from nope_interp.evaluate import answer_token_loss
+    from nope_interp.model import build_model
+
+    task = tasks.get_task("addition", n_digits=3)
+    examples = [task.example(p) for p in ("$1+2=", "$123+456=", "$12+3=", "$999+1=", "$5+55=")]
+    for attention in ("causal", "bidirectional"):
+        model = build_model(tiny_cfg.replace(attention=attention, init_std=0.3, seed=2))
+        got = [answer_token_loss(model, task, examples, batch_size=b) for b in (1, 2, 1024)]
+        assert max(got) - min(got) < 1e-6, (attention, got)
+
+
+def test_prompt_in_input_checks_its_arguments_and_is_linear(tiny_model):
+    import time
+
+    from conftest import unhooked
+
+    import tasks
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.evaluate import exact_match_on_inputs, prompt_in_input
+
+    rev = tasks.get_task("reversal")
+    fn = unhooked(prompt_in_input)
+    for args, match in [((rev, b"rev(1)="), "text must be a string"), ((rev, None), "text must be a string"),
+                        (("reversal", "rev(1)="), "task must be a tasks.Task"),
+                        ((rev, "rev(1)=", 0), "max_context must be None or an integer >= 1")]:
+        with pytest.raises(NopeInterpError, match=match):
+            fn(*args)
+    assert prompt_in_input(rev, "rev(12)=21\nrev(345)=", max_context=12) == ("rev(12)=", "rev(12)=")
+    t0 = time.perf_counter()
+    assert prompt_in_input(rev, "=" * 200_000) is None and prompt_in_input(rev, "rev(1" + "=1" * 100_000) is None
+    assert time.perf_counter() - t0 < 5  # was quadratic: 6.5 s for 100,000 '='
+    em = unhooked(exact_match_on_inputs)
+    task = tasks.get_task("addition", n_digits=2)
+    with pytest.raises(NopeInterpError, match=r"inputs\[2\]: .*'é'"):
+        em(tiny_model, task, ["hello", "$1+", "é\n$12+34="])
+    for inputs, kwargs, match in [([], {}, "non-empty sequence"), (["hello"], {"batch_size": 0}, "batch_size")]:
+        with pytest.raises(NopeInterpError, match=match):
+            em(tiny_model, task, inputs, **kwargs)

@@ -88,6 +88,15 @@ def test_groups_statistics_and_verdicts(tiny_runs, tmp_path):
     assert len(authors_rows) == 1 and "±" in authors_rows[0]
     assert data["groups"][0]["seeds"][0]["authors"]["full"]["trained"][z].keys() == set(compare.AUTHORS_STATISTICS)
     assert 0 <= seed0["mean_matrix_pooled"] <= 1
+    # beyond 512 positions no averaged matrix is kept: its scores are NaN, written as null; the report still renders
+    for g in data["groups"]:
+        for sd in g["seeds"]:
+            for by_kind in sd["authors"].values():
+                for by_site in by_kind.values():
+                    for st in by_site.values():
+                        st["mean_matrix_pooled"] = None
+    nulls = compare.render_markdown(data).split("## The authors' statistics at L0")[1].split("\n## ")[0]
+    assert all(line.split(" | ")[6] == "-" for line in nulls.splitlines() if line.startswith("| addition |"))
     # a one-seed group (the packed run) shows its mean alone: its spread is undefined, not 0
     # (the authors' statistics give a spread over prompts, also for one seed)
     rest = md.replace(section, "")

@@ -319,3 +319,25 @@ def test_get_task_refuses_a_name_that_is_not_a_string(T):
     for bad in (["addition"], None, 3):
         with pytest.raises(T.TaskError, match="unknown task .*; available tasks: addition"):
             unhooked(T.get_task)(bad)
+
+
+def test_protocol_inputs_and_lengths_refuse_seeds_and_windows_that_are_not_integers():
+    """A None seed drew new inputs on every call, a negative one repeated another seed's inputs."""
+    from conftest import unhooked
+
+    import tasks
+
+    task = tasks.get_task("reversal")
+    inputs, length = unhooked(tasks.protocol_inputs), unhooked(tasks.protocol_length)
+    for protocol in tasks.PROTOCOLS:
+        for seed in (None, -1, "1", 1.5, True):
+            with pytest.raises(tasks.TaskError, match="seed must be an integer"):
+                inputs(task, protocol, 4, seed, window=30)
+        assert tasks.protocol_inputs(task, protocol, 4, 3, window=30) == tasks.protocol_inputs(task, protocol, 4, 3,
+                                                                                                 window=30)
+    for window in (0, -5, "64", None, 64.5, True):
+        with pytest.raises(tasks.TaskError, match="window must be an integer"):
+            length(task, "window", window)
+    with pytest.raises(tasks.TaskError, match="task must be a tasks.Task"):
+        length("reversal", "full")
+    assert [tasks.protocol_length(task, p, 30) for p in tasks.PROTOCOLS] == [22, 22, 30]

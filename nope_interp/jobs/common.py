@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 import tasks as tasks_pkg
 from nope_interp import io
-from nope_interp.config import FrozenConfig, ModelConfig, check_name, check_tasks, opt, preset
+from nope_interp.config import FrozenConfig, ModelConfig, check_int, check_name, check_tasks, opt, preset
 from nope_interp.errors import NopeInterpError
 from nope_interp.model import LensModel, build_model
 from nope_interp.pretrained import LoadedRun, available_pretrained, available_seed_runs, load_pretrained, load_run
@@ -381,17 +381,18 @@ def entry_tokens(entry: ModelEntry, n: int, seed: int, protocol: str = "full",
     if entry.kind == "hf":
         return "random", "random", random_tokens(entry.model, n, hf_random_length(entry.model), seed)
     task = entry.task
-    if protocol == "full":
-        return task.name, "full", task.analysis_tokens(n, seed, entry.train_prompts)
     try:
+        if protocol == "full":
+            check_int("seed", seed, 0, 2**63 - 1)
+            return task.name, "full", task.analysis_tokens(n, seed, entry.train_prompts)
         length = tasks_pkg.protocol_length(task, protocol, window)
-    except tasks_pkg.TaskError as err:
+        if length > entry.model.cfg.n_ctx:
+            raise NopeInterpError(f"{entry.label}: n_ctx={entry.model.cfg.n_ctx} is too small for {task.name!r} "
+                                  f"{protocol} inputs of {length} tokens")
+        inputs = tasks_pkg.protocol_inputs(task, protocol, n, seed, entry.train_prompts, window)
+        return task.name, protocol, task.prompt_tokens(inputs)
+    except tasks_pkg.TaskError as err:  # n or window out of range, too few held-out prompts, a bad seed
         raise NopeInterpError(str(err)) from None
-    if length > entry.model.cfg.n_ctx:
-        raise NopeInterpError(f"{entry.label}: n_ctx={entry.model.cfg.n_ctx} is too small for {task.name!r} "
-                              f"{protocol} inputs of {length} tokens")
-    inputs = tasks_pkg.protocol_inputs(task, protocol, n, seed, entry.train_prompts, window)
-    return task.name, protocol, task.prompt_tokens(inputs)
 
 
 def random_tokens(model: Any, n: int, length: int, seed: int) -> Int[Tensor, "n length"]:

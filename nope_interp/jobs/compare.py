@@ -329,7 +329,10 @@ def render_markdown(result: dict[str, Any]) -> str:
                     row = sum(sd["scores"][p][kind][z] for sd in seeds) / len(seeds)
                     mean = sum(x["pooled_rounded_mean"] for x in a) / len(a)
                     std = sum(x["pooled_rounded_std"] for x in a) / len(a)
-                    mm = sum(x["mean_matrix_pooled"] for x in a) / len(a)
+                    # null (NaN) where no averaged matrix was kept or it had no order to score
+                    known_mm = [x["mean_matrix_pooled"] for x in a if x["mean_matrix_pooled"] is not None
+                                and x["mean_matrix_pooled"] == x["mean_matrix_pooled"]]
+                    mm = f"{sum(known_mm) / len(known_mm):.3f}" if known_mm else "-"
                     em = "-"
                     if kind == "trained":
                         got = [sd["exact_match_on_inputs"][p] for sd in seeds]
@@ -337,7 +340,7 @@ def render_markdown(result: dict[str, Any]) -> str:
                         em = (f"{sum(known) / len(known):.3f} ({sum(x['n_scored'] for x in got) // len(got)})"
                               if known else "none scorable")
                     lines.append(f"| {g['task']} | {g['recipe']} | {p} | {kind} | {row:.3f} | {mean:.2f} ± {std:.2f} "
-                                 f"| {mm:.3f} | {em} |")
+                                 f"| {mm} | {em} |")
     lines += ["", "## Layer-0 diagnostics of the trained models (mean over seeds, full protocol)", "",
               "| task | recipe | L0 attention entropy | positional share of L0 hook_z | digit value spread "
               "| delimiter / digit value norm | digit value participation ratio (of 9) |",
