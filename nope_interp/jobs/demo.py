@@ -374,8 +374,9 @@ def render_summary(summary: dict[str, Any]) -> str:
                   "Row-mean adjacency at `hook_embed` and `" + z + "` under each protocol (`full`: full-length "
                   "held-out prompts; `authors`: test lines cut to a fixed length and left-padded with newlines, as "
                   "the authors' analysis code; `window`: windows of concatenated test lines; see docs/method.md). "
-                  "A model trained on single unpadded prompts never saw the other inputs: its trained-model "
-                  "scores there are measured off-distribution.", "",
+                  "A model trained on single unpadded prompts never saw padding or earlier examples: whether it "
+                  "reads these inputs anyway is its exact match on them, below (where it is low, its scores there "
+                  "are measured off its distribution).", "",
                   "| task | protocol | initialised embed | initialised L0 hook_z | trained embed | trained L0 hook_z |",
                   "|---|---|---|---|---|---|"]
         for name, t in others:
