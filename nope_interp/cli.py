@@ -232,7 +232,7 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="no training: score a stopped run's last checkpoint on the test set, write summary.json")
     p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu or cuda[:N]")
     p.add_argument("--threads", type=ascii_int, default=None, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar: one line per evaluation instead")
     add_config_flags(p, ModelConfig, prefix="model-", only=MODEL_FLAGS, defaults_from="--preset")
     add_config_flags(p, TrainConfig, skip=_TRAIN_SKIP)
 
@@ -324,7 +324,8 @@ def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
     check_name("run name", name)
     run_dir = Path(args.runs_dir) / name
     result = train(model_cfg, cfg, run_dir, resume=args.resume, device=args.device,
-                   command=shlex.join(["nope-interp", *argv]), progress=not args.no_progress)
+                   command=shlex.join(["nope-interp", *argv]), progress=not args.no_progress,
+                   log=(lambda line: print(line, flush=True)) if args.no_progress else None)
     print(f"test exact match {fmt_fraction(result.test_acc)} after {result.steps} steps "
           f"({result.wall_time_s / 60:.1f} min); outputs in {run_dir}/")
     return 0

@@ -200,6 +200,7 @@ def train(
     device: str = "auto",
     command: str | None = None,
     progress: bool = True,
+    log: Callable[[str], None] | None = None,
 ) -> TrainResult:
     """Train a model from scratch (or resume it) and write the run directory.
 
@@ -211,6 +212,8 @@ def train(
         device: ``"auto"``, ``"cpu"`` or ``"cuda[:N]"``.
         command: the command line to record in ``config.json`` (default: this process's argv).
         progress: show a tqdm bar with loss and accuracy.
+        log: called with one line at every evaluation (step, loss, exact match, answer loss, time), for a run
+            without the bar (``nope-interp train --no-progress`` prints them); None: silent.
 
     Before anything is built or written: the sizes are checked against the task and the free memory
     (:func:`check_train_memory`) and the run directory must be creatable and writable. The run directory
@@ -238,7 +241,7 @@ def train(
     device = resolve_device(device)
     check_train_memory(model_cfg, cfg, task, device)
     return locked_run(run_dir, resume, lambda: _train(model_cfg, cfg, run_dir, task, resume=resume, device=device,
-                                                      command=command, progress=progress))
+                                                      command=command, progress=progress, log=log))
 
 
 def locked_run(run_dir: Path, resume: bool, body: Callable[[], T]) -> T:
@@ -371,7 +374,8 @@ def _remove_new_run(run_dir: Path, keep_dir: bool) -> None:
 
 
 def _train(model_cfg: ModelConfig, cfg: TrainConfig, run_dir: Path, task: tasks_pkg.Task, *, resume: bool,
-           device: str, command: str | None, progress: bool) -> TrainResult:
+           device: str, command: str | None, progress: bool,
+           log: Callable[[str], None] | None = None) -> TrainResult:
     """The body of :func:`train`, run under the run directory's lock once the arguments are checked."""
     warn_short_schedule(cfg)  # here: a run refused by the lock says nothing more
     config = {
@@ -471,6 +475,10 @@ def _train(model_cfg: ModelConfig, cfg: TrainConfig, run_dir: Path, task: tasks_
                 stopped_early = full_acc >= cfg.target_acc
             io.append_jsonl(run_dir / io.METRICS_FILE, record)
             bar.set_postfix(loss=f"{running:.4f}", acc=f"{acc:.3f}")
+            if log is not None:
+                log(f"step {step}/{cfg.steps}: loss {running:.4f}, eval exact match {acc:.3f}"
+                    + (f" (full test {full_acc:.4f})" if "test_acc" in record else "")
+                    + f", answer loss {record['eval_answer_loss']:.3f} nats, {wall / 60:.1f} min")
         if step in keep or stopped_early:
             _check_finite_weights(model, step)
             io.save_weights(trajectory_path(run_dir, step), model.state_dict())

@@ -18,6 +18,21 @@ def _files(path):
     return sorted(str(p.relative_to(path)) for p in path.rglob("*")) if path.exists() else []
 
 
+def test_train_without_the_bar_prints_one_line_per_evaluation(main, tmp_path, capsys):
+    """--no-progress: a background run still says how it goes, one line per evaluation, with the numbers of
+    metrics.jsonl (eval_answer_loss included)."""
+    argv = ["train", "--task", "addition", "--n-digits", "2", "--preset", "tiny", "--model-n-ctx", "16",
+            "--steps", "6", "--batch-size", "8", "--n-train", "100", "--n-test", "20", "--eval-every", "3",
+            "--eval-n", "10", "--warmup-steps", "2", "--runs-dir", str(tmp_path), "--name", "p", "--no-progress"]
+    assert main(argv) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("step ")]
+    rows = [json.loads(ln) for ln in (tmp_path / "p" / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == len(rows) == 2
+    for line, row in zip(lines, rows, strict=True):
+        assert line.startswith(f"step {row['step']}/6: loss {row['loss']:.4f}, eval exact match {row['eval_acc']:.3f}")
+        assert f"answer loss {row['eval_answer_loss']:.3f} nats" in line
+
+
 def test_train_writes_the_run_and_records_the_command(tiny_run):
     config = json.loads((tiny_run / "config.json").read_text())
     assert config["command"].startswith("nope-interp train --task addition --n-digits 2 --preset tiny")
