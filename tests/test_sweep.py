@@ -330,7 +330,7 @@ def test_a_failed_point_is_recorded_and_the_others_finish(tmp_path):
     rows, missing, failed, unreadable = read_results(spec, tmp_path / "o")
     assert len(rows) == 1 and not missing and len(failed) == 1 and not unreadable
     err = json.loads((tmp_path / "o" / "points" / failed[0] / "error.json").read_text())
-    assert "TaskError" in err["error"] and "Traceback" in err["traceback"]
+    assert "NopeInterpError" in err["error"] and "5000" in err["error"] and "Traceback" in err["traceback"]
     again = run_sweep(spec, tmp_path / "o", workers=1, progress=False)  # failed points are retried
     assert (again.done, again.skipped, again.failed) == (0, 1, 1)
 
