@@ -27,15 +27,14 @@ from nope_interp.similarity import (
     REDUCTIONS,
     ScoreSummary,
     _check_lag,
+    _scores_and_matrix_sum,
     adjacency_score,
-    adjacency_scores_of_activations,
     cosine_similarity_matrix,
     degenerate_report,
     degenerate_sequences,
     degenerate_tolerance,
     lag_profile,
     lag_summary,
-    mean_cosine_similarity_matrix,
     summarize,
     uniform_causal_lag_profile,
 )
@@ -293,13 +292,15 @@ def analyze_tokens(
                 acts = next(iter_activations(model, toks, points, batch_size=chunk)).acts
             if example_sim is None:
                 example_sim = cosine_similarity_matrix(acts[:, 0]) if n_pos <= EXAMPLE_MAX_POS else None
-            scores_by_site = [adjacency_scores_of_activations(acts[i], REDUCTIONS, what=f"activations at {site}")
-                              for i, site in enumerate(labels)]  # one site's float64 copies at a time
+            scores_by_site = []
+            for i, site in enumerate(labels):  # one site's float64 copies at a time
+                got, total = _scores_and_matrix_sum(acts[i], REDUCTIONS, what=f"activations at {site}",
+                                                    matrix_sum=sim_sum is not None)
+                scores_by_site.append(got)
+                if sim_sum is not None:
+                    sim_sum[i] += total
             lag_chunks.append(torch.stack([lag_profile(acts[i], max_lag, what=f"activations at {site}")
                                            for i, site in enumerate(labels)]))
-            if sim_sum is not None:
-                for i, site in enumerate(labels):
-                    sim_sum[i] += mean_cosine_similarity_matrix(acts[i], what=f"activations at {site}") * acts.shape[1]
             del acts
             for r in REDUCTIONS:
                 per_chunk[r].append(torch.stack([sc[r] for sc in scores_by_site]))

@@ -673,6 +673,16 @@ def adjacency_scores_of_activations(
             (:func:`degenerate_sequences` at :func:`degenerate_tolerance` of ``x``'s dtype), once per call,
             naming ``what`` and how many (inside :func:`degenerate_report`: counted there instead).
     """
+    return _scores_and_matrix_sum(x, reductions, max_elements, min_norm, what)[0]
+
+
+def _scores_and_matrix_sum(
+    x: Any, reductions: Any, max_elements: Any = 2**25, min_norm: Any = DEFAULT_MIN_NORM,
+    what: str = "activations", matrix_sum: bool = False,
+) -> tuple[dict[str, Tensor], Tensor | None]:
+    """:func:`adjacency_scores_of_activations`, and with ``matrix_sum`` the sum over sequences of their cosine
+    matrices (float64 ``pos x pos``, exactly symmetric; its diagonal is the number of sequences) from the same
+    matrices, so the prompt-averaged matrix costs no second pass over the activations."""
     _check_reductions(reductions)
     check_activations(x, "x" if what == "activations" else f"x ({what})", fn="adjacency_scores_of_activations")
     _check_min_norm(min_norm, "adjacency_scores_of_activations")
@@ -685,14 +695,21 @@ def adjacency_scores_of_activations(
         raise NopeInterpError(f"{what}: no sequence to score (a batch of 0)")
     chunk = max(1, max_elements // max(1, n * n))
     counts, degenerate = [], []
+    total = torch.zeros(n, n, dtype=torch.float64, device=x.device) if matrix_sum else None
     for i in range(0, flat.shape[0], chunk):
         sim = _cosine(flat[i : i + chunk], min_norm, symmetric=False)
         counts.append(adjacency_counts(sim))
         degenerate.append(degenerate_sequences(sim, degenerate_tolerance(x.dtype)))
+        if total is not None:
+            total += sim.sum(0)  # its strictly lower triangle is the symmetric matrices'
         del sim
     _warn_degenerate(torch.cat(degenerate), what)
     counts = torch.cat(counts)
-    return {r: _reduce(counts, r).reshape(x.shape[:-2]) for r in reductions}
+    if total is not None:  # the upper triangle as the mirror of the lower one, the diagonal one per sequence
+        lower = torch.tril(torch.ones(n, n, dtype=torch.bool, device=total.device), diagonal=-1)
+        total = torch.where(lower, total, total.T)
+        total.diagonal().fill_(float(flat.shape[0]))
+    return {r: _reduce(counts, r).reshape(x.shape[:-2]) for r in reductions}, total
 
 
 def mean_cosine_similarity_matrix(
