@@ -292,6 +292,7 @@ def test_an_out_dir_holding_another_sweeps_spec_is_refused(tmp_path):
     assert any("spec.toml updated" in line for line in lines)
 
 
+@pytest.mark.slow  # 48 s on 2 free cores: the default run stays under about 10 minutes (README, "Test timing")
 def test_killed_driver_resumes_without_running_a_point_twice_and_matches_an_uninterrupted_sweep(tmp_path):
     spec = _write(tmp_path, SPEC.format(n_prompts=48).replace('preset = "tiny"', 'preset = "cpu"'))
     whole = _in_process(spec, tmp_path / "whole")
@@ -498,6 +499,7 @@ def ray_head(tmp_path):
         subprocess.run(["rm", "-rf", str(temp)], check=False)
 
 
+@pytest.mark.slow  # 50 s on 2 free cores, 32 s of them stopping the Ray head (README, "Test timing")
 def test_the_same_sweep_on_a_ray_head_equals_the_local_pool(tmp_path, ray_head):
     spec = _write(tmp_path, SPEC.format(n_prompts=6))
     _in_process(spec, tmp_path / "local")
