@@ -127,6 +127,38 @@ class AnalysisResult:
         return {**out, **self.meta}
 
 
+def protocol_prompts(model: HookedTransformer, task: tasks_pkg.Task, n: int, seed: int,
+                     exclude: frozenset[str] = frozenset(), protocol: str = "full", window: int = 64) -> list[str]:
+    """``n`` held-out analysis inputs of ``task`` under ``protocol`` (``tasks.protocol_inputs``), all of one
+    length, checked to fit ``model``'s ``n_ctx``: the inputs every prompt-reading analysis uses.
+
+    Args:
+        model: the model that will read the inputs (only ``cfg.n_ctx`` is used).
+        task: the task. n: inputs (>= 1). seed: seed of the sampler (>= 0). exclude: prompts not to use.
+        protocol: one of ``tasks.PROTOCOLS`` (``docs/method.md``, "Analysis inputs"): ``full`` (full-length
+            prompts), ``authors`` (fixed-length lines left-padded with newlines) or ``window`` (``window``
+            characters of concatenated held-out lines).
+
+    Returns:
+        ``n`` strings of equal length (characters = tokens).
+
+    Raises:
+        NopeInterpError: unknown protocol (the message lists them); the inputs longer than ``n_ctx``; a
+            ``window`` that is no length; too few held-out prompts; ``seed`` not an integer >= 0.
+    """
+    if protocol not in tasks_pkg.PROTOCOLS:
+        raise NopeInterpError(f"unknown protocol {protocol!r}; allowed: {', '.join(tasks_pkg.PROTOCOLS)}")
+    try:
+        length = tasks_pkg.protocol_length(task, protocol, window)
+        if length > model.cfg.n_ctx:
+            raise NopeInterpError(
+                f"n_ctx={model.cfg.n_ctx} is too small for {task.name!r} {protocol} inputs of {length} tokens"
+            )
+        return tasks_pkg.protocol_inputs(task, protocol, n, seed, exclude, window)
+    except tasks_pkg.TaskError as err:  # a window that is no length, too few held-out prompts, a bad seed
+        raise NopeInterpError(str(err)) from None
+
+
 def analyze_model(
     model: HookedTransformer,
     task: tasks_pkg.Task,
@@ -171,17 +203,8 @@ def analyze_model(
                               f"{type(task).__name__} {task!r}"[:200])
     check_int("n_prompts", n_prompts, 1, 10**7)
     check_int("seed", seed, 0, 2**63 - 1)
-    if protocol not in tasks_pkg.PROTOCOLS:
-        raise NopeInterpError(f"unknown protocol {protocol!r}; allowed: {', '.join(tasks_pkg.PROTOCOLS)}")
-    try:
-        length = tasks_pkg.protocol_length(task, protocol, window)
-        if length > model.cfg.n_ctx:
-            raise NopeInterpError(
-                f"n_ctx={model.cfg.n_ctx} is too small for {task.name!r} {protocol} inputs of {length} tokens"
-            )
-        prompts = tasks_pkg.protocol_inputs(task, protocol, n_prompts, seed, exclude, window)
-    except tasks_pkg.TaskError as err:  # a window that is no length, too few held-out prompts
-        raise NopeInterpError(str(err)) from None
+    prompts = protocol_prompts(model, task, n_prompts, seed, exclude, protocol, window)
+    length = len(prompts[0])
     return analyze_tokens(model, task.prompt_tokens(prompts), points, task=task.name, example_prompt=prompts[0],
                           meta=meta, protocol=protocol, max_bytes=max_bytes,
                           forward="hooked" if length <= EXAMPLE_MAX_POS else "auto")

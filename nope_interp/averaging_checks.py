@@ -23,7 +23,7 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 
 import tasks as tasks_pkg
-from nope_interp.analysis import analyze_model
+from nope_interp.analysis import analyze_model, protocol_prompts
 from nope_interp.averaging import (
     PATTERN_KINDS,
     attention_row_cosine,
@@ -124,16 +124,18 @@ class AveragingReport:
     Attributes:
         task: task name. n_prompts: prompts measured. n_pos: tokens per prompt.
         layers: one :class:`LayerAveraging` per layer, in order.
+        protocol: the input protocol the prompts were built with (``tasks.PROTOCOLS``).
     """
 
     task: str
     n_prompts: int
     n_pos: int
     layers: tuple[LayerAveraging, ...]
+    protocol: str = "full"
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"task", "n_prompts", "n_pos", "layers": [...]}``."""
-        return {"task": self.task, "n_prompts": self.n_prompts, "n_pos": self.n_pos,
+        """``{"task", "protocol", "n_prompts", "n_pos", "layers": [...]}``."""
+        return {"task": self.task, "protocol": self.protocol, "n_prompts": self.n_prompts, "n_pos": self.n_pos,
                 "layers": [lay.to_dict() for lay in self.layers]}
 
 
@@ -163,12 +165,15 @@ class CounterfactualReport:
     Attributes:
         task: task name. layer: the layer whose pattern is replaced. n_prompts: prompts per condition.
         conditions: ``"clean"`` first, then one :class:`Condition` per replacement kind.
+        protocol: the input protocol of the scored prompts (``tasks.PROTOCOLS``; exact match is always on
+            the evaluation examples' own prompts).
     """
 
     task: str
     layer: int
     n_prompts: int
     conditions: tuple[Condition, ...]
+    protocol: str = "full"
 
     def condition(self, kind: str) -> Condition:
         """The condition ``kind``.
@@ -182,8 +187,8 @@ class CounterfactualReport:
         raise NopeInterpError(f"no condition {kind!r}; measured: {', '.join(c.kind for c in self.conditions)}")
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"task", "layer", "n_prompts", "conditions": {kind: {"scores", "exact_match"}}}``."""
-        return {"task": self.task, "layer": self.layer, "n_prompts": self.n_prompts,
+        """``{"task", "protocol", "layer", "n_prompts", "conditions": {kind: {"scores", "exact_match"}}}``."""
+        return {"task": self.task, "protocol": self.protocol, "layer": self.layer, "n_prompts": self.n_prompts,
                 "conditions": {c.kind: c.to_dict() for c in self.conditions}}
 
 
@@ -195,6 +200,7 @@ class CosineExample:
         task: task name. prompt: the prompt (one token per character). layer: 0-based layer.
         predicted: Float[Tensor, "pos pos"], cosine of the attention rows (heads summed), float64, in [-1, 1].
         observed: Float[Tensor, "pos pos"], cosine matrix of the heads-concatenated ``hook_z``.
+        protocol: the input protocol the prompt was built with (``tasks.PROTOCOLS``).
     """
 
     task: str
@@ -202,6 +208,7 @@ class CosineExample:
     layer: int
     predicted: Float[Tensor, "pos pos"]
     observed: Float[Tensor, "pos pos"]
+    protocol: str = "full"
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -232,29 +239,33 @@ def _predicted_vs_observed(pattern: Tensor, z: Tensor) -> PredictedVsObserved:
 @torch.no_grad()
 def averaging_report(
     model: HookedTransformer, task: tasks_pkg.Task, n_prompts: int = 64, seed: int = 1,
-    exclude: frozenset[str] = frozenset(),
+    exclude: frozenset[str] = frozenset(), protocol: str = "full", window: int = 64,
 ) -> AveragingReport:
-    """Per-layer (and per-head) averaging-effect measurements on full-length prompts of ``task``.
+    """Per-layer (and per-head) averaging-effect measurements on held-out inputs of ``task``.
 
     Args:
         model: the model (any attention direction; the entropy is relative to the allowed keys).
-        task: the task whose ``analysis_prompts(n_prompts, seed, exclude)`` are measured.
+        task: the task whose inputs are measured
+            (:func:`~nope_interp.analysis.protocol_prompts` ``(n_prompts, seed, exclude, protocol, window)``).
         n_prompts: prompts (one forward pass over all of them).
         seed: seed of the prompt sampler. exclude: prompts not to use (e.g. training prompts).
+        protocol: ``full`` (full-length prompts, default), ``authors`` (fixed-length lines left-padded with
+            newlines) or ``window`` (``window`` characters of concatenated lines); see ``docs/method.md``.
 
     Returns:
         An :class:`AveragingReport` (fields documented in :class:`LayerAveraging`).
 
     Raises:
         NopeInterpError: ``model`` not a TransformerLens model; prompts shorter than 3 tokens (no rank
-            correlation); NaN or inf entries in a layer's ``hook_z`` (the message names the site); TaskError:
-            too many prompts asked; a model that cannot read the task's inputs (:func:`nope_interp.model.
-            check_model_for_task`: a string for ``task``, ``n_ctx`` or ``d_vocab`` too small, ``model.half()``);
-            ``n_prompts`` not an integer >= 1.
+            correlation); NaN or inf entries in a layer's ``hook_z`` (the message names the site); too many
+            prompts asked; an unknown protocol or a bad ``window``; a model that cannot read the task's inputs
+            (:func:`nope_interp.model.check_model_for_task`: a string for ``task``, ``n_ctx`` or ``d_vocab``
+            too small, ``model.half()``); ``n_prompts`` not an integer >= 1.
     """
     check_model_for_task(model, task, getattr(task, "max_prompt_len", None), "averaging_report")
     check_int("n_prompts", n_prompts, 1, 10**7)
-    tokens = task.analysis_tokens(n_prompts, seed, exclude).to(model.cfg.device)
+    tokens = task.prompt_tokens(protocol_prompts(model, task, n_prompts, seed, exclude, protocol, window))
+    tokens = tokens.to(model.cfg.device)
     n_layers = model.cfg.n_layers
     names = {hook_name(p, layer) for layer in range(n_layers) for p in ("pattern", "z", "v")}
     _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names, return_type=None)
@@ -286,62 +297,72 @@ def averaging_report(
             variance_vs_1_over_k_spearman=vector_spearman(var_ratio, inv_k),
             variance_vs_1_over_k_mae=float((var_ratio - inv_k).abs().mean()),
         ))
-    return AveragingReport(task=task.name, n_prompts=tokens.shape[0], n_pos=n_pos, layers=tuple(layers))
+    return AveragingReport(task=task.name, n_prompts=tokens.shape[0], n_pos=n_pos, layers=tuple(layers),
+                           protocol=protocol)
 
 
 @evaluates
 def counterfactual_report(
     model: HookedTransformer, task: tasks_pkg.Task, layer: int = 0, kinds: Sequence[str] = PATTERN_KINDS,
     n_prompts: int = 64, seed: int = 1, eval_examples: Sequence[tasks_pkg.Example] | None = None,
-    exclude: frozenset[str] = frozenset(),
+    exclude: frozenset[str] = frozenset(), protocol: str = "full", window: int = 64,
 ) -> CounterfactualReport:
     """Adjacency scores at every site (and exact match) with layer ``layer``'s attention pattern left
     alone (``"clean"``) or replaced by each of ``kinds`` (:func:`nope_interp.interventions.replaced_pattern`).
 
     Args:
         model: the model; its hooks are removed again even if a condition raises.
-        task: the task analysed (``analysis_prompts(n_prompts, seed, exclude)``, default hook sites).
+        task: the task analysed (:func:`~nope_interp.analysis.analyze_model` on ``n_prompts`` inputs of
+            ``protocol``, default hook sites).
         layer: the layer whose ``hook_pattern`` is replaced. kinds: replacement kinds (``PATTERN_KINDS``).
         seed: seed of the prompts and of the random replacement.
         eval_examples: if given, greedy exact match on them under each condition; else ``exact_match`` is None.
+        protocol, window: the input protocol of the scored prompts (as :func:`averaging_report`); exact match
+            reads the examples' own full prompts.
 
     Returns:
         A :class:`CounterfactualReport` with ``"clean"`` first, then ``kinds`` in order.
 
     Raises:
         NopeInterpError: ``model`` not a TransformerLens model; an unknown kind or a layer out of range; a
-            model that cannot read the task's inputs (:func:`nope_interp.model.check_model_for_task`).
+            model that cannot read the task's inputs (:func:`nope_interp.model.check_model_for_task`); an
+            unknown protocol or a bad ``window``.
     """
     check_model_for_task(model, task, getattr(task, "max_prompt_len", None), "counterfactual_report")
     conditions = []
     for kind in ("clean", *kinds):
         if kind == "clean":
-            res = analyze_model(model, task, n_prompts, seed, exclude=exclude)
+            res = analyze_model(model, task, n_prompts, seed, exclude=exclude, protocol=protocol, window=window)
             acc = exact_match_accuracy(model, task, eval_examples) if eval_examples else None
         else:
             with replaced_pattern(model, layer, kind, seed=seed):
-                res = analyze_model(model, task, n_prompts, seed, exclude=exclude)
+                res = analyze_model(model, task, n_prompts, seed, exclude=exclude, protocol=protocol, window=window)
                 acc = exact_match_accuracy(model, task, eval_examples) if eval_examples else None
         conditions.append(Condition(kind=kind, scores={s: v["mean"] for s, v in res.scores["row_mean"].items()},
                                     exact_match=acc))
-    return CounterfactualReport(task=task.name, layer=layer, n_prompts=n_prompts, conditions=tuple(conditions))
+    return CounterfactualReport(task=task.name, layer=layer, n_prompts=n_prompts, conditions=tuple(conditions),
+                                protocol=protocol)
 
 
 @evaluates
 @torch.no_grad()
-def cosine_example(model: HookedTransformer, task: tasks_pkg.Task, layer: int = 0, seed: int = 1) -> CosineExample:
+def cosine_example(model: HookedTransformer, task: tasks_pkg.Task, layer: int = 0, seed: int = 1,
+                   protocol: str = "full", window: int = 64, exclude: frozenset[str] = frozenset()) -> CosineExample:
     """The predicted (from the attention pattern, heads summed, i.i.d. values) and the observed cosine
-    matrix of ``hook_z`` at ``layer`` on one full-length prompt (``task.analysis_prompts(1, seed)``).
+    matrix of ``hook_z`` at ``layer`` on one input of ``protocol``
+    (:func:`~nope_interp.analysis.protocol_prompts` ``(1, seed, exclude)``: a full-length prompt by default;
+    ``exclude``: prompts not to use, e.g. a trained model's training prompts).
 
     Raises:
         NopeInterpError: ``model`` not a TransformerLens model; ``layer`` out of range; a model that cannot
-            read the task's inputs (:func:`nope_interp.model.check_model_for_task`).
+            read the task's inputs (:func:`nope_interp.model.check_model_for_task`); an unknown protocol or a
+            bad ``window``.
     """
     check_model_for_task(model, task, getattr(task, "max_prompt_len", None), "cosine_example")
-    prompt = task.analysis_prompts(1, seed=seed)[0]
+    prompt = protocol_prompts(model, task, 1, seed, exclude, protocol, window)[0]
     names = {hook_name("pattern", layer, model.cfg.n_layers), hook_name("z", layer)}
     tokens = task.prompt_tokens([prompt]).to(model.cfg.device)
     _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names, return_type=None)
     pred = _heads_summed_cosine(cache[hook_name("pattern", layer)][0].cpu())
     obs = cosine_similarity_matrix(cache[hook_name("z", layer)][0].cpu().flatten(-2))
-    return CosineExample(task=task.name, prompt=prompt, layer=layer, predicted=pred, observed=obs)
+    return CosineExample(task=task.name, prompt=prompt, layer=layer, predicted=pred, observed=obs, protocol=protocol)

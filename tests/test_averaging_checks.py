@@ -15,14 +15,18 @@ def checks():
     return checks
 
 
-def test_averaging_report_against_a_direct_computation(checks, tiny_model, addition_task):
+@pytest.mark.parametrize("protocol", ["full", "authors", "window"])
+def test_averaging_report_against_a_direct_computation(checks, tiny_model, addition_task, protocol):
     """Head 0 of layer 1: the pattern-predicted cosines and their Spearman correlation with the observed
-    ones, and the sqrt(i/k) error, recomputed with numpy/scipy loops from the same cache."""
+    ones, and the sqrt(i/k) error, recomputed with numpy/scipy loops from the same cache, on the inputs
+    of each protocol (built here with tasks.protocol_inputs)."""
+    import tasks
     from scipy.stats import spearmanr
 
-    rep = checks.averaging_report(tiny_model, addition_task, 6)
-    assert rep.task == "addition" and rep.n_prompts == 6 and len(rep.layers) == 2
-    tokens = addition_task.prompt_tokens(addition_task.analysis_prompts(6, 1))
+    rep = checks.averaging_report(tiny_model, addition_task, 6, protocol=protocol, window=20)
+    assert rep.task == "addition" and rep.n_prompts == 6 and len(rep.layers) == 2 and rep.protocol == protocol
+    tokens = addition_task.prompt_tokens(tasks.protocol_inputs(addition_task, protocol, 6, 1, window=20))
+    assert tokens.shape[1] == {"full": 9, "authors": 9, "window": 20}[protocol]
     assert rep.n_pos == tokens.shape[1]
     _, cache = tiny_model.run_with_cache(tokens)
     pattern = cache["blocks.1.attn.hook_pattern"].double().numpy()
@@ -57,7 +61,7 @@ def test_averaging_report_of_a_small_init_is_near_uniform(checks):
     assert l0.heads_concat.spearman_pred_obs > 0.5 and l0.closed_form_mae < 0.2
     assert len(l0.heads) == 4 and len(l0.variance_ratio) == rep.n_pos == 22
     d = rep.to_dict()
-    assert list(d) == ["task", "n_prompts", "n_pos", "layers"]
+    assert list(d) == ["task", "protocol", "n_prompts", "n_pos", "layers"] and d["protocol"] == "full"
     assert d["layers"][0]["heads_concat"]["spearman_pred_obs"] == l0.heads_concat.spearman_pred_obs
 
 
@@ -135,3 +139,14 @@ def test_a_model_that_cannot_read_the_task_is_refused_before_any_forward_pass(ti
             call()
     # converted the supported way, the same model runs
     assert evaluate.predict(build_model(tiny_cfg).to(torch.float64), task, ["ab"]) is not None
+
+
+@pytest.mark.parametrize("fn", ["averaging_report", "counterfactual_report", "cosine_example"])
+def test_bad_protocols_and_windows_are_refused_with_the_parameter_named(checks, tiny_model, addition_task, fn):
+    from nope_interp.errors import NopeInterpError
+
+    f = getattr(checks, fn)
+    with pytest.raises(NopeInterpError, match="unknown protocol 'padded'; allowed: full, authors, window"):
+        f(tiny_model, addition_task, protocol="padded")
+    with pytest.raises(NopeInterpError, match="n_ctx=48 is too small for 'addition' window inputs of 60 tokens"):
+        f(tiny_model, addition_task, protocol="window", window=60)

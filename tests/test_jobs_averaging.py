@@ -34,6 +34,9 @@ def tiny_entries(tiny_cfg, addition_task):
     ("eval_n", 0, "eval_n must be an integer"),
     ("tasks", ("sorting",), "unknown task 'sorting'"),
     ("tasks", (), "must not be empty"),
+    ("protocol", "padded", "protocol must be one of full, authors, window"),
+    ("window", 4, "window must be an integer in \\[8, 1000000\\]"),
+    ("window", 32, "window=32 is only used with protocol window"),
 ])
 def test_config_rejects_bad_values(job, field, value, message):
     from nope_interp.errors import NopeInterpError
@@ -60,7 +63,9 @@ def test_run_and_write_on_tiny_models(job, tiny_entries, tmp_path):
     assert [m.causal for m in t.models] == [True, False, True]
     assert t.model("trained").counterfactual.condition("clean").exact_match is None  # no run: no test split
     d = json.loads(json.dumps(result.to_dict()))
-    assert list(d) == ["n_prompts", "eval_n", "tasks", "nope_interp_version", "git_commit", "wall_time_s"]
+    assert list(d) == ["n_prompts", "eval_n", "protocol", "tasks", "nope_interp_version", "git_commit",
+                       "wall_time_s"]
+    assert d["protocol"] == "full" and d["tasks"]["addition"]["trained"]["averaging"]["protocol"] == "full"
     assert set(d["tasks"]["addition"]["trained"]) == {"averaging", "counterfactual"}
     # the bidirectional control attends to every key: relative entropy against log(pos) for all rows
     assert t.model("bidirectional_control").averaging.layers[0].relative_entropy > 0.9
@@ -101,3 +106,52 @@ def test_default_models_of_a_task(job):
     assert [e.model_cfg.attention for e in entries[:2]] == ["causal", "bidirectional"]
     assert entries[0].model_cfg.n_layers == 6 and entries[0].model_cfg.d_model == 384
     assert entries[2].kind == "pretrained" and entries[2].run is not None
+
+
+@pytest.mark.parametrize(("protocol", "window", "n_pos"), [("authors", 64, 9), ("window", 24, 24)])
+def test_run_under_another_protocol_measures_its_inputs_and_suffixes_every_file(job, tiny_entries, tmp_path,
+                                                                                 protocol, window, n_pos):
+    from nope_interp.analysis import analyze_model
+
+    cfg = job.AveragingConfig(tasks=("addition",), n_prompts=4, eval_n=5, protocol=protocol, window=window)
+    result = job.run(cfg, tiny_entries)
+    t = result.task("addition")
+    for m in t.models:
+        assert m.averaging.n_pos == n_pos and len(m.example.prompt) == n_pos
+        assert m.averaging.protocol == m.counterfactual.protocol == m.example.protocol == protocol
+    # the clean scores are analyze_model's on the same protocol (an independent path to the inputs)
+    entry = tiny_entries[0]
+    ref = analyze_model(entry.model, entry.task, 4, 1, protocol=protocol, window=window)
+    clean = t.model("initialised").counterfactual.condition("clean").scores
+    assert clean == pytest.approx({s: v["mean"] for s, v in ref.scores["row_mean"].items()})
+    import tasks
+
+    assert t.model("initialised").example.prompt == tasks.protocol_inputs(entry.task, protocol, 1, 1, window=window)[0]
+    d = result.to_dict()
+    assert d["protocol"] == protocol and ("window" in d) == (protocol == "window")
+    job.write(result, tmp_path)
+    res_dir, fig_dir = tmp_path / "results" / "averaging", tmp_path / "figures" / "averaging"
+    assert sorted(p.name for p in res_dir.iterdir()) == [f"averaging_{protocol}.csv", f"averaging_{protocol}.json"]
+    figs = sorted(p.name for p in fig_dir.glob("*.html"))
+    assert figs == [f"counterfactual_attention_{protocol}.html",
+                    f"predicted_vs_observed_addition_initialised_{protocol}.html",
+                    f"predicted_vs_observed_addition_trained_{protocol}.html"]
+    assert all(f"{protocol} inputs" in (fig_dir / f).read_text() for f in figs)
+
+
+def test_a_trained_models_training_prompts_are_never_measured(job, tiny_entries, addition_task):
+    """Every input (the report's, the counterfactual's and the figure's example) excludes the training prompts."""
+    import dataclasses
+
+    first = addition_task.analysis_prompts(4, seed=1)
+    trained = dataclasses.replace(tiny_entries[2], train_prompts=frozenset(first))
+    result = job.run(job.AveragingConfig(tasks=("addition",), n_prompts=4, eval_n=5), [tiny_entries[0], trained])
+    t = result.task("addition")
+    assert t.model("initialised").example.prompt == first[0]  # nothing excluded for an initialised model
+    assert t.model("trained").example.prompt not in first
+    # scores on other prompts than the initialised model's: compare with the analysis that excludes them
+    from nope_interp.analysis import analyze_model
+
+    ref = analyze_model(trained.model, addition_task, 4, 1, exclude=frozenset(first))
+    clean = t.model("trained").counterfactual.condition("clean").scores
+    assert clean == pytest.approx({s: v["mean"] for s, v in ref.scores["row_mean"].items()})

@@ -2,12 +2,15 @@
 
 For each task: a freshly initialised NoPE model of the paper's shape, a bidirectional NoPE control of
 the same shape (initialised; no causal averaging) and the shipped trained model (when the task has
-one). Each is measured with :func:`~nope_interp.averaging_checks.averaging_report` (pattern-predicted vs
+one), on ``n_prompts`` held-out inputs of the task under ``protocol`` (full-length prompts by default, or
+the ``authors``' or ``window`` inputs of ``tasks.protocol_inputs``; a trained model's training prompts
+excluded). Each is measured with :func:`~nope_interp.averaging_checks.averaging_report` (pattern-predicted vs
 observed cosines, attention entropy, the sqrt(i/k) closed form, the 1/k variance of Chi et al., ACL
 2023) and :func:`~nope_interp.averaging_checks.counterfactual_report` (layer 0's pattern replaced by
 uniform, identity or entropy-matched random attention; exact match on ``eval_n`` test examples for the
 trained model). Method: ``docs/method.md`` ("The averaging effect"). Writes
-``results/averaging/averaging.{json,csv}`` and ``figures/averaging/*.html``.
+``results/averaging/averaging.{json,csv}`` and ``figures/averaging/*.html`` (every name suffixed ``_<protocol>``
+under a protocol other than ``full``).
 """
 
 import time
@@ -28,7 +31,7 @@ from nope_interp.averaging_checks import (
     cosine_example,
     counterfactual_report,
 )
-from nope_interp.config import FrozenConfig, check_int, check_tasks, opt, preset
+from nope_interp.config import FrozenConfig, check_choice, check_int, check_tasks, check_used, opt, preset
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import short_label
 from nope_interp.jobs.common import Log, ModelEntry, emit, entry_from_init, entry_from_run, progress
@@ -51,17 +54,23 @@ class AveragingConfig(FrozenConfig):
 
     Raises:
         NopeInterpError: an unknown or empty task list; ``n_prompts`` outside [3, 100000] (a rank
-            correlation needs 3 positions and the report needs several prompts); ``eval_n`` below 1.
+            correlation needs 3 positions and the report needs several prompts); ``eval_n`` below 1; an
+            unknown ``protocol``; ``window`` outside [8, 1000000], or set without protocol ``window``.
     """
 
     tasks: tuple[str, ...] = opt(tasks_pkg.TASK_NAMES, "tasks to measure")
     n_prompts: int = opt(64, "prompts per model (at least 3)")
     eval_n: int = opt(500, "test examples for the exact match under each intervention (trained models)")
+    protocol: str = opt("full", f"analysis inputs: {', '.join(tasks_pkg.PROTOCOLS)} (docs/method.md)")
+    window: int = opt(64, "characters per input of the window protocol")
 
     def __post_init__(self) -> None:
         check_tasks(tuple(self.tasks))
         check_int("n_prompts", self.n_prompts, 3, 100_000)
         check_int("eval_n", self.eval_n, 1)
+        check_choice("protocol", self.protocol, tasks_pkg.PROTOCOLS)
+        check_int("window", self.window, 8, 1_000_000)
+        check_used("window", self.window, 64, self.protocol == "window", "with protocol window")
 
 
 CONFIG = AveragingConfig
@@ -124,9 +133,10 @@ class AveragingResult:
         raise NopeInterpError(f"task {name!r} was not measured; measured: {', '.join(t.task for t in self.tasks)}")
 
     def to_dict(self) -> dict[str, Any]:
-        """The contents of ``averaging.json``: ``{"n_prompts", "eval_n", "tasks": {task: {label: model}},
-        <provenance>, "wall_time_s"}``."""
-        return {"n_prompts": self.config.n_prompts, "eval_n": self.config.eval_n,
+        """The contents of ``averaging.json``: ``{"n_prompts", "eval_n", "protocol", ["window",] "tasks": {task:
+        {label: model}}, <provenance>, "wall_time_s"}``."""
+        return {"n_prompts": self.config.n_prompts, "eval_n": self.config.eval_n, "protocol": self.config.protocol,
+                **({"window": self.config.window} if self.config.protocol == "window" else {}),
                 "tasks": {t.task: {m.label: m.to_dict() for m in t.models} for t in self.tasks},
                 **self.provenance, "wall_time_s": self.wall_time_s}
 
@@ -184,7 +194,7 @@ def run(config: AveragingConfig, models: list[ModelEntry] | None = None, *, log:
         log: receives one line per model.
 
     Raises:
-        NopeInterpError: a model whose prompts do not fit its ``n_ctx``.
+        NopeInterpError: a model whose inputs do not fit its ``n_ctx``; too few held-out prompts.
     """
     t0 = time.perf_counter()
     if models:
@@ -199,12 +209,13 @@ def run(config: AveragingConfig, models: list[ModelEntry] | None = None, *, log:
         measured = []
         for entry in entries:
             task, model = entry.task, entry.model
-            rep = averaging_report(model, task, config.n_prompts)
+            inputs = {"protocol": config.protocol, "window": config.window, "exclude": entry.train_prompts}
+            rep = averaging_report(model, task, config.n_prompts, **inputs)
             cf = counterfactual_report(model, task, LAYER, n_prompts=config.n_prompts,
-                                       eval_examples=_eval_examples(entry, config.eval_n))
+                                       eval_examples=_eval_examples(entry, config.eval_n), **inputs)
             measured.append(ModelAveraging(label=entry.label, kind=entry.kind,
                                            causal=entry.model_cfg.attention == "causal", averaging=rep,
-                                           counterfactual=cf, example=cosine_example(model, task, LAYER)))
+                                           counterfactual=cf, example=cosine_example(model, task, LAYER, **inputs)))
             l0 = rep.layers[0]
             emit(log, f"{name} {entry.label}: L0 entropy {l0.relative_entropy:.3f}, predicted-vs-observed "
                       f"spearman {l0.heads_concat.spearman_pred_obs:.3f}, sqrt(i/k) MAE {l0.closed_form_mae:.3f} "
@@ -223,7 +234,8 @@ def plot_predicted_vs_observed(example: CosineExample, title: str = "") -> go.Fi
         fig.add_trace(go.Heatmap(z=m.numpy(), x=axis, y=axis, zmin=-1, zmax=1, zmid=0, colorscale="RdBu_r",
                                  showscale=(c == 2), colorbar={"title": "cosine"}), row=1, col=c)
         fig.update_yaxes(autorange="reversed", row=1, col=c)
-    fig.update_layout(title=title or f"{example.task}, layer {example.layer}: predicted vs observed cosine",
+    fig.update_layout(title=title or f"{example.task}, layer {example.layer}, {example.protocol} inputs: predicted "
+                                     "vs observed cosine",
                       width=1300, height=650)
     return fig
 
@@ -244,7 +256,8 @@ def plot_counterfactuals(result: AveragingResult) -> go.Figure:
                           row=r, col=1)
         fig.update_yaxes(range=[0, 1.05], title_text="adjacency", row=r, col=1)
     fig.update_xaxes(tickangle=-60, tickfont={"size": 9})
-    fig.update_layout(title=f"Layer-{LAYER} attention replaced: adjacency score at every later site (trained models)",
+    fig.update_layout(title=f"Layer-{LAYER} attention replaced: adjacency score at every later site (trained models, "
+                            f"{result.config.protocol} inputs)",
                       height=200 + 330 * len(panels), width=1100)
     return fig
 
@@ -252,16 +265,18 @@ def plot_counterfactuals(result: AveragingResult) -> go.Figure:
 def write(result: AveragingResult, out_root: str | Path = ".") -> list[Path]:
     """Write ``results/averaging/averaging.{json,csv}``, ``figures/averaging/predicted_vs_observed_<task>_<label>.html``
     for every causal model and ``figures/averaging/counterfactual_attention.html`` (when a trained model was
-    measured); returns the paths."""
+    measured); returns the paths. Under a protocol other than ``full`` every name ends in ``_<protocol>``
+    (``averaging_authors.json``), so the outputs of two protocols never overwrite each other."""
     res_dir, fig_dir = io.job_dirs(out_root, NAME)
-    paths = [io.write_json(res_dir / "averaging.json", result.to_dict()),
-             io.atomic_write_text(res_dir / "averaging.csv", io.to_csv(result.csv_rows()))]
+    sfx = "" if result.config.protocol == "full" else f"_{result.config.protocol}"
+    paths = [io.write_json(res_dir / f"averaging{sfx}.json", result.to_dict()),
+             io.atomic_write_text(res_dir / f"averaging{sfx}.csv", io.to_csv(result.csv_rows()))]
     for t in result.tasks:
         for m in t.models:
             if m.causal:
-                title = f"{t.task}, {m.label} model, layer {m.example.layer}"
+                title = f"{t.task}, {m.label} model, layer {m.example.layer}, {m.example.protocol} inputs"
                 paths.append(save_figure(plot_predicted_vs_observed(m.example, title),
-                                         fig_dir / f"predicted_vs_observed_{t.task}_{m.label}.html"))
+                                         fig_dir / f"predicted_vs_observed_{t.task}_{m.label}{sfx}.html"))
     if any(m.kind != "init" for t in result.tasks for m in t.models):
-        paths.append(save_figure(plot_counterfactuals(result), fig_dir / "counterfactual_attention.html"))
+        paths.append(save_figure(plot_counterfactuals(result), fig_dir / f"counterfactual_attention{sfx}.html"))
     return paths

@@ -31,7 +31,8 @@ from tqdm.auto import tqdm
 
 import tasks as tasks_pkg
 from nope_interp import io
-from nope_interp.config import FrozenConfig, ModelConfig, check_int, check_name, check_tasks, opt, preset
+from nope_interp.analysis import protocol_prompts
+from nope_interp.config import FrozenConfig, ModelConfig, check_name, check_tasks, opt, preset
 from nope_interp.errors import NopeInterpError
 from nope_interp.model import LensModel, build_model
 from nope_interp.pretrained import LoadedRun, available_pretrained, available_seed_runs, load_pretrained, load_run
@@ -382,17 +383,10 @@ def entry_tokens(entry: ModelEntry, n: int, seed: int, protocol: str = "full",
         return "random", "random", random_tokens(entry.model, n, hf_random_length(entry.model), seed)
     task = entry.task
     try:
-        if protocol == "full":
-            check_int("seed", seed, 0, 2**63 - 1)
-            return task.name, "full", task.analysis_tokens(n, seed, entry.train_prompts)
-        length = tasks_pkg.protocol_length(task, protocol, window)
-        if length > entry.model.cfg.n_ctx:
-            raise NopeInterpError(f"{entry.label}: n_ctx={entry.model.cfg.n_ctx} is too small for {task.name!r} "
-                                  f"{protocol} inputs of {length} tokens")
-        inputs = tasks_pkg.protocol_inputs(task, protocol, n, seed, entry.train_prompts, window)
-        return task.name, protocol, task.prompt_tokens(inputs)
-    except tasks_pkg.TaskError as err:  # n or window out of range, too few held-out prompts, a bad seed
-        raise NopeInterpError(str(err)) from None
+        inputs = protocol_prompts(entry.model, task, n, seed, entry.train_prompts, protocol, window)
+    except NopeInterpError as err:  # n or window out of range, too few held-out prompts, a bad seed, n_ctx
+        raise NopeInterpError(f"{entry.label}: {err}") from None
+    return task.name, protocol, task.prompt_tokens(inputs)
 
 
 def random_tokens(model: Any, n: int, length: int, seed: int) -> Int[Tensor, "n length"]:
