@@ -239,3 +239,22 @@ def test_a_packed_run_is_refused_before_any_work(tmp_path):
     train(preset("tiny", n_ctx=16), cfg, tmp_path / "p", progress=False, command="x")
     with pytest.raises(NopeInterpError, match="packed objective"):
         ablate.run(ablate.AblateConfig(), load_models(ModelSource(run=(str(tmp_path / "p"),))))
+
+
+def test_the_adjacency_scores_of_a_trained_model_leave_out_its_training_prompts(AJ, tiny_config, tiny_addition_entry):
+    """Every prompt ablate reads excludes the model's training prompts, the adjacency scores' included: with
+    the analysis prompts of the clean run declared as training prompts, the scores are analyze_model's on
+    the next held-out prompts."""
+    import dataclasses
+
+    from nope_interp.analysis import analyze_model
+
+    task = tiny_addition_entry.task
+    train = frozenset(task.analysis_prompts(4, seed=AJ.ANALYSIS_SEED))
+    entry = dataclasses.replace(tiny_addition_entry, train_prompts=train)
+    cfg = tiny_config.replace(kinds=("shuffle_positional",), ranks=(0,), n_random=1)
+    (r,) = AJ.run(cfg, [entry]).runs
+    want = analyze_model(entry.model, task, 4, seed=AJ.ANALYSIS_SEED, exclude=train).scores["row_mean"]
+    unexcluded = analyze_model(entry.model, task, 4, seed=AJ.ANALYSIS_SEED).scores["row_mean"]
+    assert r.clean.adjacency == pytest.approx({s: v["mean"] for s, v in want.items()}, rel=1e-9)
+    assert r.clean.adjacency != pytest.approx({s: v["mean"] for s, v in unexcluded.items()}, rel=1e-6)

@@ -436,7 +436,8 @@ def _task_inputs(entry: ModelEntry, config: AblateConfig) -> _Inputs:
     eval_prompts = task.analysis_prompts(config.n_eval, seed=EVAL_SEED, exclude=entry.train_prompts)
     examples = [task.example(p) for p in eval_prompts]
     mu_prompts = task.analysis_prompts(config.n_mu, seed=MU_SEED, exclude=entry.train_prompts | frozenset(eval_prompts))
-    return _Inputs(measure=lambda hooks, scores: _measure(model, task, examples, config.n_analysis, hooks, scores),
+    return _Inputs(measure=lambda hooks, scores: _measure(model, task, examples, config.n_analysis, hooks, scores,
+                                                          exclude=entry.train_prompts),
                    mu_tokens=task.prompt_tokens(mu_prompts), n_eval=len(examples), task=task.name,
                    metric="exact_match")
 
@@ -475,13 +476,16 @@ def _measure_text(model: HookedTransformer, windows: Int[Tensor, "batch length_p
 
 @evaluates
 def _measure(model: HookedTransformer, task: tasks_pkg.Task, examples: Sequence[tasks_pkg.Example],
-             n_analysis: int, hooks: list[tuple[str, ResidHook]], with_scores: bool = True) -> Measurement:
-    """Exact match, answer loss and (``with_scores``) the adjacency scores with ``hooks`` attached."""
+             n_analysis: int, hooks: list[tuple[str, ResidHook]], with_scores: bool = True,
+             exclude: frozenset[str] = frozenset()) -> Measurement:
+    """Exact match, answer loss and (``with_scores``) the adjacency scores with ``hooks`` attached (scores on
+    ``n_analysis`` held-out prompts, ``exclude``: the model's training prompts)."""
     with model.hooks(fwd_hooks=hooks):
         acc = exact_match_accuracy(model, task, examples)
         with torch.no_grad():
             loss = float(answer_loss(model, task.training_batch(list(examples))))
-        scores = analyze_model(model, task, n_analysis, seed=ANALYSIS_SEED).scores["row_mean"] if with_scores else {}
+        scores = (analyze_model(model, task, n_analysis, seed=ANALYSIS_SEED, exclude=exclude).scores["row_mean"]
+                  if with_scores else {})
     return Measurement(exact_match=acc, answer_loss=loss, adjacency={s: v["mean"] for s, v in scores.items()})
 
 
