@@ -149,15 +149,11 @@ def exact_match_accuracy(
     :func:`predict`).
 
     Raises:
-        NopeInterpError: no examples, or ``examples`` holds something that is not an
-            :class:`~tasks.Example`; bad prompts as in :func:`predict`.
+        NopeInterpError: ``examples`` not a non-empty sequence of ``tasks.Example`` with non-empty string
+            prompts and answers (an empty answer would count as right whenever the model stops at once; an
+            answer holding a newline could never be matched); bad prompts as in :func:`predict`.
     """
-    if isinstance(examples, (str, bytes)) or not examples:
-        raise NopeInterpError(f"exact_match_accuracy needs a non-empty sequence of tasks.Example, got {examples!r}")
-    bad = next((i for i, ex in enumerate(examples) if not isinstance(ex, Example)), None)
-    if bad is not None:
-        raise NopeInterpError(f"examples[{bad}] must be a tasks.Example (e.g. task.example(prompt)), "
-                              f"got {type(examples[bad]).__name__} {examples[bad]!r}")
+    examples = _checked_examples(examples, "exact_match_accuracy")
     preds = predict(model, task, [ex.prompt for ex in examples], batch_size, prefix)
     return sum(p == ex.answer for p, ex in zip(preds, examples, strict=True)) / len(examples)
 
