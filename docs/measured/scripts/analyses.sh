@@ -7,11 +7,12 @@ set -euo pipefail
 OUT=${1:-results/measured}
 BIN=${BIN:-.venv/bin/nope-interp}
 mkdir -p "$OUT"
-for job in "demo" "averaging" "probe" "ablate --with-seeds" "init-grid"; do
+for job in "demo" "averaging" "averaging --protocol authors" "probe" "ablate --with-seeds" "init-grid"; do
   name=${job%% *}
   start=$(date +%s)
+  log="$OUT/${job// /_}.log"
   # shellcheck disable=SC2086
-  $BIN $job --out-root "$OUT" > "$OUT/$name.log" 2>&1 || { echo "$job failed: see $OUT/$name.log"; exit 1; }
+  $BIN $job --out-root "$OUT" > "$log" 2>&1 || { echo "$job failed: see $log"; exit 1; }
   folder=$name
   [ "$name" = "init-grid" ] && folder=init_grid
   mkdir -p "docs/measured/$folder"
