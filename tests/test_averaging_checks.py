@@ -20,8 +20,9 @@ def test_averaging_report_against_a_direct_computation(checks, tiny_model, addit
     """Head 0 of layer 1: the pattern-predicted cosines and their Spearman correlation with the observed
     ones, and the sqrt(i/k) error, recomputed with numpy/scipy loops from the same cache, on the inputs
     of each protocol (built here with tasks.protocol_inputs)."""
-    import tasks
     from scipy.stats import spearmanr
+
+    import tasks
 
     rep = checks.averaging_report(tiny_model, addition_task, 6, protocol=protocol, window=20)
     assert rep.task == "addition" and rep.n_prompts == 6 and len(rep.layers) == 2 and rep.protocol == protocol
