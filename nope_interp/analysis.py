@@ -143,9 +143,11 @@ def protocol_prompts(model: HookedTransformer, task: tasks_pkg.Task, n: int, see
         ``n`` strings of equal length (characters = tokens).
 
     Raises:
-        NopeInterpError: unknown protocol (the message lists them); the inputs longer than ``n_ctx``; a
+        NopeInterpError: ``model`` not a TransformerLens model; unknown protocol (the message lists them); the
+            inputs longer than ``n_ctx``; a
             ``window`` that is no length; too few held-out prompts; ``seed`` not an integer >= 0.
     """
+    check_model(model)
     if protocol not in tasks_pkg.PROTOCOLS:
         raise NopeInterpError(f"unknown protocol {protocol!r}; allowed: {', '.join(tasks_pkg.PROTOCOLS)}")
     try:

@@ -262,7 +262,7 @@ def averaging_report(
             (:func:`nope_interp.model.check_model_for_task`: a string for ``task``, ``n_ctx`` or ``d_vocab``
             too small, ``model.half()``); ``n_prompts`` not an integer >= 1.
     """
-    check_model_for_task(model, task, getattr(task, "max_prompt_len", None), "averaging_report")
+    check_model_for_task(model, task, None, "averaging_report")  # n_ctx: checked for the protocol's inputs
     check_int("n_prompts", n_prompts, 1, 10**7)
     tokens = task.prompt_tokens(protocol_prompts(model, task, n_prompts, seed, exclude, protocol, window))
     tokens = tokens.to(model.cfg.device)
@@ -316,7 +316,8 @@ def counterfactual_report(
             ``protocol``, default hook sites).
         layer: the layer whose ``hook_pattern`` is replaced. kinds: replacement kinds (``PATTERN_KINDS``).
         seed: seed of the prompts and of the random replacement.
-        eval_examples: if given, greedy exact match on them under each condition; else ``exact_match`` is None.
+        eval_examples: if given (not None), greedy exact match on them under each condition (an empty sequence
+            is refused); else ``exact_match`` is None.
         protocol, window: the input protocol of the scored prompts (as :func:`averaging_report`); exact match
             reads the examples' own full prompts.
 
@@ -328,16 +329,16 @@ def counterfactual_report(
             model that cannot read the task's inputs (:func:`nope_interp.model.check_model_for_task`); an
             unknown protocol or a bad ``window``.
     """
-    check_model_for_task(model, task, getattr(task, "max_prompt_len", None), "counterfactual_report")
+    check_model_for_task(model, task, None, "counterfactual_report")  # n_ctx: checked for the protocol's inputs
     conditions = []
     for kind in ("clean", *kinds):
         if kind == "clean":
             res = analyze_model(model, task, n_prompts, seed, exclude=exclude, protocol=protocol, window=window)
-            acc = exact_match_accuracy(model, task, eval_examples) if eval_examples else None
+            acc = exact_match_accuracy(model, task, eval_examples) if eval_examples is not None else None
         else:
             with replaced_pattern(model, layer, kind, seed=seed):
                 res = analyze_model(model, task, n_prompts, seed, exclude=exclude, protocol=protocol, window=window)
-                acc = exact_match_accuracy(model, task, eval_examples) if eval_examples else None
+                acc = exact_match_accuracy(model, task, eval_examples) if eval_examples is not None else None
         conditions.append(Condition(kind=kind, scores={s: v["mean"] for s, v in res.scores["row_mean"].items()},
                                     exact_match=acc))
     return CounterfactualReport(task=task.name, layer=layer, n_prompts=n_prompts, conditions=tuple(conditions),
@@ -358,7 +359,7 @@ def cosine_example(model: HookedTransformer, task: tasks_pkg.Task, layer: int = 
             read the task's inputs (:func:`nope_interp.model.check_model_for_task`); an unknown protocol or a
             bad ``window``.
     """
-    check_model_for_task(model, task, getattr(task, "max_prompt_len", None), "cosine_example")
+    check_model_for_task(model, task, None, "cosine_example")  # n_ctx: checked for the protocol's inputs
     prompt = protocol_prompts(model, task, 1, seed, exclude, protocol, window)[0]
     names = {hook_name("pattern", layer, model.cfg.n_layers), hook_name("z", layer)}
     tokens = task.prompt_tokens([prompt]).to(model.cfg.device)

@@ -150,10 +150,22 @@ def exact_match_accuracy(
 
     Raises:
         NopeInterpError: ``examples`` not a non-empty sequence of ``tasks.Example`` with non-empty string
-            prompts and answers (an empty answer would count as right whenever the model stops at once; an
-            answer holding a newline could never be matched); bad prompts as in :func:`predict`.
+            prompts and answers (an empty answer would count as right whenever the model stops at once); an
+            answer no greedy answer can equal: one holding a newline or a character outside the vocabulary,
+            or longer than ``task.max_answer_len`` (what :func:`predict` generates); bad prompts and models as
+            in :func:`predict`.
     """
     examples = _checked_examples(examples, "exact_match_accuracy")
+    check_model_for_task(model, task, None, "exact_match_accuracy")
+    for i, ex in enumerate(examples):
+        try:
+            encode(ex.answer)
+        except UnknownCharacterError as err:
+            raise NopeInterpError(f"examples[{i}].answer: {err}") from None
+        if len(ex.answer) > task.max_answer_len:
+            raise NopeInterpError(f"examples[{i}].answer has {len(ex.answer)} characters, more than the "
+                                  f"{task.max_answer_len} of {task.name!r} answers that predict generates: it could "
+                                  "never match (pass the task the examples belong to)")
     preds = predict(model, task, [ex.prompt for ex in examples], batch_size, prefix)
     return sum(p == ex.answer for p, ex in zip(preds, examples, strict=True)) / len(examples)
 

@@ -123,7 +123,7 @@ def test_a_model_that_cannot_read_the_task_is_refused_before_any_forward_pass(ti
         (lambda: U(averaging_checks.cosine_example)(model, "reversal"), "^cosine_example: task must be"),
         (lambda: U(averaging_checks.counterfactual_report)(model, "reversal"), "^counterfactual_report: task must"),
         (lambda: U(evaluate.predict)(model, "reversal", ["ab"]), "^predict: task must be"),
-        (lambda: U(averaging_checks.averaging_report)(short, task), "n_ctx=8 is too small for 'reversal' inputs of 22"),
+        (lambda: U(averaging_checks.averaging_report)(short, task), "n_ctx=8 is too small for 'reversal' full inputs"),
         (lambda: U(averaging_checks.cosine_example)(short, task), "n_ctx=8 is too small"),
         (lambda: U(averaging_checks.averaging_report)(narrow, task), "d_vocab=30 is smaller than the tasks' vocab"),
         (lambda: U(evaluate.predict)(narrow, task, ["ab"]), "d_vocab=30"),
@@ -151,3 +151,30 @@ def test_bad_protocols_and_windows_are_refused_with_the_parameter_named(checks, 
         f(tiny_model, addition_task, protocol="padded")
     with pytest.raises(NopeInterpError, match="n_ctx=48 is too small for 'addition' window inputs of 60 tokens"):
         f(tiny_model, addition_task, protocol="window", window=60)
+
+
+@pytest.mark.parametrize("fn", ["averaging_report", "counterfactual_report", "cosine_example"])
+def test_n_ctx_is_checked_against_the_protocols_inputs(checks, fn):
+    """A model with a short context reads window inputs that fit it; full-length prompts that do not are
+    refused with their protocol and length named."""
+    import tasks
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.model import build_model, preset
+
+    small, task = build_model(preset("tiny", n_ctx=16)), tasks.get_task("reversal")
+    f = getattr(checks, fn)
+    out = f(small, task, protocol="window", window=8)
+    assert out.protocol == "window"
+    if fn == "averaging_report":
+        assert out.n_pos == 8
+    elif fn == "cosine_example":
+        assert len(out.prompt) == 8 and out.observed.shape == (8, 8)
+    with pytest.raises(NopeInterpError, match="n_ctx=16 is too small for 'reversal' full inputs of 22 tokens"):
+        f(small, task)
+
+
+def test_an_empty_list_of_evaluation_examples_is_refused_not_ignored(checks, tiny_model, addition_task):
+    from nope_interp.errors import NopeInterpError
+
+    with pytest.raises(NopeInterpError, match="non-empty sequence"):
+        checks.counterfactual_report(tiny_model, addition_task, n_prompts=3, eval_examples=[])

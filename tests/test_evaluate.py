@@ -444,3 +444,44 @@ def test_prompt_in_input_checks_its_arguments_and_is_linear(tiny_model, monkeypa
     for inputs, kwargs, match in [([], {}, "non-empty sequence"), (["hello"], {"batch_size": 0}, "batch_size")]:
         with pytest.raises(NopeInterpError, match=match):
             em(tiny_model, task, inputs, **kwargs)
+
+
+def test_exact_match_refuses_answers_no_greedy_answer_can_equal(tiny_model):
+    """An answer with a character outside the vocabulary, or longer than what predict generates for the task,
+    could only ever score 0: refused, naming the example, instead of a silent 0.0."""
+    from conftest import unhooked
+
+    import tasks
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.evaluate import exact_match_accuracy
+
+    task = tasks.get_task("addition", n_digits=2)  # answers of at most 4 characters ("123$")
+    ok = task.example("$12+34=")
+
+    def E(prompt, answer):
+        ex = object.__new__(tasks.Example)
+        object.__setattr__(ex, "prompt", prompt)
+        object.__setattr__(ex, "answer", answer)
+        return ex
+
+    fn = unhooked(exact_match_accuracy)
+    for bad, match in [(E("$1+2=", "é"), r"examples\[1\].answer: .*not in the vocabulary"),
+                       (E("$1+2=", "1" * 40), r"examples\[1\].answer has 40 characters, more than the 4 of 'addition'"),
+                       (E("$1+2=", "12345"), r"examples\[1\].answer has 5 characters")]:
+        with pytest.raises(NopeInterpError, match=match):
+            fn(tiny_model, task, [ok, bad])
+    assert 0.0 <= fn(tiny_model, task, [ok, E("$1+2=", "3$")]) <= 1.0  # up to max_answer_len: scored
+    with pytest.raises(NopeInterpError, match="exact_match_accuracy: task must be a tasks.Task"):
+        fn(tiny_model, "addition", [ok])
+
+
+def test_protocol_prompts_refuses_what_is_not_a_model():
+    from conftest import unhooked
+
+    import tasks
+    from nope_interp.analysis import protocol_prompts
+    from nope_interp.errors import NopeInterpError
+
+    for bad in (None, "tiny", 3):
+        with pytest.raises(NopeInterpError, match="model must be a TransformerLens model"):
+            unhooked(protocol_prompts)(bad, tasks.get_task("addition"), 4, 0)

@@ -100,6 +100,10 @@ def test_another_protocol_gets_its_own_label(tiny_init_reversal_entry):
 
     result = analyze.run(analyze.AnalyzeConfig(n_prompts=4, protocol="authors"), [tiny_init_reversal_entry])
     assert result.models[0].label == "tiny-reversal-authors" and result.models[0].analysis.protocol == "authors"
+    for w in (16, 24):  # and so does each window length
+        cfg = analyze.AnalyzeConfig(n_prompts=4, protocol="window", window=w)
+        result = analyze.run(cfg, [tiny_init_reversal_entry])
+        assert result.models[0].label == f"tiny-reversal-window{w}"
 
 
 def test_shipped_entries_refuses_a_single_string():

@@ -131,11 +131,12 @@ def test_run_under_another_protocol_measures_its_inputs_and_suffixes_every_file(
     assert d["protocol"] == protocol and ("window" in d) == (protocol == "window")
     job.write(result, tmp_path)
     res_dir, fig_dir = tmp_path / "results" / "averaging", tmp_path / "figures" / "averaging"
-    assert sorted(p.name for p in res_dir.iterdir()) == [f"averaging_{protocol}.csv", f"averaging_{protocol}.json"]
+    tag = f"window{window}" if protocol == "window" else protocol
+    assert sorted(p.name for p in res_dir.iterdir()) == [f"averaging_{tag}.csv", f"averaging_{tag}.json"]
     figs = sorted(p.name for p in fig_dir.glob("*.html"))
-    assert figs == [f"counterfactual_attention_{protocol}.html",
-                    f"predicted_vs_observed_addition_initialised_{protocol}.html",
-                    f"predicted_vs_observed_addition_trained_{protocol}.html"]
+    assert figs == [f"counterfactual_attention_{tag}.html",
+                    f"predicted_vs_observed_addition_initialised_{tag}.html",
+                    f"predicted_vs_observed_addition_trained_{tag}.html"]
     assert all(f"{protocol} inputs" in (fig_dir / f).read_text() for f in figs)
 
 
@@ -155,3 +156,14 @@ def test_a_trained_models_training_prompts_are_never_measured(job, tiny_entries,
     ref = analyze_model(trained.model, addition_task, 4, 1, exclude=frozenset(first))
     clean = t.model("trained").counterfactual.condition("clean").scores
     assert clean == pytest.approx({s: v["mean"] for s, v in ref.scores["row_mean"].items()})
+
+
+def test_two_window_lengths_never_share_a_file(job, tiny_entries, tmp_path):
+    import json
+
+    for w in (12, 16):
+        cfg = job.AveragingConfig(tasks=("addition",), n_prompts=3, eval_n=2, protocol="window", window=w)
+        job.write(job.run(cfg, tiny_entries[:1]), tmp_path)
+    res_dir = tmp_path / "results" / "averaging"
+    assert sorted(p.name for p in res_dir.glob("*.json")) == ["averaging_window12.json", "averaging_window16.json"]
+    assert [json.loads((res_dir / f"averaging_window{w}.json").read_text())["window"] for w in (12, 16)] == [12, 16]

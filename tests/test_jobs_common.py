@@ -210,3 +210,11 @@ def test_list_options_refuse_repeated_entries(capsys):
         LongContextConfig(normalizations=("LN", "LN"))
     assert LongContextConfig(normalizations=("LN", "RMS")).normalizations == ("LN", "RMS")
     assert ModelSource(pretrained=("reversal", "addition")).pretrained == ("reversal", "addition")
+
+
+def test_protocol_tag_tells_every_protocol_and_window_apart():
+    from nope_interp.jobs.common import protocol_tag
+
+    tags = [protocol_tag("full"), protocol_tag("authors"), protocol_tag("window", 64), protocol_tag("window", 128)]
+    assert tags == ["", "authors", "window64", "window128"] and len(set(tags)) == 4
+    assert protocol_tag("full", 32) == "" and protocol_tag("authors", 32) == "authors"  # window unused there

@@ -123,6 +123,14 @@ def test_saved_trajectories_load_back_and_plot_side_by_side(tmp_path):
     assert [t.line.dash for t in score_traces] == ["solid", "dash", "solid"]
     assert list(score_traces[1].x) == [1, 25, 400, 800] and list(score_traces[1].y) == [0.99, 0.9, 0.8, 0.82]
     assert score_traces[2].xaxis == "x2"  # reversal in the second column
+    # another protocol writes beside, never over, the full-protocol files
+    authors = trajectory.TrajectoryResult(config=trajectory.TrajectoryConfig(protocol="authors"), runs=runs[:2],
+                                          wall_time_s=0.0)
+    new = trajectory.write(authors, tmp_path)
+    assert sorted(p.name for p in new) == sorted(
+        [f"{r.label}_authors.{ext}" for r in runs[:2] for ext in ("json", "csv", "html")]
+        + ["compare_blocks.0.attn.hook_z_authors.html"])
+    assert all((tmp_path / "results" / "trajectory" / f"{r.label}.json").exists() for r in runs)
 
 
 def test_bad_trajectory_files_and_missing_sites_are_one_clear_error(tmp_path):

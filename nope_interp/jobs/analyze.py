@@ -26,7 +26,7 @@ from nope_interp.analysis import AnalysisResult, analyze_model, analyze_tokens, 
 from nope_interp.config import FrozenConfig, check_choice, check_choices, check_int, check_name, check_used, opt
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names
-from nope_interp.jobs.common import Log, ModelEntry, emit, entry_tokens, progress
+from nope_interp.jobs.common import Log, ModelEntry, emit, entry_tokens, progress, protocol_tag
 from nope_interp.plotting import plot_adjacency_by_layer, plot_cosine_heatmaps, plot_lag_profile, save_figure
 from nope_interp.positional import layer_positional_types
 from nope_interp.similarity import uniform_causal_lag_profile
@@ -131,7 +131,7 @@ def run(config: AnalyzeConfig, models: list[ModelEntry] | None = None, *, log: L
         own_label = bool(config.label) and len(models) == 1  # --label names the output of one model only
         label = config.label if own_label else entry.label
         if config.protocol != "full" and not own_label:
-            label += f"-{config.protocol}"  # outputs of the protocols never overwrite each other
+            label += f"-{protocol_tag(config.protocol, config.window)}"  # never overwrites another protocol's
         activation_hook_names(entry.model.cfg.n_layers, tuple(config.points))  # validates before any work
         types: tuple[str, ...] = ()
         if config.text_file is not None:  # the user's text, tokenised by the model's own tokenizer

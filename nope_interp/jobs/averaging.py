@@ -9,8 +9,8 @@ observed cosines, attention entropy, the sqrt(i/k) closed form, the 1/k variance
 2023) and :func:`~nope_interp.averaging_checks.counterfactual_report` (layer 0's pattern replaced by
 uniform, identity or entropy-matched random attention; exact match on ``eval_n`` test examples for the
 trained model). Method: ``docs/method.md`` ("The averaging effect"). Writes
-``results/averaging/averaging.{json,csv}`` and ``figures/averaging/*.html`` (every name suffixed ``_<protocol>``
-under a protocol other than ``full``).
+``results/averaging/averaging.{json,csv}`` and ``figures/averaging/*.html`` (every name suffixed ``_authors`` or
+``_window<window>`` under a protocol other than ``full``).
 """
 
 import time
@@ -34,7 +34,7 @@ from nope_interp.averaging_checks import (
 from nope_interp.config import FrozenConfig, check_choice, check_int, check_tasks, check_used, opt, preset
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import short_label
-from nope_interp.jobs.common import Log, ModelEntry, emit, entry_from_init, entry_from_run, progress
+from nope_interp.jobs.common import Log, ModelEntry, emit, entry_from_init, entry_from_run, progress, protocol_tag
 from nope_interp.plotting import save_figure
 from nope_interp.pretrained import available_pretrained, load_pretrained
 
@@ -265,10 +265,12 @@ def plot_counterfactuals(result: AveragingResult) -> go.Figure:
 def write(result: AveragingResult, out_root: str | Path = ".") -> list[Path]:
     """Write ``results/averaging/averaging.{json,csv}``, ``figures/averaging/predicted_vs_observed_<task>_<label>.html``
     for every causal model and ``figures/averaging/counterfactual_attention.html`` (when a trained model was
-    measured); returns the paths. Under a protocol other than ``full`` every name ends in ``_<protocol>``
-    (``averaging_authors.json``), so the outputs of two protocols never overwrite each other."""
+    measured); returns the paths. Under a protocol other than ``full`` every name ends in
+    ``_<protocol_tag>`` (``averaging_authors.json``, ``averaging_window64.json``), so the outputs of two
+    protocols or window lengths never overwrite each other."""
     res_dir, fig_dir = io.job_dirs(out_root, NAME)
-    sfx = "" if result.config.protocol == "full" else f"_{result.config.protocol}"
+    tag = protocol_tag(result.config.protocol, result.config.window)
+    sfx = f"_{tag}" if tag else ""
     paths = [io.write_json(res_dir / f"averaging{sfx}.json", result.to_dict()),
              io.atomic_write_text(res_dir / f"averaging{sfx}.csv", io.to_csv(result.csv_rows()))]
     for t in result.tasks:

@@ -327,6 +327,13 @@ def text_entry(path: str | Path, label: str, task: tasks_pkg.Task | None = None)
                               "model": model_cfg.to_dict()})
 
 
+def protocol_tag(protocol: str, window: int = 64) -> str:
+    """The part of an output's name that tells its analysis inputs apart: ``""`` for ``full`` (the default
+    keeps its plain names), ``"authors"``, ``"window<window>"`` (``window64``), so that neither two protocols
+    nor two window lengths ever write to the same file."""
+    return "" if protocol == "full" else f"window{window}" if protocol == "window" else protocol
+
+
 def text_task_name(entry: ModelEntry) -> str:
     """The ``task`` of a ``train-text`` model's result rows: ``text-nope``, ``text-learned``, ``text-rotary`` or, for
     a hybrid, ``text-rotary-nope<layers>`` (:attr:`nope_interp.config.ModelConfig.positional_label`), so that

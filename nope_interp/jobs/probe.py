@@ -55,6 +55,7 @@ from nope_interp.jobs.common import (
     entry_tokens,
     hf_random_length,
     progress,
+    protocol_tag,
     shipped_entries,
 )
 from nope_interp.plotting import save_figure
@@ -398,10 +399,11 @@ def plot_probe_nrmse(result: ProbeResult, probe: str = "mlp") -> go.Figure:
 def write(result: ProbeResult, out_root: str | Path = ".") -> list[Path]:
     """Write ``results/probe/probe.json``, ``results/probe/probe.csv`` and
     ``figures/probe/nrmse_by_site_<probe>.html`` for every probe kind; returns the paths. Under a protocol
-    other than ``full`` every name ends in ``_<protocol>`` (``probe_authors.json``), so the outputs of two
-    protocols never overwrite each other."""
+    other than ``full`` every name ends in ``_<protocol_tag>`` (``probe_authors.json``, ``probe_window64.json``),
+    so the outputs of two protocols or window lengths never overwrite each other."""
     res_dir, fig_dir = io.job_dirs(out_root, NAME)
-    sfx = "" if result.config.protocol == "full" else f"_{result.config.protocol}"
+    tag = protocol_tag(result.config.protocol, result.config.window)
+    sfx = f"_{tag}" if tag else ""
     rows = [r.to_dict() for r in (*result.rows, *result.noise_rows)]
     paths = [io.write_json(res_dir / f"probe{sfx}.json", result.to_dict()),
              io.atomic_write_text(res_dir / f"probe{sfx}.csv", io.to_csv(rows))]

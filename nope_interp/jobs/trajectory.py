@@ -32,7 +32,7 @@ from nope_interp.diagnostics import (
 )
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, short_label
-from nope_interp.jobs.common import Log, ModelEntry, emit, progress
+from nope_interp.jobs.common import Log, ModelEntry, emit, progress, protocol_tag
 from nope_interp.model import build_model, load_state
 from nope_interp.plotting import LINE_COLOURS, save_figure
 
@@ -394,15 +394,18 @@ def plot_site_by_objective(runs: list[RunTrajectory] | tuple[RunTrajectory, ...]
 def write(result: TrajectoryResult, out_root: str | Path = ".") -> list[Path]:
     """Write ``results/trajectory/<run>.json`` and ``.csv`` and ``figures/trajectory/<run>.html``; with more
     than one run also ``figures/trajectory/compare_<site>.html`` (:func:`plot_site_by_objective`) for layer 0's
-    ``hook_z``, when every run has it."""
+    ``hook_z``, when every run has it. Under a protocol other than ``full`` every name ends in
+    ``_<protocol_tag>`` (``<run>_authors.json``), so the outputs of two protocols never overwrite each other."""
     res_dir, fig_dir = io.job_dirs(out_root, NAME)
+    tag = protocol_tag(result.config.protocol)
+    sfx = f"_{tag}" if tag else ""
     paths = []
     for r in result.runs:
-        paths += [io.write_json(res_dir / f"{r.label}.json", {**r.to_dict(), "config": result.config.to_dict(),
-                                                              **io.provenance()}),
-                  io.atomic_write_text(res_dir / f"{r.label}.csv", io.to_csv(r.rows())),
-                  save_figure(plot_trajectory(r, result.config.protocol), fig_dir / f"{r.label}.html")]
+        paths += [io.write_json(res_dir / f"{r.label}{sfx}.json", {**r.to_dict(), "config": result.config.to_dict(),
+                                                                   **io.provenance()}),
+                  io.atomic_write_text(res_dir / f"{r.label}{sfx}.csv", io.to_csv(r.rows())),
+                  save_figure(plot_trajectory(r, result.config.protocol), fig_dir / f"{r.label}{sfx}.html")]
     site = "blocks.0.attn.hook_z"
     if len(result.runs) > 1 and all(site in r.scores for r in result.runs):
-        paths.append(save_figure(plot_site_by_objective(result.runs, site), fig_dir / f"compare_{site}.html"))
+        paths.append(save_figure(plot_site_by_objective(result.runs, site), fig_dir / f"compare_{site}{sfx}.html"))
     return paths
