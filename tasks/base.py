@@ -379,7 +379,8 @@ def authors_inputs(task: Task, n: int, seed: int = 0, exclude: frozenset[str] = 
     Random ``window_chars``-character windows of the newline-joined held-out lines are split into lines;
     each line is cut to :func:`authors_length` characters and left-padded with newlines when shorter;
     lines shorter than a quarter of that length are dropped, and addition lines must start with ``$``.
-    The inputs may contain answer characters and may be cut mid-prompt, as theirs did.
+    The inputs may contain answer characters and may be cut mid-prompt, as theirs did, and the same line
+    may come back (the windows are drawn with replacement, as theirs were).
 
     A task whose parameters allow fewer held-out lines than the 2,000 (or 4 ``n``) the text is built from
     uses all of them.

@@ -167,3 +167,12 @@ def test_two_window_lengths_never_share_a_file(job, tiny_entries, tmp_path):
     res_dir = tmp_path / "results" / "averaging"
     assert sorted(p.name for p in res_dir.glob("*.json")) == ["averaging_window12.json", "averaging_window16.json"]
     assert [json.loads((res_dir / f"averaging_window{w}.json").read_text())["window"] for w in (12, 16)] == [12, 16]
+
+
+def test_inputs_longer_than_a_models_n_ctx_name_the_model(job, tiny_entries):
+    from nope_interp.errors import NopeInterpError
+
+    cfg = job.AveragingConfig(tasks=("addition",), n_prompts=3, eval_n=2, protocol="window", window=100)
+    want = "^addition initialised: n_ctx=48 is too small for 'addition' window inputs of 100 tokens$"
+    with pytest.raises(NopeInterpError, match=want):
+        job.run(cfg, tiny_entries)

@@ -210,7 +210,10 @@ def run(config: AveragingConfig, models: list[ModelEntry] | None = None, *, log:
         for entry in entries:
             task, model = entry.task, entry.model
             inputs = {"protocol": config.protocol, "window": config.window, "exclude": entry.train_prompts}
-            rep = averaging_report(model, task, config.n_prompts, **inputs)
+            try:
+                rep = averaging_report(model, task, config.n_prompts, **inputs)
+            except NopeInterpError as err:  # e.g. inputs longer than this model's n_ctx: say which model
+                raise NopeInterpError(f"{name} {entry.label}: {err}") from None
             cf = counterfactual_report(model, task, LAYER, n_prompts=config.n_prompts,
                                        eval_examples=_eval_examples(entry, config.eval_n), **inputs)
             measured.append(ModelAveraging(label=entry.label, kind=entry.kind,
