@@ -7,6 +7,7 @@ that takes ``--task`` / ``--n-digits`` either works on them or stops with one li
 import json
 
 import pytest
+import torch
 from conftest import assert_strict_json_files
 
 #: Small sizes of every job that takes models (the CLI flags after the model source).
@@ -218,3 +219,19 @@ def test_protocol_tag_tells_every_protocol_and_window_apart():
     tags = [protocol_tag("full"), protocol_tag("authors"), protocol_tag("window", 64), protocol_tag("window", 128)]
     assert tags == ["", "authors", "window64", "window128"] and len(set(tags)) == 4
     assert protocol_tag("full", 32) == "" and protocol_tag("authors", 32) == "authors"  # window unused there
+
+
+def test_random_tokens_refuse_bad_counts_and_seeds(tiny_model):
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.common import random_tokens
+
+    fn = unhooked(random_tokens)
+    for kwargs, match in [({"n": 0}, "n must be an integer"), ({"length": 0}, "length must be an integer"),
+                          ({"seed": -1}, "seed must be an integer"), ({"n": 2.0}, "n must be an integer")]:
+        args = {"n": 2, "length": 5, "seed": 0, **kwargs}
+        with pytest.raises(NopeInterpError, match=match):
+            fn(tiny_model, **args)
+    toks = random_tokens(tiny_model, 3, 7, 1)
+    assert toks.shape == (3, 7) and torch.equal(toks, random_tokens(tiny_model, 3, 7, 1))

@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.analysis import protocol_prompts
-from nope_interp.config import FrozenConfig, ModelConfig, check_name, check_tasks, opt, preset
+from nope_interp.config import FrozenConfig, ModelConfig, check_int, check_name, check_tasks, opt, preset
 from nope_interp.errors import NopeInterpError
 from nope_interp.model import LensModel, build_model
 from nope_interp.pretrained import LoadedRun, available_pretrained, available_seed_runs, load_pretrained, load_run
@@ -402,8 +402,12 @@ def random_tokens(model: Any, n: int, length: int, seed: int) -> Int[Tensor, "n 
     padding id has a zero embedding (``padding_idx``), and a zero vector has no cosine.
 
     Raises:
-        NopeInterpError: every token embedding is zero.
+        NopeInterpError: every token embedding is zero; ``n`` or ``length`` not an integer >= 1; ``seed`` not an
+            integer >= 0.
     """
+    check_int("n", n, 1, 10**7)
+    check_int("length", length, 1, 10**7)
+    check_int("seed", seed, 0, 2**63 - 1)
     with torch.no_grad():
         ids = torch.nonzero(model.W_E.detach().float().norm(dim=-1) > 0).flatten().cpu()
     if ids.numel() == 0:
