@@ -241,7 +241,9 @@ class Task(ABC):
         while len(seen) < n:
             tries += 1
             if tries > 50 * n + 10_000:
-                raise TaskError(f"could not find {n} distinct full-length {self.name} prompts; lower n")
+                left = f" outside the {len(exclude)} excluded ones" if exclude else ""
+                raise TaskError(f"could not find {n} distinct full-length {self.name} prompts{left} (found "
+                                f"{len(seen)}); lower n{' or exclude fewer prompts' if exclude else ''}")
             p = self.sample_full_length(rng)
             if p not in exclude:
                 seen.setdefault(p)

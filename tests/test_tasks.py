@@ -341,3 +341,14 @@ def test_protocol_inputs_and_lengths_refuse_seeds_and_windows_that_are_not_integ
     with pytest.raises(tasks.TaskError, match="task must be a tasks.Task"):
         length("reversal", "full")
     assert [tasks.protocol_length(task, p, 30) for p in tasks.PROTOCOLS] == [22, 22, 30]
+
+
+def test_too_few_prompts_says_whether_the_exclusion_is_why(T):
+    """When the excluded prompts leave too few, the message says so (lowering n alone may not help)."""
+    task = T.get_task("addition", n_digits=1)  # 100 full-length prompts in all
+    every = frozenset(task.analysis_prompts(100, seed=0))
+    with pytest.raises(T.TaskError, match=r"outside the 100 excluded ones \(found 0\); lower n or exclude fewer"):
+        task.analysis_prompts(4, seed=0, exclude=every)
+    with pytest.raises(T.TaskError, match=r"could not find 101 distinct full-length addition prompts \(found 100\); "
+                                          r"lower n$"):
+        task.analysis_prompts(101, seed=0)
