@@ -70,6 +70,26 @@ def test_scores_equal_analysing_each_kept_checkpoint(tiny_addition_run_with_kept
     assert data["steps"] == [0, 25, 50, 60] and len(data["scores"]["blocks.1.attn.hook_z"]) == 4
 
 
+def test_the_window_protocol_scores_windows_of_the_given_length(tiny_addition_run_with_kept_steps, tmp_path):
+    from nope_interp import io
+    from nope_interp.analysis import analyze_model
+    from nope_interp.jobs import trajectory
+    from nope_interp.jobs.common import ModelSource, load_models
+    from nope_interp.model import build_model
+
+    entries = load_models(ModelSource(run=(str(tiny_addition_run_with_kept_steps),)))
+    cfg = trajectory.TrajectoryConfig(n_prompts=4, points=("z",), protocol="window", window=12, no_mechanisms=True)
+    result = trajectory.run(cfg, entries)
+    model = build_model(entries[0].model_cfg)
+    kept = tiny_addition_run_with_kept_steps / "checkpoints"
+    model.load_state_dict(io.load_weights(kept / "step_000050.safetensors"))
+    ref = analyze_model(model, entries[0].task, 4, seed=1, points=("z",), exclude=entries[0].train_prompts,
+                        protocol="window", window=12)
+    assert result.runs[0].scores["blocks.0.attn.hook_z"][2] == ref.scores["row_mean"]["blocks.0.attn.hook_z"]["mean"]
+    assert {p.name for p in trajectory.write(result, tmp_path)} == {
+        "tiny-addition_window12.json", "tiny-addition_window12.csv", "tiny-addition_window12.html"}
+
+
 def test_a_model_without_kept_steps_is_refused():
     from nope_interp.errors import NopeInterpError
     from nope_interp.jobs import trajectory

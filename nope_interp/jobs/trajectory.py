@@ -23,7 +23,7 @@ from plotly.subplots import make_subplots
 import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.analysis import analyze_model
-from nope_interp.config import FrozenConfig, check_choice, check_choices, check_int, opt
+from nope_interp.config import FrozenConfig, check_choice, check_choices, check_int, check_used, opt
 from nope_interp.diagnostics import (
     INTERVENTIONS,
     layer0_attention_entropy,
@@ -49,12 +49,14 @@ class TrajectoryConfig(FrozenConfig):
     """Settings of ``trajectory``.
 
     Raises:
-        NopeInterpError: counts out of range; an unknown point or protocol.
+        NopeInterpError: counts out of range; an unknown point or protocol; ``window`` outside [8, 1000000], or
+            set without protocol ``window``.
     """
 
     n_prompts: int = opt(64, "prompts analysed at every kept step")
     points: tuple[str, ...] = opt(("embed", "z", "resid_post"), f"hook points: {', '.join(ACTIVATION_POINTS)}")
     protocol: str = opt("full", f"analysis inputs: {', '.join(tasks_pkg.PROTOCOLS)}")
+    window: int = opt(64, "characters per input of the window protocol")
     prompt_seed: int = opt(1, "seed of the prompt sampler (the same prompts at every step)")
     no_mechanisms: bool = opt(False, "skip the layer-0 mechanisms at every step (attention entropy and the "
                                      "causal test of nope_interp.diagnostics.layer0_interventions)")
@@ -63,6 +65,8 @@ class TrajectoryConfig(FrozenConfig):
         check_int("n_prompts", self.n_prompts, 1, 100_000)
         check_choices("activation point", tuple(self.points), ACTIVATION_POINTS)
         check_choice("protocol", self.protocol, tasks_pkg.PROTOCOLS)
+        check_int("window", self.window, 8, 1_000_000)
+        check_used("window", self.window, 64, self.protocol == "window", "with protocol window")
         check_int("prompt_seed", self.prompt_seed, 0, 2**63 - 1)
 
 
@@ -253,7 +257,8 @@ def run(config: TrajectoryConfig, models: list[ModelEntry] | None = None, *, log
         for step, path in progress(steps.items(), f"trajectory {entry.label}", log):
             load_state(model, io.load_weights(path), f"the weights {path}")
             res = analyze_model(model, entry.task, config.n_prompts, seed=config.prompt_seed,
-                                points=tuple(config.points), exclude=entry.train_prompts, protocol=config.protocol)
+                                points=tuple(config.points), exclude=entry.train_prompts, protocol=config.protocol,
+                                window=config.window)
             for site in res.sites:
                 scores.setdefault(site, []).append(res.scores["row_mean"][site]["mean"])
             line = ", ".join(f"{short_label(s)} {v[-1]:.3f}" for s, v in scores.items())
@@ -397,7 +402,7 @@ def write(result: TrajectoryResult, out_root: str | Path = ".") -> list[Path]:
     ``hook_z``, when every run has it. Under a protocol other than ``full`` every name ends in
     ``_<protocol_tag>`` (``<run>_authors.json``), so the outputs of two protocols never overwrite each other."""
     res_dir, fig_dir = io.job_dirs(out_root, NAME)
-    tag = protocol_tag(result.config.protocol)
+    tag = protocol_tag(result.config.protocol, result.config.window)
     sfx = f"_{tag}" if tag else ""
     paths = []
     for r in result.runs:
