@@ -98,6 +98,34 @@ def test_plots_take_results(job, tiny_entries):
     cf = job.plot_counterfactuals(result)
     assert len(cf.data) == 4 and cf.data[0].name == "clean"  # the trained model's four conditions
     assert cf.data[0].x[0] == "embed" and not math.isnan(cf.data[0].y[0])
+    assert cf.layout.annotations[0].text == "addition (trained)"  # no exact match without a test split
+
+
+def test_the_counterfactual_figure_has_one_legend_entry_per_condition(job):
+    """Two panels: each condition once in the legend (same colour in both), exact matches in the panel titles."""
+    import torch
+
+    from nope_interp.averaging_checks import AveragingReport, Condition, CosineExample, CounterfactualReport
+
+    def model(task, accs):
+        conds = tuple(Condition(kind=k, scores={"hook_embed": 0.5, "blocks.0.attn.hook_z": 0.9}, exact_match=a)
+                      for k, a in zip(("clean", "uniform", "identity", "random_matched"), accs, strict=True))
+        eye = torch.eye(2, dtype=torch.float64)
+        return job.ModelAveraging(label="trained", kind="pretrained", causal=True,
+                                  averaging=AveragingReport(task=task, n_prompts=3, n_pos=2, layers=()),
+                                  counterfactual=CounterfactualReport(task=task, layer=0, n_prompts=3,
+                                                                      conditions=conds),
+                                  example=CosineExample(task=task, prompt="ab", layer=0, predicted=eye, observed=eye))
+
+    tasks_ = (job.TaskAveraging("addition", (model("addition", (0.99, 0.0, 0.0, 0.01)),)),
+              job.TaskAveraging("reversal", (model("reversal", (1.0, 0.958, 0.0, 0.94)),)))
+    result = job.AveragingResult(config=job.AveragingConfig(), tasks=tasks_, provenance={}, wall_time_s=0.0)
+    fig = job.plot_counterfactuals(result)
+    assert [t.name for t in fig.data if t.showlegend] == ["clean", "uniform", "identity", "random_matched"]
+    assert len(fig.data) == 8 and [t.line.color for t in fig.data[:4]] == [t.line.color for t in fig.data[4:]]
+    assert [a.text for a in fig.layout.annotations] == [
+        "addition (trained): exact match clean 0.990, uniform 0.000, identity 0.000, random_matched 0.010",
+        "reversal (trained): exact match clean 1.000, uniform 0.958, identity 0.000, random_matched 0.940"]
 
 
 def test_default_models_of_a_task(job):

@@ -244,18 +244,24 @@ def plot_predicted_vs_observed(example: CosineExample, title: str = "") -> go.Fi
 
 
 def plot_counterfactuals(result: AveragingResult) -> go.Figure:
-    """Adjacency score by site for each pattern condition, one panel per task (trained models only)."""
+    """Adjacency score by site for each pattern condition, one panel per task (trained models only). One legend
+    entry per condition (the same colour in every panel); each panel's title gives its model's exact match
+    under each condition."""
     panels = [(t.task, m) for t in result.tasks for m in t.models if m.kind != "init"]
-    fig = make_subplots(rows=max(1, len(panels)), cols=1, subplot_titles=[name for name, _ in panels],
+
+    def title(name: str, m: ModelAveraging) -> str:
+        accs = [f"{c.kind} {c.exact_match:.3f}" for c in m.counterfactual.conditions if c.exact_match is not None]
+        return f"{name} ({m.label})" + (f": exact match {', '.join(accs)}" if accs else "")
+
+    fig = make_subplots(rows=max(1, len(panels)), cols=1, subplot_titles=[title(name, m) for name, m in panels],
                         vertical_spacing=0.45 / max(2, len(panels)))
     colors = {"clean": "#1f77b4", "uniform": "#2ca02c", "identity": "#d62728", "random_matched": "#9467bd"}
     for r, (_, m) in enumerate(panels, start=1):
         for cond in m.counterfactual.conditions:
             sites = list(cond.scores)
-            acc = cond.exact_match
-            label = cond.kind if acc is None else f"{cond.kind} (exact match {acc:.3f})"
             fig.add_trace(go.Scatter(x=[short_label(s) for s in sites], y=[cond.scores[s] for s in sites],
-                                     mode="lines+markers", name=label, line={"color": colors.get(cond.kind)}),
+                                     mode="lines+markers", name=cond.kind, legendgroup=cond.kind, showlegend=(r == 1),
+                                     line={"color": colors.get(cond.kind)}),
                           row=r, col=1)
         fig.update_yaxes(range=[0, 1.05], title_text="adjacency", row=r, col=1)
     fig.update_xaxes(tickangle=-60, tickfont={"size": 9})
