@@ -451,7 +451,8 @@ def _run_command(args: argparse.Namespace, argv: list[str]) -> int:
         return 2
     except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback; trainings and sweeps resume on a rerun
         print(f"nope-interp: interrupted ({args.command}); what finished is kept: rerun the same command to "
-              "resume (train and train-text: add --resume)", file=sys.stderr)
+              "resume (train and train-text: add --resume; a run stopped before its first checkpoint is removed, "
+              "so rerun that one without --resume)", file=sys.stderr)
         return 130
 
 

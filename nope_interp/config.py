@@ -477,7 +477,8 @@ class TrainConfig(FrozenConfig):
     Raises:
         NopeInterpError: unknown task, task parameter or objective, a non-positive count, a learning rate
             outside (0, 10], a ratio outside [0, 1], a beta outside [0, 1), a weight decay outside [0, 1000]
-            or with ``lr * weight_decay > 1``, a grad clip outside (0, 1e9]. NaN and inf never pass.
+            or with ``lr * weight_decay > 1``, a grad clip outside (0, 1e9]; a ``window`` other than 256 with
+            objective ``answer_only`` (it would be ignored). NaN and inf never pass.
     """
 
     task: str = opt("addition", "task name")
@@ -514,6 +515,7 @@ class TrainConfig(FrozenConfig):
         check_optimizer_fields(self)
         check_choice("objective", self.objective, OBJECTIVES)
         check_int("window", self.window, 1, 1_000_000)
+        check_used("window", self.window, 256, self.objective == "packed", "with objective packed")
         if self.eval_n > self.n_test:
             raise NopeInterpError(f"eval_n={self.eval_n} is more than n_test={self.n_test}: each evaluation would use "
                                   f"only the {self.n_test} test prompts; lower eval_n or raise n_test")

@@ -227,7 +227,8 @@ def train(
             n_ctx too small for the task, more examples than the task has, a run that would not
             fit the free memory (the message gives the estimate), a run directory that is a file or not
             writable, one being written by another process, a non-empty run directory without ``resume``,
-            a missing, mismatched, corrupt or unsafe checkpoint with ``resume``, a non-finite loss or
+            a missing, mismatched, corrupt or unsafe checkpoint with ``resume`` (or a missing or corrupt
+            ``metrics.jsonl`` beside a checkpoint past step 0: its history would be lost), a non-finite loss or
             gradient norm (the message names the step).
 
     Warns:
@@ -422,7 +423,12 @@ def _train(model_cfg: ModelConfig, cfg: TrainConfig, run_dir: Path, task: tasks_
                                   f"model: {str(err).splitlines()[0] if str(err) else type(err).__name__}") from None
         start_step, wall_before = ckpt["step"], ckpt["wall_time_s"]
         resumed_loss = resumed_running_loss(ckpt)
-        kept = [r for r in io.read_metrics(run_dir / io.METRICS_FILE) if r["step"] <= start_step]
+        metrics_path = run_dir / io.METRICS_FILE
+        if start_step > 0 and not metrics_path.exists():  # resuming would write a history that starts here
+            raise NopeInterpError(f"--resume: {metrics_path} is missing, but the checkpoint is at step {start_step}: "
+                                  f"resuming would lose the training history up to it; restore the file, or "
+                                  f"train a new run under another --name")
+        kept = [r for r in io.read_metrics(metrics_path, ("loss", "lr")) if r["step"] <= start_step]
         io.atomic_write_text(run_dir / io.METRICS_FILE, "".join(io.jsonl_line(r) for r in kept))
     else:
         io.write_json(run_dir / io.CONFIG_FILE, config)

@@ -59,7 +59,7 @@ def test_resume_continues_from_checkpoint_to_identical_weights(tiny_train, tmp_p
     import nope_interp.train as T
 
     model_cfg, cfg = tiny_train
-    cfg = cfg.replace(objective=objective, window=12)
+    cfg = cfg.replace(objective=objective, **({"window": 12} if objective == "packed" else {}))
     torch.set_num_threads(1)
     full = T.train(model_cfg, cfg, tmp_path / "full", progress=False, command="x")
 
@@ -315,6 +315,42 @@ def test_resume_and_finalize_name_a_corrupt_run_config_and_bad_devices(tiny_trai
         with pytest.raises(NopeInterpError, match="device"):
             resolve_device(device)
     assert resolve_device("cpu") == "cpu" and resolve_device("auto") in ("cpu", "cuda")
+
+
+def test_resume_refuses_a_lost_or_hollow_training_history(tiny_train, tmp_path):
+    """A checkpoint past step 0 beside no metrics.jsonl (or lines without loss/lr) would have resumed into a
+    history that starts at the checkpoint: refused, and the files are left as they were."""
+    import shutil
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.train import train
+
+    model_cfg, cfg = tiny_train
+    cfg = cfg.replace(steps=12, eval_every=4)
+    train(model_cfg, cfg, tmp_path / "done", progress=False)
+    for case, match in (("missing", "metrics.jsonl is missing, but the checkpoint is at step 12"),
+                        ("no loss", "line 1: no 'loss'"), ("no lr", "line 1: no 'lr'")):
+        run = tmp_path / case.replace(" ", "_")
+        shutil.copytree(tmp_path / "done", run)
+        metrics = run / "metrics.jsonl"
+        if case == "missing":
+            metrics.unlink()
+        else:
+            metrics.write_text('{"step": 4, ' + ('"lr": 0.001}' if case == "no loss" else '"loss": 1.0}') + "\n")
+        before = {f.name: f.read_bytes() for f in run.iterdir() if f.is_file()}
+        with pytest.raises(NopeInterpError, match=match):
+            train(model_cfg, cfg, run, resume=True, progress=False)
+        assert {f.name: f.read_bytes() for f in run.iterdir() if f.is_file()} == before
+
+
+def test_a_window_without_the_packed_objective_is_refused():
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.train import TrainConfig
+
+    with pytest.raises(NopeInterpError, match="window=64 is only used with objective packed"):
+        TrainConfig(task="addition", window=64)
+    assert TrainConfig(task="addition", objective="packed", window=64).window == 64
+    assert TrainConfig(task="addition", window=256).objective == "answer_only"  # the default is not "given"
 
 
 def test_metrics_lines_are_strict_json_with_null_for_non_finite_values(tmp_path):
