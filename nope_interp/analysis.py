@@ -144,8 +144,11 @@ def protocol_prompts(model: HookedTransformer, task: tasks_pkg.Task, n: int, see
 
     Raises:
         NopeInterpError: ``model`` not a TransformerLens model; unknown protocol (the message lists them); the
-            inputs longer than ``n_ctx``; a
-            ``window`` that is no length; too few held-out prompts; ``seed`` not an integer >= 0.
+            inputs longer than ``n_ctx``; a ``window`` that is no length; too few held-out prompts; ``seed`` not
+            an integer >= 0.
+
+    The ``authors`` protocol rebuilds the inputs of the paper's analysis code (Zuo et al., COLING 2025);
+    ``docs/method.md`` describes all three.
     """
     check_model(model)
     if protocol not in tasks_pkg.PROTOCOLS:

@@ -330,7 +330,8 @@ def text_entry(path: str | Path, label: str, task: tasks_pkg.Task | None = None)
 def protocol_tag(protocol: str, window: int = 64) -> str:
     """The part of an output's name that tells its analysis inputs apart: ``""`` for ``full`` (the default
     keeps its plain names), ``"authors"``, ``"window<window>"`` (``window64``), so that neither two protocols
-    nor two window lengths ever write to the same file."""
+    nor two window lengths ever write to the same file. ``protocol`` is one of ``tasks.PROTOCOLS`` (checked by
+    the caller's config); ``window`` (characters) only matters for ``window``."""
     return "" if protocol == "full" else f"window{window}" if protocol == "window" else protocol
 
 
