@@ -144,8 +144,9 @@ def protocol_prompts(model: HookedTransformer, task: tasks_pkg.Task, n: int, see
 
     Raises:
         NopeInterpError: ``model`` not a TransformerLens model; unknown protocol (the message lists them); the
-            inputs longer than ``n_ctx``; a ``window`` that is no length; too few held-out prompts; ``seed`` not
-            an integer >= 0.
+            inputs longer than ``n_ctx``; a ``window`` that is no length or shorter than 3 (no adjacency
+            score), or other than 64 with another protocol (it would be ignored); too few held-out prompts; ``seed``
+            not an integer >= 0.
 
     The ``authors`` protocol rebuilds the inputs of the paper's analysis code (Zuo et al., COLING 2025);
     ``docs/method.md`` describes all three.
@@ -153,6 +154,9 @@ def protocol_prompts(model: HookedTransformer, task: tasks_pkg.Task, n: int, see
     check_model(model)
     if protocol not in tasks_pkg.PROTOCOLS:
         raise NopeInterpError(f"unknown protocol {protocol!r}; allowed: {', '.join(tasks_pkg.PROTOCOLS)}")
+    if protocol == "window" and isinstance(window, int) and not isinstance(window, bool) and window < 3:
+        raise NopeInterpError(f"window must be an integer >= 3 (the adjacency score needs at least 3 positions), "
+                              f"got {window}")
     try:
         length = tasks_pkg.protocol_length(task, protocol, window)
         if length > model.cfg.n_ctx:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from nope_interp.errors import NopeInterpError, NopeInterpWarning
+from nope_interp.errors import NopeInterpError, NopeInterpWarning, Terminated
 from tasks import TASK_NAMES, TaskError
 
 #: ModelConfig fields offered as ``--model-*`` flags.
@@ -449,11 +449,12 @@ def _run_command(args: argparse.Namespace, argv: list[str]) -> int:
     except (NopeInterpError, TaskError) as err:
         print(f"nope-interp: error: {flag_named(str(err), args)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback; trainings and sweeps resume on a rerun
-        print(f"nope-interp: interrupted ({args.command}); what finished is kept: rerun the same command to "
+    except (KeyboardInterrupt, Terminated) as stop:  # Ctrl-C or SIGTERM: one line, not a traceback or silence
+        how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
+        print(f"nope-interp: {how} ({args.command}); what finished is kept: rerun the same command to "
               "resume (train and train-text: add --resume; a run stopped before its first checkpoint is removed, "
               "so rerun that one without --resume)", file=sys.stderr)
-        return 130
+        return int(stop.code) if isinstance(stop, Terminated) else 130
 
 
 if __name__ == "__main__":

@@ -10,6 +10,11 @@ class NopeInterpError(ValueError):
     """Bad input to the toolkit: the message names the parameter and what is allowed."""
 
 
+class Terminated(SystemExit):
+    """SIGTERM (``kill``, ``timeout``, a scheduler) during a training: raised in the main thread so that the run
+    directory's cleanup runs, then turned by the CLI into one line and exit status ``code`` (128 + 15)."""
+
+
 class NopeInterpWarning(UserWarning):
     """A toolkit warning: the input is accepted but probably not what was meant (the CLI shows it as one
     line, ``nope-interp: warning: ...``)."""

@@ -547,10 +547,15 @@ def _run_train(point: Point, pdir: Path, device: str = "cpu") -> dict[str, Any]:
 
     tcfg = TrainConfig(**point.settings["train"])
     run_dir = pdir / "run"
-    result = train(point.model, tcfg, run_dir, resume=(run_dir / "checkpoint.pt").exists(), device=device,
-                   command=f"nope-interp sweep (point {point.key})", progress=False)
-    out: dict[str, Any] = {"test_acc": result.test_acc, "steps": result.steps, "wall_time_s": result.wall_time_s,
-                           "stopped_early": result.stopped_early}
+    if (run_dir / io.SUMMARY_FILE).is_file():  # trained before a driver stopped: not trained (or resumed) again
+        done = io.read_json(run_dir / io.SUMMARY_FILE, "run summary")
+        out: dict[str, Any] = {"test_acc": done["test_acc"], "steps": done["steps"],
+                               "wall_time_s": done["train_wall_time_s"], "stopped_early": done["stopped_early"]}
+    else:
+        result = train(point.model, tcfg, run_dir, resume=(run_dir / "checkpoint.pt").exists(), device=device,
+                       command=f"nope-interp sweep (point {point.key})", progress=False)
+        out = {"test_acc": result.test_acc, "steps": result.steps, "wall_time_s": result.wall_time_s,
+               "stopped_early": result.stopped_early}
     n = point.settings["analyze_n_prompts"]
     if n:
         run = load_run(run_dir, device=device)

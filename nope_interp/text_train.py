@@ -41,12 +41,14 @@ from nope_interp.train import (
     check_configs,
     check_same_settings,
     check_trainable_attention,
+    load_optimizer_state,
     locked_run,
     log_spaced_steps,
     lr_at,
     make_optimizer,
     optimizer_step,
     resolve_device,
+    resume_metrics,
     resumed_running_loss,
     run_settings,
     trajectory_path,
@@ -281,11 +283,10 @@ def _train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: Path, str
         check_same_settings(run_settings(old_model, old_cfg), run_settings(model_cfg, cfg), run_dir)
         ckpt = io.load_checkpoint(ckpt_path, device)
         load_state(model, ckpt["model"], f"the weights of checkpoint {ckpt_path}")
-        opt.load_state_dict(ckpt["optimizer"])
+        load_optimizer_state(opt, ckpt["optimizer"], ckpt_path)
         start_step, wall_before = ckpt["step"], ckpt["wall_time_s"]
         resumed_loss = resumed_running_loss(ckpt)
-        kept = [r for r in io.read_metrics(run_dir / io.METRICS_FILE) if r["step"] <= start_step]
-        io.atomic_write_text(run_dir / io.METRICS_FILE, "".join(io.jsonl_line(r) for r in kept))
+        resume_metrics(run_dir, start_step, cfg.steps)
     elif run_dir.exists() and any(run_dir.iterdir()):
         raise NopeInterpError(io.not_empty_message(run_dir, ckpt_path))
     else:

@@ -29,7 +29,7 @@ from transformer_lens import HookedTransformer
 import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.config import ModelConfig, TextTrainConfig, TrainConfig, check_train_fits
-from nope_interp.errors import NopeInterpError, ScheduleWarning
+from nope_interp.errors import NopeInterpError, ScheduleWarning, Terminated
 from nope_interp.evaluate import answer_loss, answer_token_loss, exact_match_accuracy
 from nope_interp.model import build_model, check_device, check_nope, load_state
 from nope_interp.pretrained import parse_run_config
@@ -268,15 +268,15 @@ def locked_run(run_dir: Path, resume: bool, body: Callable[[], T]) -> T:
 
 @contextlib.contextmanager
 def _sigterm_as_exit() -> Iterator[None]:
-    """Within the block (main thread only), SIGTERM (``kill``, ``timeout``, a scheduler) raises SystemExit
-    like Ctrl-C raises KeyboardInterrupt, so the cleanup of :func:`locked_run` runs; the old handler is
-    restored after."""
+    """Within the block (main thread only), SIGTERM (``kill``, ``timeout``, a scheduler) raises
+    :class:`~nope_interp.errors.Terminated` (a SystemExit) like Ctrl-C raises KeyboardInterrupt, so the
+    cleanup of :func:`locked_run` runs; the old handler is restored after."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def stop(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
+        raise Terminated(128 + signum)
 
     old = signal.signal(signal.SIGTERM, stop)
     try:
@@ -306,6 +306,47 @@ def optimizer_step(model: HookedTransformer, opt: torch.optim.Optimizer, batch: 
         opt.step()
     model.eval()
     return loss.item(), grad_norm.item()
+
+
+def load_optimizer_state(opt: torch.optim.Optimizer, state: Any, ckpt_path: Path) -> None:
+    """Load a checkpoint's optimizer ``state`` into ``opt``.
+
+    Raises:
+        NopeInterpError: the state does not fit the model (a corrupt or foreign checkpoint), one line.
+    """
+    try:
+        opt.load_state_dict(state)
+    except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as err:
+        raise NopeInterpError(f"checkpoint is corrupt: {ckpt_path}: its optimizer state does not fit the "
+                              f"model: {str(err).splitlines()[0] if str(err) else type(err).__name__}") from None
+
+
+def resume_metrics(run_dir: Path, step: int, steps: int) -> None:
+    """Check that a run can resume from its checkpoint at ``step`` (of ``steps``), then cut its
+    ``metrics.jsonl`` back to the records up to ``step`` (those after it are trained again).
+
+    Raises:
+        NopeInterpError: the run has finished (the checkpoint is at the last step, or ``summary.json`` says it
+            stopped early at its target at this step): resuming rewrote its summary, and after an early stop
+            trained on past the target; ``metrics.jsonl`` missing while the checkpoint is past step 0 (the
+            history up to it would be lost) or corrupt (a record without ``loss`` or ``lr``). Nothing is
+            written then.
+    """
+    summary_path = run_dir / io.SUMMARY_FILE
+    summary = io.read_json(summary_path, "run summary") if summary_path.is_file() else {}
+    early = summary.get("stopped_early") is True and summary.get("steps") == step
+    if step >= steps or early:
+        why = "stopped early at its target" if early else f"reached its last step ({steps})"
+        raise NopeInterpError(f"--resume: {run_dir} has finished: it {why} at step {step}, so there is nothing to "
+                              f"resume and its files are left as they are; analyse it, or train a new run under "
+                              f"another --name")
+    metrics_path = run_dir / io.METRICS_FILE
+    if step > 0 and not metrics_path.exists():  # resuming would write a history that starts here
+        raise NopeInterpError(f"--resume: {metrics_path} is missing, but the checkpoint is at step {step}: "
+                              f"resuming would lose the training history up to it; restore the file, or "
+                              f"train a new run under another --name")
+    kept = [r for r in io.read_metrics(metrics_path, ("loss", "lr")) if r["step"] <= step]
+    io.atomic_write_text(metrics_path, "".join(io.jsonl_line(r) for r in kept))
 
 
 def resumed_running_loss(ckpt: dict[str, Any]) -> float | None:
@@ -416,20 +457,10 @@ def _train(model_cfg: ModelConfig, cfg: TrainConfig, run_dir: Path, task: tasks_
     if resume:
         ckpt = io.load_checkpoint(ckpt_path, device)
         load_state(model, ckpt["model"], f"the weights of checkpoint {ckpt_path}")
-        try:
-            opt.load_state_dict(ckpt["optimizer"])
-        except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as err:
-            raise NopeInterpError(f"checkpoint is corrupt: {ckpt_path}: its optimizer state does not fit the "
-                                  f"model: {str(err).splitlines()[0] if str(err) else type(err).__name__}") from None
+        load_optimizer_state(opt, ckpt["optimizer"], ckpt_path)
         start_step, wall_before = ckpt["step"], ckpt["wall_time_s"]
         resumed_loss = resumed_running_loss(ckpt)
-        metrics_path = run_dir / io.METRICS_FILE
-        if start_step > 0 and not metrics_path.exists():  # resuming would write a history that starts here
-            raise NopeInterpError(f"--resume: {metrics_path} is missing, but the checkpoint is at step {start_step}: "
-                                  f"resuming would lose the training history up to it; restore the file, or "
-                                  f"train a new run under another --name")
-        kept = [r for r in io.read_metrics(metrics_path, ("loss", "lr")) if r["step"] <= start_step]
-        io.atomic_write_text(run_dir / io.METRICS_FILE, "".join(io.jsonl_line(r) for r in kept))
+        resume_metrics(run_dir, start_step, cfg.steps)
     else:
         io.write_json(run_dir / io.CONFIG_FILE, config)
 

@@ -18,7 +18,7 @@ import random
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from jaxtyping import Bool, Int
@@ -432,18 +432,26 @@ def window_inputs(task: Task, n: int, window: int, seed: int = 0, exclude: froze
     return [text[s : s + window] for s in (rng.randrange(len(text) - window) for _ in range(n))]
 
 
+def _check_window_used(protocol: str, window: Any) -> None:
+    """Refuse a non-default ``window`` with a protocol that would ignore it (a silent no-op otherwise)."""
+    if protocol != "window" and window != 64:
+        raise TaskError(f"window={window!r} is only used with protocol 'window'; with protocol {protocol!r} it would "
+                        f"be ignored: drop it, or pass protocol='window'")
+
+
 def protocol_length(task: Task, protocol: str, window: int = 64) -> int:
     """The length (characters = tokens) of every input of ``protocol``: the task's longest prompt for
     ``full``, :func:`authors_length` for ``authors``, ``window`` for ``window``.
 
     Raises:
         TaskError: unknown protocol (the message lists them); ``task`` not a Task; for ``window``, ``window``
-            not an integer in [1, 10**7].
+            not an integer in [1, 10**7]; for another protocol, a ``window`` other than 64 (it would be ignored).
     """
     if not isinstance(task, Task):
         raise TaskError(f"task must be a tasks.Task (e.g. tasks.get_task('reversal')), got {type(task).__name__}")
     if protocol not in PROTOCOLS:
         raise TaskError(f"unknown protocol {protocol!r}; allowed: {', '.join(PROTOCOLS)}")
+    _check_window_used(protocol, window)
     if protocol == "window":
         _check_int("window", window, 1, 10**7)
         return window
@@ -458,10 +466,13 @@ def protocol_inputs(task: Task, protocol: str, n: int, seed: int = 0, exclude: f
     Raises:
         TaskError: unknown protocol (the message lists them); ``seed`` not an integer >= 0 (every call must give
             the same inputs); too few inputs available; ``exclude`` is a
-            single string (``in`` would test substrings) or holds a non-string.
+            single string (``in`` would test substrings) or holds a non-string; a ``window`` other than 64 with a
+            protocol other than ``window`` (it would be ignored).
     """
     exclude = _exclude(exclude)
     _check_int("seed", seed, 0, 2**63 - 1)
+    if protocol in PROTOCOLS:
+        _check_window_used(protocol, window)
     if protocol == "full":
         return task.analysis_prompts(n, seed, exclude)
     if protocol == "authors":

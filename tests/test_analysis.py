@@ -36,7 +36,8 @@ def test_protocol_is_recorded_and_inputs_have_the_protocol_length(tiny_model, pr
     from nope_interp.analysis import analyze_model
 
     task = tasks.get_task("reversal")
-    res = analyze_model(tiny_model, task, 6, seed=2, points=("embed",), protocol=protocol, window=30)
+    res = analyze_model(tiny_model, task, 6, seed=2, points=("embed",), protocol=protocol,
+                        **({"window": 30} if protocol == "window" else {}))
     length = {"full": 22, "authors": 22, "window": 30}[protocol]
     assert res.protocol == protocol and res.to_dict()["protocol"] == protocol
     assert len(res.example_prompt) == length and res.example_sim.shape[-1] == length

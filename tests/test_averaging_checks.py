@@ -24,9 +24,10 @@ def test_averaging_report_against_a_direct_computation(checks, tiny_model, addit
 
     import tasks
 
-    rep = checks.averaging_report(tiny_model, addition_task, 6, protocol=protocol, window=20)
+    window = 20 if protocol == "window" else 64  # the others refuse a window they would ignore
+    rep = checks.averaging_report(tiny_model, addition_task, 6, protocol=protocol, window=window)
     assert rep.task == "addition" and rep.n_prompts == 6 and len(rep.layers) == 2 and rep.protocol == protocol
-    tokens = addition_task.prompt_tokens(tasks.protocol_inputs(addition_task, protocol, 6, 1, window=20))
+    tokens = addition_task.prompt_tokens(tasks.protocol_inputs(addition_task, protocol, 6, 1, window=window))
     assert tokens.shape[1] == {"full": 9, "authors": 9, "window": 20}[protocol]
     assert rep.n_pos == tokens.shape[1]
     _, cache = tiny_model.run_with_cache(tokens)
@@ -151,6 +152,14 @@ def test_bad_protocols_and_windows_are_refused_with_the_parameter_named(checks, 
         f(tiny_model, addition_task, protocol="padded")
     with pytest.raises(NopeInterpError, match="n_ctx=48 is too small for 'addition' window inputs of 60 tokens"):
         f(tiny_model, addition_task, protocol="window", window=60)
+    for protocol in ("full", "authors"):  # a window these protocols would ignore
+        with pytest.raises(NopeInterpError, match=f"window=20 is only used with protocol 'window'; with protocol "
+                                                  f"'{protocol}' it would be ignored"):
+            f(tiny_model, addition_task, protocol=protocol, window=20)
+    for window in (1, 2):  # no adjacency score (a 1x1 or 2x2 cosine matrix)
+        with pytest.raises(NopeInterpError, match=f"window must be an integer >= 3 .*, got {window}"):
+            f(tiny_model, addition_task, protocol="window", window=window)
+    assert f(tiny_model, addition_task, protocol="window", window=3).protocol == "window"
 
 
 @pytest.mark.parametrize("fn", ["averaging_report", "counterfactual_report", "cosine_example"])

@@ -126,6 +126,23 @@ def test_bad_config_and_initialised_models_are_refused():
         compare.run(compare.CompareConfig(n_prompts=4), [entry])
 
 
+def test_a_window_length_applies_to_the_window_protocol_only(tiny_runs):
+    """With protocols (full, window) and window 12, the full inputs stay full-length and the window inputs
+    are 12 characters: the scores equal analyze_model's under each protocol alone."""
+    from nope_interp.analysis import analyze_model
+    from nope_interp.jobs import compare
+    from nope_interp.jobs.common import ModelSource, load_models
+
+    entries = load_models(ModelSource(run=(str(tiny_runs[0]),)))
+    result = compare.run(compare.CompareConfig(n_prompts=4, protocols=("full", "window"), window=12), entries)
+    z, e = "blocks.0.attn.hook_z", entries[0]
+    for protocol, kw in (("full", {}), ("window", {"window": 12})):
+        ref = analyze_model(e.model, e.task, 4, seed=1, exclude=e.train_prompts, protocol=protocol, **kw)
+        assert result.groups[0].stats[protocol]["trained"][z]["mean"] == pytest.approx(
+            ref.scores["row_mean"][z]["mean"], abs=1e-12)
+    assert result.groups[0].seeds[0].exact_match_on_inputs["window"]["n_inputs"] == 4
+
+
 def test_figure_has_a_panel_per_recipe_and_one_legend_for_all(tiny_runs):
     from nope_interp.jobs import compare
     from nope_interp.jobs.common import ModelSource, load_models

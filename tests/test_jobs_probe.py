@@ -191,7 +191,7 @@ def test_a_protocol_probes_its_inputs_and_names_its_files(probe_job, small_confi
     cfg = dataclasses.replace(small_config, protocol=protocol, **({"window": 30} if protocol == "window" else {}))
     result = probe_job.run(cfg, [tiny_reversal_entry])
     task = tiny_reversal_entry.task
-    inputs = tasks.protocol_inputs(task, protocol, 16, 1, window=30)
+    inputs = tasks.protocol_inputs(task, protocol, 16, 1, **({"window": 30} if protocol == "window" else {}))
     assert {len(x) for x in inputs} == {22 if protocol == "authors" else 30}
     acts = collect_activations(tiny_reversal_entry.model, task.prompt_tokens(inputs))
     sites = probe_job.default_sites(2)

@@ -320,6 +320,30 @@ def test_killed_driver_resumes_without_running_a_point_twice_and_matches_an_unin
     assert _metrics(part) == _metrics(whole)  # identical results
 
 
+def test_a_train_point_killed_after_training_is_not_trained_again(tmp_path):
+    """A driver stopped between a point's training (summary.json written) and its result.json: the next
+    driver reads the finished run (a finished run is not resumed) and writes the same result."""
+    from nope_interp.sweep import load_spec, run_sweep
+
+    text = ("[sweep]\nname='t'\nkind='train'\n[base]\npreset='tiny'\ntask='addition'\nn_digits=1\nsteps=4\n"
+            "batch_size=4\nn_train=60\nn_test=20\neval_every=2\neval_n=5\ncheckpoint_every=2\nwarmup_steps=1\n"
+            "analyze_n_prompts=4\n")
+    spec = load_spec(_write(tmp_path, text))
+    assert run_sweep(spec, tmp_path / "o", workers=1, progress=False).done == 1
+    (point,) = [p for p in (tmp_path / "o" / "points").iterdir() if p.is_dir()]
+    first = json.loads((point / "result.json").read_text())
+    (point / "result.json").unlink()
+    ckpt = point / "run" / "checkpoint.pt"
+    before = ckpt.read_bytes()
+    status = run_sweep(spec, tmp_path / "o", workers=1, progress=False)
+    assert (status.done, status.failed) == (1, 0)
+    again = json.loads((point / "result.json").read_text())
+    assert ckpt.read_bytes() == before  # not trained again
+    wall = again["metrics"].pop("wall_time_s")
+    assert wall == pytest.approx(first["metrics"].pop("wall_time_s"), abs=0.05)  # summary.json keeps 0.1 s
+    assert again["metrics"] == first["metrics"]
+
+
 def test_a_failed_point_is_recorded_and_the_others_finish(tmp_path):
     from nope_interp.sweep import load_spec, read_results, run_sweep
 

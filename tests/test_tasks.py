@@ -321,6 +321,24 @@ def test_get_task_refuses_a_name_that_is_not_a_string(T):
             unhooked(T.get_task)(bad)
 
 
+def test_a_window_is_refused_with_the_protocols_that_would_ignore_it():
+    """``protocol_inputs(task, "full", n, window=30)`` returned full-length prompts, the window silently dropped."""
+    import tasks
+
+    task = tasks.get_task("addition")
+    for protocol in ("full", "authors"):
+        for window in (30, 8, 200):
+            for fn, args in ((tasks.protocol_inputs, (task, protocol, 4, 1, frozenset(), window)),
+                             (tasks.protocol_length, (task, protocol, window))):
+                with pytest.raises(tasks.TaskError, match=f"window={window} is only used with protocol 'window'; "
+                                                          f"with protocol '{protocol}' it would be ignored"):
+                    fn(*args)
+        # the default is accepted, and the inputs are those of no window at all
+        assert tasks.protocol_inputs(task, protocol, 4, 1, window=64) == tasks.protocol_inputs(task, protocol, 4, 1)
+        assert tasks.protocol_length(task, protocol, 64) == tasks.protocol_length(task, protocol)
+    assert tasks.protocol_length(task, "window", 30) == 30
+
+
 def test_protocol_inputs_and_lengths_refuse_seeds_and_windows_that_are_not_integers():
     """A None seed drew new inputs on every call, a negative one repeated another seed's inputs."""
     from conftest import unhooked
@@ -330,17 +348,18 @@ def test_protocol_inputs_and_lengths_refuse_seeds_and_windows_that_are_not_integ
     task = tasks.get_task("reversal")
     inputs, length = unhooked(tasks.protocol_inputs), unhooked(tasks.protocol_length)
     for protocol in tasks.PROTOCOLS:
+        window = 30 if protocol == "window" else 64
         for seed in (None, -1, "1", 1.5, True):
             with pytest.raises(tasks.TaskError, match="seed must be an integer"):
-                inputs(task, protocol, 4, seed, window=30)
-        assert tasks.protocol_inputs(task, protocol, 4, 3, window=30) == tasks.protocol_inputs(task, protocol, 4, 3,
-                                                                                                 window=30)
+                inputs(task, protocol, 4, seed, window=window)
+        assert tasks.protocol_inputs(task, protocol, 4, 3, window=window) == tasks.protocol_inputs(
+            task, protocol, 4, 3, window=window)
     for window in (0, -5, "64", None, 64.5, True):
         with pytest.raises(tasks.TaskError, match="window must be an integer"):
             length(task, "window", window)
     with pytest.raises(tasks.TaskError, match="task must be a tasks.Task"):
         length("reversal", "full")
-    assert [tasks.protocol_length(task, p, 30) for p in tasks.PROTOCOLS] == [22, 22, 30]
+    assert [tasks.protocol_length(task, p, 30 if p == "window" else 64) for p in tasks.PROTOCOLS] == [22, 22, 30]
 
 
 def test_too_few_prompts_says_whether_the_exclusion_is_why(T):

@@ -140,6 +140,11 @@ def test_resume_with_other_settings_or_a_task_run_is_refused(tmp_path, capsys, t
     assert "model.seed (stored 0, given 7)" in capsys.readouterr().err   # before: hidden behind the training seed
     assert main(["train-text", *TINY, "--runs-dir", str(tmp_path), "--name", "r"]) == 2
     assert "not empty" in capsys.readouterr().err
+    before = {f: f.read_bytes() for f in (tmp_path / "r").rglob("*") if f.is_file()}
+    assert main(["train-text", *TINY, "--runs-dir", str(tmp_path), "--name", "r", "--resume"]) == 2  # finished
+    err = capsys.readouterr().err.strip()
+    assert "has finished: it reached its last step" in err and len(err.splitlines()) == 1, err
+    assert {f: f.read_bytes() for f in (tmp_path / "r").rglob("*") if f.is_file()} == before
     from nope_interp.errors import NopeInterpError
     from nope_interp.text_train import load_text_run
 
@@ -210,6 +215,8 @@ def test_sigterm_before_the_first_checkpoint_leaves_no_half_made_run(tmp_path):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=120) == 128 + signal.SIGTERM
     assert not run.exists() or not any(run.iterdir())  # a rerun is not refused as "not empty"
+    err = proc.stderr.read().strip().splitlines()  # one line says so (it exited silently)
+    assert err[-1].startswith("nope-interp: terminated (SIGTERM) (train-text); what finished is kept"), err
 
 
 def test_ablate_and_probe_take_text_runs_with_next_character_accuracy(tmp_path, capsys):

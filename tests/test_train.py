@@ -202,6 +202,13 @@ def test_packed_training_records_its_objective_and_refuses_a_window_longer_than_
         cfg.replace(objective="every_token")
 
 
+def _rewind_checkpoint(run, step):
+    """Relabel a finished run's checkpoint as taken at ``step`` (a run stopped there; the weights are the last)."""
+    ckpt = torch.load(run / "checkpoint.pt", weights_only=False)
+    ckpt["step"] = step
+    torch.save(ckpt, run / "checkpoint.pt")
+
+
 def test_a_run_written_before_new_config_fields_still_resumes(tiny_train, tmp_path):
     """config.json from before objective/window/tied_embeddings/dropout existed: --resume still works."""
     from nope_interp.train import train
@@ -216,6 +223,7 @@ def test_a_run_written_before_new_config_fields_still_resumes(tiny_train, tmp_pa
         config["model"].pop(key)
     path.write_text(json.dumps(config))
     (tmp_path / "old" / "summary.json").unlink()
+    _rewind_checkpoint(tmp_path / "old", 2)  # stopped before its end (a finished run is not resumed)
     r = train(model_cfg, cfg.replace(steps=4), tmp_path / "old", resume=True, progress=False)
     assert r.steps == 4
 
@@ -317,6 +325,37 @@ def test_resume_and_finalize_name_a_corrupt_run_config_and_bad_devices(tiny_trai
     assert resolve_device("cpu") == "cpu" and resolve_device("auto") in ("cpu", "cuda")
 
 
+def test_resume_of_a_finished_run_is_refused_and_writes_nothing(tiny_train, tmp_path):
+    """A run at its last step, or stopped early at its target, rewrote its summary on --resume (and after an
+    early stop trained on past the target): refused, every file left as it was. One stopped by hand and
+    finalised (summary written, not early) still resumes."""
+    import shutil
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.train import finalize, train
+
+    model_cfg, cfg = tiny_train
+    cfg = cfg.replace(steps=12, eval_every=4)
+    train(model_cfg, cfg, tmp_path / "done", progress=False)
+    early = tmp_path / "early"  # an early stop: the target reached at the step-8 checkpoint
+    shutil.copytree(tmp_path / "done", early)
+    _rewind_checkpoint(early, 8)
+    summary = json.loads((early / "summary.json").read_text())
+    (early / "summary.json").write_text(json.dumps({**summary, "steps": 8, "stopped_early": True}))
+    for run, match in ((tmp_path / "done", "has finished: it reached its last step \\(12\\) at step 12"),
+                       (early, "has finished: it stopped early at its target at step 8")):
+        before = {f.name: f.read_bytes() for f in run.rglob("*") if f.is_file()}
+        with pytest.raises(NopeInterpError, match=match):
+            train(model_cfg, cfg, run, resume=True, progress=False)
+        assert {f.name: f.read_bytes() for f in run.rglob("*") if f.is_file()} == before
+    # finalised by hand at step 8 (stopped_early false): resumes to the end
+    hand = tmp_path / "hand"
+    shutil.copytree(early, hand)
+    (hand / "summary.json").unlink()
+    assert finalize(hand)["stopped_early"] is False
+    assert train(model_cfg, cfg, hand, resume=True, progress=False).steps == 12
+
+
 def test_resume_refuses_a_lost_or_hollow_training_history(tiny_train, tmp_path):
     """A checkpoint past step 0 beside no metrics.jsonl (or lines without loss/lr) would have resumed into a
     history that starts at the checkpoint: refused, and the files are left as they were."""
@@ -328,10 +367,12 @@ def test_resume_refuses_a_lost_or_hollow_training_history(tiny_train, tmp_path):
     model_cfg, cfg = tiny_train
     cfg = cfg.replace(steps=12, eval_every=4)
     train(model_cfg, cfg, tmp_path / "done", progress=False)
-    for case, match in (("missing", "metrics.jsonl is missing, but the checkpoint is at step 12"),
+    for case, match in (("missing", "metrics.jsonl is missing, but the checkpoint is at step 8"),
                         ("no loss", "line 1: no 'loss'"), ("no lr", "line 1: no 'lr'")):
         run = tmp_path / case.replace(" ", "_")
         shutil.copytree(tmp_path / "done", run)
+        _rewind_checkpoint(run, 8)  # as if stopped at step 8: not finished
+        (run / "summary.json").unlink()
         metrics = run / "metrics.jsonl"
         if case == "missing":
             metrics.unlink()

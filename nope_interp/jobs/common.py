@@ -335,6 +335,13 @@ def protocol_tag(protocol: str, window: int = 64) -> str:
     return "" if protocol == "full" else f"window{window}" if protocol == "window" else protocol
 
 
+def protocol_window(protocol: str, window: int) -> int:
+    """The ``window`` argument to pass with ``protocol`` in a loop over several protocols: ``window``
+    (characters) for the ``window`` protocol, the default 64 for the others, which refuse any other value
+    (it would be ignored)."""
+    return window if protocol == "window" else 64
+
+
 def text_task_name(entry: ModelEntry) -> str:
     """The ``task`` of a ``train-text`` model's result rows: ``text-nope``, ``text-learned``, ``text-rotary`` or, for
     a hybrid, ``text-rotary-nope<layers>`` (:attr:`nope_interp.config.ModelConfig.positional_label`), so that

@@ -28,7 +28,7 @@ from nope_interp.config import FrozenConfig, check_choices, check_int, check_use
 from nope_interp.diagnostics import INTERVENTIONS, diagnose
 from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import exact_match_on_inputs
-from nope_interp.jobs.common import Log, ModelEntry, emit, progress, shipped_entries
+from nope_interp.jobs.common import Log, ModelEntry, emit, progress, protocol_window, shipped_entries
 from nope_interp.jobs.demo import CLAIMS, FIRST_ATTENTION_SITES
 from nope_interp.model import build_model
 from nope_interp.plotting import plot_adjacency_by_layer, save_figure
@@ -208,10 +208,11 @@ def _seed_record(entry: ModelEntry, config: CompareConfig) -> SeedRecord:
         scores[protocol], authors[protocol] = {}, {}
         for kind, model in models.items():
             res = analyze_model(model, task, n, seed=config.prompt_seed, exclude=entry.train_prompts,
-                                protocol=protocol, window=config.window)
+                                protocol=protocol, window=protocol_window(protocol, config.window))
             scores[protocol][kind] = {s: v["mean"] for s, v in res.scores["row_mean"].items()}
             authors[protocol][kind] = authors_statistics(res)
-        inputs = tasks_pkg.protocol_inputs(task, protocol, n, config.prompt_seed, entry.train_prompts, config.window)
+        inputs = tasks_pkg.protocol_inputs(task, protocol, n, config.prompt_seed, entry.train_prompts,
+                                           protocol_window(protocol, config.window))
         on_inputs[protocol] = exact_match_on_inputs(entry.model, task, inputs).to_dict()
     tokens = task.analysis_tokens(n, config.prompt_seed, entry.train_prompts)
     diagnostics = {kind: diagnose(model, task, tokens) for kind, model in models.items()}

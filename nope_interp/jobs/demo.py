@@ -33,7 +33,7 @@ from nope_interp.config import (
 from nope_interp.diagnostics import INTERVENTIONS, diagnose
 from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import exact_match_accuracy, exact_match_on_inputs
-from nope_interp.jobs.common import Log, ModelEntry, emit, entry_from_run, eval_examples, progress
+from nope_interp.jobs.common import Log, ModelEntry, emit, entry_from_run, eval_examples, progress, protocol_window
 from nope_interp.model import build_model
 from nope_interp.plotting import plot_adjacency_by_layer, plot_cosine_heatmaps, save_figure
 from nope_interp.pretrained import available_pretrained, load_pretrained, load_run
@@ -286,11 +286,12 @@ def run(config: DemoConfig, models: list[ModelEntry] | None = None, *, log: Log 
         for protocol in config.protocols[1:]:
             others[protocol] = {
                 kind: analyze_model(model, task, n, seed=1, exclude=entry.train_prompts, protocol=protocol,
-                                    window=config.window)
+                                    window=protocol_window(protocol, config.window))
                 for kind, model in (("initialised", build_model(init_cfg)), ("trained", entry.model))}
         analysed = [task.example(p) for p in task.analysis_prompts(n, 1, entry.train_prompts)]
         on_inputs = {p: exact_match_on_inputs(entry.model, task, tasks_pkg.protocol_inputs(
-            task, p, n, 1, entry.train_prompts, config.window)).exact_match for p in config.protocols}
+            task, p, n, 1, entry.train_prompts, protocol_window(p, config.window))).exact_match
+            for p in config.protocols}
         tokens = task.prompt_tokens([ex.prompt for ex in analysed])
         diagnostics = {kind: diagnose(model, task, tokens) for kind, model in
                        (("initialised", build_model(init_cfg)), ("step0", build_model(entry.model_cfg)),
