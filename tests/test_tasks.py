@@ -89,6 +89,31 @@ def test_splits_deterministic_disjoint_and_sized(T, name):
     assert all(task.check_line(e.line) for e in a.train[:200] + a.test[:200])
 
 
+def test_cached_splits_equal_freshly_built_ones_and_never_mix_keys(T, monkeypatch):
+    """Splits are built once per (task, parameters, counts, seed): each key gives what distinct_prompts +
+    example build by hand, another parameter, count or seed never gets another key's splits, and the cache
+    keeps at most its size."""
+    import tasks.base as B
+
+    def by_hand(task, n_train, n_test, seed):
+        examples = tuple(task.example(p) for p in task.distinct_prompts(n_train + n_test, seed))
+        return B.Splits(train=examples[:n_train], test=examples[n_train:])
+
+    monkeypatch.setattr(B, "_SPLITS_CACHE", B.OrderedDict())
+    keys = [("addition", {"n_digits": 2}, 50, 20, 0), ("addition", {"n_digits": 3}, 50, 20, 0),
+            ("addition", {"n_digits": 2}, 50, 20, 1), ("addition", {"n_digits": 2}, 40, 30, 0),
+            ("reversal", {"n_digits": 2}, 50, 20, 0)]
+    for _ in range(2):  # built, then from the cache
+        for name, params, n_train, n_test, seed in keys:
+            task = T.get_task(name, **params)  # a new Task object: the key is its parameters, not its identity
+            got = task.splits(n_train, n_test, seed)
+            assert got == by_hand(task, n_train, n_test, seed), (name, params, n_train, n_test, seed)
+    assert len(B._SPLITS_CACHE) == len(keys)
+    monkeypatch.setattr(B, "_SPLITS_CACHE_SIZE", 2)
+    T.get_task("indexing").splits(10, 10, 0)
+    assert len(B._SPLITS_CACHE) == 2
+
+
 def test_default_split_sizes_are_the_papers(T):
     s = T.get_task("addition").splits()
     assert (len(s.train), len(s.test)) == (20_000, 20_000)
