@@ -83,6 +83,7 @@ def test_run_and_write_on_tiny_models(job, tiny_entries, tmp_path):
 
     rows = list(csv.DictReader((res_dir / "averaging.csv").open()))
     assert len(rows) == 3 * (2 + 4)  # per model: one row per layer, one per condition
+    assert {r["protocol"] for r in rows} == {"full"} and "window" not in rows[0]  # the CSV alone says its inputs
     first = t.model("initialised").averaging.layers[0]
     assert rows[0]["layer"] == "0" and float(rows[0]["closed_form_mae"]) == pytest.approx(first.closed_form_mae)
     assert rows[2]["condition"] == "clean" and rows[2]["adjacency@blocks.0.attn.hook_z"]
@@ -161,6 +162,11 @@ def test_run_under_another_protocol_measures_its_inputs_and_suffixes_every_file(
     res_dir, fig_dir = tmp_path / "results" / "averaging", tmp_path / "figures" / "averaging"
     tag = f"window{window}" if protocol == "window" else protocol
     assert sorted(p.name for p in res_dir.iterdir()) == [f"averaging_{tag}.csv", f"averaging_{tag}.json"]
+    import csv
+
+    rows = list(csv.DictReader((res_dir / f"averaging_{tag}.csv").open()))
+    assert {(r["protocol"], r.get("window")) for r in rows} == {(protocol, str(window) if protocol == "window"
+                                                                 else None)}
     figs = sorted(p.name for p in fig_dir.glob("*.html"))
     assert figs == [f"counterfactual_attention_{tag}.html",
                     f"predicted_vs_observed_addition_initialised_{tag}.html",

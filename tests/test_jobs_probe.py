@@ -115,7 +115,7 @@ def test_run_matches_the_pure_probing_functions_and_writes_files(probe_job, smal
     assert names == ["figures/probe/nrmse_by_site_ridge.html", "results/probe/probe.csv", "results/probe/probe.json"]
     assert all(p.exists() for p in paths)
     assert (tmp_path / "results/probe/probe.csv").read_text().splitlines()[0].startswith(
-        "task,model,site,feature,probe,seed,probe_nrmse,probe_pearson_r,probe_mae,mean_baseline_nrmse")
+        "protocol,task,model,site,feature,probe,seed,probe_nrmse,probe_pearson_r,probe_mae,mean_baseline_nrmse")
 
 
 def test_unknown_site_is_refused_before_probing(probe_job, tiny_reversal_entry):
@@ -203,6 +203,8 @@ def test_a_protocol_probes_its_inputs_and_names_its_files(probe_job, small_confi
     tag = "window30" if protocol == "window" else protocol  # two window lengths never share a file either
     assert sorted(p.name for p in paths) == sorted([f"probe_{tag}.json", f"probe_{tag}.csv",
                                                     f"nrmse_by_site_ridge_{tag}.html"])
+    header = next(p for p in paths if p.suffix == ".csv").read_text().splitlines()[0]
+    assert header.startswith("protocol,window,task," if protocol == "window" else "protocol,task,")
     assert f"{protocol} inputs" in probe_job.plot_probe_nrmse(result, "ridge").layout.title.text
 
 

@@ -66,6 +66,7 @@ def test_scores_equal_analysing_each_kept_checkpoint(tiny_addition_run_with_kept
     assert trajectory.load_trajectory(tmp_path / "results" / "trajectory" / "tiny-addition.json") == r
     assert_strict_json_files(tmp_path)  # result JSON is strict: NaN/inf written as null
     assert {p.name for p in paths} == {"tiny-addition.json", "tiny-addition.csv", "tiny-addition.html"}
+    assert (tmp_path / "results" / "trajectory" / "tiny-addition.csv").read_text().startswith("protocol,step,")
     data = json.loads((tmp_path / "results" / "trajectory" / "tiny-addition.json").read_text())
     assert data["steps"] == [0, 25, 50, 60] and len(data["scores"]["blocks.1.attn.hook_z"]) == 4
 
@@ -88,6 +89,8 @@ def test_the_window_protocol_scores_windows_of_the_given_length(tiny_addition_ru
     assert result.runs[0].scores["blocks.0.attn.hook_z"][2] == ref.scores["row_mean"]["blocks.0.attn.hook_z"]["mean"]
     assert {p.name for p in trajectory.write(result, tmp_path)} == {
         "tiny-addition_window12.json", "tiny-addition_window12.csv", "tiny-addition_window12.html"}
+    rows = (tmp_path / "results" / "trajectory" / "tiny-addition_window12.csv").read_text().splitlines()
+    assert rows[0].startswith("protocol,window,step,") and rows[1].startswith("window,12,0,")
 
 
 def test_a_model_without_kept_steps_is_refused():

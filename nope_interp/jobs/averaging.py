@@ -34,7 +34,16 @@ from nope_interp.averaging_checks import (
 from nope_interp.config import FrozenConfig, check_choice, check_int, check_tasks, check_used, opt, preset
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import short_label
-from nope_interp.jobs.common import Log, ModelEntry, emit, entry_from_init, entry_from_run, progress, protocol_tag
+from nope_interp.jobs.common import (
+    Log,
+    ModelEntry,
+    emit,
+    entry_from_init,
+    entry_from_run,
+    progress,
+    protocol_tag,
+    with_protocol,
+)
 from nope_interp.plotting import save_figure
 from nope_interp.pretrained import available_pretrained, load_pretrained
 
@@ -280,8 +289,9 @@ def write(result: AveragingResult, out_root: str | Path = ".") -> list[Path]:
     res_dir, fig_dir = io.job_dirs(out_root, NAME)
     tag = protocol_tag(result.config.protocol, result.config.window)
     sfx = f"_{tag}" if tag else ""
+    rows = with_protocol(result.csv_rows(), result.config.protocol, result.config.window)
     paths = [io.write_json(res_dir / f"averaging{sfx}.json", result.to_dict()),
-             io.atomic_write_text(res_dir / f"averaging{sfx}.csv", io.to_csv(result.csv_rows()))]
+             io.atomic_write_text(res_dir / f"averaging{sfx}.csv", io.to_csv(rows))]
     for t in result.tasks:
         for m in t.models:
             if m.causal:

@@ -335,6 +335,13 @@ def protocol_tag(protocol: str, window: int = 64) -> str:
     return "" if protocol == "full" else f"window{window}" if protocol == "window" else protocol
 
 
+def with_protocol(rows: list[dict[str, Any]], protocol: str, window: int = 64) -> list[dict[str, Any]]:
+    """CSV ``rows`` with the analysis inputs as their first columns: ``protocol`` and, for the ``window``
+    protocol, ``window`` (characters), so that a CSV read alone says what it measured, as its JSON does."""
+    cols = {"protocol": protocol, **({"window": window} if protocol == "window" else {})}
+    return [{**cols, **row} for row in rows]
+
+
 def protocol_window(protocol: str, window: int) -> int:
     """The ``window`` argument to pass with ``protocol`` in a loop over several protocols: ``window``
     (characters) for the ``window`` protocol, the default 64 for the others, which refuse any other value

@@ -57,6 +57,7 @@ from nope_interp.jobs.common import (
     progress,
     protocol_tag,
     shipped_entries,
+    with_protocol,
 )
 from nope_interp.plotting import save_figure
 from nope_interp.probing import (
@@ -404,7 +405,8 @@ def write(result: ProbeResult, out_root: str | Path = ".") -> list[Path]:
     res_dir, fig_dir = io.job_dirs(out_root, NAME)
     tag = protocol_tag(result.config.protocol, result.config.window)
     sfx = f"_{tag}" if tag else ""
-    rows = [r.to_dict() for r in (*result.rows, *result.noise_rows)]
+    rows = with_protocol([r.to_dict() for r in (*result.rows, *result.noise_rows)], result.config.protocol,
+                         result.config.window)
     paths = [io.write_json(res_dir / f"probe{sfx}.json", result.to_dict()),
              io.atomic_write_text(res_dir / f"probe{sfx}.csv", io.to_csv(rows))]
     for probe in result.probes:

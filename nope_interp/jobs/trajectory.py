@@ -32,7 +32,7 @@ from nope_interp.diagnostics import (
 )
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, short_label
-from nope_interp.jobs.common import Log, ModelEntry, emit, progress, protocol_tag
+from nope_interp.jobs.common import Log, ModelEntry, emit, progress, protocol_tag, with_protocol
 from nope_interp.model import build_model, load_state
 from nope_interp.plotting import LINE_COLOURS, save_figure
 
@@ -408,7 +408,8 @@ def write(result: TrajectoryResult, out_root: str | Path = ".") -> list[Path]:
     for r in result.runs:
         paths += [io.write_json(res_dir / f"{r.label}{sfx}.json", {**r.to_dict(), "config": result.config.to_dict(),
                                                                    **io.provenance()}),
-                  io.atomic_write_text(res_dir / f"{r.label}{sfx}.csv", io.to_csv(r.rows())),
+                  io.atomic_write_text(res_dir / f"{r.label}{sfx}.csv", io.to_csv(
+                      with_protocol(r.rows(), result.config.protocol, result.config.window))),
                   save_figure(plot_trajectory(r, result.config.protocol), fig_dir / f"{r.label}{sfx}.html")]
     site = "blocks.0.attn.hook_z"
     if len(result.runs) > 1 and all(site in r.scores for r in result.runs):
