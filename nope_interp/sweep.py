@@ -543,12 +543,12 @@ def _run_init(point: Point, device: str = "cpu") -> dict[str, Any]:
 def _run_train(point: Point, pdir: Path, device: str = "cpu") -> dict[str, Any]:
     from nope_interp.analysis import analyze_model
     from nope_interp.pretrained import load_run
-    from nope_interp.train import train
+    from nope_interp.train import finished_summary, train
 
     tcfg = TrainConfig(**point.settings["train"])
     run_dir = pdir / "run"
-    if (run_dir / io.SUMMARY_FILE).is_file():  # trained before a driver stopped: not trained (or resumed) again
-        done = io.read_json(run_dir / io.SUMMARY_FILE, "run summary")
+    done = finished_summary(run_dir, tcfg.steps)
+    if done is not None:  # trained before a driver stopped: not trained (or resumed) again
         out: dict[str, Any] = {"test_acc": done["test_acc"], "steps": done["steps"],
                                "wall_time_s": done["train_wall_time_s"], "stopped_early": done["stopped_early"]}
     else:

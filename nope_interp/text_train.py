@@ -286,7 +286,7 @@ def _train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: Path, str
         load_optimizer_state(opt, ckpt["optimizer"], ckpt_path)
         start_step, wall_before = ckpt["step"], ckpt["wall_time_s"]
         resumed_loss = resumed_running_loss(ckpt)
-        resume_metrics(run_dir, start_step, cfg.steps)
+        resume_metrics(run_dir, start_step, cfg.steps, fields=())  # a text summary has no exact match
     elif run_dir.exists() and any(run_dir.iterdir()):
         raise NopeInterpError(io.not_empty_message(run_dir, ckpt_path))
     else:

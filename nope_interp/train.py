@@ -321,25 +321,65 @@ def load_optimizer_state(opt: torch.optim.Optimizer, state: Any, ckpt_path: Path
                               f"model: {str(err).splitlines()[0] if str(err) else type(err).__name__}") from None
 
 
-def resume_metrics(run_dir: Path, step: int, steps: int) -> None:
-    """Check that a run can resume from its checkpoint at ``step`` (of ``steps``), then cut its
-    ``metrics.jsonl`` back to the records up to ``step`` (those after it are trained again).
+#: What a finished task run's summary must hold: its numbers are read from it (a sweep point's result).
+TASK_SUMMARY_FIELDS: tuple[tuple[str, tuple[type, ...]], ...] = (
+    ("stopped_early", (bool,)), ("test_acc", (int, float)), ("train_wall_time_s", (int, float)))
+
+
+def finished_summary(run_dir: Path, steps: int, step: int | None = None,
+                     fields: tuple[tuple[str, tuple[type, ...]], ...] = TASK_SUMMARY_FIELDS) -> dict[str, Any] | None:
+    """The run's ``summary.json`` if it says the run has finished, else None (no summary, or one written by
+    :func:`finalize` for a run stopped by hand before its last step). Finished: it stopped early at its
+    target, or trained its whole schedule of ``steps``; with ``step`` (the checkpoint's), only a summary of
+    that step counts. ``fields``: ``(name, types)`` a finished summary must hold (a ``train-text`` run's
+    summary has no test exact match: pass ``()``).
 
     Raises:
-        NopeInterpError: the run has finished (the checkpoint is at the last step, or ``summary.json`` says it
-            stopped early at its target at this step): resuming rewrote its summary, and after an early stop
-            trained on past the target; ``metrics.jsonl`` missing while the checkpoint is past step 0 (the
-            history up to it would be lost) or corrupt (a record without ``loss`` or ``lr``). Nothing is
-            written then.
+        NopeInterpError: ``summary.json`` is not valid JSON or not an object; a finished summary without one
+            of ``fields`` of its type (by default a boolean ``stopped_early``, a numeric ``test_acc`` and
+            ``train_wall_time_s``).
     """
-    summary_path = run_dir / io.SUMMARY_FILE
-    summary = io.read_json(summary_path, "run summary") if summary_path.is_file() else {}
-    early = summary.get("stopped_early") is True and summary.get("steps") == step
-    if step >= steps or early:
-        why = "stopped early at its target" if early else f"reached its last step ({steps})"
-        raise NopeInterpError(f"--resume: {run_dir} has finished: it {why} at step {step}, so there is nothing to "
-                              f"resume and its files are left as they are; analyse it, or train a new run under "
-                              f"another --name")
+    path = run_dir / io.SUMMARY_FILE
+    if not path.is_file():
+        return None
+    summary = io.read_json(path, "run summary")
+    if not isinstance(summary, dict):
+        raise NopeInterpError(f"run summary is corrupt: {path} holds a JSON {type(summary).__name__}, not an "
+                              f"object")
+    done = summary.get("steps")
+    if isinstance(done, bool) or not isinstance(done, int) or (step is not None and done != step):
+        return None
+    if not (summary.get("stopped_early") is True or done >= steps):
+        return None
+    for key, kinds in fields:
+        value = summary.get(key)
+        if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)):
+            raise NopeInterpError(f"run summary is corrupt: {path}: {key!r} is {value!r}")
+    return summary
+
+
+def resume_metrics(run_dir: Path, step: int, steps: int,
+                   fields: tuple[tuple[str, tuple[type, ...]], ...] = TASK_SUMMARY_FIELDS) -> None:
+    """Check that a run can resume from its checkpoint at ``step`` (of ``steps``), then cut its
+    ``metrics.jsonl`` back to the records up to ``step`` (those after it are trained again). A run whose
+    checkpoint is at its last step but which has no summary (stopped while scoring the test set) resumes:
+    it only scores the test set and writes the summary.
+
+    Raises:
+        NopeInterpError: the run has finished (:func:`finished_summary` with ``fields``: its summary says it
+            stopped early at its target or trained its whole schedule, at this step): resuming rewrote its
+            summary, and after an early stop trained on past the target; a corrupt summary; ``metrics.jsonl``
+            missing while the checkpoint is past step 0 (the history up to it would be lost) or corrupt (a
+            record without ``loss`` or ``lr``). Nothing is written then.
+    """
+    summary = finished_summary(run_dir, steps, step, fields)
+    if summary is not None:
+        early = summary.get("stopped_early") is True
+        why = "stopped early at its target" if early else f"trained its whole schedule ({steps})"
+        acc = f" (test exact match {summary['test_acc']})" if "test_acc" in summary else ""
+        raise NopeInterpError(f"--resume: {run_dir} has finished: it {why} at step {step}{acc}, so there is "
+                              f"nothing to resume and its files are left as they are; analyse it, or train a new "
+                              f"run under another --name")
     metrics_path = run_dir / io.METRICS_FILE
     if step > 0 and not metrics_path.exists():  # resuming would write a history that starts here
         raise NopeInterpError(f"--resume: {metrics_path} is missing, but the checkpoint is at step {step}: "
@@ -552,7 +592,8 @@ def finalize(run_dir: str | Path, device: str = "cpu") -> dict[str, Any]:
     Raises:
         NopeInterpError: no checkpoint or config in ``run_dir``; a corrupt, truncated or unsafe checkpoint,
             or one whose weights do not fit the config; a run directory that is not writable or is being
-            written by another process.
+            written by another process; a run that has finished (:func:`finished_summary`), whose summary
+            is final; a corrupt summary.
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -570,6 +611,11 @@ def _finalize(run_dir: Path, device: str) -> dict[str, Any]:
         raise NopeInterpError(f"no checkpoint in {run_dir} (expected {ckpt_path.name})")
     model_cfg, cfg = parse_run_config(config, run_dir / io.CONFIG_FILE)
     ckpt = io.load_checkpoint(ckpt_path, device)
+    done = finished_summary(run_dir, cfg.steps, ckpt["step"])
+    if done is not None:  # its summary is the final one (a "stopped by hand" one would let --resume train on)
+        raise NopeInterpError(f"--finalize: {run_dir} has finished (step {ckpt['step']}, test exact match "
+                              f"{done['test_acc']}, stopped early: {done['stopped_early']}): its summary.json is "
+                              f"final and is left as it is")
     model = build_model(model_cfg, device=device)
     load_state(model, ckpt["model"], f"the weights of checkpoint {ckpt_path}")
     check_nope(model, model_cfg)

@@ -204,11 +204,13 @@ class Task(ABC):
         """
         _check_int("n_train", n_train, 0, 10**9)
         _check_int("n_test", n_test, 0, 10**9)
-        try:  # the splits of one task, counts and seed are built once (immutable, so shared)
-            key = (type(self), tuple(sorted(self.params().items())), n_train, n_test, seed)
-            hash(key)
-        except TypeError:  # a task with unhashable parameters: built every time
-            key = None
+        key: tuple | None = None  # the splits of one task, counts and integer seed are built once (immutable)
+        if type(seed) is int:  # not a float equal to an int (random.Random seeds them differently), nor None
+            try:
+                key = (type(self), tuple(sorted(self.params().items())), n_train, n_test, seed)
+                hash(key)
+            except TypeError:  # a task with unhashable parameters: built every time
+                key = None
         if key is not None and key in _SPLITS_CACHE:
             _SPLITS_CACHE.move_to_end(key)
             return _SPLITS_CACHE[key]
@@ -454,7 +456,7 @@ def window_inputs(task: Task, n: int, window: int, seed: int = 0, exclude: froze
 
 def _check_window_used(protocol: str, window: Any) -> None:
     """Refuse a non-default ``window`` with a protocol that would ignore it (a silent no-op otherwise)."""
-    if protocol != "window" and window != 64:
+    if protocol != "window" and not (type(window) is int and window == 64):
         raise TaskError(f"window={window!r} is only used with protocol 'window'; with protocol {protocol!r} it would "
                         f"be ignored: drop it, or pass protocol='window'")
 

@@ -342,6 +342,14 @@ def test_a_train_point_killed_after_training_is_not_trained_again(tmp_path):
     wall = again["metrics"].pop("wall_time_s")
     assert wall == pytest.approx(first["metrics"].pop("wall_time_s"), abs=0.05)  # summary.json keeps 0.1 s
     assert again["metrics"] == first["metrics"]
+    # a summary that says nothing finished (here: empty) is not taken as the result: the run is resumed from
+    # its checkpoint at the last step, which only scores the test set again and rewrites the summary
+    (point / "result.json").unlink()
+    (point / "run" / "summary.json").write_text("{}")
+    assert run_sweep(spec, tmp_path / "o", workers=1, progress=False).done == 1
+    third = json.loads((point / "result.json").read_text())
+    assert third["metrics"]["test_acc"] == first["metrics"]["test_acc"]
+    assert json.loads((point / "run" / "summary.json").read_text())["steps"] == 4
 
 
 def test_a_failed_point_is_recorded_and_the_others_finish(tmp_path):

@@ -109,6 +109,7 @@ def test_cached_splits_equal_freshly_built_ones_and_never_mix_keys(T, monkeypatc
             got = task.splits(n_train, n_test, seed)
             assert got == by_hand(task, n_train, n_test, seed), (name, params, n_train, n_test, seed)
     assert len(B._SPLITS_CACHE) == len(keys)
+
     monkeypatch.setattr(B, "_SPLITS_CACHE_SIZE", 2)
     T.get_task("indexing").splits(10, 10, 0)
     assert len(B._SPLITS_CACHE) == 2
@@ -348,16 +349,22 @@ def test_get_task_refuses_a_name_that_is_not_a_string(T):
 
 def test_a_window_is_refused_with_the_protocols_that_would_ignore_it():
     """``protocol_inputs(task, "full", n, window=30)`` returned full-length prompts, the window silently dropped."""
+    from conftest import unhooked
+
     import tasks
 
     task = tasks.get_task("addition")
     for protocol in ("full", "authors"):
-        for window in (30, 8, 200):
-            for fn, args in ((tasks.protocol_inputs, (task, protocol, 4, 1, frozenset(), window)),
-                             (tasks.protocol_length, (task, protocol, window))):
-                with pytest.raises(tasks.TaskError, match=f"window={window} is only used with protocol 'window'; "
+        for window in (30, 8, 200, 64.0, "64"):  # (users run without the test hook's type checker)
+            for fn, args in ((unhooked(tasks.protocol_inputs), (task, protocol, 4, 1, frozenset(), window)),
+                             (unhooked(tasks.protocol_length), (task, protocol, window))):
+                with pytest.raises(tasks.TaskError, match=f"window={window!r} is only used with protocol 'window'; "
                                                           f"with protocol '{protocol}' it would be ignored"):
                     fn(*args)
+        import numpy as np
+
+        with pytest.raises(tasks.TaskError, match="is only used with protocol 'window'"):  # not "ambiguous"
+            unhooked(tasks.protocol_inputs)(task, protocol, 4, 1, window=np.array([64, 64]))
         # the default is accepted, and the inputs are those of no window at all
         assert tasks.protocol_inputs(task, protocol, 4, 1, window=64) == tasks.protocol_inputs(task, protocol, 4, 1)
         assert tasks.protocol_length(task, protocol, 64) == tasks.protocol_length(task, protocol)

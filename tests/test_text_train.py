@@ -143,7 +143,7 @@ def test_resume_with_other_settings_or_a_task_run_is_refused(tmp_path, capsys, t
     before = {f: f.read_bytes() for f in (tmp_path / "r").rglob("*") if f.is_file()}
     assert main(["train-text", *TINY, "--runs-dir", str(tmp_path), "--name", "r", "--resume"]) == 2  # finished
     err = capsys.readouterr().err.strip()
-    assert "has finished: it reached its last step" in err and len(err.splitlines()) == 1, err
+    assert "has finished: it trained its whole schedule" in err and len(err.splitlines()) == 1, err
     assert {f: f.read_bytes() for f in (tmp_path / "r").rglob("*") if f.is_file()} == before
     from nope_interp.errors import NopeInterpError
     from nope_interp.text_train import load_text_run

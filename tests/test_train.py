@@ -342,7 +342,7 @@ def test_resume_of_a_finished_run_is_refused_and_writes_nothing(tiny_train, tmp_
     _rewind_checkpoint(early, 8)
     summary = json.loads((early / "summary.json").read_text())
     (early / "summary.json").write_text(json.dumps({**summary, "steps": 8, "stopped_early": True}))
-    for run, match in ((tmp_path / "done", "has finished: it reached its last step \\(12\\) at step 12"),
+    for run, match in ((tmp_path / "done", "has finished: it trained its whole schedule \\(12\\) at step 12"),
                        (early, "has finished: it stopped early at its target at step 8")):
         before = {f.name: f.read_bytes() for f in run.rglob("*") if f.is_file()}
         with pytest.raises(NopeInterpError, match=match):
@@ -354,6 +354,26 @@ def test_resume_of_a_finished_run_is_refused_and_writes_nothing(tiny_train, tmp_
     (hand / "summary.json").unlink()
     assert finalize(hand)["stopped_early"] is False
     assert train(model_cfg, cfg, hand, resume=True, progress=False).steps == 12
+    # finalize cannot turn a finished run into one "stopped by hand" that --resume would train on
+    with pytest.raises(NopeInterpError, match="--finalize: .*early has finished \\(step 8, .*stopped early: True"):
+        finalize(early)
+    # stopped while scoring the test set (checkpoint at the last step, no summary): resuming writes the summary
+    scoring = tmp_path / "scoring"
+    shutil.copytree(tmp_path / "done", scoring)
+    (scoring / "summary.json").unlink()
+    r = train(model_cfg, cfg, scoring, resume=True, progress=False)
+    done = json.loads((tmp_path / "done" / "summary.json").read_text())
+    assert r.steps == 12 and r.test_acc == done["test_acc"]
+    assert json.loads((scoring / "summary.json").read_text())["test_acc"] == done["test_acc"]
+    # a summary that is no object, or a finished one without its numbers: one-line errors, not tracebacks
+    for text, match in (("[1, 2]", "holds a JSON list, not an object"), ('"x"', "holds a JSON str"),
+                        ('{"steps": 12, "stopped_early": false}', "'test_acc' is None"),
+                        ('{"steps": 12, "stopped_early": 1, "test_acc": 0.5, "train_wall_time_s": 1}',
+                         "'stopped_early' is 1")):
+        (scoring / "summary.json").write_text(text)
+        for call in (lambda: train(model_cfg, cfg, scoring, resume=True, progress=False), lambda: finalize(scoring)):
+            with pytest.raises(NopeInterpError, match=match):
+                call()
 
 
 def test_resume_refuses_a_lost_or_hollow_training_history(tiny_train, tmp_path):
