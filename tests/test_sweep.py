@@ -320,6 +320,7 @@ def test_killed_driver_resumes_without_running_a_point_twice_and_matches_an_unin
     assert _metrics(part) == _metrics(whole)  # identical results
 
 
+@pytest.mark.slow  # 37 s on 2 free cores (2026-12-02): keeps the default run near 10 minutes (README, "Test timing")
 def test_a_train_point_killed_after_training_is_not_trained_again(tmp_path):
     """A driver stopped between a point's training (summary.json written) and its result.json: the next
     driver reads the finished run (a finished run is not resumed) and writes the same result."""
@@ -352,6 +353,7 @@ def test_a_train_point_killed_after_training_is_not_trained_again(tmp_path):
     assert json.loads((point / "run" / "summary.json").read_text())["steps"] == 4
 
 
+@pytest.mark.slow  # 23 s on 2 free cores (2026-12-02): keeps the default run near 10 minutes (README, "Test timing")
 def test_a_failed_point_is_recorded_and_the_others_finish(tmp_path):
     from nope_interp.sweep import load_spec, read_results, run_sweep
 
@@ -368,6 +370,7 @@ def test_a_failed_point_is_recorded_and_the_others_finish(tmp_path):
     assert (again.done, again.skipped, again.failed) == (0, 1, 1)
 
 
+@pytest.mark.slow  # 12 s on 2 free cores (2026-12-02): keeps the default run near 10 minutes (README, "Test timing")
 def test_report_aggregates_over_seeds_with_an_independent_mean(tmp_path):
     import statistics
 
@@ -422,6 +425,7 @@ def test_report_counts_the_values_it_aggregates_and_names_the_gaps(tmp_path):
     assert "not clipped" in md  # the CI is a t-interval on few seeds: said in the table's header
 
 
+@pytest.mark.slow  # 14 s on 2 free cores (2026-12-02): keeps the default run near 10 minutes (README, "Test timing")
 @pytest.mark.parametrize(("content", "why"), [("{trunc", "not readable JSON"), ("[1, 2]", "not a JSON object"),
                                               ('{"key": "0000000000000000", "metrics": {}, "seconds": 1, '
                                                '"peak_mib": 1}', "does not match its point"),
@@ -456,6 +460,7 @@ def test_an_unreadable_result_is_reported_as_such_not_as_not_run(tmp_path, conte
         assert "3 of 4 points finished (0 failed, 0 not run, 1 with an unreadable result.json)" in cli.stdout
 
 
+@pytest.mark.slow  # 11 s on 2 free cores (2026-12-02): keeps the default run near 10 minutes (README, "Test timing")
 def test_peak_memory_is_each_points_own(tmp_path):
     """With one worker, a small point after a large one reports its own peak, not the large one's. Run in a
     fresh process, as a sweep worker is: in this test process the memory freed by earlier tests stays resident
@@ -551,6 +556,7 @@ def test_the_same_sweep_on_a_ray_head_equals_the_local_pool(tmp_path, ray_head):
     assert os.getpid() not in hosts  # the points ran in Ray workers
 
 
+@pytest.mark.slow  # 12 s on 2 free cores (2026-12-02): keeps the default run near 10 minutes (README, "Test timing")
 def test_a_gpu_spec_runs_its_points_on_cuda_and_fails_them_loudly_without_one(tmp_path):
     import torch
 
@@ -580,6 +586,7 @@ def test_a_gpu_spec_runs_its_points_on_cuda_and_fails_them_loudly_without_one(tm
     assert not (tmp_path / "g").exists()
 
 
+@pytest.mark.slow  # 12 s on 2 free cores (2026-12-02): keeps the default run near 10 minutes (README, "Test timing")
 def test_ray_executor_with_an_unreachable_address_is_one_line(tmp_path):
     spec = _write(tmp_path, SPEC.format(n_prompts=4))
     got = _cli("sweep", str(spec), "--out-dir", str(tmp_path / "o"), "--executor", "ray", "--ray-address",

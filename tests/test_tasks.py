@@ -121,7 +121,8 @@ def test_default_split_sizes_are_the_papers(T):
 
 
 @pytest.mark.parametrize("name,params", [("addition", {"n_digits": 1}), ("reversal", {"n_digits": 2}),
-                                         ("indexing", {"n_digits": 2}), ("ordering", {"n_digits": 3})])
+                                         ("indexing", {"n_digits": 2}),
+                                         pytest.param("ordering", {"n_digits": 3}, marks=pytest.mark.slow)])  # 17 s
 def test_distinct_prompt_count_by_brute_force(T, name, params):
     """n_distinct_prompts against an independent count: sample until nothing new appears, on tiny spaces."""
     task = T.get_task(name, **params)

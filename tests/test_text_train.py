@@ -195,6 +195,7 @@ def test_sizes_that_cannot_fit_are_refused_before_any_work(tmp_path, capsys):
         assert len(err.splitlines()) == 1 and not (tmp_path / "big").exists()
 
 
+@pytest.mark.slow  # 14 s on 2 free cores (2026-12-02): keeps the default run near 10 minutes (README, "Test timing")
 def test_sigterm_before_the_first_checkpoint_leaves_no_half_made_run(tmp_path):
     import os
     import signal

@@ -555,6 +555,7 @@ def test_two_training_processes_with_one_name_the_second_is_refused_and_a_killed
     assert main(_train_argv(tmp_path, "other", 1, 2)) == 0
 
 
+@pytest.mark.slow  # 14 s on 2 free cores (2026-12-02): keeps the default run near 10 minutes (README, "Test timing")
 def test_a_warmup_as_long_as_the_schedule_is_warned(tmp_path):
     import subprocess
     import sys
