@@ -38,6 +38,7 @@ from nope_interp.similarity import (
     summarize,
     uniform_causal_lag_profile,
 )
+from tasks import DEFAULT_WINDOW
 
 #: Memory bound (bytes) of one chunk of prompts' cached activations in :func:`analyze_model`.
 DEFAULT_CHUNK_BYTES = 2**27
@@ -128,7 +129,8 @@ class AnalysisResult:
 
 
 def protocol_prompts(model: HookedTransformer, task: tasks_pkg.Task, n: int, seed: int,
-                     exclude: frozenset[str] = frozenset(), protocol: str = "full", window: int = 64) -> list[str]:
+                     exclude: frozenset[str] = frozenset(), protocol: str = "full",
+                     window: int = DEFAULT_WINDOW) -> list[str]:
     """``n`` held-out analysis inputs of ``task`` under ``protocol`` (``tasks.protocol_inputs``), all of one
     length, checked to fit ``model``'s ``n_ctx``: the inputs every prompt-reading analysis uses.
 
@@ -177,7 +179,7 @@ def analyze_model(
     exclude: frozenset[str] = frozenset(),
     meta: dict[str, Any] | None = None,
     protocol: str = "full",
-    window: int = 64,
+    window: int = DEFAULT_WINDOW,
     max_bytes: int = DEFAULT_CHUNK_BYTES,
 ) -> AnalysisResult:
     """Cosine matrices, adjacency scores and lag profiles of ``model`` on ``n_prompts`` prompts of ``task``.

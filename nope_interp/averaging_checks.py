@@ -42,6 +42,7 @@ from nope_interp.hooks import hook_name
 from nope_interp.interventions import replaced_pattern
 from nope_interp.model import check_model_for_task, evaluates
 from nope_interp.similarity import adjacency_score, check_finite, cosine_similarity_matrix
+from tasks import DEFAULT_WINDOW
 
 
 @dataclass(frozen=True)
@@ -239,7 +240,7 @@ def _predicted_vs_observed(pattern: Tensor, z: Tensor) -> PredictedVsObserved:
 @torch.no_grad()
 def averaging_report(
     model: HookedTransformer, task: tasks_pkg.Task, n_prompts: int = 64, seed: int = 1,
-    exclude: frozenset[str] = frozenset(), protocol: str = "full", window: int = 64,
+    exclude: frozenset[str] = frozenset(), protocol: str = "full", window: int = DEFAULT_WINDOW,
 ) -> AveragingReport:
     """Per-layer (and per-head) averaging-effect measurements on held-out inputs of ``task``.
 
@@ -305,7 +306,7 @@ def averaging_report(
 def counterfactual_report(
     model: HookedTransformer, task: tasks_pkg.Task, layer: int = 0, kinds: Sequence[str] = PATTERN_KINDS,
     n_prompts: int = 64, seed: int = 1, eval_examples: Sequence[tasks_pkg.Example] | None = None,
-    exclude: frozenset[str] = frozenset(), protocol: str = "full", window: int = 64,
+    exclude: frozenset[str] = frozenset(), protocol: str = "full", window: int = DEFAULT_WINDOW,
 ) -> CounterfactualReport:
     """Adjacency scores at every site (and exact match) with layer ``layer``'s attention pattern left
     alone (``"clean"``) or replaced by each of ``kinds`` (:func:`nope_interp.interventions.replaced_pattern`).
@@ -348,7 +349,8 @@ def counterfactual_report(
 @evaluates
 @torch.no_grad()
 def cosine_example(model: HookedTransformer, task: tasks_pkg.Task, layer: int = 0, seed: int = 1,
-                   protocol: str = "full", window: int = 64, exclude: frozenset[str] = frozenset()) -> CosineExample:
+                   protocol: str = "full", window: int = DEFAULT_WINDOW,
+                   exclude: frozenset[str] = frozenset()) -> CosineExample:
     """The predicted (from the attention pattern, heads summed, i.i.d. values) and the observed cosine
     matrix of ``hook_z`` at ``layer`` on one input of ``protocol``
     (:func:`~nope_interp.analysis.protocol_prompts` ``(1, seed, exclude)``: a full-length prompt by default;

@@ -6,6 +6,7 @@ Use :func:`get_task` with a name from :data:`TASK_NAMES`; see :mod:`tasks.base` 
 from tasks.addition import AdditionTask
 from tasks.base import (
     AUTHORS_LENGTH,
+    DEFAULT_WINDOW,
     PROTOCOLS,
     Batch,
     Example,
@@ -55,8 +56,8 @@ def get_task(name: str, **params: object) -> Task:
 
 __all__ = [
     "TASK_NAMES", "get_task", "Task", "TaskError", "Example", "Splits", "Batch", "packed_stream", "packed_batch",
-    "PROTOCOLS", "AUTHORS_LENGTH", "authors_length", "authors_inputs", "window_inputs", "held_out_lines",
-    "protocol_inputs", "protocol_length",
+    "PROTOCOLS", "DEFAULT_WINDOW", "AUTHORS_LENGTH", "authors_length", "authors_inputs", "window_inputs",
+    "held_out_lines", "protocol_inputs", "protocol_length",
     "AdditionTask", "ReversalTask", "IndexingTask", "OrderingTask",
     "VOCAB", "D_VOCAB", "EOS", "encode", "decode", "UnknownCharacterError",
 ]

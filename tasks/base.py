@@ -362,6 +362,8 @@ def packed_batch(stream: Int[Tensor, " n"], window: int, batch_size: int, genera
 #: cut to a fixed length and left-padded with newlines, as the authors' analysis code) and ``window``
 #: (windows of the concatenated test lines, as a packed model was trained).
 PROTOCOLS = ("full", "authors", "window")
+#: The default length (characters) of a ``window``-protocol input; the other protocols accept only this value.
+DEFAULT_WINDOW = 64
 #: The authors' fixed analysis length per task (characters), for the paper's task sizes.
 AUTHORS_LENGTH = {"addition": 9, "reversal": 22, "ordering": 19, "indexing": 19}
 
@@ -456,18 +458,19 @@ def window_inputs(task: Task, n: int, window: int, seed: int = 0, exclude: froze
 
 def _check_window_used(protocol: str, window: Any) -> None:
     """Refuse a non-default ``window`` with a protocol that would ignore it (a silent no-op otherwise)."""
-    if protocol != "window" and not (type(window) is int and window == 64):
+    if protocol != "window" and not (type(window) is int and window == DEFAULT_WINDOW):
         raise TaskError(f"window={window!r} is only used with protocol 'window'; with protocol {protocol!r} it would "
                         f"be ignored: drop it, or pass protocol='window'")
 
 
-def protocol_length(task: Task, protocol: str, window: int = 64) -> int:
+def protocol_length(task: Task, protocol: str, window: int = DEFAULT_WINDOW) -> int:
     """The length (characters = tokens) of every input of ``protocol``: the task's longest prompt for
     ``full``, :func:`authors_length` for ``authors``, ``window`` for ``window``.
 
     Raises:
         TaskError: unknown protocol (the message lists them); ``task`` not a Task; for ``window``, ``window``
-            not an integer in [1, 10**7]; for another protocol, a ``window`` other than 64 (it would be ignored).
+            not an integer in [1, 10**7]; for another protocol, a ``window`` other than
+            :data:`DEFAULT_WINDOW` (it would be ignored).
     """
     if not isinstance(task, Task):
         raise TaskError(f"task must be a tasks.Task (e.g. tasks.get_task('reversal')), got {type(task).__name__}")
@@ -481,15 +484,15 @@ def protocol_length(task: Task, protocol: str, window: int = 64) -> int:
 
 
 def protocol_inputs(task: Task, protocol: str, n: int, seed: int = 0, exclude: frozenset[str] = frozenset(),
-                    window: int = 64) -> list[str]:
+                    window: int = DEFAULT_WINDOW) -> list[str]:
     """``n`` analysis inputs of equal length under ``protocol`` (one of :data:`PROTOCOLS`): ``full`` is
     :meth:`Task.analysis_prompts`, ``authors`` :func:`authors_inputs`, ``window`` :func:`window_inputs`.
 
     Raises:
         TaskError: unknown protocol (the message lists them); ``seed`` not an integer >= 0 (every call must give
             the same inputs); too few inputs available; ``exclude`` is a
-            single string (``in`` would test substrings) or holds a non-string; a ``window`` other than 64 with a
-            protocol other than ``window`` (it would be ignored).
+            single string (``in`` would test substrings) or holds a non-string; a ``window`` other than
+            :data:`DEFAULT_WINDOW` with a protocol other than ``window`` (it would be ignored).
     """
     exclude = _exclude(exclude)
     _check_int("seed", seed, 0, 2**63 - 1)

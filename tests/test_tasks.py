@@ -404,3 +404,34 @@ def test_too_few_prompts_says_whether_the_exclusion_is_why(T):
     with pytest.raises(T.TaskError, match=r"could not find 101 distinct full-length addition prompts \(found 100\); "
                                           r"lower n$"):
         task.analysis_prompts(101, seed=0)
+
+
+def test_every_protocol_taking_api_defaults_to_the_one_window_the_others_accept():
+    """The default window was the literal 64 in eleven signatures, and the protocols other than ``window``
+    accept only that value: a default changed in one place would make the others refuse their own default."""
+    import dataclasses
+    import inspect
+
+    import tasks
+    from nope_interp import analysis, averaging_checks
+    from nope_interp.jobs import analyze, averaging, common, compare, demo, probe, trajectory
+
+    functions = [tasks.protocol_length, tasks.protocol_inputs, analysis.protocol_prompts, common.protocol_tag,
+                 common.with_protocol, averaging_checks.cosine_example]
+    functions += [getattr(mod, name) for mod in (analysis, averaging_checks, common)
+                  for name, obj in vars(mod).items() if inspect.isfunction(obj) and obj.__module__ == mod.__name__
+                  and "window" in inspect.signature(obj).parameters and obj not in functions]
+    seen = 0
+    for fn in functions:
+        param = inspect.signature(fn).parameters["window"]
+        if param.default is not inspect.Parameter.empty:
+            assert param.default == tasks.DEFAULT_WINDOW, fn.__qualname__
+            seen += 1
+    configs = [obj for mod in (analyze, averaging, compare, demo, probe, trajectory) for obj in vars(mod).values()
+               if dataclasses.is_dataclass(obj) and {"window", "protocol"} <= {f.name for f in dataclasses.fields(obj)}
+               or dataclasses.is_dataclass(obj) and {"window", "protocols"} <= {f.name for f in dataclasses.fields(obj)}]
+    for cfg in configs:
+        assert {f.name: f.default for f in dataclasses.fields(cfg)}["window"] == tasks.DEFAULT_WINDOW, cfg
+    assert seen >= 8 and len(set(configs)) >= 6
+    for protocol in ("full", "authors"):  # the default is what they accept
+        assert tasks.protocol_length(tasks.get_task("ordering"), protocol, tasks.DEFAULT_WINDOW) > 0

@@ -30,6 +30,7 @@ from nope_interp.jobs.common import Log, ModelEntry, emit, entry_tokens, progres
 from nope_interp.plotting import plot_adjacency_by_layer, plot_cosine_heatmaps, plot_lag_profile, save_figure
 from nope_interp.positional import layer_positional_types
 from nope_interp.similarity import uniform_causal_lag_profile
+from tasks import DEFAULT_WINDOW
 
 NAME = "analyze"
 HELP = "adjacency scores at every hook site + figures for one model"
@@ -53,7 +54,7 @@ class AnalyzeConfig(FrozenConfig):
     prompt_seed: int = opt(1, "seed of the prompt sampler")
     label: str | None = opt(None, "output label (default from the model source)")
     protocol: str = opt("full", f"analysis inputs: {', '.join(tasks_pkg.PROTOCOLS)} (docs/method.md)")
-    window: int = opt(64, "characters per input of the window protocol")
+    window: int = opt(DEFAULT_WINDOW, "characters per input of the window protocol")
     text_file: str | None = opt(None, "a UTF-8 text file analysed instead of the model's own inputs: up to "
                                       "--n-prompts consecutive windows of --text-length tokens, tokenised by "
                                       "the model's tokenizer (an --hf-path folder's own; else the 96 characters)")
@@ -64,7 +65,7 @@ class AnalyzeConfig(FrozenConfig):
         check_int("n_prompts", self.n_prompts, 1, 100_000)
         check_choice("protocol", self.protocol, tasks_pkg.PROTOCOLS)
         check_int("window", self.window, 3, 1_000_000)
-        check_used("window", self.window, 64, self.protocol == "window", "with protocol window")
+        check_used("window", self.window, DEFAULT_WINDOW, self.protocol == "window", "with protocol window")
         if self.text_length is not None:
             check_int("text_length", self.text_length, 3, 1_000_000)
         if self.text_file is not None and self.protocol != "full":

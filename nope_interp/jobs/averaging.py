@@ -46,6 +46,7 @@ from nope_interp.jobs.common import (
 )
 from nope_interp.plotting import save_figure
 from nope_interp.pretrained import available_pretrained, load_pretrained
+from tasks import DEFAULT_WINDOW
 
 NAME = "averaging"
 HELP = "test the averaging-effect explanation against attention patterns"
@@ -71,7 +72,7 @@ class AveragingConfig(FrozenConfig):
     n_prompts: int = opt(64, "prompts per model (at least 3)")
     eval_n: int = opt(500, "test examples for the exact match under each intervention (trained models)")
     protocol: str = opt("full", f"analysis inputs: {', '.join(tasks_pkg.PROTOCOLS)} (docs/method.md)")
-    window: int = opt(64, "characters per input of the window protocol")
+    window: int = opt(DEFAULT_WINDOW, "characters per input of the window protocol")
 
     def __post_init__(self) -> None:
         check_tasks(tuple(self.tasks))
@@ -79,7 +80,7 @@ class AveragingConfig(FrozenConfig):
         check_int("eval_n", self.eval_n, 1)
         check_choice("protocol", self.protocol, tasks_pkg.PROTOCOLS)
         check_int("window", self.window, 8, 1_000_000)
-        check_used("window", self.window, 64, self.protocol == "window", "with protocol window")
+        check_used("window", self.window, DEFAULT_WINDOW, self.protocol == "window", "with protocol window")
 
 
 CONFIG = AveragingConfig

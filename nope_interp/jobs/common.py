@@ -36,6 +36,7 @@ from nope_interp.config import FrozenConfig, ModelConfig, check_int, check_name,
 from nope_interp.errors import NopeInterpError
 from nope_interp.model import LensModel, build_model
 from nope_interp.pretrained import LoadedRun, available_pretrained, available_seed_runs, load_pretrained, load_run
+from tasks import DEFAULT_WINDOW
 
 Log = Callable[[str], None] | None
 T = TypeVar("T")
@@ -327,7 +328,7 @@ def text_entry(path: str | Path, label: str, task: tasks_pkg.Task | None = None)
                               "model": model_cfg.to_dict()})
 
 
-def protocol_tag(protocol: str, window: int = 64) -> str:
+def protocol_tag(protocol: str, window: int = DEFAULT_WINDOW) -> str:
     """The part of an output's name that tells its analysis inputs apart: ``""`` for ``full`` (the default
     keeps its plain names), ``"authors"``, ``"window<window>"`` (``window64``), so that neither two protocols
     nor two window lengths ever write to the same file. ``protocol`` is one of ``tasks.PROTOCOLS`` (checked by
@@ -335,7 +336,7 @@ def protocol_tag(protocol: str, window: int = 64) -> str:
     return "" if protocol == "full" else f"window{window}" if protocol == "window" else protocol
 
 
-def with_protocol(rows: list[dict[str, Any]], protocol: str, window: int = 64) -> list[dict[str, Any]]:
+def with_protocol(rows: list[dict[str, Any]], protocol: str, window: int = DEFAULT_WINDOW) -> list[dict[str, Any]]:
     """CSV ``rows`` with the analysis inputs as their first columns: ``protocol`` and, for the ``window``
     protocol, ``window`` (characters), so that a CSV read alone says what it measured, as its JSON does."""
     cols = {"protocol": protocol, **({"window": window} if protocol == "window" else {})}
@@ -346,7 +347,7 @@ def protocol_window(protocol: str, window: int) -> int:
     """The ``window`` argument to pass with ``protocol`` in a loop over several protocols: ``window``
     (characters) for the ``window`` protocol, the default 64 for the others, which refuse any other value
     (it would be ignored)."""
-    return window if protocol == "window" else 64
+    return window if protocol == "window" else DEFAULT_WINDOW
 
 
 def text_task_name(entry: ModelEntry) -> str:
@@ -375,7 +376,7 @@ def hf_random_length(model: Any) -> int:
 
 
 def entry_tokens(entry: ModelEntry, n: int, seed: int, protocol: str = "full",
-                 window: int = 64) -> tuple[str, str, Int[Tensor, "n pos"]]:
+                 window: int = DEFAULT_WINDOW) -> tuple[str, str, Int[Tensor, "n pos"]]:
     """The inputs a token-level analysis reads for ``entry``, as ``(task name, protocol, tokens)``.
 
     - a task model: ``n`` held-out inputs of its task under ``protocol`` (``tasks.protocol_inputs``:

@@ -33,6 +33,7 @@ from nope_interp.jobs.demo import CLAIMS, FIRST_ATTENTION_SITES
 from nope_interp.model import build_model
 from nope_interp.plotting import plot_adjacency_by_layer, save_figure
 from nope_interp.stats import fmt_fraction, mean_std_ci
+from tasks import DEFAULT_WINDOW
 
 NAME = "compare"
 HELP = "initialised vs trained over seeds, per task and recipe, under each input protocol, with verdicts"
@@ -57,7 +58,7 @@ class CompareConfig(FrozenConfig):
     n_prompts: int = opt(256, "analysis prompts per model (the paper used 256)")
     protocols: tuple[str, ...] = opt(("full", "authors"),
                                      f"analysis inputs, full first: {', '.join(tasks_pkg.PROTOCOLS)}")
-    window: int = opt(64, "characters per input of the window protocol")
+    window: int = opt(DEFAULT_WINDOW, "characters per input of the window protocol")
     prompt_seed: int = opt(1, "seed of the prompt sampler (the same prompts for every model of a task)")
 
     def __post_init__(self) -> None:
@@ -66,7 +67,7 @@ class CompareConfig(FrozenConfig):
         if not self.protocols or self.protocols[0] != "full":
             raise NopeInterpError(f"protocols must start with full (the main table), got {self.protocols}")
         check_int("window", self.window, 3, 1_000_000)
-        check_used("window", self.window, 64, "window" in self.protocols, "when protocols include window")
+        check_used("window", self.window, DEFAULT_WINDOW, "window" in self.protocols, "when protocols include window")
         check_int("prompt_seed", self.prompt_seed, 0, 2**63 - 1)
 
 

@@ -39,6 +39,7 @@ from nope_interp.plotting import plot_adjacency_by_layer, plot_cosine_heatmaps, 
 from nope_interp.pretrained import available_pretrained, load_pretrained, load_run
 from nope_interp.stats import fmt_fraction
 from nope_interp.train import resolve_device, train
+from tasks import DEFAULT_WINDOW
 
 NAME = "demo"
 HELP = "the main job: initialised vs trained models on all four tasks"
@@ -76,7 +77,7 @@ class DemoConfig(FrozenConfig):
     init_preset: str = opt("paper", "shape of the initialised models")
     protocols: tuple[str, ...] = opt(("full", "authors"),
                                      f"analysis inputs to compare, full first: {', '.join(tasks_pkg.PROTOCOLS)}")
-    window: int = opt(64, "characters per input of the window protocol")
+    window: int = opt(DEFAULT_WINDOW, "characters per input of the window protocol")
 
     def __post_init__(self) -> None:
         check_tasks(tuple(self.tasks))
@@ -84,7 +85,7 @@ class DemoConfig(FrozenConfig):
         if self.protocols[0] != "full":
             raise NopeInterpError(f"protocols must start with full (the main tables), got {self.protocols}")
         check_int("window", self.window, 3, 1_000_000)
-        check_used("window", self.window, 64, "window" in self.protocols, "when protocols include window")
+        check_used("window", self.window, DEFAULT_WINDOW, "window" in self.protocols, "when protocols include window")
         check_used("runs_dir", self.runs_dir, "runs", self.retrain, "with retrain")
         check_used("device", self.device, "auto", self.retrain, "with retrain")
         if not str(self.runs_dir).strip():

@@ -69,6 +69,7 @@ from nope_interp.probing import (
     noise_activations,
     position_features,
 )
+from tasks import DEFAULT_WINDOW
 
 NAME = "probe"
 HELP = "position probes: cosine-similarity features vs Chi et al.'s variance"
@@ -112,13 +113,13 @@ class ProbeConfig(FrozenConfig):
     seeds: int | None = opt(None, "split/probe seeds 0..N-1 (default 2; 1 with --quick)")
     quick: bool = opt(False, "ridge only, 1 seed, 48 prompts (explicit flags win)")
     protocol: str = opt("full", f"inputs of task models: {', '.join(tasks_pkg.PROTOCOLS)} (docs/method.md)")
-    window: int = opt(64, "characters per input of the window protocol")
+    window: int = opt(DEFAULT_WINDOW, "characters per input of the window protocol")
 
     def __post_init__(self) -> None:
         check_tasks(tuple(self.tasks))
         check_choice("protocol", self.protocol, tasks_pkg.PROTOCOLS)
         check_int("window", self.window, 8, 1_000_000)
-        check_used("window", self.window, 64, self.protocol == "window", "with protocol window")
+        check_used("window", self.window, DEFAULT_WINDOW, self.protocol == "window", "with protocol window")
         check_choice("default_preset", self.default_preset, tuple(PRESETS))
         if self.n_prompts is not None:
             check_int("n_prompts", self.n_prompts, 8, 100_000)

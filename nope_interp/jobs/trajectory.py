@@ -35,6 +35,7 @@ from nope_interp.hooks import ACTIVATION_POINTS, short_label
 from nope_interp.jobs.common import Log, ModelEntry, emit, progress, protocol_tag, with_protocol
 from nope_interp.model import build_model, load_state
 from nope_interp.plotting import LINE_COLOURS, save_figure
+from tasks import DEFAULT_WINDOW
 
 NAME = "trajectory"
 HELP = "adjacency score at every site through training (weights kept at log-spaced steps)"
@@ -56,7 +57,7 @@ class TrajectoryConfig(FrozenConfig):
     n_prompts: int = opt(64, "prompts analysed at every kept step")
     points: tuple[str, ...] = opt(("embed", "z", "resid_post"), f"hook points: {', '.join(ACTIVATION_POINTS)}")
     protocol: str = opt("full", f"analysis inputs: {', '.join(tasks_pkg.PROTOCOLS)}")
-    window: int = opt(64, "characters per input of the window protocol")
+    window: int = opt(DEFAULT_WINDOW, "characters per input of the window protocol")
     prompt_seed: int = opt(1, "seed of the prompt sampler (the same prompts at every step)")
     no_mechanisms: bool = opt(False, "skip the layer-0 mechanisms at every step (attention entropy and the "
                                      "causal test of nope_interp.diagnostics.layer0_interventions)")
@@ -66,7 +67,7 @@ class TrajectoryConfig(FrozenConfig):
         check_choices("activation point", tuple(self.points), ACTIVATION_POINTS)
         check_choice("protocol", self.protocol, tasks_pkg.PROTOCOLS)
         check_int("window", self.window, 8, 1_000_000)
-        check_used("window", self.window, 64, self.protocol == "window", "with protocol window")
+        check_used("window", self.window, DEFAULT_WINDOW, self.protocol == "window", "with protocol window")
         check_int("prompt_seed", self.prompt_seed, 0, 2**63 - 1)
 
 
