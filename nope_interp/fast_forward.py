@@ -68,7 +68,11 @@ def attached_hooks(model: torch.nn.Module) -> list[str]:
 def unsupported_reason(model: HookedTransformer, allow_sliding: bool = False) -> str | None:
     """Why :func:`fast_logits` cannot compute ``model``'s forward pass, or None when it can.
 
-    Checks the TransformerLens config options the fast path does not implement. With ``allow_sliding``,
+    Checks the TransformerLens config options the fast path does not implement, and refuses any other config
+    field that is not at TransformerLens's default unless it is known not to change the computation (so an
+    option this module does not know, such as ``scale_attn_by_inverse_layer_idx``, ``post_embedding_ln``,
+    ``use_attention_sinks`` or mixture-of-experts MLPs, sends the caller to the hooked model instead of giving
+    other numbers). With ``allow_sliding``,
     the sliding-window causal attention of :func:`nope_interp.model.build_model` passes (the analysis path
     :func:`fast_activations` supports it; the trainer does not use it).
     """
@@ -97,7 +101,53 @@ def unsupported_reason(model: HookedTransformer, allow_sliding: bool = False) ->
         (getattr(c, "attn_scores_soft_cap", -1.0) > 0, "attention soft-capping"),
     ]
     reasons = [why for bad, why in checks if bad]
+    # Every other config field must keep TransformerLens's default: an option added to (or not yet named
+    # above from) the library, e.g. scale_attn_by_inverse_layer_idx or post_embedding_ln, changes what the
+    # hooked model computes, and the fused pass would silently compute something else.
+    defaults = _config_defaults()
+    reasons += [f"{name}={getattr(c, name)!r}" for name, default in defaults.items()
+                if name not in _FIELDS_ANY_VALUE and name not in _FIELDS_CHECKED
+                and not _same(getattr(c, name, default), default)]
     return ", ".join(reasons) if reasons else None
+
+
+#: HookedTransformerConfig fields whose every value the fused pass computes the same (shapes read from the
+#: weights, metadata, init settings, hook-only switches, the rotary tables it takes from TransformerLens's own
+#: ``apply_rotary``) or that :func:`unsupported_reason` checks by name above.
+_FIELDS_ANY_VALUE = frozenset({
+    "d_model", "d_head", "n_layers", "n_ctx", "n_heads", "d_mlp", "d_vocab", "d_vocab_out", "device", "dtype",
+    "n_devices", "n_params", "model_name", "tokenizer_name", "original_architecture", "from_checkpoint",
+    "checkpoint_index", "checkpoint_label_type", "checkpoint_value", "default_prepend_bos",
+    "tokenizer_prepends_bos", "trust_remote_code", "seed", "init_mode", "initializer_range", "init_weights",
+    "eps", "uses_rms_norm", "layer_norm_folding", "tie_word_embeddings", "train_seq_length",
+    "use_attn_result", "use_split_qkv_input", "use_hook_mlp_in", "use_attn_in", "use_hook_tokens",
+    "rotary_dim", "rotary_base", "rotary_adjacent_pairs", "use_NTK_by_parts_rope", "NTK_by_parts_low_freq_factor",
+    "NTK_by_parts_high_freq_factor", "NTK_by_parts_factor", "NTK_original_ctx_len",
+})
+_FIELDS_CHECKED = frozenset({
+    "positional_embedding_type", "use_dynamic_ntk_rope", "use_logn_attn", "clip_qkv", "normalization_type",
+    "act_fn", "attention_dir", "attn_types", "use_local_attn", "window_size", "n_key_value_heads",
+    "parallel_attn_mlp", "attn_only", "gated_mlp", "use_attn_scale", "attn_scale", "final_rms", "use_qk_norm",
+    "output_logits_soft_cap", "attn_scores_soft_cap",
+})
+
+
+def _config_defaults() -> dict[str, object]:
+    """TransformerLens's default of every ``HookedTransformerConfig`` field that has one."""
+    import dataclasses
+
+    from transformer_lens import HookedTransformerConfig
+
+    return {f.name: f.default for f in dataclasses.fields(HookedTransformerConfig)
+            if f.default is not dataclasses.MISSING}
+
+
+def _same(value: object, default: object) -> bool:
+    """``value == default`` for config values (floats, None, strings, dtypes), never raising."""
+    try:
+        return bool(value == default)
+    except Exception:  # noqa: BLE001 - an exotic value: treat as different, the hooked path is always right
+        return False
 
 
 def _norm(x: Tensor, module: torch.nn.Module | None, kind: str | None, eps: float) -> Tensor:

@@ -151,3 +151,82 @@ def test_a_transposed_token_batch_gives_the_contiguous_batch_s_numbers(tiny_cfg)
     torch.testing.assert_close(fast_logits(model, strided), fast_logits(model, tokens))
     prompts = torch.zeros(2, 3, dtype=torch.long)
     assert torch.equal(greedy_decode(model, prompts.t().contiguous().t(), 2), greedy_decode(model, prompts, 2))
+
+
+def _lens_model(**kw):
+    """A tiny HookedTransformer built directly with TransformerLens (not build_model), weights perturbed."""
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    torch.manual_seed(0)
+    model = HookedTransformer(HookedTransformerConfig(n_layers=2, d_model=32, n_ctx=16, d_head=8, n_heads=4,
+                                                      d_vocab=20, act_fn="relu", **kw))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    return model.eval()
+
+
+@pytest.mark.parametrize("kw", [
+    {"positional_embedding_type": "rotary", "rotary_dim": 4},
+    {"positional_embedding_type": "rotary", "rotary_adjacent_pairs": True},
+    {"positional_embedding_type": "rotary", "use_NTK_by_parts_rope": True, "NTK_original_ctx_len": 8},
+    {"positional_embedding_type": "rotary", "rotary_base": 50},
+    {"use_attn_result": True, "use_split_qkv_input": True, "use_hook_mlp_in": True, "use_hook_tokens": True},
+    {"eps": 1e-2, "init_mode": "xavier_normal", "model_name": "x", "default_prepend_bos": False},
+], ids=lambda kw: ",".join(kw))
+def test_config_fields_the_fast_path_accepts_at_any_value_give_the_hooked_numbers(kw):
+    """The fields :func:`unsupported_reason` lets through with a non-default value must not change the result."""
+    from nope_interp.fast_forward import fast_activations, fast_logits, unsupported_reason
+
+    model = _lens_model(**kw)
+    assert unsupported_reason(model) is None
+    tokens = torch.randint(0, 20, (3, 12), generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(fast_logits(model, tokens), model(tokens, return_type="logits"), atol=2e-5, rtol=1e-5)
+    _, cache = model.run_with_cache(tokens)
+    acts = fast_activations(model, tokens, ["blocks.1.attn.hook_z", "blocks.1.hook_resid_post"])
+    for name, got in acts.items():
+        ref = cache[name].flatten(-2) if name.endswith("hook_z") else cache[name]
+        torch.testing.assert_close(got.reshape(ref.shape), ref, atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kw,why", [
+    ({"scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx=True"),
+    ({"post_embedding_ln": True}, "post_embedding_ln=True"),
+    ({"use_attention_sinks": True}, "use_attention_sinks=True"),
+    ({"num_experts": 2, "experts_per_token": 1}, "num_experts=2"),
+    ({"positional_embedding_type": "rotary", "use_yarn_rope": True}, "use_yarn_rope=True"),
+], ids=lambda x: str(x) if isinstance(x, str) else ",".join(x))
+def test_config_options_the_fast_path_does_not_know_send_every_caller_to_the_hooked_model(kw, why):
+    """scale_attn_by_inverse_layer_idx and post_embedding_ln passed the old check: ``analyze_tokens`` scored
+    0.887 where the hooked model gives 0.953, ``answer_loss(fast=True)`` dropped the scaling, and MoE raised an
+    AttributeError. Every option not known to compute the same now names itself and falls back."""
+    from nope_interp.analysis import analyze_tokens
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.evaluate import answer_loss
+    from nope_interp.fast_forward import fast_activations, fast_logits, unsupported_reason
+    from tasks import Batch
+
+    model = _lens_model(**kw)
+    assert why in unsupported_reason(model)
+    tokens = torch.randint(0, 20, (3, 12), generator=torch.Generator().manual_seed(1))
+    with pytest.raises(NopeInterpError, match=why.split("=")[0]):
+        fast_logits(model, tokens)
+    with pytest.raises(NopeInterpError, match=why.split("=")[0]):
+        fast_activations(model, tokens, ["blocks.0.attn.hook_z"])
+    batch = Batch(tokens, tokens.roll(-1, 1), torch.ones(3, 12, dtype=torch.bool))
+    assert answer_loss(model, batch, fast=True) == answer_loss(model, batch)
+    auto = analyze_tokens(model, tokens, ("z", "resid_post"))
+    hooked = analyze_tokens(model, tokens, ("z", "resid_post"), forward="hooked")
+    assert auto.scores == hooked.scores
+
+
+def test_the_field_lists_name_real_config_fields_and_every_field_is_judged():
+    import dataclasses
+
+    from transformer_lens import HookedTransformerConfig
+
+    from nope_interp import fast_forward as ff
+
+    names = {f.name for f in dataclasses.fields(HookedTransformerConfig)}
+    assert ff._FIELDS_ANY_VALUE <= names and ff._FIELDS_CHECKED <= names  # no typo hides a field
+    assert not ff._FIELDS_ANY_VALUE & ff._FIELDS_CHECKED
