@@ -68,6 +68,7 @@ class AnalysisResult:
             the authors' heat-map titles) under ``row_mean`` and ``pooled``; empty beyond
             :data:`EXAMPLE_MAX_POS` positions; NaN at a site whose averaged matrix is constant up to rounding
             (every prompt's vectors parallel there: no order to score).
+        n_pos: positions per sequence (0 when unknown: a result built by hand).
     """
 
     task: str
@@ -82,6 +83,22 @@ class AnalysisResult:
     lag_profile: dict[str, dict[str, Any]] = field(default_factory=dict)
     lag_per_sequence: Tensor | None = None
     mean_matrix_scores: dict[str, dict[str, float]] = field(default_factory=dict)
+    n_pos: int = 0
+
+    def uniform_causal_lag_profile(self) -> Float[Tensor, " lag"]:
+        """The idealised lag profile (:func:`~nope_interp.similarity.uniform_causal_lag_profile`) for the lags
+        of ``lag_profile``: sequences of ``n_pos`` positions, lags 1..D with D the profile's largest lag (which
+        ``max_lag`` may have set below ``n_pos - 1``). Values in (0, 1), float64.
+
+        Raises:
+            NopeInterpError: no lag profile, or ``n_pos`` unknown.
+        """
+        if not self.lag_profile:
+            raise NopeInterpError("this result has no lag profile")
+        if self.n_pos < 2:
+            raise NopeInterpError("this result does not record its sequence length (n_pos); build it with "
+                                  "analyze_tokens or analyze_model")
+        return uniform_causal_lag_profile(self.n_pos, len(next(iter(self.lag_profile.values()))["mean"]))
 
     def score(self, site: str, reduction: str = "row_mean") -> ScoreSummary:
         """The typed summary (mean, std, n over sequences) at ``site``; ``scores`` holds the same as JSON.
@@ -118,13 +135,15 @@ class AnalysisResult:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (scores per reduction and site, not the per-sequence tensors)."""
         out = {"task": self.task, "n_prompts": self.n_prompts, "protocol": self.protocol, "sites": list(self.sites),
+               **({"n_pos": self.n_pos} if self.n_pos else {}),
                "scores": self.scores, "example_prompt": self.example_prompt}
         if self.mean_matrix_scores:
             out["mean_matrix_scores"] = self.mean_matrix_scores
-        if self.lag_profile:
-            n_pos = len(next(iter(self.lag_profile.values()))["mean"]) + 1
-            out["lag_profile"] = {"uniform_causal": uniform_causal_lag_profile(n_pos).tolist(),
+        if self.lag_profile and self.n_pos >= 2:
+            out["lag_profile"] = {"uniform_causal": self.uniform_causal_lag_profile().tolist(),
                                   "sites": self.lag_profile}
+        elif self.lag_profile:
+            out["lag_profile"] = {"sites": self.lag_profile}
         return {**out, **self.meta}
 
 
@@ -359,7 +378,7 @@ def analyze_tokens(
                           meta={**(meta or {}), **({"degenerate_sequences": degenerate} if degenerate else {})},
                           protocol=protocol,
                           lag_profile={site: lag_summary(lags[i]) for i, site in enumerate(labels)},
-                          lag_per_sequence=lags, mean_matrix_scores=mean_matrix)
+                          lag_per_sequence=lags, mean_matrix_scores=mean_matrix, n_pos=int(tokens.shape[1]))
 
 
 def analysis_chunk_size(n_sites: int, n_pos: int, d_model: int, max_bytes: int = DEFAULT_CHUNK_BYTES) -> int:

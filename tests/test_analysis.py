@@ -251,3 +251,30 @@ def test_bad_windows_seeds_and_sites_are_one_line_errors(tiny_model):
         rep = analyze_tokens(tiny_model, torch.full((2, 6), 7), points=("embed", "z"))
     assert all(v != v for r in rep.mean_matrix_scores.values() for v in r.values())
     assert res.mean_matrix_score("blocks.0.attn.hook_z") == res.mean_matrix_score("blocks.0.attn.hook_z")  # a number
+
+
+@pytest.mark.parametrize("n_pos,max_lag", [(12, 3), (12, None), (7, 1), (20, 19)])
+def test_the_idealised_lag_curve_of_a_result_matches_its_lags_and_sequence_length(tiny_model, n_pos, max_lag):
+    """``to_dict`` took the curve of n_pos = (number of lags + 1) positions, so with ``max_lag`` below pos - 1
+    it gave the curve of far shorter sequences (max_lag 3 on 12 positions: 0.797 0.642 0.5, not 0.896 ...)."""
+    import dataclasses
+    import math
+
+    import torch
+
+    from nope_interp.analysis import analyze_tokens
+    from nope_interp.errors import NopeInterpError
+
+    tokens = torch.randint(0, 96, (2, n_pos), generator=torch.Generator().manual_seed(0))
+    res = analyze_tokens(tiny_model, tokens, ("z",), max_lag=max_lag)
+    d_max = max_lag or n_pos - 1
+    # independent reference: c(d) = mean over queries i = d..n-1 of sqrt((i - d + 1) / (i + 1)), 0-based
+    naive = [sum(math.sqrt((i - d + 1) / (i + 1)) for i in range(d, n_pos)) / (n_pos - d) for d in range(1, d_max + 1)]
+    got = res.to_dict()["lag_profile"]["uniform_causal"]
+    assert len(got) == d_max and res.to_dict()["n_pos"] == n_pos
+    assert got == pytest.approx(naive, abs=1e-12)
+    assert res.uniform_causal_lag_profile().tolist() == pytest.approx(naive, abs=1e-12)
+    hand_built = dataclasses.replace(res, n_pos=0)
+    assert "uniform_causal" not in hand_built.to_dict()["lag_profile"]
+    with pytest.raises(NopeInterpError, match="n_pos"):
+        hand_built.uniform_causal_lag_profile()

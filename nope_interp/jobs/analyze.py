@@ -29,7 +29,6 @@ from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names
 from nope_interp.jobs.common import Log, ModelEntry, emit, entry_tokens, progress, protocol_tag
 from nope_interp.plotting import plot_adjacency_by_layer, plot_cosine_heatmaps, plot_lag_profile, save_figure
 from nope_interp.positional import layer_positional_types
-from nope_interp.similarity import uniform_causal_lag_profile
 from tasks import DEFAULT_WINDOW
 
 NAME = "analyze"
@@ -264,10 +263,9 @@ def plot_scores(scores: ModelScores) -> go.Figure:
 def plot_lags(scores: ModelScores) -> go.Figure:
     """Lag profile (mean ± std over prompts) by site with the idealised uniform-causal curve, from a result."""
     res = scores.analysis
-    n_pos = len(next(iter(res.lag_profile.values()))["mean"]) + 1
-    return plot_lag_profile(res.lag_profile, uniform_causal_lag_profile(n_pos).tolist(),
-                            f"{scores.label}: lag profile on {res.n_prompts} {res.task} inputs of {n_pos} positions "
-                            f"({res.protocol} protocol)")
+    return plot_lag_profile(res.lag_profile, res.uniform_causal_lag_profile().tolist(),
+                            f"{scores.label}: lag profile on {res.n_prompts} {res.task} inputs of {res.n_pos} "
+                            f"positions ({res.protocol} protocol)")
 
 
 def write(result: AnalyzeResult, out_root: str | Path = ".") -> list[Path]:
