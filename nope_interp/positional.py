@@ -9,7 +9,11 @@ USES RoPE). So the type of each layer is checked on a forward pass:
   queries differ from the unrotated ones (``hook_q``) and ``nope`` when they are equal;
 * otherwise, a model that adds a non-zero positional embedding to the residual stream (``hook_pos_embed``)
   has ``learned`` positions (every layer sees them); a model with neither is ``nope`` in every layer
-  (this project's models: TransformerLens's ``W_pos`` frozen at zero).
+  (this project's models: TransformerLens's ``W_pos`` frozen at zero);
+* a layer that is neither ``rope`` nor ``learned`` must attend evenly to a run of identical tokens (equal
+  queries and keys give equal scores over the keys it may see): one that does not carries position some
+  other way, ``alibi`` when the config says ALiBi (a per-head linear bias on the distance), else refused,
+  rather than called NoPE.
 
 ``hook_rot_q`` must differ at some position other than the first (RoPE rotates position 0 by angle 0).
 """
@@ -23,7 +27,7 @@ from nope_interp.errors import NopeInterpError
 from nope_interp.model import check_tokens, evaluates
 
 #: The layer types :func:`layer_positional_types` reports.
-LAYER_TYPES = ("nope", "rope", "learned")
+LAYER_TYPES = ("nope", "rope", "learned", "alibi")
 
 
 @evaluates
@@ -45,7 +49,9 @@ def layer_positional_types(model: torch.nn.Module, tokens: Int[Tensor, "batch po
             :func:`nope_interp.model.check_tokens` refuses (not a 2-D integer tensor, ids outside
             ``[0, d_vocab)``), of fewer than 2 positions (position 0 is never rotated, so one position cannot
             tell RoPE from NoPE) or more than ``n_ctx``; ``atol`` or ``rtol`` not a finite number >= 0; a
-            layer whose queries are all zero (rotation cannot be seen).
+            layer whose queries are all zero (rotation cannot be seen); a layer that attends unevenly to
+            identical tokens without being RoPE, learned or ALiBi (a positional mechanism this function does not
+            know).
     """
     cfg = getattr(model, "cfg", None)
     if cfg is None or not hasattr(model, "run_with_cache") or not isinstance(getattr(cfg, "n_layers", None), int):
@@ -75,4 +81,33 @@ def layer_positional_types(model: torch.nn.Module, tokens: Int[Tensor, "batch po
             out.append("nope" if float((rq - q).abs().max()) <= atol + rtol * scale else "rope")
         else:
             out.append("learned" if learned else "nope")
+    uneven = _uneven_on_identical_tokens(model, tokens[:1, :1].expand(1, tokens.shape[1]).to(device), n)
+    for i in range(n):
+        if out[i] == "nope" and uneven[i]:
+            if getattr(cfg, "positional_embedding_type", None) != "alibi":
+                raise NopeInterpError(f"layer {i} has no rotation and no positional embedding, yet attends unevenly "
+                                      "to a run of identical tokens: it carries position some way this function "
+                                      "does not know (supported: nope, rope, learned, alibi)")
+            out[i] = "alibi"
     return tuple(out)
+
+
+def _uneven_on_identical_tokens(model: torch.nn.Module, tokens: Int[Tensor, "1 pos"], n_layers: int) -> list[bool]:
+    """Per layer: does any query's attention pattern on ``tokens`` (one token repeated) put unequal weights on
+    the keys it attends to? Equal queries and keys give equal scores, so a layer without positions spreads
+    its weight evenly over the keys its mask allows (causal, bidirectional or a sliding window alike). A layer
+    whose pattern is not cached (some bridges) counts as even."""
+    names = {f"blocks.{i}.attn.hook_pattern" for i in range(n_layers)}
+    _, cache = model.run_with_cache(tokens, names_filter=lambda name: name in names)
+    uneven = []
+    for i in range(n_layers):
+        name = f"blocks.{i}.attn.hook_pattern"
+        if name not in cache:
+            uneven.append(False)
+            continue
+        pattern = cache[name].double()  # batch head query key
+        seen = pattern > 1e-6
+        high = pattern.masked_fill(~seen, float("-inf")).amax(-1)
+        low = pattern.masked_fill(~seen, float("inf")).amin(-1)
+        uneven.append(bool(((high - low) > 1e-3 * high).any()))
+    return uneven

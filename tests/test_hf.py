@@ -66,6 +66,36 @@ def test_layer_types_of_hooked_transformers():
         layer_positional_types(torch.nn.Linear(2, 2))
 
 
+@pytest.mark.parametrize("kw", [{}, {"attention": "sliding", "window": 3}, {"attention": "bidirectional"},
+                                {"n_layers": 3}])
+def test_a_layer_that_attends_unevenly_to_identical_tokens_is_never_called_nope(kw):
+    """An ALiBi model was ('nope', 'nope'): it has neither rotated queries nor a positional embedding, yet every
+    layer sees position. NoPE layers (causal, sliding or bidirectional) stay nope; ALiBi is named; a position
+    bias this function does not know (here a hook adding -0.5 x distance to layer 1's scores) is refused."""
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    from nope_interp.config import preset
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.model import build_model
+    from nope_interp.positional import layer_positional_types
+
+    model = build_model(preset("tiny", **kw))
+    n = model.cfg.n_layers
+    assert layer_positional_types(model) == ("nope",) * n
+
+    def distance_bias(scores, hook):
+        q, k = scores.shape[-2:]
+        return scores - 0.5 * (torch.arange(q)[:, None] - torch.arange(k)[None, :]).clamp(min=0)
+
+    with model.hooks(fwd_hooks=[("blocks.1.attn.hook_attn_scores", distance_bias)]):
+        with pytest.raises(NopeInterpError, match="layer 1 has no rotation and no positional embedding, yet "
+                                                  "attends unevenly"):
+            layer_positional_types(model)
+    alibi = HookedTransformer(HookedTransformerConfig(n_layers=n, d_model=32, n_ctx=16, d_head=8, n_heads=4,
+                                                      d_vocab=20, act_fn="relu", positional_embedding_type="alibi"))
+    assert layer_positional_types(alibi) == ("alibi",) * n
+
+
 def test_adjacency_pipeline_runs_on_a_hybrid_bridge(tiny_models):
     from nope_interp.analysis import analyze_tokens
     from nope_interp.similarity import adjacency_scores_of_activations
