@@ -181,19 +181,38 @@ def answer_loss(model: HookedTransformer, batch: Batch, fast: bool = False) -> F
             run) when the model supports it; otherwise with ``model(tokens)``.
 
     Raises:
-        NopeInterpError: ``batch.tokens``, or ``batch.targets`` where ``batch.loss_mask`` is True, are not
-            integer ids in ``[0, d_vocab)`` (:func:`~nope_interp.model.check_tokens`).
+        NopeInterpError: ``batch`` not a ``tasks.Batch``; ``batch.tokens``, or ``batch.targets`` where
+            ``batch.loss_mask`` is True, are not integer ids in ``[0, d_vocab)``
+            (:func:`~nope_interp.model.check_tokens`); more positions than the model's ``n_ctx``;
+            ``targets`` or ``loss_mask`` not of the tokens' shape; a ``loss_mask`` that is not boolean (0/1
+            integers are read as booleans) or selects no position (the mean of nothing: NaN).
     """
+    if not isinstance(batch, Batch):
+        raise NopeInterpError(f"batch must be a tasks.Batch(tokens, targets, loss_mask), got {type(batch).__name__}")
     check_tokens(model, batch.tokens, "batch.tokens")
-    if batch.targets.shape == batch.loss_mask.shape and bool(batch.loss_mask.any()):
-        check_tokens(model, batch.targets[batch.loss_mask.bool()].unsqueeze(0), "batch.targets[loss_mask]")
+    if batch.tokens.shape[1] > model.cfg.n_ctx:
+        raise NopeInterpError(f"batch.tokens has {batch.tokens.shape[1]} positions, more than the model's "
+                              f"n_ctx={model.cfg.n_ctx}")
+    for name in ("targets", "loss_mask"):
+        value = getattr(batch, name)
+        if not isinstance(value, Tensor) or value.shape != batch.tokens.shape:
+            raise NopeInterpError(f"batch.{name} must be a tensor of the tokens' shape {tuple(batch.tokens.shape)}, "
+                                  f"got {tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__}")
+    mask = batch.loss_mask
+    if mask.dtype != torch.bool:
+        if mask.dtype.is_floating_point or mask.dtype.is_complex or not bool(((mask == 0) | (mask == 1)).all()):
+            raise NopeInterpError(f"batch.loss_mask must be boolean (or 0/1 integers), got dtype {mask.dtype}")
+        mask = mask.bool()
+    if not bool(mask.any()):
+        raise NopeInterpError("batch.loss_mask selects no position: there is no loss to average")
+    check_tokens(model, batch.targets[mask].unsqueeze(0), "batch.targets[loss_mask]")
     device = model.cfg.device
     tokens = batch.tokens.to(device)
     if fast and unsupported_reason(model) is None:
         logits = fast_logits(model, tokens)
     else:
         logits = model(tokens, return_type="logits")
-    mask = batch.loss_mask.to(device)
+    mask = mask.to(device)
     return F.cross_entropy(logits[mask], batch.targets.to(device)[mask])
 
 

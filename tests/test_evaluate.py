@@ -485,3 +485,49 @@ def test_protocol_prompts_refuses_what_is_not_a_model():
     for bad in (None, "tiny", 3):
         with pytest.raises(NopeInterpError, match="model must be a TransformerLens model"):
             unhooked(protocol_prompts)(bad, tasks.get_task("addition"), 4, 0)
+
+
+def test_answer_loss_refuses_batches_it_would_average_wrongly_or_crash_on(tiny_model):
+    """An all-False loss_mask returned NaN; 0/1 integer masks, masks and targets of another shape, a plain tuple
+    and too many positions failed deep in torch / TransformerLens. Each is now one line naming the field."""
+    import torch
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.evaluate import answer_loss
+    from tasks import Batch
+
+    def Batch_(tokens, targets, loss_mask):  # noqa: N802 - a Batch past the test hook's type checker
+        batch = Batch.__new__(Batch)
+        for name, value in (("tokens", tokens), ("targets", targets), ("loss_mask", loss_mask)):
+            object.__setattr__(batch, name, value)
+        return batch
+
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, 96, (2, 6), generator=g)
+    targets = torch.randint(0, 96, (2, 6), generator=g)
+    mask = torch.zeros(2, 6, dtype=torch.bool)
+    mask[:, 3:] = True
+    ref = answer_loss(tiny_model, Batch(tokens, targets, mask))
+    # independent reference: -log softmax at each selected position, averaged by hand
+    logp = torch.log_softmax(tiny_model(tokens, return_type="logits").double(), -1)
+    naive = -sum(float(logp[b, p, targets[b, p]]) for b in range(2) for p in range(3, 6)) / 6
+    assert float(ref) == pytest.approx(naive, rel=1e-5)
+    for fast in (False, True):  # 0/1 integers are the boolean mask
+        got = unhooked(answer_loss)(tiny_model, Batch_(tokens, targets, mask.long()), fast=fast)
+        assert float(got) == pytest.approx(float(ref), rel=1e-5)
+    n_ctx = tiny_model.cfg.n_ctx
+    long = torch.zeros(1, n_ctx + 1, dtype=torch.long)
+    cases = [
+        (Batch_(tokens, targets, torch.zeros_like(mask)), "selects no position"),
+        (Batch_(tokens, targets, mask.long() * 2), "must be boolean"),
+        (Batch_(tokens, targets, mask.float()), "must be boolean"),
+        (Batch_(tokens, targets, mask[:, :4]), r"batch.loss_mask must be a tensor of the tokens' shape \(2, 6\)"),
+        (Batch_(tokens, targets[:1], mask), r"batch.targets must be a tensor of the tokens' shape"),
+        ((tokens, targets, mask), "batch must be a tasks.Batch"),
+        (Batch_(long, long, torch.ones_like(long, dtype=torch.bool)), f"more than the model's n_ctx={n_ctx}"),
+    ]
+    for batch, match in cases:
+        for fast in (False, True):
+            with pytest.raises(NopeInterpError, match=match):
+                unhooked(answer_loss)(tiny_model, batch, fast=fast)
