@@ -206,10 +206,24 @@ def relative_entropy_to_uniform(
     return out
 
 
-def attention_window(cfg: Any) -> int | None:
-    """The sliding-window size of a TransformerLens config with local attention (``use_local_attn``), else
-    None (every earlier key allowed)."""
-    return int(cfg.window_size) if getattr(cfg, "use_local_attn", False) else None
+def attention_window(cfg: Any, layer: int) -> int | None:
+    """The sliding-window size (keys) of ``layer`` of a TransformerLens config with local attention
+    (``use_local_attn``), else None (every earlier key allowed). Models that mix global and local layers
+    (``attn_types``, GPT-Neo style) have a window only in their ``"local"`` layers.
+
+    Raises:
+        NopeInterpError: ``layer`` not an index into ``attn_types`` when the config has them.
+    """
+    if not getattr(cfg, "use_local_attn", False):
+        return None
+    kinds = getattr(cfg, "attn_types", None)
+    if kinds:
+        if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < len(kinds):
+            raise NopeInterpError(f"layer must be an integer in [0, {len(kinds)}) for this model's attn_types, "
+                                  f"got {layer!r}")
+        if kinds[layer] != "local":
+            return None
+    return int(cfg.window_size)
 
 
 def random_causal_pattern(

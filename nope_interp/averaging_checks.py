@@ -285,7 +285,7 @@ def averaging_report(
         obs_cat = cosine_similarity_matrix(z_cat)
         var = per_position_variance(z_cat)
         var_ratio = (var / var[:, :1]).mean(0)
-        rel_entropy = relative_entropy_to_uniform(pattern, causal, attention_window(model.cfg))[..., 1:]
+        rel_entropy = relative_entropy_to_uniform(pattern, causal, attention_window(model.cfg, layer))[..., 1:]
         layers.append(LayerAveraging(
             layer=layer,
             z_identity_max_abs_err=float((pattern_weighted_values(pattern, v) - z).abs().max()),

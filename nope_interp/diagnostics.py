@@ -119,7 +119,7 @@ def layer0_attention_entropy(model: HookedTransformer, tokens: Int[Tensor, "batc
     with eval_mode(model):
         _, cache = model.run_with_cache(tokens.to(model.cfg.device), names_filter=name, return_type=None)
     causal = model.cfg.attention_dir == "causal"
-    rel = relative_entropy_to_uniform(cache[name].cpu(), causal, attention_window(model.cfg))
+    rel = relative_entropy_to_uniform(cache[name].cpu(), causal, attention_window(model.cfg, 0))
     return float(rel[..., 1:].mean())
 
 

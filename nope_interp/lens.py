@@ -418,7 +418,7 @@ def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool | None 
     model = getattr(cache, "model", None)
     if causal is None:
         causal = getattr(getattr(model, "cfg", None), "attention_dir", "causal") == "causal"
-    window = attention_window(model.cfg) if causal is True and model is not None else None
+    window = attention_window(model.cfg, layer) if causal is True and model is not None else None
     check_pattern(pattern, causal, window, name=f"the attention pattern at {p_name}")
     if pattern.shape[0] != z.shape[0] or pattern.shape[-2] != z.shape[-2]:
         raise NopeInterpError(f"{p_name} {tuple(pattern.shape)} and {z_name} {tuple(z.shape)} disagree in batch or "

@@ -187,3 +187,45 @@ def test_an_empty_list_of_evaluation_examples_is_refused_not_ignored(checks, tin
 
     with pytest.raises(NopeInterpError, match="non-empty sequence"):
         checks.counterfactual_report(tiny_model, addition_task, n_prompts=3, eval_examples=[])
+
+
+@pytest.mark.parametrize("kinds", [("global", "local"), ("local", "global")])
+def test_models_that_mix_global_and_local_layers_get_each_layer_s_own_keys(kinds):
+    """With GPT-Neo-style attn_types every layer was checked against the sliding window: a global layer 0
+    was refused ("puts weight on a key outside its sliding window") by averaging_check, averaging_report and
+    layer0_attention_entropy. The window now applies to the local layers only."""
+    import math
+
+    import torch
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    import tasks
+    from nope_interp.averaging import attention_window
+    from nope_interp.averaging_checks import averaging_report
+    from nope_interp.diagnostics import layer0_attention_entropy
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.lens import averaging_check
+
+    torch.manual_seed(0)
+    model = HookedTransformer(HookedTransformerConfig(
+        n_layers=2, d_model=32, n_ctx=32, d_head=8, n_heads=4, d_vocab=96, act_fn="relu",
+        positional_embedding_type="rotary", use_local_attn=True, attn_types=list(kinds), window_size=4)).eval()
+    cfg = model.cfg
+    assert [attention_window(cfg, i) for i in range(2)] == [4 if k == "local" else None for k in kinds]
+    with pytest.raises(NopeInterpError, match=r"layer must be an integer in \[0, 2\)"):
+        attention_window(cfg, 2)
+    tokens = torch.randint(0, 96, (3, 12), generator=torch.Generator().manual_seed(0))
+    _, cache = model.run_with_cache(tokens)
+    for layer in range(2):
+        assert -1.0 <= averaging_check(cache, layer).spearman_pred_obs <= 1.0
+    rep = averaging_report(model, tasks.get_task("reversal", n_digits=4), n_prompts=4)
+    assert len(rep.layers) == 2
+    # layer 0's entropy against its own keys, recomputed by hand: global -> all earlier keys, local -> 4
+    pattern = cache["blocks.0.attn.hook_pattern"].double()
+    window = 4 if kinds[0] == "local" else None
+    ents = []
+    for q in range(1, 12):
+        keys = range(max(0, q - window + 1) if window else 0, q + 1)
+        p = pattern[:, :, q, list(keys)]
+        ents.append((-(p * p.clamp_min(1e-300).log()).sum(-1) / math.log(len(keys))).mean())
+    assert layer0_attention_entropy(model, tokens) == pytest.approx(float(torch.stack(ents).mean()), abs=1e-5)

@@ -347,7 +347,7 @@ def measure(model: HookedTransformer, task: tasks_pkg.Task, n_prompts: int,
         _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names, return_type=None)
     causal = model.cfg.attention_dir == "causal"
     entropy = float(relative_entropy_to_uniform(cache[hook_name("pattern", 0)], causal,
-                                                attention_window(model.cfg))[..., 1:].mean())
+                                                attention_window(model.cfg, 0))[..., 1:].mean())
     scores = []
     for layer in range(n_layers):
         for point in SCORED_POINTS:
