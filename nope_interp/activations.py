@@ -62,7 +62,26 @@ def iter_activations(
     if batch_size < 1:
         raise NopeInterpError(f"batch_size must be >= 1, got {batch_size}")
     names = activation_hook_names(model.cfg.n_layers, points)
+    check_site_widths(model, names)
     return _iter_chunks(model, tokens, names, batch_size)
+
+
+def check_site_widths(model: LensModel, names: list[str] | tuple[str, ...]) -> None:
+    """Refuse a set of hook sites whose vectors differ in width, which the analyses stack into one
+    ``site x batch x pos x width`` tensor: ``hook_z`` (heads concatenated) has ``n_heads * d_head`` features,
+    the residual stream ``d_model``; TransformerLens allows the two to differ.
+
+    Raises:
+        NopeInterpError: ``hook_z`` sites mixed with residual-stream sites in a model where
+            ``n_heads * d_head != d_model`` (the message says to analyse ``("z",)`` on its own).
+    """
+    cfg = model.cfg
+    z_width = int(cfg.n_heads) * int(cfg.d_head)
+    if z_width != cfg.d_model and any(n.endswith("hook_z") for n in names) and \
+            not all(n.endswith("hook_z") for n in names):
+        raise NopeInterpError(f"this model's hook_z has n_heads * d_head = {z_width} features and its residual "
+                              f"stream d_model = {cfg.d_model}: analyse points ('z',) and the residual-stream points "
+                              "in separate calls")
 
 
 @evaluates  # a generator: eval mode while the chunks are drawn

@@ -17,7 +17,7 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 
 import tasks as tasks_pkg
-from nope_interp.activations import iter_activations
+from nope_interp.activations import check_site_widths, iter_activations
 from nope_interp.config import check_int
 from nope_interp.errors import DegenerateInputWarning, NopeInterpError
 from nope_interp.fast_forward import attached_hooks, fast_activations, fast_activations_unsupported
@@ -314,6 +314,7 @@ def analyze_tokens(
     check_fits_memory({"one sequence's cosine similarity matrix and a temporary (float64)": 2 * 8 * n_pos**2}, "cpu",
                       f"the adjacency score of {n_pos}-token sequences", "use shorter sequences")
     labels = tuple(activation_hook_names(model.cfg.n_layers, points))
+    check_site_widths(model, labels)
     why = fast_activations_unsupported(model, labels)
     if forward == "fast" and why is not None:
         raise NopeInterpError(f"forward='fast' does not support {why}; use forward='hooked'")

@@ -71,3 +71,32 @@ def test_iter_activations_streams_chunks_equal_to_collect_activations(tiny_model
     whole = collect_activations(tiny_model, tokens.long(), ("embed", "z"), batch_size=3)
     torch.testing.assert_close(torch.cat([c.acts for c in chunks], dim=1), whole.acts, rtol=0, atol=0)
     assert chunks[0].labels == whole.labels
+
+
+def test_sites_of_two_widths_are_refused_by_name_and_each_width_alone_is_analysed():
+    """n_heads * d_head != d_model (legal in TransformerLens) failed in torch.stack with "stack expects each
+    tensor to be equal size" in analyze_tokens, collect_activations and iter_activations."""
+    import torch
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    from nope_interp.activations import collect_activations, iter_activations
+    from nope_interp.analysis import analyze_tokens
+    from nope_interp.errors import NopeInterpError
+
+    torch.manual_seed(0)
+    model = HookedTransformer(HookedTransformerConfig(n_layers=2, d_model=32, n_ctx=16, d_head=4, n_heads=4,
+                                                      d_vocab=20, act_fn="relu")).eval()
+    tokens = torch.randint(0, 20, (3, 10), generator=torch.Generator().manual_seed(0))
+    for fn in (lambda p: analyze_tokens(model, tokens, p), lambda p: collect_activations(model, tokens, p),
+               lambda p: next(iter_activations(model, tokens, p))):
+        with pytest.raises(NopeInterpError, match=r"n_heads \* d_head = 16 features and its residual stream "
+                                                  r"d_model = 32: analyse points \('z',\)"):
+            fn(("z", "resid_post"))
+    z = analyze_tokens(model, tokens, ("z",))
+    _, cache = model.run_with_cache(tokens)
+    from nope_interp.lens import adjacency_scores
+
+    ref = adjacency_scores(cache, ["blocks.1.attn.hook_z"])
+    assert z.scores["row_mean"]["blocks.1.attn.hook_z"]["mean"] == pytest.approx(
+        ref.summary("blocks.1.attn.hook_z")["mean"], abs=1e-6)
+    assert collect_activations(model, tokens, ("resid_post",)).acts.shape == (2, 3, 10, 32)
