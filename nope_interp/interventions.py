@@ -25,6 +25,7 @@ from nope_interp.averaging import (
     random_causal_pattern,
     uniform_causal_pattern,
 )
+from nope_interp.config import check_int
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import hook_name
 from nope_interp.model import check_model
@@ -66,10 +67,12 @@ def replaced_pattern(model: HookedTransformer, layer: int, kind: str, seed: int 
     """Within the block, ``model``'s layer-``layer`` attention pattern is replaced by ``kind``.
 
     Raises:
-        NopeInterpError: bad layer or kind; ``model`` not a TransformerLens model (a loaded run: pass ``.model``).
+        NopeInterpError: bad layer or kind; ``model`` not a TransformerLens model (a loaded run: pass ``.model``);
+            ``seed`` not an integer in [0, 2**63).
     """
     check_model(model)
     name = hook_name("pattern", layer, n_layers=model.cfg.n_layers)
+    check_int("seed", seed, 0, 2**63 - 1)
     gen = torch.Generator().manual_seed(seed)
     with model.hooks(fwd_hooks=[(name, pattern_replacement_hook(kind, gen))]):
         yield model

@@ -70,7 +70,8 @@ def site_activations(cache: ActivationCache, site: str) -> Float[Tensor, "batch 
         NopeInterpError: ``cache`` not an ``ActivationCache``; ``site`` not a string or not in the cache (the
             message lists what is); an attention site (``hook_pattern``, ``hook_attn_scores``: ``(batch, head,
             query, key)``, no vector per position); any other shape than ``(batch, pos, d)`` or, for
-            :data:`HEAD_SITES`, ``(batch, pos, head, d_head)`` (the message names the hook and its shape).
+            :data:`HEAD_SITES`, ``(batch, pos, head, d_head)`` (the message names the hook and its shape); an
+            empty batch or an axis of size 0.
     """
     _check_cache(cache, "site_activations")
     if not isinstance(site, str):
@@ -86,6 +87,9 @@ def site_activations(cache: ActivationCache, site: str) -> Float[Tensor, "batch 
             "hook_z) or compare the pattern with averaging_check(cache, layer)")
     if not cache.has_batch_dim:
         a = a.unsqueeze(0)
+    if 0 in a.shape:
+        raise NopeInterpError(f"hook {site!r} has shape {tuple(cache[site].shape)}: an empty batch or no positions "
+                              "(run the model on at least one sequence)")
     if a.ndim == 4 and last in HEAD_SITES:
         a = a.reshape(a.shape[0], a.shape[1], -1)
     if a.ndim != 3:

@@ -44,3 +44,12 @@ def test_bad_intervention_input(tiny_model):
         with replaced_pattern(tiny_model, 5, "uniform"):
             pass
     assert_no_hooks(tiny_model)
+    from contextlib import contextmanager
+
+    from conftest import unhooked
+
+    for seed in (1.5, -1, "0", 2**63):  # 1.5 failed in torch ("manual_seed expected a long")
+        with pytest.raises(NopeInterpError, match="seed must be an integer"):
+            with contextmanager(unhooked(replaced_pattern))(tiny_model, 0, "random_matched", seed=seed):
+                pass
+        assert_no_hooks(tiny_model)

@@ -223,3 +223,18 @@ def test_sites_with_heads_are_scored_as_heads_concatenated(tiny_model):
     with pytest.raises(NopeInterpError, match=r"hook 'blocks.0.attn.hook_pattern' holds attention weights of shape "
                                               r"\(2, 22, 22\)"):
         site_activations(single, "blocks.0.attn.hook_pattern")
+
+
+def test_caches_of_an_empty_batch_are_refused_by_every_lens_function(tiny_model):
+    """averaging_check on run_with_cache(tokens[:0]) failed with "cannot reshape tensor of 0 elements"."""
+    import tasks
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.lens import adjacency_scores, averaging_check, cosine_heatmap, lag_profile, site_activations
+
+    task = tasks.get_task("reversal")
+    _, cache = tiny_model.run_with_cache(task.prompt_tokens(task.analysis_prompts(2, seed=3))[:0])
+    for fn in (lambda: averaging_check(cache, 0), lambda: adjacency_scores(cache),
+               lambda: cosine_heatmap(cache, "blocks.0.attn.hook_z"), lambda: lag_profile(cache),
+               lambda: site_activations(cache, "blocks.0.attn.hook_z")):
+        with pytest.raises(NopeInterpError, match=r"an empty batch|empty"):
+            fn()
