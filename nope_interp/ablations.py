@@ -224,7 +224,9 @@ def ablation_hook(
     Raises:
         NopeInterpError: unknown kind or a missing argument; ``mu`` not a real float tensor ``(pos, d_model)``
             with finite entries; ``perm`` not a permutation of ``range(pos)``; ``basis`` not an orthonormal
-            ``(d_model, rank)`` basis (:func:`check_basis`); ``generator`` not a ``torch.Generator``.
+            ``(d_model, rank)`` basis (:func:`check_basis`); ``generator`` not a ``torch.Generator``. When the
+            hook runs: activations whose width is not ``mu``'s, or, for the kinds that use ``mu`` or ``perm``,
+            sequences shorter than ``mu``'s positions.
     """
     if kind not in ABLATIONS:
         raise NopeInterpError(f"unknown ablation {kind!r}; allowed: {', '.join(ABLATIONS)}")
@@ -248,6 +250,12 @@ def ablation_hook(
         raise NopeInterpError(f"ablation 'swap_prompts' needs a torch.Generator, got {type(generator).__name__}")
 
     def transform(h: Tensor) -> Tensor:
+        if h.shape[-1] != mu.shape[1]:
+            raise NopeInterpError(f"ablation hook {kind!r} was built for d_model={mu.shape[1]} (mu's width), applied "
+                                  f"to activations of width {h.shape[-1]}")
+        if kind in ("shuffle_positional", "mean_positional", "shuffle_vectors") and h.shape[1] != n:
+            raise NopeInterpError(f"ablation hook {kind!r} acts on the {n} prompt positions of mu, applied to a "
+                                  f"sequence of {h.shape[1]} positions: build it with mu of this prompt length")
         m = mu.to(h.device)
         if kind == "shuffle_positional":
             return h - m + m[perm]

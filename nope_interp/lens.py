@@ -58,6 +58,10 @@ def _check_cache(cache: object, fn: str) -> None:
         hint = " (run_with_cache returns (logits, cache): pass the cache)" if isinstance(cache, tuple) else ""
         raise NopeInterpError(f"{fn}: cache must be a transformer_lens ActivationCache (from "
                               f"model.run_with_cache(tokens)), got a {type(cache).__name__}{hint}")
+    meta = [name for name, t in cache.cache_dict.items() if isinstance(t, Tensor) and t.is_meta]
+    if meta:
+        raise NopeInterpError(f"{fn}: the cache holds meta-device tensors (shapes without values) at {meta[0]}"
+                              f"{' and more' if len(meta) > 1 else ''}: run a model with real weights")
 
 
 def site_activations(cache: ActivationCache, site: str) -> Float[Tensor, "batch pos d"]:

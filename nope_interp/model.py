@@ -478,12 +478,16 @@ def check_nope(model: HookedTransformer, cfg: ModelConfig) -> None:
 
 
 def check_model(model: object) -> None:
-    """Raise :class:`NopeInterpError` unless ``model`` is a TransformerLens model (it has a ``cfg``); a loaded
-    run (:func:`nope_interp.pretrained.load_run`) is named, with the attribute to pass instead."""
+    """Raise :class:`NopeInterpError` unless ``model`` is a TransformerLens model (it has a ``cfg``) with real
+    weights (none on the ``meta`` device); a loaded run (:func:`nope_interp.pretrained.load_run`) is named,
+    with the attribute to pass instead."""
     if not hasattr(model, "cfg") or not isinstance(model, torch.nn.Module):
         hint = ": a loaded run, pass its .model" if hasattr(model, "model") and hasattr(model, "path") else ""
         raise NopeInterpError(f"model must be a TransformerLens model (HookedTransformer or TransformerBridge), "
                               f"got a {type(model).__name__}{hint}")
+    if any(p.is_meta for p in model.parameters()):
+        raise NopeInterpError("model has parameters on the meta device (shapes without values): load or "
+                              "initialise its weights first (e.g. model.to_empty(device='cpu') then load a state dict)")
 
 
 def check_model_dtype(model: object, fn: str) -> None:

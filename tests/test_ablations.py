@@ -165,3 +165,27 @@ def test_positional_decomposition_separates_position_from_content(AB):
     assert AB.positional_decomposition(mid)["dropped_positions"] == [0, 5]
     with pytest.raises(Exception, match="3 positions"):
         AB.positional_decomposition(torch.zeros(4, 5, 3, dtype=torch.float64) + 1.0)
+
+
+def test_a_hook_applied_to_other_activations_than_it_was_built_for_says_so(AB):
+    """A hook built with mu of 22 positions, run on 5, failed with "size of tensor a (5) must match (22)"."""
+    from nope_interp.errors import NopeInterpError
+
+    gen = torch.Generator().manual_seed(3)
+    h = torch.randn(2, 6, 8, generator=gen, dtype=torch.float64)
+    mu = AB.positional_means(h)
+    hooks = {"mean_positional": AB.ablation_hook("mean_positional", mu),
+             "shuffle_positional": AB.ablation_hook("shuffle_positional", mu, perm=torch.arange(6).flip(0)),
+             "shuffle_vectors": AB.ablation_hook("shuffle_vectors", mu, perm=torch.arange(6).flip(0)),
+             "project_out": AB.ablation_hook("project_out", mu, basis=AB.positional_subspace(mu, 2))}
+    for kind, hook in hooks.items():
+        with pytest.raises(NopeInterpError, match=f"ablation hook '{kind}' was built for d_model=8"):
+            hook(torch.randn(2, 6, 5, dtype=torch.float64), hook=None)
+        short = torch.randn(2, 4, 8, generator=gen, dtype=torch.float64)
+        if kind == "project_out":  # acts per position: a shorter sequence is fine
+            torch.testing.assert_close(hook(short, hook=None), AB.project_out(short, AB.positional_subspace(mu, 2)))
+        else:
+            with pytest.raises(NopeInterpError, match="acts on the 6 prompt positions of mu, applied to a sequence "
+                                                      "of 4 positions"):
+                hook(short, hook=None)
+        assert hook(h, hook=None).shape == h.shape  # the length it was built for still works

@@ -524,3 +524,27 @@ def test_a_config_that_does_not_describe_the_model_is_refused_not_applied(tiny_c
     init_weights(nope, tiny_cfg)   # the matching config still re-initialises
     assert torch.equal(nope.pos_embed.W_pos, w_pos) and not bool(w_pos.any())
     assert with_context(nope, tiny_cfg, 100)[1].n_ctx == 100
+
+
+def test_a_model_or_cache_on_the_meta_device_is_one_line_error():
+    """A meta-device model failed in Tensor.item() (analyze_tokens) or NotImplementedError (entropy, the lens)."""
+    import torch
+
+    from nope_interp.analysis import analyze_tokens
+    from nope_interp.config import preset
+    from nope_interp.diagnostics import layer0_attention_entropy
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.lens import adjacency_scores, averaging_check
+    from nope_interp.model import build_model
+
+    real = build_model(preset("tiny"))
+    tokens = torch.randint(0, 96, (2, 8), generator=torch.Generator().manual_seed(0))
+    meta = build_model(preset("tiny")).to("meta")
+    for fn in (lambda: analyze_tokens(meta, tokens), lambda: layer0_attention_entropy(meta, tokens)):
+        with pytest.raises(NopeInterpError, match="parameters on the meta device"):
+            fn()
+    _, cache = real.run_with_cache(tokens)
+    cache.cache_dict["blocks.0.attn.hook_pattern"] = cache["blocks.0.attn.hook_pattern"].to("meta")
+    for fn in (lambda: averaging_check(cache, 0), lambda: adjacency_scores(cache)):
+        with pytest.raises(NopeInterpError, match="meta-device tensors .* at blocks.0.attn.hook_pattern"):
+            fn()
