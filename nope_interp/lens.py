@@ -174,6 +174,9 @@ def _sites(cache: object, sites: object, fn: str) -> list[str]:
     sites = list(sites) if sites is not None else cached_vector_sites(cache)
     if not sites:
         raise NopeInterpError(f"no vector site in the cache; cached: {', '.join(cache.cache_dict)}")
+    twice = sorted({s for s in sites if isinstance(s, str) and sites.count(s) > 1})
+    if twice:  # the table would show a site twice while the per-site dicts keep one
+        raise NopeInterpError(f"{fn}: sites names {', '.join(map(repr, twice))} more than once")
     return sites
 
 
@@ -320,7 +323,7 @@ class CosineView:
 
     def figure(self) -> go.Figure:
         """Interactive heatmap on the diverging scale fixed to [-1, 1]."""
-        labels = "".join(t[:1] or " " for t in self.tokens) if self.tokens else " " * self.matrix.shape[0]
+        labels = list(self.tokens) if self.tokens else [""] * self.matrix.shape[0]  # whole tokens, not 1st chars
         return plot_cosine_heatmaps(self.matrix.unsqueeze(0), [self.site], labels,
                                     f"cosine similarity, sequence {self.batch_index}, adjacency {self.adjacency:.3f}")
 

@@ -32,7 +32,7 @@ _SCALE = "RdBu_r"
 
 def _axis_labels(tokens: str | Sequence[str]) -> list[str]:
     # one label per position; repeated characters stay distinct because of the index prefix
-    return [f"{i}:{'␤' if ch == chr(10) else ch}" for i, ch in enumerate(tokens)]
+    return [f"{i}:{t.replace(chr(10), '␤')}" for i, t in enumerate(tokens)]
 
 
 def plot_cosine_heatmaps(

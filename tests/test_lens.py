@@ -191,6 +191,9 @@ def test_attention_sites_are_refused_naming_the_hook_and_its_shape(reversal_cach
             unhooked(fn)(bad)
     with pytest.raises(NopeInterpError, match="sites must name at least one hook"):
         adjacency_scores(cache, [])
+    for fn in (adjacency_scores, lag_profile):  # a site twice: two table rows, one dict entry
+        with pytest.raises(NopeInterpError, match=f"{fn.__name__}: sites names 'hook_embed' more than once"):
+            fn(cache, ["hook_embed", "blocks.0.attn.hook_z", "hook_embed"])
     with pytest.raises(NopeInterpError, match="batch_index must be an integer"):
         unhooked(cosine_heatmap)(cache, "hook_embed", batch_index=1.0)
     with pytest.raises(NopeInterpError, match="tokens must be a string or a list of strings"):
@@ -238,3 +241,17 @@ def test_caches_of_an_empty_batch_are_refused_by_every_lens_function(tiny_model)
                lambda: site_activations(cache, "blocks.0.attn.hook_z")):
         with pytest.raises(NopeInterpError, match=r"an empty batch|empty"):
             fn()
+
+
+def test_heatmap_axes_show_whole_tokens(tiny_model):
+    """Multi-character tokens (subword text) were cut to their first character, so " the" showed as blank."""
+    import torch
+
+    from nope_interp.lens import cosine_heatmap
+
+    _, cache = tiny_model.run_with_cache(torch.randint(0, 96, (1, 4), generator=torch.Generator().manual_seed(0)))
+    fig = cosine_heatmap(cache, "blocks.0.attn.hook_z", tokens=[" the", "cat", "\n\n", "s"]).figure()
+    assert list(fig.data[0].x) == ["0: the", "1:cat", "2:␤␤", "3:s"] == list(fig.data[0].y)
+    fig = cosine_heatmap(cache, "blocks.0.attn.hook_z", tokens="ab\nc").figure()  # a string: its characters
+    assert list(fig.data[0].x) == ["0:a", "1:b", "2:␤", "3:c"]
+    assert list(cosine_heatmap(cache, "hook_embed").figure().data[0].x) == ["0:", "1:", "2:", "3:"]
