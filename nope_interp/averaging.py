@@ -94,20 +94,27 @@ def check_pattern(pattern: object, causal: Any = True, window: Any = None, name:
 
 
 def pattern_weighted_values(
-    pattern: Float[Tensor, "batch n_heads query_pos key_pos"], v: Float[Tensor, "batch key_pos n_heads d_head"]
+    pattern: Float[Tensor, "batch n_heads query_pos key_pos"], v: Float[Tensor, "batch key_pos n_kv_heads d_head"]
 ) -> Float[Tensor, "batch query_pos n_heads d_head"]:
     """z = pattern @ v per head: what TransformerLens stores at ``attn.hook_z`` (an exact identity).
 
     Raises:
-        NopeInterpError: either is not a 4-D float tensor with finite entries; their batch, head or key
-            sizes differ. Both are computed in the wider of their two dtypes.
+        NopeInterpError: either is not a 4-D float tensor with finite entries; their batch or key sizes differ,
+            or their head counts, unless ``v``'s divides ``pattern``'s (grouped-query attention: each key/value
+            head serves ``n_heads / n_key_value_heads`` consecutive query heads, as in TransformerLens). Both
+            are computed in the wider of their two dtypes.
     """
     pattern = _checked(pattern, "pattern", "(batch, n_heads, query_pos, key_pos)", "pattern_weighted_values", ndim=4)
     v = _checked(v, "v", "(batch, key_pos, n_heads, d_head)", "pattern_weighted_values", ndim=4)
     b, h, _, k = pattern.shape
+    if (v.shape[0], v.shape[1]) == (b, k) and v.shape[2] < h and h % v.shape[2] == 0:
+        # grouped-query attention: query head i reads key/value head i // (n_heads / n_key_value_heads),
+        # TransformerLens's repeat_interleave
+        v = v.repeat_interleave(h // v.shape[2], dim=2)
     if (v.shape[0], v.shape[1], v.shape[2]) != (b, k, h):
         raise NopeInterpError(f"pattern {tuple(pattern.shape)} (batch n_heads query_pos key_pos) and v "
-                              f"{tuple(v.shape)} (batch key_pos n_heads d_head) disagree in batch, key_pos or n_heads")
+                              f"{tuple(v.shape)} (batch key_pos n_heads d_head) disagree in batch, key_pos or n_heads "
+                              "(v may have fewer heads when they divide n_heads: grouped-query attention)")
     dtype = torch.promote_types(pattern.dtype, v.dtype)
     return torch.einsum("bhqk,bkhd->bqhd", pattern.to(dtype), v.to(dtype))
 

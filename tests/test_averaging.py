@@ -152,3 +152,34 @@ def test_averaging_check_reads_the_attention_direction_from_the_model(tiny_cfg):
         averaging_check(cache, causal=True)
     _, causal_cache = build_model(tiny_cfg).run_with_cache(tokens)
     assert 0.99 <= averaging_check(causal_cache).relative_entropy <= 1.0   # near-uniform at init
+
+
+def test_grouped_query_attention_values_serve_their_query_heads():
+    """With n_key_value_heads < n_heads, hook_v has fewer heads than the pattern: averaging_report failed with
+    "disagree in ... n_heads". Each key/value head now serves its group of query heads, as in TransformerLens:
+    pattern @ v equals the cached hook_z exactly."""
+    import torch
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    import tasks
+    from nope_interp.averaging import pattern_weighted_values
+    from nope_interp.averaging_checks import averaging_report
+    from nope_interp.errors import NopeInterpError
+
+    for n_kv in (1, 2):
+        torch.manual_seed(0)
+        model = HookedTransformer(HookedTransformerConfig(n_layers=2, d_model=32, n_ctx=32, d_head=8, n_heads=4,
+                                                          d_vocab=96, act_fn="relu", n_key_value_heads=n_kv)).eval()
+        _, cache = model.run_with_cache(torch.randint(0, 96, (2, 10), generator=torch.Generator().manual_seed(1)))
+        for layer in range(2):
+            pattern, v = cache[f"blocks.{layer}.attn.hook_pattern"], cache[f"blocks.{layer}.attn.hook_v"]
+            assert v.shape[2] == n_kv
+            z = pattern_weighted_values(pattern, v)
+            torch.testing.assert_close(z.float(), cache[f"blocks.{layer}.attn.hook_z"], atol=1e-6, rtol=1e-5)
+            # by hand: query head i reads value head i // (4 / n_kv)
+            for head in range(4):
+                ref = torch.einsum("bqk,bkd->bqd", pattern[:, head].double(), v[:, :, head // (4 // n_kv)].double())
+                torch.testing.assert_close(z[:, :, head].double(), ref)
+        assert len(averaging_report(model, tasks.get_task("reversal", n_digits=4), n_prompts=4).layers) == 2
+    with pytest.raises(NopeInterpError, match="disagree in batch, key_pos or n_heads"):
+        pattern_weighted_values(torch.rand(1, 4, 5, 5), torch.rand(1, 5, 3, 8))  # 3 does not divide 4
