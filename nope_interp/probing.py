@@ -255,12 +255,15 @@ def probe_sites(
         NopeInterpError: an unknown feature or probe; too few positions or sequences; ``acts`` not a 4-D real
             float tensor; ``labels`` not a list of one name per site (a single string, or a count that
             differs from ``acts.shape[0]``, would drop or mislabel sites); ``features``, ``probes`` or
-            ``seeds`` empty or a single string.
+            ``seeds`` empty, a single string, or holding an entry twice (a seed twice would count as two).
     """
     check_tensor(acts, "acts", "(site, batch, pos, d_model)", ndim=4, fn="probe_sites")
     for name, value in (("labels", labels), ("features", features), ("probes", probes), ("seeds", seeds)):
         if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or len(value) == 0:
             raise NopeInterpError(f"probe_sites: {name} must be a non-empty list, got {value!r}")
+        twice = sorted({repr(x) for x in value if list(value).count(x) > 1})
+        if twice:  # duplicate rows would count one seed (or site) as two in every mean and std
+            raise NopeInterpError(f"probe_sites: {name} holds {', '.join(twice)} more than once")
     if len(labels) != acts.shape[0]:
         raise NopeInterpError(f"probe_sites: labels must name each of the {acts.shape[0]} sites in acts, got "
                               f"{len(labels)} labels")
