@@ -103,7 +103,7 @@ def position_features(
     if n < w + 3:
         raise NopeInterpError(f"position probes need at least {w + 3} positions, got {n}")
     check_finite(acts)
-    x = acts.double()
+    x = acts.double().cpu()  # the features go to numpy: computed on the CPU whatever the device
     if feature.startswith("cos_"):
         zero = near_zero_positions(x)
         if bool(zero.any()):
