@@ -97,6 +97,7 @@ def write_json(path: str | Path, data: Any) -> Path:
 def read_json(path: str | Path, what: str = "file") -> Any:
     """Read JSON, raising NopeInterpError (naming the path) if it is missing or corrupt."""
     path = Path(path)
+    _regular_or_missing(path)
     if not path.is_file():
         raise NopeInterpError(f"{what} not found: {path}")
     try:
@@ -112,7 +113,13 @@ def save_weights(path: str | Path, state_dict: dict[str, torch.Tensor]) -> Path:
 
 
 def load_weights(path: str | Path) -> dict[str, torch.Tensor]:
-    """Load safetensors weights; NopeInterpError if missing or corrupt."""
+    """Load safetensors weights.
+
+    Raises:
+        NopeInterpError: the file is missing, not a regular file, or not safetensors (non-finite parameters
+            are refused by :func:`nope_interp.model.load_state`, which knows which tensors are parameters:
+            TransformerLens's attention buffers hold -inf on purpose).
+    """
     path = Path(path)
     if not path.is_file():
         raise NopeInterpError(f"weights not found: {path}")
@@ -215,12 +222,13 @@ _HELD: dict[str, list[Any]] = {}
 
 def lock_path(directory: str | Path) -> Path:
     """The lock file of an output directory: the hidden file ``.<name>.lock`` beside it
-    (``runs/.<name>.lock`` for ``runs/<name>/``), so that the directory itself holds only outputs.
+    (``runs/.<name>.lock`` for ``runs/<name>/``), so that the directory itself holds only outputs. Symlinks
+    are resolved first: two spellings of one directory (a symlinked run folder) take the same lock.
 
     Raises:
         NopeInterpError: ``directory`` has no name (``/``, ``.``-only paths that resolve to the root).
     """
-    d = Path(os.path.abspath(directory))
+    d = Path(os.path.realpath(directory))  # a symlinked run folder and its target share one lock
     if not d.name:
         raise NopeInterpError(f"cannot lock {directory}: an output directory needs a name")
     return d.parent / f".{d.name}.lock"
@@ -311,8 +319,17 @@ def append_jsonl(path: str | Path, record: dict[str, Any]) -> None:
     """Append one JSON record to a JSONL file (rewritten atomically; the files stay small). Strict JSON:
     NaN and infinities become ``null``."""
     path = Path(path)
+    _regular_or_missing(path)
     old = path.read_text() if path.exists() else ""
     atomic_write_text(path, old + jsonl_line(record))
+
+
+def _regular_or_missing(path: Path) -> None:
+    """Refuse a path that exists but is not a regular file (a folder, a FIFO that would block the read, a
+    device that would read without end)."""
+    if path.exists() and not path.is_file():
+        raise NopeInterpError(f"{path} exists but is not a regular file: move it away (a run's metrics, config and "
+                              "summary are plain files)")
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
@@ -324,6 +341,7 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     path = Path(path)
     if not path.exists():
         return []
+    _regular_or_missing(path)
     records = []
     for number, line in enumerate(path.read_text().splitlines(), start=1):
         if not line.strip():
@@ -342,7 +360,8 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
 def read_metrics(path: str | Path, numbers: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """The records of a run's ``metrics.jsonl`` ([] if it does not exist), checked: every record has an
     integer ``step`` >= 0, steps strictly increase, and each field of ``numbers`` (e.g. ``"eval_acc"``) is
-    present and a finite number or null (strict JSON writes NaN as null).
+    present and a finite number or null (strict JSON writes NaN as null); accuracies
+    (:data:`FRACTION_FIELDS`) lie in [0, 1] wherever present.
 
     Raises:
         NopeInterpError: one line naming the file's line and the field that is wrong.
@@ -368,7 +387,16 @@ def read_metrics(path: str | Path, numbers: tuple[str, ...] = ()) -> list[dict[s
             if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
                                       or not math.isfinite(value)):
                 raise bad(f"{key} must be a number or null, got {value!r}")
+        for key in FRACTION_FIELDS:  # accuracies, whichever fields the caller asked for
+            value = record.get(key)
+            if value is not None and not isinstance(value, bool) and isinstance(value, int | float) \
+                    and not 0.0 <= value <= 1.0:
+                raise bad(f"{key} must be a fraction in [0, 1], got {value!r}")
     return records
+
+
+#: Fields of ``metrics.jsonl`` that are fractions (exact match), checked to lie in [0, 1] by :func:`read_metrics`.
+FRACTION_FIELDS = ("eval_acc", "test_acc")
 
 
 def job_dirs(out_root: str | Path, job: str) -> tuple[Path, Path]:

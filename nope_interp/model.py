@@ -409,7 +409,8 @@ def load_state(model: HookedTransformer, state: object, source: str = "the weigh
     Raises:
         NopeInterpError: ``state`` is not a dict of tensors, or its keys or shapes differ from the model's.
             The one-line message names the missing keys, the unexpected keys and each shape mismatch
-            (the first three of each, with counts), so a config that does not fit its weights is found.
+            (the first three of each, with counts), so a config that does not fit its weights is found. A
+            parameter with a NaN or infinite entry (named, with the count).
     """
     if not isinstance(state, dict):
         raise NopeInterpError(f"{source} is not a state dict (name -> tensor): got {type(state).__name__}")
@@ -429,6 +430,11 @@ def load_state(model: HookedTransformer, state: object, source: str = "the weigh
                                                         ("shape mismatches", shapes)) if items]
     if problems:
         raise NopeInterpError(f"{source} do not match the model config: {'; '.join(problems)}")
+    params = {name for name, _ in model.named_parameters()}  # buffers (the -inf attention IGNORE) are exempt
+    bad = [f"{k!r} ({int((~torch.isfinite(v)).sum())} entries)" for k, v in state.items()
+           if k in params and v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:  # TransformerLens would run on: a NaN attention score becomes weight 0, silently
+        raise NopeInterpError(f"{source} hold NaN or infinite parameters: {listed('parameters', bad)}")
     model.load_state_dict(state)
 
 

@@ -108,6 +108,11 @@ def parse_run_config(config: Any, where: str | Path,
     if isinstance(task, dict) and trained is not None and task.get("name", trained) != trained:
         raise NopeInterpError(f"run config is inconsistent: {where}: 'task' names {task.get('name')!r} but 'train' "
                               f"trained on {trained!r}")
+    if isinstance(task, dict) and "params" in task and hasattr(out[-1], "make_task"):
+        effective = out[-1].make_task().params()
+        if task["params"] != effective:
+            raise NopeInterpError(f"run config is inconsistent: {where}: 'task' has params {task['params']!r} but "
+                                  f"'train' trained on {effective!r} (task_params {out[-1].task_params!r})")
     return tuple(out)
 
 
@@ -124,7 +129,9 @@ def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
 
     Raises:
         NopeInterpError: ``path`` not a path (:func:`nope_interp.io.as_path`); the directory, its config or its
-            weights are missing or corrupt.
+            weights are missing or corrupt (a NaN or infinite weight included); a ``summary.json`` that is not an
+            object, with a ``test_acc`` outside [0, 1] or non-integer ``steps``, or older than the run's
+            ``metrics.jsonl`` (stale: stopped by hand, finalized, then trained further).
     """
     path = io.as_path(path)
     if not path.is_dir():
@@ -135,11 +142,36 @@ def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
     model = build_model(model_cfg, device=device)
     load_state(model, state, f"the weights {path / io.WEIGHTS_FILE}")
     check_nope(model, model_cfg)
-    summary_path = path / io.SUMMARY_FILE
-    summary = io.read_json(summary_path, "run summary") if summary_path.exists() else {}
+    summary = _checked_summary(path)
     return LoadedRun(model=model, model_cfg=model_cfg, train_cfg=train_cfg, task=train_cfg.make_task(),
                      summary=summary, command=config.get("command", ""), path=path,
                      weights_dtype=stored_dtype(state))
+
+
+def _checked_summary(path: Path) -> dict[str, Any]:
+    """A run's ``summary.json`` ({} when it has none), checked: a JSON object whose ``test_acc`` (when present)
+    is a fraction in [0, 1] and ``steps`` an integer >= 0, not older than the run's training history (a
+    summary of step 30 beside metrics up to step 120 describes other weights than the run's)."""
+    summary_path = path / io.SUMMARY_FILE
+    if not summary_path.exists():
+        return {}
+    summary = io.read_json(summary_path, "run summary")
+    if not isinstance(summary, dict):
+        raise NopeInterpError(f"run summary is corrupt: {summary_path} holds {_json_kind(summary)}, not an object")
+    acc, steps = summary.get("test_acc"), summary.get("steps")
+    if "test_acc" in summary and (isinstance(acc, bool) or not isinstance(acc, int | float)
+                                  or not 0.0 <= acc <= 1.0):
+        raise NopeInterpError(f"run summary is corrupt: {summary_path}: test_acc must be a fraction in [0, 1], "
+                              f"got {_json_kind(acc)}")
+    if "steps" in summary and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 0):
+        raise NopeInterpError(f"run summary is corrupt: {summary_path}: steps must be an integer >= 0, got "
+                              f"{_json_kind(steps)}")
+    metrics = io.read_metrics(path / io.METRICS_FILE) if isinstance(steps, int) else []
+    if metrics and metrics[-1]["step"] > steps:
+        raise NopeInterpError(f"run summary is stale: {summary_path} is for step {steps}, but the run trained to step "
+                              f"{metrics[-1]['step']} ({io.METRICS_FILE}): its weights are not the ones scored; "
+                              f"resume the run to its end, or --finalize it again")
+    return summary
 
 
 def stored_dtype(state: Any) -> str:

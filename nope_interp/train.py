@@ -370,7 +370,9 @@ def resume_metrics(run_dir: Path, step: int, steps: int,
             stopped early at its target or trained its whole schedule, at this step): resuming rewrote its
             summary, and after an early stop trained on past the target; a corrupt summary; ``metrics.jsonl``
             missing while the checkpoint is past step 0 (the history up to it would be lost) or corrupt (a
-            record without ``loss`` or ``lr``). Nothing is written then.
+            record without ``loss`` or ``lr``). Nothing is written then. Otherwise a ``summary.json`` that
+            :func:`finalize` wrote for the stopped run is removed: it would describe weights the run replaces
+            (the finished run writes its own).
     """
     summary = finished_summary(run_dir, steps, step, fields)
     if summary is not None:
@@ -387,6 +389,9 @@ def resume_metrics(run_dir: Path, step: int, steps: int,
                               f"train a new run under another --name")
     kept = [r for r in io.read_metrics(metrics_path, ("loss", "lr")) if r["step"] <= step]
     io.atomic_write_text(metrics_path, "".join(io.jsonl_line(r) for r in kept))
+    # a summary that did not stop the resume was written by finalize() for a run stopped by hand: the weights
+    # are about to move past it, and a stale summary would be read as this run's accuracy (compare, demo)
+    (run_dir / io.SUMMARY_FILE).unlink(missing_ok=True)
 
 
 def resumed_running_loss(ckpt: dict[str, Any]) -> float | None:
@@ -399,9 +404,13 @@ def resumed_running_loss(ckpt: dict[str, Any]) -> float | None:
 def run_settings(model_cfg: Any, cfg: Any) -> dict[str, Any]:
     """The settings of a run that ``--resume`` compares: the model's and the training config's fields, each
     under its own prefix (``model.window``, ``train.window``), so that a field of the same name in both (``seed``,
-    ``window``) is compared in each rather than one hiding the other."""
+    ``window``) is compared in each rather than one hiding the other. Task parameters are compared as the task
+    takes them, defaults filled in (``--n-digits 16`` on reversal is its default)."""
+    train = cfg.to_dict()
+    if "task_params" in train and hasattr(cfg, "make_task"):  # the task's effective sizes: {} == the defaults
+        train["task_params"] = cfg.make_task().params()
     return {**{f"model.{k}": v for k, v in model_cfg.to_dict().items()},
-            **{f"train.{k}": v for k, v in cfg.to_dict().items()}}
+            **{f"train.{k}": v for k, v in train.items()}}
 
 
 def check_configs(model_cfg: Any, cfg: Any, cls: type) -> None:
@@ -620,6 +629,11 @@ def _finalize(run_dir: Path, device: str) -> dict[str, Any]:
     load_state(model, ckpt["model"], f"the weights of checkpoint {ckpt_path}")
     check_nope(model, model_cfg)
     io.save_weights(run_dir / io.WEIGHTS_FILE, model.state_dict())
+    # evaluations logged after the checkpoint (a stop between the two) describe weights that are not kept
+    metrics_path = run_dir / io.METRICS_FILE
+    if metrics_path.exists():
+        kept = [r for r in io.read_metrics(metrics_path) if r["step"] <= ckpt["step"]]
+        io.atomic_write_text(metrics_path, "".join(io.jsonl_line(r) for r in kept))
     task = cfg.make_task()
     splits = task.splits(cfg.n_train, cfg.n_test, cfg.data_seed)
     test_acc = exact_match_accuracy(model, task, splits.test, prefix=cfg.eval_prefix)

@@ -323,3 +323,44 @@ def test_a_path_argument_that_is_not_a_path_is_one_line_naming_it(tiny_cfg):
             unhooked(layer_positional_types)(model, tokens)
     with pytest.raises(NopeInterpError, match="atol must be"):
         unhooked(layer_positional_types)(model, None, float("nan"))
+
+
+def test_a_symlinked_directory_and_its_target_share_one_lock(tmp_path):
+    """Two trainings of one run, one through a symlinked folder, took two locks and wrote every metric twice."""
+    from nope_interp import io
+
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "r").mkdir()
+    (tmp_path / "alias").mkdir()
+    (tmp_path / "alias" / "r").symlink_to(tmp_path / "runs" / "r")
+    assert io.lock_path(tmp_path / "alias" / "r") == io.lock_path(tmp_path / "runs" / "r") == \
+        tmp_path / "runs" / ".r.lock"
+
+
+def test_run_files_that_are_not_regular_files_are_refused_not_read(tmp_path):
+    """A FIFO as metrics.jsonl blocked trajectory forever; a folder gave an IsADirectoryError traceback."""
+    import os
+
+    from nope_interp import io
+    from nope_interp.errors import NopeInterpError
+
+    os.mkfifo(tmp_path / "fifo.jsonl")
+    (tmp_path / "dir.jsonl").mkdir()
+    (tmp_path / "dir.json").mkdir()
+    for fn in (lambda: io.read_jsonl(tmp_path / "fifo.jsonl"), lambda: io.read_metrics(tmp_path / "dir.jsonl"),
+               lambda: io.append_jsonl(tmp_path / "dir.jsonl", {"step": 1}),
+               lambda: io.read_json(tmp_path / "dir.json", "run summary")):
+        with pytest.raises(NopeInterpError, match="exists but is not a regular file"):
+            fn()
+
+
+@pytest.mark.parametrize("value", [1.5, -0.2])
+def test_read_metrics_refuses_an_accuracy_outside_0_1(tmp_path, value):
+    """trajectory wrote eval_acc 1.5 into its result, which its own reader then refused."""
+    from nope_interp import io
+    from nope_interp.errors import NopeInterpError
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 0, "eval_acc": 0.5}\n' + f'{{"step": 5, "eval_acc": {value}}}\n')
+    with pytest.raises(NopeInterpError, match=f"line 2: eval_acc must be a fraction in \\[0, 1\\], got {value}"):
+        io.read_metrics(path)

@@ -260,3 +260,28 @@ def test_a_corrupt_file_of_any_run_fails_before_the_first_step_is_scored(tiny_ad
             trajectory.run(trajectory.TrajectoryConfig(n_prompts=4, no_mechanisms=True),
                            load_models(ModelSource(run=(str(good), str(bad)))), log=lines.append)
         assert not any(" step " in line for line in lines), lines   # nothing was scored
+
+
+def test_two_files_of_one_step_and_a_null_accuracy_are_refused(tiny_addition_run_with_kept_steps, tmp_path):
+    """step_25 beside step_000025 dropped one file by glob order; a null eval_acc was written into the result,
+    which load_trajectory then refused."""
+    import shutil
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs import trajectory
+    from nope_interp.jobs.common import ModelSource, load_models
+    from nope_interp.jobs.trajectory import kept_steps
+
+    run = tmp_path / "copy"
+    shutil.copytree(tiny_addition_run_with_kept_steps, run, ignore=shutil.ignore_patterns("checkpoint.pt"))
+    shutil.copy(run / "checkpoints" / "step_000025.safetensors", run / "checkpoints" / "step_25.safetensors")
+    with pytest.raises(NopeInterpError, match="two weights files for step 25: step_000025.safetensors and "
+                                              "step_25.safetensors"):
+        kept_steps(run)
+    (run / "checkpoints" / "step_25.safetensors").unlink()
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    lines[1] = lines[1].replace('"eval_acc": ', '"eval_acc": null, "was": ')
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    entries = load_models(ModelSource(run=(str(run),)))
+    with pytest.raises(NopeInterpError, match="eval_acc is null at step 40"):
+        trajectory.run(trajectory.TrajectoryConfig(n_prompts=8, points=("z",)), entries)

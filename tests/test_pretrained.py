@@ -437,3 +437,77 @@ def test_a_run_config_whose_task_entries_disagree_is_refused(tiny_run, tmp_path)
     (run / "config.json").write_text(json.dumps(config))
     with pytest.raises(NopeInterpError, match="inconsistent: .*'task' names 'reversal' but 'train' trained on"):
         load_run(run)
+
+
+def _copy_run(tiny_run, tmp_path, name="c"):
+    import shutil
+
+    dst = tmp_path / name
+    shutil.copytree(tiny_run, dst, ignore=shutil.ignore_patterns("checkpoint.pt"))
+    return dst
+
+
+def test_load_run_refuses_summaries_that_would_be_reported_as_the_run_s_accuracy(tiny_run, tmp_path):
+    """A list, a string or 2.0 as test_acc, and a summary older than the training history (finalized, then
+    trained further) were loaded; compare then crashed on them or printed the old accuracy."""
+    import json
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.pretrained import load_run
+
+    run = _copy_run(tiny_run, tmp_path)
+    good = json.loads((run / "summary.json").read_text())
+    assert load_run(run).summary == good
+    cases = [([1, 2], "holds a list"), ({**good, "test_acc": "0.995"}, "test_acc must be a fraction in \\[0, 1\\], "
+                                                                       "got a string"),
+             ({**good, "test_acc": 2.0}, "test_acc must be a fraction"), ({**good, "test_acc": True}, "test_acc must"),
+             ({**good, "steps": 2.5}, "steps must be an integer >= 0"),
+             ({**good, "steps": 3}, "run summary is stale: .* is for step 3, but the run trained to step 6")]
+    for summary, match in cases:
+        (run / "summary.json").write_text(json.dumps(summary))
+        with pytest.raises(NopeInterpError, match=match):
+            load_run(run)
+
+
+def test_load_run_refuses_non_finite_parameters_but_not_the_attention_buffers(tiny_run, tmp_path):
+    """One NaN in W_Q loaded silently (TransformerLens turns NaN scores into zero weights); the -inf IGNORE
+    buffer every attention layer stores is not a parameter and stays allowed."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.pretrained import load_run
+
+    run = _copy_run(tiny_run, tmp_path)
+    state = load_file(str(run / "model.safetensors"))
+    assert any(not bool(torch.isfinite(v).all()) for k, v in state.items() if k.endswith("IGNORE"))
+    for bad in (float("nan"), float("inf")):
+        broken = dict(state)
+        broken["blocks.0.attn.W_Q"] = state["blocks.0.attn.W_Q"].clone()
+        broken["blocks.0.attn.W_Q"][0, 0, 0] = bad
+        save_file(broken, str(run / "model.safetensors"))
+        with pytest.raises(NopeInterpError, match="NaN or infinite parameters: 1 parameters: 'blocks.0.attn.W_Q'"):
+            load_run(run)
+
+
+def test_config_task_entry_must_match_what_was_trained_and_resume_compares_effective_task_sizes(tiny_run, tmp_path):
+    import json
+
+    from nope_interp.config import ModelConfig
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.pretrained import load_run
+    from nope_interp.train import TrainConfig, run_settings
+
+    run = _copy_run(tiny_run, tmp_path)
+    config = json.loads((run / "config.json").read_text())
+    config["task"]["params"] = {"n_digits": 3}  # the weights were trained on 2 digits
+    (run / "config.json").write_text(json.dumps(config))
+    with pytest.raises(NopeInterpError, match="'task' has params \\{'n_digits': 3\\} but 'train' trained on "
+                                              "\\{'n_digits': 2\\}"):
+        load_run(run)
+    # {} and the task's defaults are the same task ("--n-digits 16" on reversal was refused by --resume)
+    m = ModelConfig()
+    a = run_settings(m, TrainConfig(task="reversal", task_params={}))
+    b = run_settings(m, TrainConfig(task="reversal", task_params={"n_digits": 16}))
+    c = run_settings(m, TrainConfig(task="reversal", task_params={"n_digits": 12}))
+    assert a == b != c

@@ -149,6 +149,33 @@ def test_finalize_a_stopped_run(tiny_train, tmp_path, monkeypatch):
     summary = T.finalize(tmp_path / "r")
     assert summary["steps"] == 8 and summary["finished_schedule"] is False and summary["n_test"] == 50
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["test_acc"] == summary["test_acc"]
+    # resuming after finalize: the stopped-by-hand summary goes (it kept describing step 8 while the weights
+    # moved on, and compare read it as the run's accuracy); the finished run writes its own
+    crash_at_step(monkeypatch, 2)
+    with pytest.raises(Interrupt):
+        T.train(model_cfg, cfg, tmp_path / "r", resume=True, progress=False, command="x")
+    monkeypatch.setattr(torch.optim.AdamW, "step", real)
+    assert not (tmp_path / "r" / "summary.json").exists()
+    T.train(model_cfg, cfg, tmp_path / "r", resume=True, progress=False, command="x")
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["steps"] == 12
+
+
+def test_finalize_drops_evaluations_logged_after_the_checkpoint(tiny_train, tmp_path, monkeypatch):
+    """A stop between an evaluation and the next checkpoint left metrics past the finalized weights."""
+    import nope_interp.train as T
+    from nope_interp import io
+    from nope_interp.pretrained import load_run
+
+    model_cfg, cfg = tiny_train
+    real = torch.optim.AdamW.step
+    crash_at_step(monkeypatch, 8)  # checkpoint at 4, evaluation at 6, dies in step 8 before its checkpoint
+    with pytest.raises(Interrupt):
+        T.train(model_cfg, cfg, tmp_path / "r", progress=False, command="x")
+    monkeypatch.setattr(torch.optim.AdamW, "step", real)
+    assert [r["step"] for r in io.read_metrics(tmp_path / "r" / "metrics.jsonl")] == [6]
+    assert T.finalize(tmp_path / "r")["steps"] == 4
+    assert io.read_metrics(tmp_path / "r" / "metrics.jsonl") == []
+    assert load_run(tmp_path / "r").summary["steps"] == 4
 
 
 def test_packed_stream_holds_every_training_line_once_in_a_seeded_order():

@@ -192,9 +192,22 @@ class TrajectoryResult:
 
 
 def kept_steps(run_dir: str | Path) -> dict[int, Path]:
-    """``{step: weights file}`` of the weights a run kept, ascending ({} when it kept none)."""
+    """``{step: weights file}`` of the weights a run kept, ascending ({} when it kept none).
+
+    Raises:
+        NopeInterpError: two files for one step (``step_25`` beside ``step_000025``): which one is the run's
+            cannot be told, and one would be dropped without a word.
+    """
     folder = Path(run_dir) / io.TRAJECTORY_DIR
-    found = {int(m.group(1)): p for p in folder.glob("step_*.safetensors") if (m := _STEP_FILE.fullmatch(p.name))}
+    found: dict[int, Path] = {}
+    for p in sorted(folder.glob("step_*.safetensors")):
+        if (m := _STEP_FILE.fullmatch(p.name)) is None:
+            continue
+        step = int(m.group(1))
+        if step in found:
+            raise NopeInterpError(f"{folder} holds two weights files for step {step}: {found[step].name} and "
+                                  f"{p.name}; remove the one the run did not write")
+        found[step] = p
     return dict(sorted(found.items()))
 
 
@@ -225,6 +238,10 @@ def _checked_run(entry: ModelEntry) -> tuple[dict[int, Path], list[dict[str, Any
         raise NopeInterpError(f"{steps[past[0]]} is past the run's {entry.run.train_cfg.steps} training steps: "
                               "not written by this run; remove it")
     metrics = io.read_metrics(entry.run.path / io.METRICS_FILE, numbers=("eval_acc",))
+    unknown = [r["step"] for r in metrics if r["eval_acc"] is None]
+    if unknown:  # the accuracy curve (and the result's own reader) needs a number at every evaluation
+        raise NopeInterpError(f"{entry.run.path / io.METRICS_FILE}: eval_acc is null at step {unknown[0]}"
+                              f"{f' and {len(unknown) - 1} more' if len(unknown) > 1 else ''}: the file is damaged")
     model = build_model(entry.model_cfg)
     for path in steps.values():
         load_state(model, io.load_weights(path), f"the weights {path}")
