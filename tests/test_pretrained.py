@@ -397,6 +397,12 @@ def test_sweep_point_runs_are_labelled_by_sweep_and_key(tiny_run, tmp_path):
     assert run_label(tmp_path / "elsewhere" / "run") == "run"
     assert run_label(points / "76dab0bf4116bbf5" / "run" / ".." / "run") == "my-arms-76dab0bf4116bbf5"
     assert run_label(tiny_run) == tiny_run.name
+    from nope_interp.errors import NopeInterpError
+
+    for bad in ("with space", "ünï", ".hidden"):  # was "model label must be one folder name": say which folder
+        with pytest.raises(NopeInterpError, match=f"the run folder .* names the result files.*got '{bad}': rename "
+                                                  "the folder, or link it"):
+            run_label(tmp_path / bad)
 
 
 def test_with_candidates_alone_keeps_the_seeds_of_a_job_whose_default_has_them(tiny_run, tmp_path, monkeypatch):

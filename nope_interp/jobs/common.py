@@ -257,11 +257,24 @@ def load_models(source: ModelSource, default_with_seeds: bool = False) -> list[M
 def run_label(path: str | Path) -> str:
     """The label of a run directory in results and figures: its folder name (also for ``runs/x/..`` or
     ``.``), except for a training sweep's point (``<out>/<sweep>/points/<key>/run``, where every folder is
-    called ``run``): ``<sweep>-<key>``."""
+    called ``run``): ``<sweep>-<key>``.
+
+    Raises:
+        NopeInterpError: the label is not a safe file name (spaces, non-ASCII letters, ...): the message says
+            to rename or link the folder.
+    """
     full = Path(os.path.abspath(path))
     if full.name == "run" and full.parent.parent.name == "points" and full.parent.parent.parent.name:
-        return f"{full.parent.parent.parent.name}-{full.parent.name}"
-    return full.name
+        label = f"{full.parent.parent.parent.name}-{full.parent.name}"
+    else:
+        label = full.name
+    try:
+        check_name("run label", label)
+    except NopeInterpError:
+        raise NopeInterpError(f"the run folder {str(path)!r} names the result files, so its name must be 1-200 "
+                              f"characters from A-Z a-z 0-9 . _ + - (not starting with . or -), got {label!r}: "
+                              "rename the folder, or link it under such a name (ln -s)") from None
+    return label
 
 
 def _repository_entries(paths: list[Path], task: tasks_pkg.Task | None, missing: str) -> list[ModelEntry]:
