@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from nope_interp.errors import NopeInterpError
@@ -106,10 +107,34 @@ def read_json(path: str | Path, what: str = "file") -> Any:
         raise NopeInterpError(f"{what} is corrupt (not valid JSON): {path}: {err}") from None
 
 
-def save_weights(path: str | Path, state_dict: dict[str, torch.Tensor]) -> Path:
-    """Save a state dict as safetensors, atomically."""
+def save_weights(path: str | Path, state_dict: dict[str, torch.Tensor],
+                 metadata: dict[str, str] | None = None) -> Path:
+    """Save a state dict as safetensors, atomically, with string ``metadata`` in the file's header (a run
+    stores the settings it was trained with: :data:`SETTINGS_KEY`)."""
     tensors = {k: v.detach().cpu().contiguous() for k, v in state_dict.items()}
-    return _atomic(Path(path), lambda tmp: save_file(tensors, tmp))
+    return _atomic(Path(path), lambda tmp: save_file(tensors, tmp, metadata=metadata))
+
+
+#: The safetensors header key under which a run's weights carry the settings they were trained with (the JSON
+#: of :func:`nope_interp.train.run_settings`), checked against ``config.json`` when the run is loaded.
+SETTINGS_KEY = "nope_interp_settings"
+
+
+def weights_metadata(path: str | Path) -> dict[str, str]:
+    """The string metadata of a safetensors file's header ({} when it has none).
+
+    Raises:
+        NopeInterpError: the file is missing or not safetensors.
+    """
+    path = Path(path)
+    _regular_or_missing(path)
+    if not path.is_file():
+        raise NopeInterpError(f"weights not found: {path}")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return dict(f.metadata() or {})
+    except Exception as err:  # safetensors raises several types for a damaged file
+        raise NopeInterpError(f"weights are corrupt: {path}: {err}") from None
 
 
 def load_weights(path: str | Path) -> dict[str, torch.Tensor]:

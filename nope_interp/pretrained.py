@@ -129,8 +129,9 @@ def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
 
     Raises:
         NopeInterpError: ``path`` not a path (:func:`nope_interp.io.as_path`); the directory, its config or its
-            weights are missing or corrupt (a NaN or infinite weight included); a ``summary.json`` that is not an
-            object, with a ``test_acc`` outside [0, 1] or non-integer ``steps``, or older than the run's
+            weights are missing or corrupt (a NaN or infinite weight included), or stamped with other settings
+            than ``config.json`` holds (:func:`nope_interp.train.check_settings_stamp`); a ``summary.json`` that
+            is not an object, with a ``test_acc`` outside [0, 1] or non-integer ``steps``, or older than the run's
             ``metrics.jsonl`` (stale: stopped by hand, finalized, then trained further).
     """
     path = io.as_path(path)
@@ -138,6 +139,9 @@ def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
         raise NopeInterpError(f"run directory not found: {path}")
     config = io.read_json(path / io.CONFIG_FILE, "run config")
     model_cfg, train_cfg = parse_run_config(config, path / io.CONFIG_FILE)
+    from nope_interp.train import check_settings_stamp  # at call time: train imports this module
+
+    check_settings_stamp(path / io.WEIGHTS_FILE, model_cfg, train_cfg, path / io.CONFIG_FILE)
     state = io.load_weights(path / io.WEIGHTS_FILE)
     model = build_model(model_cfg, device=device)
     load_state(model, state, f"the weights {path / io.WEIGHTS_FILE}")
@@ -269,7 +273,7 @@ def halve(run_dir: str | Path) -> Path:
     with io.exclusive(run.path, "run directory"):
         state = io.load_weights(weights)
         if stored_dtype(state) != "float16":
-            io.save_weights(weights, half_precision(state))
+            io.save_weights(weights, half_precision(state), io.weights_metadata(weights) or None)
     return weights
 
 

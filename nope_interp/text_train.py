@@ -40,6 +40,7 @@ from nope_interp.train import (
     _cpu_name,
     check_configs,
     check_same_settings,
+    check_settings_stamp,
     check_trainable_attention,
     load_optimizer_state,
     locked_run,
@@ -51,6 +52,7 @@ from nope_interp.train import (
     resume_metrics,
     resumed_running_loss,
     run_settings,
+    settings_stamp,
     trajectory_path,
     warn_short_schedule,
 )
@@ -221,6 +223,7 @@ def load_text_run(run_dir: str | Path, device: str = "cpu") -> tuple[HookedTrans
     run_dir = io.as_path(run_dir, "run_dir")
     model_cfg, cfg = parse_text_run_config(io.read_json(run_dir / io.CONFIG_FILE, "run config"),
                                            run_dir / io.CONFIG_FILE)
+    check_settings_stamp(run_dir / io.WEIGHTS_FILE, model_cfg, cfg, run_dir / io.CONFIG_FILE)
     model = build_model(model_cfg, device=device)
     load_state(model, io.load_weights(run_dir / io.WEIGHTS_FILE), f"the weights of {run_dir}")
     model.eval()
@@ -297,11 +300,11 @@ def _train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: Path, str
         _check_finite_weights(model, step)
         io.save_torch(ckpt_path, {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
                                   "wall_time_s": wall, "running_loss": running})
-        io.save_weights(run_dir / io.WEIGHTS_FILE, model.state_dict())
+        io.save_weights(run_dir / io.WEIGHTS_FILE, model.state_dict(), settings_stamp(model_cfg, cfg))
 
     keep = set(log_spaced_steps(cfg.steps))
     if start_step == 0:
-        io.save_weights(trajectory_path(run_dir, 0), model.state_dict())
+        io.save_weights(trajectory_path(run_dir, 0), model.state_dict(), settings_stamp(model_cfg, cfg))
     t0 = time.perf_counter()
     step, running, bpc = start_step, resumed_loss, float("nan")
     bar = tqdm(total=cfg.steps, initial=start_step, disable=not progress, desc="train-text", unit="step")
@@ -323,7 +326,7 @@ def _train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: Path, str
                 "eval_bpc": bpc, "wall_time_s": round(wall_before + time.perf_counter() - t0, 2)})
             bar.set_postfix(bpc=f"{bpc:.3f}")
         if step in keep:
-            io.save_weights(trajectory_path(run_dir, step), model.state_dict())
+            io.save_weights(trajectory_path(run_dir, step), model.state_dict(), settings_stamp(model_cfg, cfg))
         if step % cfg.checkpoint_every == 0 or step == cfg.steps:
             save_checkpoint(step, wall_before + time.perf_counter() - t0)
     bar.close()

@@ -10,6 +10,7 @@ the batches an uninterrupted one would, and the same seed on the same machine gi
 """
 
 import contextlib
+import json
 import math
 import shlex
 import signal
@@ -413,6 +414,38 @@ def run_settings(model_cfg: Any, cfg: Any) -> dict[str, Any]:
             **{f"train.{k}": v for k, v in train.items()}}
 
 
+def settings_stamp(model_cfg: Any, cfg: Any) -> dict[str, str]:
+    """The metadata a run's weights files carry: its :func:`run_settings` as JSON under
+    :data:`nope_interp.io.SETTINGS_KEY`, so that loading the run can tell whether ``config.json`` still
+    describes the weights (:func:`check_settings_stamp`)."""
+    return {io.SETTINGS_KEY: json.dumps(io.json_safe(run_settings(model_cfg, cfg)), sort_keys=True)}
+
+
+def check_settings_stamp(path: Path, model_cfg: Any, cfg: Any, config_path: Path) -> None:
+    """Refuse weights whose stamp (:func:`settings_stamp`) disagrees with the run's config: an edited
+    ``config.json`` (another activation, attention, data seed, task size, ...) that still fits the weights'
+    shapes would load a different model, or score training prompts as held out, without a word. Weights
+    without a stamp (written before it existed: the shipped models) are not checked.
+
+    Raises:
+        NopeInterpError: the settings that differ, with both values (the first three, and a count).
+    """
+    raw = io.weights_metadata(path).get(io.SETTINGS_KEY)
+    if raw is None:
+        return
+    try:
+        stored = json.loads(raw)
+    except json.JSONDecodeError:
+        raise NopeInterpError(f"weights are corrupt: {path}: its settings stamp is not JSON") from None
+    given = json.loads(settings_stamp(model_cfg, cfg)[io.SETTINGS_KEY])
+    diff = [f"{k} ({stored.get(k)!r} in the weights, {given.get(k)!r} in the config)"
+            for k in sorted(set(stored) | set(given)) if stored.get(k) != given.get(k)]
+    if diff:
+        more = f" and {len(diff) - 3} more" if len(diff) > 3 else ""
+        raise NopeInterpError(f"{config_path} does not describe the weights {path.name}: {', '.join(diff[:3])}{more}"
+                              f"; restore the config the run was trained with")
+
+
 def check_configs(model_cfg: Any, cfg: Any, cls: type) -> None:
     """Refuse, in one line, configs of the wrong type (a dict of settings, None) before any attribute is read.
 
@@ -514,17 +547,18 @@ def _train(model_cfg: ModelConfig, cfg: TrainConfig, run_dir: Path, task: tasks_
         io.write_json(run_dir / io.CONFIG_FILE, config)
 
     saved_step = [start_step] if resume else []  # the step of the checkpoint on disk, if any
+    stamp = settings_stamp(model_cfg, cfg)
 
     def save_checkpoint(step: int, wall: float) -> None:
         _check_finite_weights(model, step)  # a checkpoint always holds the last good weights
         io.save_torch(ckpt_path, {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
                                   "wall_time_s": wall, "running_loss": running})
         saved_step[:] = [step]
-        io.save_weights(run_dir / io.WEIGHTS_FILE, model.state_dict())
+        io.save_weights(run_dir / io.WEIGHTS_FILE, model.state_dict(), stamp)
 
     keep = set(log_spaced_steps(cfg.steps))
     if start_step == 0:
-        io.save_weights(trajectory_path(run_dir, 0), model.state_dict())
+        io.save_weights(trajectory_path(run_dir, 0), model.state_dict(), stamp)
     t0 = time.perf_counter()
     stopped_early, step, full_acc = False, start_step, None
     bar = tqdm(total=cfg.steps, initial=start_step, disable=not progress, desc=f"train {task.name}", unit="step")
@@ -567,7 +601,7 @@ def _train(model_cfg: ModelConfig, cfg: TrainConfig, run_dir: Path, task: tasks_
                     + f", answer loss {record['eval_answer_loss']:.3f} nats, {wall / 60:.1f} min")
         if step in keep or stopped_early:
             _check_finite_weights(model, step)
-            io.save_weights(trajectory_path(run_dir, step), model.state_dict())
+            io.save_weights(trajectory_path(run_dir, step), model.state_dict(), stamp)
         if step % cfg.checkpoint_every == 0 or stopped_early or step == cfg.steps:
             save_checkpoint(step, wall_before + time.perf_counter() - t0)
         if stopped_early:
@@ -628,7 +662,7 @@ def _finalize(run_dir: Path, device: str) -> dict[str, Any]:
     model = build_model(model_cfg, device=device)
     load_state(model, ckpt["model"], f"the weights of checkpoint {ckpt_path}")
     check_nope(model, model_cfg)
-    io.save_weights(run_dir / io.WEIGHTS_FILE, model.state_dict())
+    io.save_weights(run_dir / io.WEIGHTS_FILE, model.state_dict(), settings_stamp(model_cfg, cfg))
     # evaluations logged after the checkpoint (a stop between the two) describe weights that are not kept
     metrics_path = run_dir / io.METRICS_FILE
     if metrics_path.exists():

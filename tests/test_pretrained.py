@@ -517,3 +517,40 @@ def test_config_task_entry_must_match_what_was_trained_and_resume_compares_effec
     b = run_settings(m, TrainConfig(task="reversal", task_params={"n_digits": 16}))
     c = run_settings(m, TrainConfig(task="reversal", task_params={"n_digits": 12}))
     assert a == b != c
+
+
+def test_weights_carry_their_settings_and_an_edited_config_is_refused(tiny_run, tmp_path):
+    """act_fn, attention, dropout or data_seed edited in config.json loaded silently: another model, or
+    training prompts scored as held out. Weights now carry the settings they were trained with."""
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    from nope_interp import io
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.pretrained import halve, load_run
+
+    run = _copy_run(tiny_run, tmp_path)
+    stamp = json.loads(io.weights_metadata(run / "model.safetensors")[io.SETTINGS_KEY])
+    assert stamp["model.act_fn"] == "gelu" and stamp["train.data_seed"] == 0
+    assert all(io.SETTINGS_KEY in io.weights_metadata(p) for p in (run / "checkpoints").glob("*.safetensors"))
+    original = (run / "config.json").read_text()
+    for section, key, value in (("model", "act_fn", "relu"), ("model", "attention", "bidirectional"),
+                                ("train", "data_seed", 7), ("model", "dropout", 0.2)):
+        config = json.loads(original)
+        config[section][key] = value
+        (run / "config.json").write_text(json.dumps(config))
+        with pytest.raises(NopeInterpError, match=f"does not describe the weights model.safetensors: "
+                                                  f"{section}.{key} \\({stamp[f'{section}.{key}']!r} in the weights, "
+                                                  f"{value!r} in the config\\)"):
+            load_run(run)
+    (run / "config.json").write_text(original)
+    assert load_run(run).model_cfg.act_fn == "gelu"
+    halve(run)  # float16 storage keeps the stamp
+    assert io.weights_metadata(run / "model.safetensors")[io.SETTINGS_KEY] == json.dumps(stamp, sort_keys=True)
+    # weights written before the stamp (the shipped models) load as before, unchecked
+    save_file(load_file(str(run / "model.safetensors")), str(run / "model.safetensors"))
+    config = json.loads(original)
+    config["model"]["act_fn"] = "relu"
+    (run / "config.json").write_text(json.dumps(config))
+    assert load_run(run).model_cfg.act_fn == "relu"

@@ -35,6 +35,7 @@ from nope_interp.hooks import ACTIVATION_POINTS, short_label
 from nope_interp.jobs.common import Log, ModelEntry, emit, progress, protocol_tag, with_protocol
 from nope_interp.model import build_model, load_state
 from nope_interp.plotting import LINE_COLOURS, save_figure
+from nope_interp.train import check_settings_stamp
 from tasks import DEFAULT_WINDOW
 
 NAME = "trajectory"
@@ -244,6 +245,7 @@ def _checked_run(entry: ModelEntry) -> tuple[dict[int, Path], list[dict[str, Any
                               f"{f' and {len(unknown) - 1} more' if len(unknown) > 1 else ''}: the file is damaged")
     model = build_model(entry.model_cfg)
     for path in steps.values():
+        check_settings_stamp(path, entry.model_cfg, entry.run.train_cfg, entry.run.path / io.CONFIG_FILE)
         load_state(model, io.load_weights(path), f"the weights {path}")
     return steps, metrics
 
