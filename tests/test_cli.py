@@ -493,7 +493,7 @@ def test_a_run_directory_named_dot_dot_or_with_a_space_never_becomes_a_path(main
     assert not (tmp_path / "out" / "results" / "scores.json").exists()
     shutil.copytree(tiny_run, tmp_path / "runs" / "a b")
     assert main(argv[:1] + ["--run", str(tmp_path / "runs" / "a b")] + argv[1:]) == 2
-    assert "model label must be one folder name" in capsys.readouterr().err
+    assert "the run folder" in (err := capsys.readouterr().err) and "rename the folder" in err
 
 
 def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
