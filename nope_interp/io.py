@@ -116,7 +116,7 @@ def save_weights(path: str | Path, state_dict: dict[str, torch.Tensor],
 
 
 #: The safetensors header key under which a run's weights carry the settings they were trained with (the JSON
-#: of :func:`nope_interp.train.run_settings`), checked against ``config.json`` when the run is loaded.
+#: of :func:`nope_interp.pretrained.run_settings`), checked against ``config.json`` when the run is loaded.
 SETTINGS_KEY = "nope_interp_settings"
 
 

@@ -4,6 +4,7 @@ Shipped models live in ``nope_interp/pretrained/<task>/`` with the run-directory
 with the exact ``nope-interp train`` command, model.safetensors, metrics.jsonl, summary.json).
 """
 
+import json
 import re
 from dataclasses import dataclass
 from functools import cached_property
@@ -116,6 +117,50 @@ def parse_run_config(config: Any, where: str | Path,
     return tuple(out)
 
 
+def run_settings(model_cfg: Any, cfg: Any) -> dict[str, Any]:
+    """The settings of a run that ``--resume`` compares: the model's and the training config's fields, each
+    under its own prefix (``model.window``, ``train.window``), so that a field of the same name in both (``seed``,
+    ``window``) is compared in each rather than one hiding the other. Task parameters are compared as the task
+    takes them, defaults filled in (``--n-digits 16`` on reversal is its default)."""
+    train = cfg.to_dict()
+    if "task_params" in train and hasattr(cfg, "make_task"):  # the task's effective sizes: {} == the defaults
+        train["task_params"] = cfg.make_task().params()
+    return {**{f"model.{k}": v for k, v in model_cfg.to_dict().items()},
+            **{f"train.{k}": v for k, v in train.items()}}
+
+
+def settings_stamp(model_cfg: Any, cfg: Any) -> dict[str, str]:
+    """The metadata a run's weights files carry: its :func:`run_settings` as JSON under
+    :data:`nope_interp.io.SETTINGS_KEY`, so that loading the run can tell whether ``config.json`` still
+    describes the weights (:func:`check_settings_stamp`)."""
+    return {io.SETTINGS_KEY: json.dumps(io.json_safe(run_settings(model_cfg, cfg)), sort_keys=True)}
+
+
+def check_settings_stamp(path: Path, model_cfg: Any, cfg: Any, config_path: Path) -> None:
+    """Refuse weights whose stamp (:func:`settings_stamp`) disagrees with the run's config: an edited
+    ``config.json`` (another activation, attention, data seed, task size, ...) that still fits the weights'
+    shapes would load a different model, or score training prompts as held out, without a word. Weights
+    without a stamp (written before it existed: the shipped models) are not checked.
+
+    Raises:
+        NopeInterpError: the settings that differ, with both values (the first three, and a count).
+    """
+    raw = io.weights_metadata(path).get(io.SETTINGS_KEY)
+    if raw is None:
+        return
+    try:
+        stored = json.loads(raw)
+    except json.JSONDecodeError:
+        raise NopeInterpError(f"weights are corrupt: {path}: its settings stamp is not JSON") from None
+    given = json.loads(settings_stamp(model_cfg, cfg)[io.SETTINGS_KEY])
+    diff = [f"{k} ({stored.get(k)!r} in the weights, {given.get(k)!r} in the config)"
+            for k in sorted(set(stored) | set(given)) if stored.get(k) != given.get(k)]
+    if diff:
+        more = f" and {len(diff) - 3} more" if len(diff) > 3 else ""
+        raise NopeInterpError(f"{config_path} does not describe the weights {path.name}: {', '.join(diff[:3])}{more}"
+                              f"; restore the config the run was trained with")
+
+
 def _json_kind(value: Any) -> str:
     """How a parsed JSON value reads in an error message: ``null``, ``a list``, ``a string``, ..."""
     if value is None:
@@ -130,7 +175,7 @@ def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
     Raises:
         NopeInterpError: ``path`` not a path (:func:`nope_interp.io.as_path`); the directory, its config or its
             weights are missing or corrupt (a NaN or infinite weight included), or stamped with other settings
-            than ``config.json`` holds (:func:`nope_interp.train.check_settings_stamp`); a ``summary.json`` that
+            than ``config.json`` holds (:func:`check_settings_stamp`); a ``summary.json`` that
             is not an object, with a ``test_acc`` outside [0, 1] or non-integer ``steps``, or older than the run's
             ``metrics.jsonl`` (stale: stopped by hand, finalized, then trained further).
     """
@@ -139,8 +184,6 @@ def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
         raise NopeInterpError(f"run directory not found: {path}")
     config = io.read_json(path / io.CONFIG_FILE, "run config")
     model_cfg, train_cfg = parse_run_config(config, path / io.CONFIG_FILE)
-    from nope_interp.train import check_settings_stamp  # at call time: train imports this module
-
     check_settings_stamp(path / io.WEIGHTS_FILE, model_cfg, train_cfg, path / io.CONFIG_FILE)
     state = io.load_weights(path / io.WEIGHTS_FILE)
     model = build_model(model_cfg, device=device)

@@ -34,13 +34,12 @@ from nope_interp import io, text
 from nope_interp.config import ModelConfig, TextTrainConfig, check_int
 from nope_interp.errors import NopeInterpError
 from nope_interp.model import build_model, check_model, check_nope, check_tokens, load_state, with_context
-from nope_interp.pretrained import PRETRAINED_DIR, parse_run_config
+from nope_interp.pretrained import PRETRAINED_DIR, check_settings_stamp, parse_run_config, run_settings, settings_stamp
 from nope_interp.train import (
     _check_finite_weights,
     _cpu_name,
     check_configs,
     check_same_settings,
-    check_settings_stamp,
     check_trainable_attention,
     load_optimizer_state,
     locked_run,
@@ -51,8 +50,6 @@ from nope_interp.train import (
     resolve_device,
     resume_metrics,
     resumed_running_loss,
-    run_settings,
-    settings_stamp,
     trajectory_path,
     warn_short_schedule,
 )

@@ -10,7 +10,6 @@ the batches an uninterrupted one would, and the same seed on the same machine gi
 """
 
 import contextlib
-import json
 import math
 import shlex
 import signal
@@ -33,7 +32,7 @@ from nope_interp.config import ModelConfig, TextTrainConfig, TrainConfig, check_
 from nope_interp.errors import NopeInterpError, ScheduleWarning, Terminated
 from nope_interp.evaluate import answer_loss, answer_token_loss, exact_match_accuracy
 from nope_interp.model import build_model, check_device, check_nope, load_state
-from nope_interp.pretrained import parse_run_config
+from nope_interp.pretrained import parse_run_config, run_settings, settings_stamp
 
 T = TypeVar("T")
 
@@ -400,50 +399,6 @@ def resumed_running_loss(ckpt: dict[str, Any]) -> float | None:
     ``--resume`` equals an uninterrupted run's; None for checkpoints written before it was saved."""
     value = ckpt.get("running_loss")
     return float(value) if isinstance(value, float) and math.isfinite(value) else None
-
-
-def run_settings(model_cfg: Any, cfg: Any) -> dict[str, Any]:
-    """The settings of a run that ``--resume`` compares: the model's and the training config's fields, each
-    under its own prefix (``model.window``, ``train.window``), so that a field of the same name in both (``seed``,
-    ``window``) is compared in each rather than one hiding the other. Task parameters are compared as the task
-    takes them, defaults filled in (``--n-digits 16`` on reversal is its default)."""
-    train = cfg.to_dict()
-    if "task_params" in train and hasattr(cfg, "make_task"):  # the task's effective sizes: {} == the defaults
-        train["task_params"] = cfg.make_task().params()
-    return {**{f"model.{k}": v for k, v in model_cfg.to_dict().items()},
-            **{f"train.{k}": v for k, v in train.items()}}
-
-
-def settings_stamp(model_cfg: Any, cfg: Any) -> dict[str, str]:
-    """The metadata a run's weights files carry: its :func:`run_settings` as JSON under
-    :data:`nope_interp.io.SETTINGS_KEY`, so that loading the run can tell whether ``config.json`` still
-    describes the weights (:func:`check_settings_stamp`)."""
-    return {io.SETTINGS_KEY: json.dumps(io.json_safe(run_settings(model_cfg, cfg)), sort_keys=True)}
-
-
-def check_settings_stamp(path: Path, model_cfg: Any, cfg: Any, config_path: Path) -> None:
-    """Refuse weights whose stamp (:func:`settings_stamp`) disagrees with the run's config: an edited
-    ``config.json`` (another activation, attention, data seed, task size, ...) that still fits the weights'
-    shapes would load a different model, or score training prompts as held out, without a word. Weights
-    without a stamp (written before it existed: the shipped models) are not checked.
-
-    Raises:
-        NopeInterpError: the settings that differ, with both values (the first three, and a count).
-    """
-    raw = io.weights_metadata(path).get(io.SETTINGS_KEY)
-    if raw is None:
-        return
-    try:
-        stored = json.loads(raw)
-    except json.JSONDecodeError:
-        raise NopeInterpError(f"weights are corrupt: {path}: its settings stamp is not JSON") from None
-    given = json.loads(settings_stamp(model_cfg, cfg)[io.SETTINGS_KEY])
-    diff = [f"{k} ({stored.get(k)!r} in the weights, {given.get(k)!r} in the config)"
-            for k in sorted(set(stored) | set(given)) if stored.get(k) != given.get(k)]
-    if diff:
-        more = f" and {len(diff) - 3} more" if len(diff) > 3 else ""
-        raise NopeInterpError(f"{config_path} does not describe the weights {path.name}: {', '.join(diff[:3])}{more}"
-                              f"; restore the config the run was trained with")
 
 
 def check_configs(model_cfg: Any, cfg: Any, cls: type) -> None:

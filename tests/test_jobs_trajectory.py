@@ -214,6 +214,7 @@ def test_a_corrupt_metrics_line_is_one_error_naming_the_files_line(tiny_addition
     metrics = run / "metrics.jsonl"
     assert len(metrics.read_text().splitlines()) == 3  # evaluations at steps 20, 40, 60: the bad line is line 4
     metrics.write_text(metrics.read_text() + line + "\n")
+    (run / "summary.json").unlink()  # an unfinished run: a summary of step 60 beside step 70 would be stale
     assert main(["trajectory", "--run", str(run), "--n-prompts", "4", "--no-mechanisms",
                  "--out-root", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err

@@ -111,6 +111,11 @@ def test_weights_that_do_not_fit_the_config_name_the_keys(tiny_run, tmp_path):
     config["model"]["d_mlp"] = 32
     (run / "config.json").write_text(json.dumps(config))
     (run / "model.safetensors").write_bytes((tiny_run / "model.safetensors").read_bytes())
+    # the weights say which settings they were trained with: the field is named before any shape is compared
+    with pytest.raises(NopeInterpError, match=r"config.json does not describe the weights model.safetensors: "
+                                              r"model.d_mlp \(64 in the weights, 32 in the config\)"):
+        load_run(run)
+    save_file(load_file(run / "model.safetensors"), run / "model.safetensors")  # unstamped (older) weights
     with pytest.raises(NopeInterpError, match=r"shape mismatches: 'blocks.0.mlp.W_in' is \(32, 64\) in the file, "
                                               r"\(32, 32\) in the model"):
         load_run(run)

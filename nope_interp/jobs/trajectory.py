@@ -35,7 +35,7 @@ from nope_interp.hooks import ACTIVATION_POINTS, short_label
 from nope_interp.jobs.common import Log, ModelEntry, emit, progress, protocol_tag, with_protocol
 from nope_interp.model import build_model, load_state
 from nope_interp.plotting import LINE_COLOURS, save_figure
-from nope_interp.train import check_settings_stamp
+from nope_interp.pretrained import check_settings_stamp
 from tasks import DEFAULT_WINDOW
 
 NAME = "trajectory"
