@@ -295,7 +295,7 @@ def lower_triangle_spearman(pred: Float[Tensor, "pos pos"], obs: Float[Tensor, "
                               f"{tuple(obs.shape)}")
     n = pred.shape[-1]
     if n < 3:
-        raise NopeInterpError(f"need at least 3 positions for a rank correlation, got {n}")
+        raise NopeInterpError(f"lower_triangle_spearman: need at least 3 positions for a rank correlation, got {n}")
     idx = torch.tril_indices(n, n, offset=-1)
     a = pred[idx[0], idx[1]].double().cpu().numpy()
     b = obs[idx[0], idx[1]].double().cpu().numpy()

@@ -413,7 +413,7 @@ def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool | None 
         NopeInterpError: ``cache`` not an ``ActivationCache``; ``blocks.{layer}.attn.hook_pattern`` or ``hook_z``
             missing from the cache; NaN or inf entries in the pattern or in ``hook_z`` (the message names the site);
             a pattern that is not softmax weights of that kind (:func:`nope_interp.averaging.check_pattern`);
-            ``hook_z`` and the pattern disagree in batch or positions.
+            ``hook_z`` and the pattern disagree in batch or positions; fewer than 3 positions.
     """
     _check_cache(cache, "averaging_check")
     p_name, z_name = hook_name("pattern", layer), hook_name("z", layer)
@@ -424,6 +424,9 @@ def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool | None 
     if not cache.has_batch_dim:
         pattern = pattern.unsqueeze(0)
     check_finite(pattern, f"attention pattern at {p_name}")
+    if pattern.shape[-1] < 3:
+        raise NopeInterpError(f"averaging_check: the cache holds sequences of {pattern.shape[-1]} positions at "
+                              f"{p_name}; the rank correlation of the cosines needs at least 3")
     z = site_activations(cache, z_name).double().cpu()
     check_finite(z, f"activations at {z_name}")
     model = getattr(cache, "model", None)

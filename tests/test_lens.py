@@ -255,3 +255,15 @@ def test_heatmap_axes_show_whole_tokens(tiny_model):
     fig = cosine_heatmap(cache, "blocks.0.attn.hook_z", tokens="ab\nc").figure()  # a string: its characters
     assert list(fig.data[0].x) == ["0:a", "1:b", "2:␤", "3:c"]
     assert list(cosine_heatmap(cache, "hook_embed").figure().data[0].x) == ["0:", "1:", "2:", "3:"]
+
+
+def test_averaging_check_on_too_short_sequences_names_itself(tiny_model):
+    import torch
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.lens import averaging_check
+
+    for pos in (1, 2):
+        _, cache = tiny_model.run_with_cache(torch.zeros(2, pos, dtype=torch.long))
+        with pytest.raises(NopeInterpError, match=f"averaging_check: the cache holds sequences of {pos} positions"):
+            averaging_check(cache, 0)
