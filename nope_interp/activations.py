@@ -119,7 +119,8 @@ def collect_activations(
     Raises:
         NopeInterpError: unknown point; sequences longer than ``n_ctx``; ``tokens`` that are not a 2-D
             integer tensor with at least one sequence and position, or hold an id outside ``[0, d_vocab)``
-            (:func:`~nope_interp.model.check_tokens`).
+            (:func:`~nope_interp.model.check_tokens`); ``hook_z`` and residual-stream points of different
+            widths (:func:`check_site_widths`).
     """
     chunks = [a.acts for a in iter_activations(model, tokens, points, batch_size)]
     return Activations(acts=torch.cat(chunks, dim=1),

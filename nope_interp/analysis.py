@@ -286,7 +286,9 @@ def analyze_tokens(
             support or with hooks attached (they would not run); ``max_lag`` outside [1, pos - 1];
             non-finite or near-zero activations at a site (the message names it); a sequence whose cosine
             similarity matrix (``8 * pos**2`` bytes, with a temporary) would not fit the free memory; a model
-            whose parameters are not of ``cfg.dtype`` (``model.half()``: :func:`~nope_interp.model.check_model_dtype`).
+            whose parameters are not of ``cfg.dtype`` (``model.half()``: :func:`~nope_interp.model.check_model_dtype`);
+            ``hook_z`` points mixed with residual-stream points in a model with ``n_heads * d_head != d_model``
+            (:func:`~nope_interp.activations.check_site_widths`); a model on the meta device.
 
     Warns:
         DegenerateInputWarning: sequences whose vectors are parallel at every position of a site (one token

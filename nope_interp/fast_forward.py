@@ -99,6 +99,9 @@ def unsupported_reason(model: HookedTransformer, allow_sliding: bool = False) ->
         (bool(getattr(c, "use_qk_norm", False)), "QK normalisation"),
         (getattr(c, "output_logits_soft_cap", -1.0) > 0, "logit soft-capping"),
         (getattr(c, "attn_scores_soft_cap", -1.0) > 0, "attention soft-capping"),
+        (_special_architecture(getattr(c, "original_architecture", None)),
+         f"original_architecture={getattr(c, 'original_architecture', None)!r} (post-norm or OLMo QK-norm blocks)"),
+        (getattr(c, "n_devices", 1) != 1, f"n_devices={getattr(c, 'n_devices', 1)} (layers on several devices)"),
     ]
     reasons = [why for bad, why in checks if bad]
     # Every other config field must keep TransformerLens's default: an option added to (or not yet named
@@ -116,7 +119,7 @@ def unsupported_reason(model: HookedTransformer, allow_sliding: bool = False) ->
 #: ``apply_rotary``) or that :func:`unsupported_reason` checks by name above.
 _FIELDS_ANY_VALUE = frozenset({
     "d_model", "d_head", "n_layers", "n_ctx", "n_heads", "d_mlp", "d_vocab", "d_vocab_out", "device", "dtype",
-    "n_devices", "n_params", "model_name", "tokenizer_name", "original_architecture", "from_checkpoint",
+    "n_params", "model_name", "tokenizer_name", "from_checkpoint",
     "checkpoint_index", "checkpoint_label_type", "checkpoint_value", "default_prepend_bos",
     "tokenizer_prepends_bos", "trust_remote_code", "seed", "init_mode", "initializer_range", "init_weights",
     "eps", "uses_rms_norm", "layer_norm_folding", "tie_word_embeddings", "train_seq_length",
@@ -128,8 +131,21 @@ _FIELDS_CHECKED = frozenset({
     "positional_embedding_type", "use_dynamic_ntk_rope", "use_logn_attn", "clip_qkv", "normalization_type",
     "act_fn", "attention_dir", "attn_types", "use_local_attn", "window_size", "n_key_value_heads",
     "parallel_attn_mlp", "attn_only", "gated_mlp", "use_attn_scale", "attn_scale", "final_rms", "use_qk_norm",
-    "output_logits_soft_cap", "attn_scores_soft_cap",
+    "output_logits_soft_cap", "attn_scores_soft_cap", "original_architecture", "n_devices",
 })
+
+
+def _special_architecture(name: object) -> bool:
+    """True for the architectures whose blocks TransformerLens builds differently from the config's other
+    fields (post-norm blocks, the OLMo family's QK-norm on the full projections): ``original_architecture``
+    is otherwise only a name."""
+    if not isinstance(name, str):
+        return False
+    try:
+        from transformer_lens.utilities.architectures import POST_NORM_ARCHITECTURES
+    except ImportError:  # another TransformerLens version: be safe
+        POST_NORM_ARCHITECTURES = set()  # noqa: N806
+    return name in POST_NORM_ARCHITECTURES or name.startswith("Olmo")
 
 
 def _config_defaults() -> dict[str, object]:

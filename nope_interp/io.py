@@ -96,7 +96,7 @@ def write_json(path: str | Path, data: Any) -> Path:
 
 
 def read_json(path: str | Path, what: str = "file") -> Any:
-    """Read JSON, raising NopeInterpError (naming the path) if it is missing or corrupt."""
+    """Read JSON, raising NopeInterpError (naming the path) if it is missing, not a regular file, or corrupt."""
     path = Path(path)
     _regular_or_missing(path)
     if not path.is_file():
@@ -342,7 +342,11 @@ def jsonl_line(record: dict[str, Any]) -> str:
 
 def append_jsonl(path: str | Path, record: dict[str, Any]) -> None:
     """Append one JSON record to a JSONL file (rewritten atomically; the files stay small). Strict JSON:
-    NaN and infinities become ``null``."""
+    NaN and infinities become ``null``.
+
+    Raises:
+        NopeInterpError: ``path`` exists but is not a regular file (a folder, a FIFO, a device).
+    """
     path = Path(path)
     _regular_or_missing(path)
     old = path.read_text() if path.exists() else ""
@@ -361,7 +365,8 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     """All records of a JSONL file ([] if it does not exist).
 
     Raises:
-        NopeInterpError: a line that is not JSON, or not a JSON object (the message names the file's line).
+        NopeInterpError: a line that is not JSON, or not a JSON object (the message names the file's line);
+            ``path`` exists but is not a regular file (a FIFO would block the read).
     """
     path = Path(path)
     if not path.exists():

@@ -194,7 +194,8 @@ def adjacency_scores(cache: ActivationCache, sites: list[str] | None = None,
     Raises:
         NopeInterpError: ``cache`` not an ``ActivationCache``; no scorable site; a site missing from the cache,
             or one that is not one vector per position (attention patterns; :func:`site_activations`); fewer
-            than 3 positions; near-zero or non-finite vectors (their cosines are undefined).
+            than 3 positions; near-zero or non-finite vectors (their cosines are undefined); a site named twice; a
+            cache holding meta-device tensors or an empty batch (:func:`site_activations`).
 
     Warns:
         DegenerateInputWarning: sequences whose vectors are parallel at every position of a site (one token
@@ -282,7 +283,8 @@ def lag_profile(cache: ActivationCache, sites: list[str] | None = None, max_lag:
         NopeInterpError: ``cache`` not an ``ActivationCache``; no vector site; a site missing from the cache, or
             one that is not one vector per position (attention patterns; :func:`site_activations`); fewer than
             2 positions; ``max_lag`` out of range; near-zero or non-finite vectors (their cosines are undefined;
-            the message names the site).
+            the message names the site); a site named twice; a cache holding meta-device tensors or an empty
+            batch.
     """
     sites = _sites(cache, sites, "lag_profile")
     per = {s: _lag_profile(site_activations(cache, s), max_lag, what=f"activations at {s}") for s in sites}
@@ -335,7 +337,8 @@ def cosine_heatmap(cache: ActivationCache, site: str, batch_index: int = 0,
     Raises:
         NopeInterpError: ``cache`` not an ``ActivationCache``; ``site`` not cached, or not one vector per
             position (:func:`site_activations`); ``batch_index`` not an integer in range; ``tokens`` of the wrong
-            length or not strings; NaN/inf or near-zero vectors in the sequence (the message names the site).
+            length or not strings; NaN/inf or near-zero vectors in the sequence (the message names the site);
+            a cache holding meta-device tensors or an empty batch.
     """
     acts = site_activations(cache, site)
     if isinstance(batch_index, bool) or not isinstance(batch_index, int) or not 0 <= batch_index < acts.shape[0]:
@@ -413,7 +416,8 @@ def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool | None 
         NopeInterpError: ``cache`` not an ``ActivationCache``; ``blocks.{layer}.attn.hook_pattern`` or ``hook_z``
             missing from the cache; NaN or inf entries in the pattern or in ``hook_z`` (the message names the site);
             a pattern that is not softmax weights of that kind (:func:`nope_interp.averaging.check_pattern`);
-            ``hook_z`` and the pattern disagree in batch or positions; fewer than 3 positions.
+            ``hook_z`` and the pattern disagree in batch or positions; fewer than 3 positions; a cache holding
+            meta-device tensors or an empty batch.
     """
     _check_cache(cache, "averaging_check")
     p_name, z_name = hook_name("pattern", layer), hook_name("z", layer)

@@ -83,7 +83,8 @@ def parse_run_config(config: Any, where: str | Path,
     Raises:
         NopeInterpError: the file is not a JSON object, ``model`` or ``train`` is missing or not a JSON
             object (null, a list, ...), or a field is unknown or invalid; the one-line message names the
-            file and the entry.
+            file and the entry. An inconsistent ``task`` entry: another task name than ``train`` trained on,
+            or task parameters other than the ones its ``task_params`` give.
     """
     if not isinstance(config, dict):
         raise NopeInterpError(f"run config is corrupt: {where}: expected a JSON object with "
@@ -109,9 +110,9 @@ def parse_run_config(config: Any, where: str | Path,
     if isinstance(task, dict) and trained is not None and task.get("name", trained) != trained:
         raise NopeInterpError(f"run config is inconsistent: {where}: 'task' names {task.get('name')!r} but 'train' "
                               f"trained on {trained!r}")
-    if isinstance(task, dict) and "params" in task and hasattr(out[-1], "make_task"):
+    if isinstance(task, dict) and isinstance(task.get("params"), dict) and hasattr(out[-1], "make_task"):
         effective = out[-1].make_task().params()
-        if task["params"] != effective:
+        if any(effective[k] != v for k, v in task["params"].items() if k in effective):  # keys both know
             raise NopeInterpError(f"run config is inconsistent: {where}: 'task' has params {task['params']!r} but "
                                   f"'train' trained on {effective!r} (task_params {out[-1].task_params!r})")
     return tuple(out)
@@ -143,7 +144,8 @@ def check_settings_stamp(path: Path, model_cfg: Any, cfg: Any, config_path: Path
     without a stamp (written before it existed: the shipped models) are not checked.
 
     Raises:
-        NopeInterpError: the settings that differ, with both values (the first three, and a count).
+        NopeInterpError: the settings that differ, with both values (the first three, and a count); a stamp that
+            is not JSON; the weights file missing or not safetensors.
     """
     raw = io.weights_metadata(path).get(io.SETTINGS_KEY)
     if raw is None:
@@ -153,8 +155,10 @@ def check_settings_stamp(path: Path, model_cfg: Any, cfg: Any, config_path: Path
     except json.JSONDecodeError:
         raise NopeInterpError(f"weights are corrupt: {path}: its settings stamp is not JSON") from None
     given = json.loads(settings_stamp(model_cfg, cfg)[io.SETTINGS_KEY])
-    diff = [f"{k} ({stored.get(k)!r} in the weights, {given.get(k)!r} in the config)"
-            for k in sorted(set(stored) | set(given)) if stored.get(k) != given.get(k)]
+    # only settings both sides know: a field added to the configs later (filled with its default when an older
+    # config is read) or removed is not a disagreement
+    diff = [f"{k} ({stored[k]!r} in the weights, {given[k]!r} in the config)"
+            for k in sorted(set(stored) & set(given)) if stored[k] != given[k]]
     if diff:
         more = f" and {len(diff) - 3} more" if len(diff) > 3 else ""
         raise NopeInterpError(f"{config_path} does not describe the weights {path.name}: {', '.join(diff[:3])}{more}"

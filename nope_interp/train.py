@@ -585,13 +585,15 @@ def finalize(run_dir: str | Path, device: str = "cpu") -> dict[str, Any]:
     which step the run stopped and that it did not finish its schedule.
 
     The checkpoint is read with ``weights_only=True`` (:func:`nope_interp.io.load_checkpoint`): nothing
-    stored in it runs. The run directory is locked while the summary is written.
+    stored in it runs. The run directory is locked while the summary is written. The run's history is cut
+    at the checkpoint's step: evaluations in ``metrics.jsonl`` and weights kept in ``checkpoints/`` after it
+    (a stop between an evaluation and the next checkpoint) describe weights the run no longer has.
 
     Raises:
         NopeInterpError: no checkpoint or config in ``run_dir``; a corrupt, truncated or unsafe checkpoint,
             or one whose weights do not fit the config; a run directory that is not writable or is being
             written by another process; a run that has finished (:func:`finished_summary`), whose summary
-            is final; a corrupt summary.
+            is final; a corrupt summary or ``metrics.jsonl``.
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -618,11 +620,16 @@ def _finalize(run_dir: Path, device: str) -> dict[str, Any]:
     load_state(model, ckpt["model"], f"the weights of checkpoint {ckpt_path}")
     check_nope(model, model_cfg)
     io.save_weights(run_dir / io.WEIGHTS_FILE, model.state_dict(), settings_stamp(model_cfg, cfg))
-    # evaluations logged after the checkpoint (a stop between the two) describe weights that are not kept
+    # evaluations logged, and weights kept, after the checkpoint (a stop between the two) describe weights the
+    # run no longer has: the history ends at the finalized step (a resume writes them again)
     metrics_path = run_dir / io.METRICS_FILE
     if metrics_path.exists():
         kept = [r for r in io.read_metrics(metrics_path) if r["step"] <= ckpt["step"]]
         io.atomic_write_text(metrics_path, "".join(io.jsonl_line(r) for r in kept))
+    for path in (run_dir / io.TRAJECTORY_DIR).glob("step_*.safetensors"):
+        digits = path.name.removeprefix("step_").removesuffix(".safetensors")
+        if digits.isascii() and digits.isdigit() and int(digits) > ckpt["step"]:
+            path.unlink()
     task = cfg.make_task()
     splits = task.splits(cfg.n_train, cfg.n_test, cfg.data_seed)
     test_acc = exact_match_accuracy(model, task, splits.test, prefix=cfg.eval_prefix)

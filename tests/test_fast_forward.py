@@ -195,6 +195,7 @@ def test_config_fields_the_fast_path_accepts_at_any_value_give_the_hooked_number
     ({"use_attention_sinks": True}, "use_attention_sinks=True"),
     ({"num_experts": 2, "experts_per_token": 1}, "num_experts=2"),
     ({"positional_embedding_type": "rotary", "use_yarn_rope": True}, "use_yarn_rope=True"),
+    ({"normalization_type": "RMS", "original_architecture": "Olmo2ForCausalLM"}, "original_architecture='Olmo2"),
 ], ids=lambda x: str(x) if isinstance(x, str) else ",".join(x))
 def test_config_options_the_fast_path_does_not_know_send_every_caller_to_the_hooked_model(kw, why):
     """scale_attn_by_inverse_layer_idx and post_embedding_ln passed the old check: ``analyze_tokens`` scored
@@ -211,6 +212,10 @@ def test_config_options_the_fast_path_does_not_know_send_every_caller_to_the_hoo
     tokens = torch.randint(0, 20, (3, 12), generator=torch.Generator().manual_seed(1))
     with pytest.raises(NopeInterpError, match=why.split("=")[0]):
         fast_logits(model, tokens)
+    if "original_architecture" in why:  # the hooked model computes something else than the fused pass would
+        from nope_interp.fast_forward import _forward
+
+        assert not torch.allclose(_forward(model, tokens, 0.0)[0], model(tokens, return_type="logits"), atol=1e-3)
     with pytest.raises(NopeInterpError, match=why.split("=")[0]):
         fast_activations(model, tokens, ["blocks.0.attn.hook_z"])
     batch = Batch(tokens, tokens.roll(-1, 1), torch.ones(3, 12, dtype=torch.bool))
@@ -220,7 +225,7 @@ def test_config_options_the_fast_path_does_not_know_send_every_caller_to_the_hoo
     assert auto.scores == hooked.scores
 
 
-def test_the_field_lists_name_real_config_fields_and_every_field_is_judged():
+def test_the_field_lists_name_real_config_fields_and_a_plain_name_is_not_special():
     import dataclasses
 
     from transformer_lens import HookedTransformerConfig
@@ -230,3 +235,7 @@ def test_the_field_lists_name_real_config_fields_and_every_field_is_judged():
     names = {f.name for f in dataclasses.fields(HookedTransformerConfig)}
     assert ff._FIELDS_ANY_VALUE <= names and ff._FIELDS_CHECKED <= names  # no typo hides a field
     assert not ff._FIELDS_ANY_VALUE & ff._FIELDS_CHECKED
+    # every other field must keep its default: one that does not is named
+    model = _lens_model(d_vocab_out=20)
+    assert ff.unsupported_reason(model) is None
+    assert not ff._special_architecture("GPT2LMHeadModel") and ff._special_architecture("Olmo3ForCausalLM")

@@ -223,3 +223,19 @@ def test_tiny_hf_model_leaves_the_global_rng_alone_and_checks_its_sizes():
                           ({"seed": -1}, "seed must be"), ({"vocab": 2}, "vocab must be")):
         with pytest.raises(NopeInterpError, match=words):
             tiny_hf_model("llama", **kwargs)
+
+
+def test_layer_types_of_16_bit_models_are_not_confused_by_rounding():
+    """The evenness test refused bf16 NoPE models: rounding alone spread their weights by up to 0.13."""
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    from nope_interp.positional import layer_positional_types
+    from nope_interp.text_train import load_text_run
+
+    for name, types in (("text-nope", ("nope",) * 3), ("text-hybrid", ("rope", "rope", "nope"))):
+        model = load_text_run(f"nope_interp/pretrained/text/{name}")[0].to(torch.bfloat16)
+        for tokens in (None, (torch.arange(64) % 90)[None]):
+            assert layer_positional_types(model, tokens) == types, name
+    alibi = HookedTransformer(HookedTransformerConfig(n_layers=2, d_model=32, n_ctx=16, d_head=8, n_heads=4,
+                                                      d_vocab=20, act_fn="relu", positional_embedding_type="alibi"))
+    assert layer_positional_types(alibi.to(torch.bfloat16)) == ("alibi", "alibi")

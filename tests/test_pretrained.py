@@ -559,3 +559,28 @@ def test_weights_carry_their_settings_and_an_edited_config_is_refused(tiny_run, 
     config["model"]["act_fn"] = "relu"
     (run / "config.json").write_text(json.dumps(config))
     assert load_run(run).model_cfg.act_fn == "relu"
+
+
+def test_a_stamp_from_before_a_config_field_existed_still_loads(tiny_run, tmp_path):
+    """A field added to the configs later was read as None from the older stamp: every stamped run would have
+    stopped loading at the next schema change. Only settings both sides know are compared."""
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    from nope_interp import io
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.pretrained import load_run
+
+    run = _copy_run(tiny_run, tmp_path)
+    stamp = json.loads(io.weights_metadata(run / "model.safetensors")[io.SETTINGS_KEY])
+    older = {k: v for k, v in stamp.items() if k != "model.dropout"}
+    older["model.a_field_since_removed"] = 1
+    save_file(load_file(str(run / "model.safetensors")), str(run / "model.safetensors"),
+              metadata={io.SETTINGS_KEY: json.dumps(older)})
+    assert load_run(run).model_cfg.dropout == 0.0
+    config = json.loads((run / "config.json").read_text())
+    config["model"]["act_fn"] = "relu"
+    (run / "config.json").write_text(json.dumps(config))
+    with pytest.raises(NopeInterpError, match="model.act_fn \\('gelu' in the weights, 'relu' in the config\\)"):
+        load_run(run)

@@ -173,7 +173,10 @@ def test_finalize_drops_evaluations_logged_after_the_checkpoint(tiny_train, tmp_
         T.train(model_cfg, cfg, tmp_path / "r", progress=False, command="x")
     monkeypatch.setattr(torch.optim.AdamW, "step", real)
     assert [r["step"] for r in io.read_metrics(tmp_path / "r" / "metrics.jsonl")] == [6]
+    kept = tmp_path / "r" / "checkpoints"
+    (kept / "step_000006.safetensors").write_bytes((kept / "step_000000.safetensors").read_bytes())
     assert T.finalize(tmp_path / "r")["steps"] == 4
+    assert sorted(p.name for p in kept.glob("*.safetensors")) == ["step_000000.safetensors"]  # 6 was past it
     assert io.read_metrics(tmp_path / "r" / "metrics.jsonl") == []
     assert load_run(tmp_path / "r").summary["steps"] == 4
 
