@@ -226,7 +226,7 @@ def test_tiny_hf_model_leaves_the_global_rng_alone_and_checks_its_sizes():
 
 
 def test_layer_types_of_16_bit_models_are_not_confused_by_rounding():
-    """The evenness test refused bf16 NoPE models: rounding alone spread their weights by up to 0.13."""
+    """The evenness test refused bf16 NoPE models: rounding alone spreads text-nope's weights by 0.12 at 64 tokens."""
     from transformer_lens import HookedTransformer, HookedTransformerConfig
 
     from nope_interp.positional import layer_positional_types
