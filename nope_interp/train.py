@@ -11,6 +11,7 @@ the batches an uninterrupted one would, and the same seed on the same machine gi
 
 import contextlib
 import math
+import re
 import shlex
 import signal
 import sys
@@ -72,6 +73,29 @@ def log_spaced_steps(max_step: int) -> list[int]:
 def trajectory_path(run_dir: str | Path, step: int) -> Path:
     """Where the weights of ``step`` are kept: ``run_dir/checkpoints/step_NNNNNN.safetensors``."""
     return Path(run_dir) / io.TRAJECTORY_DIR / f"step_{step:06d}.safetensors"
+
+
+_STEP_FILE = re.compile(r"step_([0-9]+)\.safetensors")  # ASCII digits only (\d also matches other scripts)
+
+
+def kept_steps(run_dir: str | Path) -> dict[int, Path]:
+    """``{step: weights file}`` of the weights a run kept, ascending ({} when it kept none).
+
+    Raises:
+        NopeInterpError: two files for one step (``step_25`` beside ``step_000025``): which one is the run's
+            cannot be told, and one would be dropped without a word.
+    """
+    folder = Path(run_dir) / io.TRAJECTORY_DIR
+    found: dict[int, Path] = {}
+    for p in sorted(folder.glob("step_*.safetensors")):
+        if (m := _STEP_FILE.fullmatch(p.name)) is None:
+            continue
+        step = int(m.group(1))
+        if step in found:
+            raise NopeInterpError(f"{folder} holds two weights files for step {step}: {found[step].name} and "
+                                  f"{p.name}; remove the one the run did not write")
+        found[step] = p
+    return dict(sorted(found.items()))
 
 
 def lr_at(step: int, cfg: TrainConfig | TextTrainConfig) -> float:
@@ -626,9 +650,8 @@ def _finalize(run_dir: Path, device: str) -> dict[str, Any]:
     if metrics_path.exists():
         kept = [r for r in io.read_metrics(metrics_path) if r["step"] <= ckpt["step"]]
         io.atomic_write_text(metrics_path, "".join(io.jsonl_line(r) for r in kept))
-    for path in (run_dir / io.TRAJECTORY_DIR).glob("step_*.safetensors"):
-        digits = path.name.removeprefix("step_").removesuffix(".safetensors")
-        if digits.isascii() and digits.isdigit() and int(digits) > ckpt["step"]:
+    for step, path in kept_steps(run_dir).items():
+        if step > ckpt["step"]:
             path.unlink()
     task = cfg.make_task()
     splits = task.splits(cfg.n_train, cfg.n_test, cfg.data_seed)

@@ -10,7 +10,6 @@ and ``figures/trajectory/<run>.html`` (score vs step, a line per site, the chanc
 mechanisms below).
 """
 
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +35,7 @@ from nope_interp.jobs.common import Log, ModelEntry, emit, progress, protocol_ta
 from nope_interp.model import build_model, load_state
 from nope_interp.plotting import LINE_COLOURS, save_figure
 from nope_interp.pretrained import check_settings_stamp
+from nope_interp.train import kept_steps
 from tasks import DEFAULT_WINDOW
 
 NAME = "trajectory"
@@ -43,7 +43,6 @@ HELP = "adjacency score at every site through training (weights kept at log-spac
 TAKES_MODELS = True
 SOURCES = ("run", "task", "n_digits")  # only run directories keep weights through training
 DEFAULT_MODELS = "none: give --run with run directories trained by this version"
-_STEP_FILE = re.compile(r"step_([0-9]+)\.safetensors")  # ASCII digits only (\d also matches other scripts)
 
 
 @dataclass(frozen=True)
@@ -192,24 +191,6 @@ class TrajectoryResult:
                 "wall_time_s": self.wall_time_s}
 
 
-def kept_steps(run_dir: str | Path) -> dict[int, Path]:
-    """``{step: weights file}`` of the weights a run kept, ascending ({} when it kept none).
-
-    Raises:
-        NopeInterpError: two files for one step (``step_25`` beside ``step_000025``): which one is the run's
-            cannot be told, and one would be dropped without a word.
-    """
-    folder = Path(run_dir) / io.TRAJECTORY_DIR
-    found: dict[int, Path] = {}
-    for p in sorted(folder.glob("step_*.safetensors")):
-        if (m := _STEP_FILE.fullmatch(p.name)) is None:
-            continue
-        step = int(m.group(1))
-        if step in found:
-            raise NopeInterpError(f"{folder} holds two weights files for step {step}: {found[step].name} and "
-                                  f"{p.name}; remove the one the run did not write")
-        found[step] = p
-    return dict(sorted(found.items()))
 
 
 def default_models(config: TrajectoryConfig) -> list[ModelEntry]:
