@@ -132,8 +132,8 @@ def test_to_dict_is_json_with_the_old_layout(AJ, tiny_ablation):
     assert list(data) == ["results", "seed_summary"]
     (r,) = data["results"]
     assert list(r) == ["task", "n_eval", "n_mu", "rank", "clean", "sites", "decomposition", "rank_curve", "run",
-                       "model_seed", "metric"]  # metric added at the end: older readers keep working
-    assert r["metric"] == "exact_match"
+                       "model_seed", "metric", "eval_prefix"]  # added at the end: older readers keep working
+    assert r["metric"] == "exact_match" and r["eval_prefix"] == ""
     assert list(r["sites"]) == SITES and list(r["sites"][SITES[0]]) == ["shuffle_positional", "project_out",
                                                                            "shuffle_vectors"]
     assert list(r["decomposition"][SITES[0]]) == [*KEYS, "dropped_positions", "n_prompts"]
@@ -227,18 +227,87 @@ def test_default_models_are_the_shipped_ones(AJ):
     assert all(e.run is not None and e.run.name == "shipped" and e.train_prompts for e in entries)
 
 
-def test_a_packed_run_is_refused_before_any_work(tmp_path):
-    from nope_interp.config import TrainConfig, preset
+@pytest.mark.parametrize("prefix", ["", "\n", "\n\n", "ab\n"])
+def test_prefixed_batch_is_the_batch_of_the_prefixed_lines(AJ, prefix):
+    """prefixed_batch against a batch built from the strings: every row is prefix + prompt + answer + EOS, the
+    mask covers the answer's characters and the end of line, shifted by the prefix (prompts of two lengths)."""
+    import tasks
+
+    task = tasks.get_task("addition", n_digits=2)
+    examples = [task.example(p) for p in ("$12+34=", "$5+6=", "$99+1=")]
+    got = AJ.prefixed_batch(task.training_batch(examples), prefix)
+    for b, ex in enumerate(examples):
+        ids = tasks.encode(prefix + ex.prompt + ex.answer + tasks.EOS)
+        n = len(ids) - 1
+        assert got.tokens[b, :n].tolist() == ids[:-1] and got.targets[b, :n].tolist() == ids[1:]
+        first = len(prefix) + len(ex.prompt) - 1  # the position that predicts the answer's first character
+        assert torch.nonzero(got.loss_mask[b]).flatten().tolist() == list(range(first, n))
+    assert got.tokens.shape == got.targets.shape == got.loss_mask.shape
+    assert got.tokens.shape[1] == max(len(ex.prompt + ex.answer) for ex in examples) + len(prefix)
+
+
+def test_prefixed_batch_refuses_a_prefix_outside_the_vocabulary(AJ):
+    import tasks
     from nope_interp.errors import NopeInterpError
-    from nope_interp.jobs import ablate
-    from nope_interp.jobs.common import ModelSource, load_models
+
+    task = tasks.get_task("addition", n_digits=2)
+    with pytest.raises(NopeInterpError, match="prefix"):
+        AJ.prefixed_batch(task.training_batch([task.example("$1+2=")]), "\u00e9")
+
+
+@pytest.fixture(scope="module")
+def packed_run(tmp_path_factory):
+    """A tiny addition run trained with the packed objective (evaluated after a newline)."""
+    from nope_interp.config import TrainConfig, preset
     from nope_interp.train import train
 
+    path = tmp_path_factory.mktemp("packed") / "p"
     cfg = TrainConfig(task="addition", task_params={"n_digits": 2}, n_train=100, n_test=20, steps=2, batch_size=4,
                       warmup_steps=1, eval_every=2, eval_n=5, checkpoint_every=2, objective="packed", window=16)
-    train(preset("tiny", n_ctx=16), cfg, tmp_path / "p", progress=False, command="x")
-    with pytest.raises(NopeInterpError, match="packed objective"):
-        ablate.run(ablate.AblateConfig(), load_models(ModelSource(run=(str(tmp_path / "p"),))))
+    train(preset("tiny", n_ctx=16, init_std=0.2), cfg, path, progress=False, command="x")
+    return path
+
+
+def test_a_packed_run_is_ablated_after_its_newline(AJ, packed_run):
+    """A packed model reads every prompt after the newline it was evaluated with in training: the clean exact
+    match, answer loss, positional means and adjacency scores are those of the prefixed prompts, computed here
+    with a naive loop over examples."""
+    import torch.nn.functional as F
+
+    import tasks
+    from nope_interp.analysis import analyze_tokens
+    from nope_interp.evaluate import exact_match_accuracy
+    from nope_interp.jobs.common import ModelSource, load_models
+
+    (entry,) = load_models(ModelSource(run=(str(packed_run),)))
+    assert AJ.eval_prefix(entry) == "\n" and entry.run.train_cfg.objective == "packed"
+    config = AJ.AblateConfig(kinds=("project_out",), rank=0, ranks=(0, 99), n_random=1, n_eval=6, n_mu=16,
+                             n_analysis=4)
+    (r,) = AJ.run(config, [entry]).runs
+    model, task = entry.model, entry.task
+    assert_no_hooks(model)
+    assert r.eval_prefix == "\n" and r.to_dict()["eval_prefix"] == "\n"
+    eval_prompts = task.analysis_prompts(6, seed=AJ.EVAL_SEED, exclude=entry.train_prompts)
+    examples = [task.example(p) for p in eval_prompts]
+    assert r.clean.exact_match == exact_match_accuracy(model, task, examples, prefix="\n")
+    nll, count = 0.0, 0
+    with torch.no_grad():
+        for ex in examples:
+            ids = torch.tensor([tasks.encode("\n" + ex.prompt + ex.answer + "\n")])
+            logits = model(ids[:, :-1])[0].double()
+            first = 1 + len(ex.prompt) - 1
+            nll += float(F.cross_entropy(logits[first:], ids[0, first + 1 :], reduction="sum"))
+            count += ids.shape[1] - 1 - first
+    assert r.clean.answer_loss == pytest.approx(nll / count, rel=1e-5)
+    # the newline is one more prompt position: the rank curve's bound is pos - 1 with pos = 1 + prompt length
+    assert r.rank_curve.max_rank == task.max_prompt_len and r.rank_curve.skipped_ranks == (99,)
+    # position 0 (the newline, the same vector in every prompt) has no content part
+    assert 0 in r.site(SITES[0]).decomposition.dropped_positions
+    # rank 0 removes nothing: scores equal those of the prefixed analysis prompts
+    prompts = task.analysis_prompts(4, seed=AJ.ANALYSIS_SEED, exclude=entry.train_prompts)
+    want = analyze_tokens(model, task.prompt_tokens(["\n" + p for p in prompts])).scores["row_mean"]
+    assert r.clean.adjacency == pytest.approx({s: v["mean"] for s, v in want.items()}, rel=1e-9)
+    assert r.site(SITES[0]).ablations["project_out"].exact_match == r.clean.exact_match
 
 
 def test_the_adjacency_scores_of_a_trained_model_leave_out_its_training_prompts(AJ, tiny_config, tiny_addition_entry):

@@ -4,6 +4,8 @@ For each trained model and its task: estimate the positional means mu at each ab
 full-length prompts (disjoint from the training prompts and from the evaluation prompts), then apply
 each ablation of :mod:`nope_interp.ablations` at that site and measure exact match (greedy decoding),
 answer-token loss (teacher forcing) and the adjacency score at every site, against the clean baseline.
+A model trained with the packed objective reads every prompt after the newline it was evaluated with in
+training (its run's ``eval_prefix``); that position is then part of the prompt positions ablated and scored.
 Before ablating, each site is split into positional mean and content part
 (:func:`nope_interp.ablations.positional_decomposition`: variance share and adjacency of each part; the
 mean decomposition of Song & Zhong, arXiv 2310.04861). The rank curve: exact match with the top-r
@@ -48,7 +50,7 @@ from nope_interp.ablations import (
     positional_subspace,
     random_subspace,
 )
-from nope_interp.analysis import analyze_model, analyze_tokens
+from nope_interp.analysis import analyze_tokens, protocol_prompts
 from nope_interp.config import FrozenConfig, check_int, opt
 from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import answer_loss, exact_match_accuracy
@@ -64,7 +66,7 @@ TAKES_MODELS = True
 TAKES_TEXT = True  # train-text language models: next-character accuracy on held-out text
 DEFAULT_MODELS = "the four shipped models; --with-seeds adds their extra shipped seeds"
 #: Not --with-candidates: the seed statistics pool every model of a task as seeds of one recipe, and the
-#: candidates are other recipes (packed runs among them, which the ablations do not take).
+#: candidates are other recipes (packed and paper-lr runs among them; give them with --run to ablate them).
 SOURCES = ("run", "pretrained", "init", "task", "n_digits", "preset", "with_seeds")
 
 #: The ablations, in table order (those of :mod:`nope_interp.ablations`).
@@ -249,6 +251,8 @@ class RunAblation:
         sites: the ablated sites in order. rank_curve: the rank curve at the first site.
         metric: what ``exact_match`` measures: ``exact_match`` (task answers) or ``next_char_accuracy``
             (a ``train-text`` language model, task ``text``).
+        eval_prefix: the text read before every prompt (:func:`eval_prefix`: ``"\\n"`` for a model trained
+            with the packed objective); its positions are part of the ablated and scored positions.
     """
 
     label: str
@@ -263,6 +267,7 @@ class RunAblation:
     sites: tuple[SiteAblation, ...]
     rank_curve: RankCurve
     metric: str = "exact_match"
+    eval_prefix: str = ""
 
     def site(self, name: str) -> SiteAblation:
         """The ablations at site ``name``. Raises NopeInterpError if it was not ablated."""
@@ -282,7 +287,7 @@ class RunAblation:
                 "sites": {s.site: {k: m.to_dict() for k, m in s.ablations.items()} for s in self.sites},
                 "decomposition": {s.site: s.decomposition.to_dict() for s in self.sites},
                 "rank_curve": self.rank_curve.to_dict(), "run": self.run, "model_seed": self.model_seed,
-                "metric": self.metric}
+                "metric": self.metric, "eval_prefix": self.eval_prefix}
 
     def table_rows(self) -> list[dict[str, Any]]:
         """``ablate.csv`` rows: the clean model, then one per site and ablation (deltas against clean)."""
@@ -429,17 +434,26 @@ class _Inputs:
     n_eval: int
     task: str
     metric: str
+    prefix: str = ""
+
+
+def eval_prefix(entry: ModelEntry) -> str:
+    """The text a model reads before every prompt when it is evaluated: its run's ``eval_prefix`` (``"\\n"``
+    for a model trained on packed windows, where every example but the first follows a newline; ``""`` for
+    an answer-only model), and ``""`` for a model without a run (initialised)."""
+    return "" if entry.run is None else entry.run.train_cfg.eval_prefix
 
 
 def _task_inputs(entry: ModelEntry, config: AblateConfig) -> _Inputs:
     model, task = entry.model, entry.task
+    prefix = eval_prefix(entry)
     eval_prompts = task.analysis_prompts(config.n_eval, seed=EVAL_SEED, exclude=entry.train_prompts)
     examples = [task.example(p) for p in eval_prompts]
     mu_prompts = task.analysis_prompts(config.n_mu, seed=MU_SEED, exclude=entry.train_prompts | frozenset(eval_prompts))
     return _Inputs(measure=lambda hooks, scores: _measure(model, task, examples, config.n_analysis, hooks, scores,
-                                                          exclude=entry.train_prompts),
-                   mu_tokens=task.prompt_tokens(mu_prompts), n_eval=len(examples), task=task.name,
-                   metric="exact_match")
+                                                          exclude=entry.train_prompts, prefix=prefix),
+                   mu_tokens=task.prompt_tokens([prefix + p for p in mu_prompts]), n_eval=len(examples),
+                   task=task.name, metric="exact_match", prefix=prefix)
 
 
 def _text_inputs(entry: ModelEntry, config: AblateConfig) -> _Inputs:
@@ -474,18 +488,47 @@ def _measure_text(model: HookedTransformer, windows: Int[Tensor, "batch length_p
                        adjacency={s: v["mean"] for s, v in scores.items()})
 
 
+def prefixed_batch(batch: tasks_pkg.Batch, prefix: str) -> tasks_pkg.Batch:
+    """``batch`` with the tokens of ``prefix`` put before every row: the prefix's own positions predict the
+    next prefix token and then the row's first token, outside the loss mask, so the masked positions and
+    their targets are those of ``batch`` shifted right by ``len(prefix)``. ``prefix=""`` returns ``batch``.
+
+    Raises:
+        NopeInterpError: a character of ``prefix`` outside the vocabulary.
+    """
+    if not prefix:
+        return batch
+    try:
+        ids = torch.tensor(tasks_pkg.encode(prefix), dtype=batch.tokens.dtype)
+    except tasks_pkg.UnknownCharacterError as err:
+        raise NopeInterpError(f"prefix {prefix!r}: {err}") from None
+    n, k = batch.tokens.shape[0], ids.numel()
+    head = ids.expand(n, k)
+    head_targets = torch.cat([ids[1:].expand(n, k - 1), batch.tokens[:, :1]], dim=1)
+    head_mask = torch.zeros(n, k, dtype=batch.loss_mask.dtype)
+    return tasks_pkg.Batch(tokens=torch.cat([head, batch.tokens], dim=1),
+                           targets=torch.cat([head_targets, batch.targets], dim=1),
+                           loss_mask=torch.cat([head_mask, batch.loss_mask], dim=1))
+
+
 @evaluates
 def _measure(model: HookedTransformer, task: tasks_pkg.Task, examples: Sequence[tasks_pkg.Example],
              n_analysis: int, hooks: list[tuple[str, ResidHook]], with_scores: bool = True,
-             exclude: frozenset[str] = frozenset()) -> Measurement:
+             exclude: frozenset[str] = frozenset(), prefix: str = "") -> Measurement:
     """Exact match, answer loss and (``with_scores``) the adjacency scores with ``hooks`` attached (scores on
-    ``n_analysis`` held-out prompts, ``exclude``: the model's training prompts)."""
+    ``n_analysis`` held-out prompts, ``exclude``: the model's training prompts), every prompt read after
+    ``prefix`` (:func:`eval_prefix`; its positions are scored too)."""
     with model.hooks(fwd_hooks=hooks):
-        acc = exact_match_accuracy(model, task, examples)
+        acc = exact_match_accuracy(model, task, examples, prefix=prefix)
         with torch.no_grad():
-            loss = float(answer_loss(model, task.training_batch(list(examples))))
-        scores = (analyze_model(model, task, n_analysis, seed=ANALYSIS_SEED, exclude=exclude).scores["row_mean"]
-                  if with_scores else {})
+            loss = float(answer_loss(model, prefixed_batch(task.training_batch(list(examples)), prefix)))
+        if with_scores:
+            prompts = protocol_prompts(model, task, n_analysis, ANALYSIS_SEED, exclude)
+            scores = analyze_tokens(model, task.prompt_tokens([prefix + p for p in prompts]), task=task.name,
+                                    example_prompt=prefix + prompts[0], protocol="full",
+                                    forward="hooked").scores["row_mean"]
+        else:
+            scores = {}
     return Measurement(exact_match=acc, answer_loss=loss, adjacency={s: v["mean"] for s, v in scores.items()})
 
 
@@ -562,7 +605,7 @@ def ablate_model(entry: ModelEntry, config: AblateConfig, *, seed: int = 0, log:
                        run_name=entry.label if entry.run is None else entry.run.name,
                        model_seed=entry.model_cfg.seed, task=name, n_eval=inputs.n_eval,
                        n_mu=inputs.mu_tokens.shape[0], rank=config.rank, clean=clean, sites=tuple(site_results),
-                       rank_curve=curve, metric=inputs.metric)
+                       rank_curve=curve, metric=inputs.metric, eval_prefix=inputs.prefix)
 
 
 def seed_summary(runs: Sequence[RunAblation]) -> tuple[TaskSeedSummary, ...]:
@@ -607,18 +650,13 @@ def run(config: AblateConfig, models: list[ModelEntry] | None = None, *, log: Lo
     (see the module docstring).
 
     Raises:
-        NopeInterpError: no models; a layer outside a model or a run not trained with the answer_only objective
-            (checked before any work); see :func:`ablate_model`.
+        NopeInterpError: no models; a layer outside a model (checked before any work); see :func:`ablate_model`.
     """
     models = default_models(config) if not models else list(models)
     if not models:
         raise NopeInterpError("no models to ablate: no shipped model found; give --run or --pretrained")
     for entry in models:
         ablation_sites(config, entry.model_cfg.n_layers)  # validates before any work
-        if entry.run is not None and entry.run.train_cfg.objective != "answer_only":
-            raise NopeInterpError(f"{entry.label} was trained with the {entry.run.train_cfg.objective} objective; "
-                                  "ablate supports answer_only runs (its hooks act on prompt positions 0..P-1, "
-                                  "and a packed model is evaluated after a leading newline)")
     emit(log, f"ablating {len(models)} model(s): " + ", ".join(
         f"{text_task_name(e) if e.kind == 'text' else e.task.name}:{e.label if e.run is None else e.run.path.name}"
         for e in models))
