@@ -307,6 +307,7 @@ def counterfactual_report(
     model: HookedTransformer, task: tasks_pkg.Task, layer: int = 0, kinds: Sequence[str] = PATTERN_KINDS,
     n_prompts: int = 64, seed: int = 1, eval_examples: Sequence[tasks_pkg.Example] | None = None,
     exclude: frozenset[str] = frozenset(), protocol: str = "full", window: int = DEFAULT_WINDOW,
+    prefix: str = "",
 ) -> CounterfactualReport:
     """Adjacency scores at every site (and exact match) with layer ``layer``'s attention pattern left
     alone (``"clean"``) or replaced by each of ``kinds`` (:func:`nope_interp.interventions.replaced_pattern`).
@@ -321,6 +322,8 @@ def counterfactual_report(
             is refused); else ``exact_match`` is None.
         protocol, window: the input protocol of the scored prompts (as :func:`averaging_report`); exact match
             reads the examples' own full prompts.
+        prefix: text read before every example's prompt for exact match (``"\\n"`` for a model trained on
+            packed windows: :func:`nope_interp.evaluate.predict`).
 
     Returns:
         A :class:`CounterfactualReport` with ``"clean"`` first, then ``kinds`` in order.
@@ -335,11 +338,11 @@ def counterfactual_report(
     for kind in ("clean", *kinds):
         if kind == "clean":
             res = analyze_model(model, task, n_prompts, seed, exclude=exclude, protocol=protocol, window=window)
-            acc = exact_match_accuracy(model, task, eval_examples) if eval_examples is not None else None
+            acc = None if eval_examples is None else exact_match_accuracy(model, task, eval_examples, prefix=prefix)
         else:
             with replaced_pattern(model, layer, kind, seed=seed):
                 res = analyze_model(model, task, n_prompts, seed, exclude=exclude, protocol=protocol, window=window)
-                acc = exact_match_accuracy(model, task, eval_examples) if eval_examples is not None else None
+                acc = None if eval_examples is None else exact_match_accuracy(model, task, eval_examples, prefix=prefix)
         conditions.append(Condition(kind=kind, scores={s: v["mean"] for s, v in res.scores["row_mean"].items()},
                                     exact_match=acc))
     return CounterfactualReport(task=task.name, layer=layer, n_prompts=n_prompts, conditions=tuple(conditions),

@@ -106,3 +106,16 @@ def perturbed_model(cfg):
             if p.requires_grad:
                 p.add_(0.1 * torch.randn(p.shape, generator=gen))
     return model
+
+
+@pytest.fixture(scope="session")
+def packed_run(tmp_path_factory):
+    """A tiny 2-digit addition run (2 steps) trained with the packed objective: evaluated after a newline."""
+    from nope_interp.config import TrainConfig, preset
+    from nope_interp.train import train
+
+    path = tmp_path_factory.mktemp("packed") / "p"
+    cfg = TrainConfig(task="addition", task_params={"n_digits": 2}, n_train=100, n_test=20, steps=2, batch_size=4,
+                      warmup_steps=1, eval_every=2, eval_n=5, checkpoint_every=2, objective="packed", window=16)
+    train(preset("tiny", n_ctx=16, init_std=0.2), cfg, path, progress=False, command="x")
+    return path

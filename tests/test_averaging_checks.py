@@ -89,6 +89,27 @@ def test_counterfactual_report_conditions(checks, tiny_model, addition_task):
         no_eval.condition("identity")
 
 
+@pytest.mark.parametrize("prefix", ["", "\n", "\n\n"])
+def test_counterfactual_exact_match_reads_every_prompt_after_the_prefix(checks, tiny_model, addition_task, prefix,
+                                                                         monkeypatch):
+    """Exact match under every condition is measured after ``prefix`` (a packed model's evaluation newline),
+    and equals exact_match_accuracy with that prefix on the clean model."""
+    from nope_interp.evaluate import exact_match_accuracy
+
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("prefix"))
+        return exact_match_accuracy(*args, **kwargs)
+
+    monkeypatch.setattr(checks, "exact_match_accuracy", spy)
+    examples = addition_task.splits(50, 10, 0).test
+    cf = checks.counterfactual_report(tiny_model, addition_task, n_prompts=4, kinds=("uniform",),
+                                      eval_examples=examples, prefix=prefix)
+    assert seen == [prefix, prefix]
+    assert cf.condition("clean").exact_match == exact_match_accuracy(tiny_model, addition_task, examples, prefix=prefix)
+
+
 def test_cosine_example_matches_the_cache(checks, tiny_model, addition_task):
     from nope_interp.similarity import cosine_similarity_matrix
 

@@ -255,19 +255,6 @@ def test_prefixed_batch_refuses_a_prefix_outside_the_vocabulary(AJ):
         AJ.prefixed_batch(task.training_batch([task.example("$1+2=")]), "\u00e9")
 
 
-@pytest.fixture(scope="module")
-def packed_run(tmp_path_factory):
-    """A tiny addition run trained with the packed objective (evaluated after a newline)."""
-    from nope_interp.config import TrainConfig, preset
-    from nope_interp.train import train
-
-    path = tmp_path_factory.mktemp("packed") / "p"
-    cfg = TrainConfig(task="addition", task_params={"n_digits": 2}, n_train=100, n_test=20, steps=2, batch_size=4,
-                      warmup_steps=1, eval_every=2, eval_n=5, checkpoint_every=2, objective="packed", window=16)
-    train(preset("tiny", n_ctx=16, init_std=0.2), cfg, path, progress=False, command="x")
-    return path
-
-
 def test_a_packed_run_is_ablated_after_its_newline(AJ, packed_run):
     """A packed model reads every prompt after the newline it was evaluated with in training: the clean exact
     match, answer loss, positional means and adjacency scores are those of the prefixed prompts, computed here

@@ -192,6 +192,24 @@ def test_a_trained_models_training_prompts_are_never_measured(job, tiny_entries,
     assert clean == pytest.approx({s: v["mean"] for s, v in ref.scores["row_mean"].items()})
 
 
+def test_a_packed_run_is_scored_after_its_evaluation_newline(job, packed_run, tiny_entries, monkeypatch):
+    """The counterfactual exact match of a run trained on packed windows reads its prompts after the newline
+    it was evaluated with in training; an initialised model reads them bare."""
+    from nope_interp.jobs.common import ModelSource, load_models
+
+    (entry,) = load_models(ModelSource(run=(str(packed_run),)))
+    seen = {}
+    real = job.counterfactual_report
+
+    def spy(model, task, *args, **kwargs):
+        seen[id(model)] = kwargs["prefix"]
+        return real(model, task, *args, **kwargs)
+
+    monkeypatch.setattr(job, "counterfactual_report", spy)
+    job.run(job.AveragingConfig(tasks=("addition",), n_prompts=4, eval_n=5), [entry, tiny_entries[0]])
+    assert seen == {id(entry.model): "\n", id(tiny_entries[0].model): ""}
+
+
 def test_two_window_lengths_never_share_a_file(job, tiny_entries, tmp_path):
     import json
 

@@ -55,7 +55,16 @@ from nope_interp.config import FrozenConfig, check_int, opt
 from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import answer_loss, exact_match_accuracy
 from nope_interp.hooks import hook_name, short_label
-from nope_interp.jobs.common import Log, ModelEntry, emit, entry_tokens, progress, shipped_entries, text_task_name
+from nope_interp.jobs.common import (
+    Log,
+    ModelEntry,
+    emit,
+    entry_tokens,
+    eval_prefix,
+    progress,
+    shipped_entries,
+    text_task_name,
+)
 from nope_interp.model import evaluates
 from nope_interp.plotting import save_figure
 from nope_interp.stats import SeedStats, mean_std_ci
@@ -251,8 +260,8 @@ class RunAblation:
         sites: the ablated sites in order. rank_curve: the rank curve at the first site.
         metric: what ``exact_match`` measures: ``exact_match`` (task answers) or ``next_char_accuracy``
             (a ``train-text`` language model, task ``text``).
-        eval_prefix: the text read before every prompt (:func:`eval_prefix`: ``"\\n"`` for a model trained
-            with the packed objective); its positions are part of the ablated and scored positions.
+        eval_prefix: the text read before every prompt (:func:`~nope_interp.jobs.common.eval_prefix`: ``"\\n"``
+            for a model trained with the packed objective); its positions are ablated and scored with the rest.
     """
 
     label: str
@@ -437,13 +446,6 @@ class _Inputs:
     prefix: str = ""
 
 
-def eval_prefix(entry: ModelEntry) -> str:
-    """The text a model reads before every prompt when it is evaluated: its run's ``eval_prefix`` (``"\\n"``
-    for a model trained on packed windows, where every example but the first follows a newline; ``""`` for
-    an answer-only model), and ``""`` for a model without a run (initialised)."""
-    return "" if entry.run is None else entry.run.train_cfg.eval_prefix
-
-
 def _task_inputs(entry: ModelEntry, config: AblateConfig) -> _Inputs:
     model, task = entry.model, entry.task
     prefix = eval_prefix(entry)
@@ -517,7 +519,7 @@ def _measure(model: HookedTransformer, task: tasks_pkg.Task, examples: Sequence[
              exclude: frozenset[str] = frozenset(), prefix: str = "") -> Measurement:
     """Exact match, answer loss and (``with_scores``) the adjacency scores with ``hooks`` attached (scores on
     ``n_analysis`` held-out prompts, ``exclude``: the model's training prompts), every prompt read after
-    ``prefix`` (:func:`eval_prefix`; its positions are scored too)."""
+    ``prefix`` (:func:`~nope_interp.jobs.common.eval_prefix`; its positions are scored too)."""
     with model.hooks(fwd_hooks=hooks):
         acc = exact_match_accuracy(model, task, examples, prefix=prefix)
         with torch.no_grad():

@@ -40,6 +40,7 @@ from nope_interp.jobs.common import (
     emit,
     entry_from_init,
     entry_from_run,
+    eval_prefix,
     progress,
     protocol_tag,
     with_protocol,
@@ -225,7 +226,8 @@ def run(config: AveragingConfig, models: list[ModelEntry] | None = None, *, log:
             except NopeInterpError as err:  # e.g. inputs longer than this model's n_ctx: say which model
                 raise NopeInterpError(f"{name} {entry.label}: {err}") from None
             cf = counterfactual_report(model, task, LAYER, n_prompts=config.n_prompts,
-                                       eval_examples=_eval_examples(entry, config.eval_n), **inputs)
+                                       eval_examples=_eval_examples(entry, config.eval_n), prefix=eval_prefix(entry),
+                                       **inputs)
             measured.append(ModelAveraging(label=entry.label, kind=entry.kind,
                                            causal=entry.model_cfg.attention == "causal", averaging=rep,
                                            counterfactual=cf, example=cosine_example(model, task, LAYER, **inputs)))

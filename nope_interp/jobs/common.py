@@ -165,6 +165,13 @@ def entry_from_run(run: LoadedRun, label: str, kind: str = "run", task: tasks_pk
                               "weights_dtype": run.weights_dtype})
 
 
+def eval_prefix(entry: ModelEntry) -> str:
+    """The text a model reads before every prompt when its answers are scored: its run's ``eval_prefix``
+    (``"\\n"`` for a model trained on packed windows, where every example but the first follows a newline;
+    ``""`` for an answer-only model), and ``""`` for a model without a run (initialised)."""
+    return "" if entry.run is None else entry.run.train_cfg.eval_prefix
+
+
 def eval_examples(entry: ModelEntry, n: int, seed: int = 0) -> list[tasks_pkg.Example]:
     """At most ``n`` test examples (prompts of every length, with answers) of ``entry.task``.
 

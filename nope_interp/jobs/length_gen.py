@@ -27,7 +27,7 @@ from nope_interp.config import FrozenConfig, check_choices, check_int, opt
 from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import exact_match_accuracy
 from nope_interp.hooks import ACTIVATION_POINTS, short_label
-from nope_interp.jobs.common import Log, ModelEntry, emit, progress, shipped_entries
+from nope_interp.jobs.common import Log, ModelEntry, emit, eval_prefix, progress, shipped_entries
 from nope_interp.model import with_context
 from nope_interp.plotting import LINE_COLOURS, save_figure
 
@@ -143,7 +143,7 @@ def run(config: LengthGenConfig, models: list[ModelEntry] | None = None, *, log:
         trained = entry.run.task
         if "n_digits" not in trained.params():
             raise NopeInterpError(f"{entry.label}: task {trained.name!r} has no n_digits parameter")
-        prefix = entry.run.train_cfg.eval_prefix
+        prefix = eval_prefix(entry)
         for size in sizes_for(config, trained):
             task = tasks_pkg.get_task(trained.name, **{**trained.params(), "n_digits": size})
             exclude = entry.run.train_prompts  # a shorter size's prompts can be training prompts too
