@@ -168,6 +168,8 @@ class CounterfactualReport:
         conditions: ``"clean"`` first, then one :class:`Condition` per replacement kind.
         protocol: the input protocol of the scored prompts (``tasks.PROTOCOLS``; exact match is always on
             the evaluation examples' own prompts).
+        eval_prefix: the text read before every evaluation example's prompt for exact match (``"\\n"`` for a
+            model trained on packed windows).
     """
 
     task: str
@@ -175,6 +177,7 @@ class CounterfactualReport:
     n_prompts: int
     conditions: tuple[Condition, ...]
     protocol: str = "full"
+    eval_prefix: str = ""
 
     def condition(self, kind: str) -> Condition:
         """The condition ``kind``.
@@ -188,9 +191,10 @@ class CounterfactualReport:
         raise NopeInterpError(f"no condition {kind!r}; measured: {', '.join(c.kind for c in self.conditions)}")
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"task", "protocol", "layer", "n_prompts", "conditions": {kind: {"scores", "exact_match"}}}``."""
+        """``{"task", "protocol", "layer", "n_prompts", "conditions": {kind: {"scores", "exact_match"}},
+        "eval_prefix"}``."""
         return {"task": self.task, "protocol": self.protocol, "layer": self.layer, "n_prompts": self.n_prompts,
-                "conditions": {c.kind: c.to_dict() for c in self.conditions}}
+                "conditions": {c.kind: c.to_dict() for c in self.conditions}, "eval_prefix": self.eval_prefix}
 
 
 @dataclass(frozen=True)
@@ -331,9 +335,11 @@ def counterfactual_report(
     Raises:
         NopeInterpError: ``model`` not a TransformerLens model; an unknown kind or a layer out of range; a
             model that cannot read the task's inputs (:func:`nope_interp.model.check_model_for_task`); an
-            unknown protocol or a bad ``window``.
+            unknown protocol or a bad ``window``; ``prefix`` not a string.
     """
     check_model_for_task(model, task, None, "counterfactual_report")  # n_ctx: checked for the protocol's inputs
+    if not isinstance(prefix, str):
+        raise NopeInterpError(f"counterfactual_report: prefix must be a string, got {type(prefix).__name__}")
     conditions = []
     for kind in ("clean", *kinds):
         if kind == "clean":
@@ -346,7 +352,7 @@ def counterfactual_report(
         conditions.append(Condition(kind=kind, scores={s: v["mean"] for s, v in res.scores["row_mean"].items()},
                                     exact_match=acc))
     return CounterfactualReport(task=task.name, layer=layer, n_prompts=n_prompts, conditions=tuple(conditions),
-                                protocol=protocol)
+                                protocol=protocol, eval_prefix=prefix)
 
 
 @evaluates

@@ -106,7 +106,7 @@ def test_counterfactual_exact_match_reads_every_prompt_after_the_prefix(checks, 
     examples = addition_task.splits(50, 10, 0).test
     cf = checks.counterfactual_report(tiny_model, addition_task, n_prompts=4, kinds=("uniform",),
                                       eval_examples=examples, prefix=prefix)
-    assert seen == [prefix, prefix]
+    assert seen == [prefix, prefix] and cf.to_dict()["eval_prefix"] == prefix
     assert cf.condition("clean").exact_match == exact_match_accuracy(tiny_model, addition_task, examples, prefix=prefix)
 
 

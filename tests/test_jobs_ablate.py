@@ -1,12 +1,13 @@
 """The ``ablate`` job: config validation, one run on a tiny model checked against direct computations,
 the seed summary against scipy, and the files it writes."""
 
+import dataclasses
 import json
 import math
 
 import pytest
 import torch
-from conftest import assert_no_hooks, assert_strict_json_files
+from conftest import assert_no_hooks, assert_strict_json_files, unhooked
 
 KEYS = ("positional_variance_fraction", "adjacency_full", "adjacency_positional", "adjacency_content")
 SITES = ["blocks.1.hook_resid_pre", "blocks.1.hook_resid_post"]
@@ -139,7 +140,8 @@ def test_to_dict_is_json_with_the_old_layout(AJ, tiny_ablation):
     assert list(r["decomposition"][SITES[0]]) == [*KEYS, "dropped_positions", "n_prompts"]
     assert list(r["rank_curve"]["points"][0]) == ["rank", "positional", "random_mean", "random_std", "random_draws"]
     summary = data["seed_summary"]["addition"]
-    assert list(summary) == ["runs", "clean_exact_match", "accuracy_loss", "rank_curve", "decomposition"]
+    assert list(summary) == ["runs", "clean_exact_match", "accuracy_loss", "rank_curve", "decomposition",
+                             "eval_prefix"]
     assert summary["clean_exact_match"]["n_seeds"] == 1 and list(summary["rank_curve"]) == ["0", "2"]
 
 
@@ -156,7 +158,7 @@ def test_write_files_and_the_seed_figure(AJ, tiny_ablation, tmp_path):
     saved = json.loads((res_dir / "ablate.json").read_text())
     assert "nope_interp_version" in saved and saved["results"][0]["clean"] == result.runs[0].clean.to_dict()
     csv_text = (res_dir / "ablate.csv").read_text().splitlines()
-    assert csv_text[0] == "run,task,site,ablation,exact_match,accuracy_loss,answer_loss,loss_increase"
+    assert csv_text[0] == "run,task,site,ablation,exact_match,accuracy_loss,answer_loss,loss_increase,eval_prefix"
     assert len(csv_text) == 1 + 1 + 2 * 3
     assert "adjacency_content" in (res_dir / "ablate_decomposition.csv").read_text()
     assert not (fig_dir / "ablations_seeds.html").exists()
@@ -314,3 +316,97 @@ def test_the_adjacency_scores_of_a_trained_model_leave_out_its_training_prompts(
     unexcluded = analyze_model(entry.model, task, 4, seed=AJ.ANALYSIS_SEED).scores["row_mean"]
     assert r.clean.adjacency == pytest.approx({s: v["mean"] for s, v in want.items()}, rel=1e-9)
     assert r.clean.adjacency != pytest.approx({s: v["mean"] for s, v in unexcluded.items()}, rel=1e-6)
+
+
+def test_the_seed_summary_matches_rank_curve_points_by_rank(AJ):
+    """Runs whose rank curves hold different ranks (a packed run has one more position, so a higher rank fits;
+    unsorted --ranks) are summarised at every rank all of them have, matched by value, not by list index."""
+    a = _fake_run(AJ, 1.0, 0.2, 0.1)
+    b = _fake_run(AJ, 1.0, 0.2, 0.3)
+    pts = (AJ.RankPoint(rank=7, positional=0.5, random_mean=0.9, random_std=0.0, random_draws=(0.9,)),
+           AJ.RankPoint(rank=1, positional=0.3, random_mean=0.8, random_std=0.0, random_draws=(0.8,)))
+    b = dataclasses.replace(b, rank_curve=AJ.RankCurve(site="s", points=pts, max_rank=9, skipped_ranks=()))
+    (out,) = AJ.seed_summary([b, a])
+    assert [p.rank for p in out.rank_curve] == [1]
+    assert out.rank_curve[0].positional.mean == pytest.approx(0.2)
+    assert out.rank_curve[0].random.mean == pytest.approx(0.85)
+
+
+def test_runs_of_one_task_read_after_different_prefixes_are_summarised_apart(AJ):
+    """A packed run (prompts after a newline: one more position) and an answer-only run of the same task are two
+    groups, named apart in the JSON, the Markdown, the CSVs and the figure."""
+    bare = [_fake_run(AJ, 1.0, 0.2, 0.1), _fake_run(AJ, 0.9, 0.3, 0.0)]
+    packed = [dataclasses.replace(r, eval_prefix="\n", run_name="p") for r in bare]
+    groups = AJ.seed_summary([bare[0], packed[0], bare[1], packed[1]])
+    assert [(g.task, g.eval_prefix, g.n_seeds) for g in groups] == [("t", "", 2), ("t", "\n", 2)]
+    assert [g.group for g in groups] == ["t", "t (prompts after '\\n')"]
+    result = AJ.AblateResult(config=AJ.AblateConfig(), runs=tuple(bare + packed), seed_summary=groups,
+                             wall_time_s=0.0)
+    data = json.loads(json.dumps(result.to_dict()))
+    assert list(data["seed_summary"]) == ["t", "t (prompts after '\\n')"]
+    assert data["seed_summary"]["t (prompts after '\\n')"]["eval_prefix"] == "\n"
+    md = AJ.seed_markdown(groups, result.runs)
+    assert "## t (2 runs" in md and "## t (prompts after '\\n') (2 runs" in md
+    first, second = md.split("## t (prompts after")
+    assert "| p | s |" not in first and "| x | s |" not in second  # each group lists its own runs
+    assert AJ.escaped("\n") == "\\n" and AJ.escaped("") == ""
+    assert {row["eval_prefix"] for r in packed for row in r.table_rows()} == {"\\n"}
+
+
+@pytest.mark.parametrize(("batch", "prefix", "match"), [
+    ("not a batch", "\n", "tasks.Batch"),
+    (None, None, "prefix must be a string"),
+    (None, ["\n"], "prefix must be a string"),
+    (None, 5, "prefix must be a string"),
+    ("empty", "\n", "at least one"),
+    ("1d", "\n", "tasks.Batch"),
+])
+def test_prefixed_batch_refuses_bad_input_by_name(AJ, batch, prefix, match):
+    import tasks
+    from nope_interp.errors import NopeInterpError
+
+    task = tasks.get_task("addition", n_digits=2)
+    good = task.training_batch([task.example("$1+2=")])
+    if batch is None:
+        batch = good
+    elif batch in ("empty", "1d"):  # built past the Batch's own shape checks, as a careless caller could
+        cut = (lambda t: t[:, :0]) if batch == "empty" else (lambda t: t[0])
+        batch = tasks.Batch.__new__(tasks.Batch)
+        for name in ("tokens", "targets", "loss_mask"):
+            object.__setattr__(batch, name, cut(getattr(good, name)))
+    with pytest.raises(NopeInterpError, match=match):
+        unhooked(AJ.prefixed_batch)(batch, prefix)
+
+
+def test_every_exact_match_of_a_packed_run_reads_its_newline(AJ, packed_run, monkeypatch):
+    """Clean, ablated and rank-curve exact matches all read the prompts after the run's newline."""
+    from nope_interp.jobs.common import ModelSource, load_models
+
+    (entry,) = load_models(ModelSource(run=(str(packed_run),)))
+    seen = []
+    real = AJ.exact_match_accuracy
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("prefix"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(AJ, "exact_match_accuracy", spy)
+    config = AJ.AblateConfig(layers=(1,), kinds=("mean_positional",), rank=0, ranks=(0, 1), n_random=1, n_eval=4,
+                             n_mu=8, n_analysis=3)
+    AJ.run(config, [entry])
+    assert len(seen) == 1 + 1 + 2 * 2 and set(seen) == {"\n"}
+
+
+def test_a_model_whose_n_ctx_cannot_hold_the_prefix_is_named_before_any_work(AJ, packed_run):
+    """A 16-position packed model asked about 4-digit additions: the message names the model, the prefix and
+    the count, and nothing is measured."""
+    import tasks
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.common import ModelSource, entry_from_run, load_models
+
+    (entry,) = load_models(ModelSource(run=(str(packed_run),)))
+    big = entry_from_run(entry.run, entry.label, task=tasks.get_task("addition", n_digits=4))
+    lines = []
+    with pytest.raises(NopeInterpError, match=r"after its evaluation prefix '\\n'.*need n_ctx >= 19") as err:
+        AJ.run(AJ.AblateConfig(layers=(1,)), [big], log=lines.append)
+    assert big.label in str(err.value) and lines == []

@@ -303,19 +303,20 @@ class RunAblation:
         clean = self.clean
         rows = [{"run": self.run, "task": self.task, "site": "-", "ablation": "clean",
                  "exact_match": clean.exact_match, "accuracy_loss": 0.0, "answer_loss": clean.answer_loss,
-                 "loss_increase": 0.0}]
+                 "loss_increase": 0.0, "eval_prefix": escaped(self.eval_prefix)}]
         for s in self.sites:
             for kind, m in s.ablations.items():
                 rows.append({"run": self.run, "task": self.task, "site": s.site, "ablation": kind,
                              "exact_match": m.exact_match, "accuracy_loss": clean.exact_match - m.exact_match,
-                             "answer_loss": m.answer_loss, "loss_increase": m.answer_loss - clean.answer_loss})
+                             "answer_loss": m.answer_loss, "loss_increase": m.answer_loss - clean.answer_loss,
+                             "eval_prefix": escaped(self.eval_prefix)})
         return rows
 
     def decomposition_rows(self) -> list[dict[str, Any]]:
         """``ablate_decomposition.csv`` rows: one per site (its scores, or its ``error``)."""
         return [{"run": self.run, "task": self.task, "site": s.site,
                  **{k: (" ".join(map(str, v)) if isinstance(v, list) else v)
-                    for k, v in s.decomposition.to_dict().items()}}
+                    for k, v in s.decomposition.to_dict().items()}, "eval_prefix": escaped(self.eval_prefix)}
                 for s in self.sites]
 
 
@@ -360,6 +361,9 @@ class TaskSeedSummary:
         task: task name. runs: the run directories (None for an initialised model); run_names: their names.
         clean_exact_match: of the unablated models. accuracy_loss: per site present in every run.
         rank_curve: per rank present in every run. decomposition: per site decomposed in every run.
+        eval_prefix: the text every run of the group read before its prompts (runs of one task with
+            different prefixes, e.g. packed and answer-only models, have different prompt positions and
+            are summarised apart).
     """
 
     task: str
@@ -369,6 +373,13 @@ class TaskSeedSummary:
     accuracy_loss: tuple[SiteLossStats, ...]
     rank_curve: tuple[SeedRankPoint, ...]
     decomposition: tuple[SeedDecomposition, ...]
+    eval_prefix: str = ""
+
+    @property
+    def group(self) -> str:
+        """The group's name in tables and ``ablate.json``: the task, plus the prefix when there is one
+        (``addition (prompts after '\\n')``)."""
+        return self.task if not self.eval_prefix else f"{self.task} (prompts after {self.eval_prefix!r})"
 
     @property
     def n_seeds(self) -> int:
@@ -381,7 +392,7 @@ class TaskSeedSummary:
                 "accuracy_loss": {s.site: {k: st.to_dict() for k, st in s.by_kind.items()} for s in self.accuracy_loss},
                 "rank_curve": {str(p.rank): {"positional": p.positional.to_dict(), "random": p.random.to_dict()}
                                for p in self.rank_curve},
-                "decomposition": {d.site: d.to_dict() for d in self.decomposition}}
+                "decomposition": {d.site: d.to_dict() for d in self.decomposition}, "eval_prefix": self.eval_prefix}
 
 
 @dataclass(frozen=True)
@@ -395,9 +406,15 @@ class AblateResult:
     wall_time_s: float
 
     def to_dict(self) -> dict[str, Any]:
-        """The contents of ``ablate.json`` (without provenance): ``{"results": [...], "seed_summary": {task: ...}}``."""
+        """The contents of ``ablate.json`` (without provenance): ``{"results": [...], "seed_summary": {group: ...}}``
+        (:attr:`TaskSeedSummary.group`)."""
         return {"results": [r.to_dict() for r in self.runs],
-                "seed_summary": {s.task: s.to_dict() for s in self.seed_summary}}
+                "seed_summary": {s.group: s.to_dict() for s in self.seed_summary}}
+
+
+def escaped(prefix: str) -> str:
+    """``prefix`` with backslash escapes (a newline as the two characters ``\\n``), for CSV cells."""
+    return prefix.encode("unicode_escape").decode("ascii")
 
 
 def default_sites(n_layers: int) -> list[str]:
@@ -496,8 +513,19 @@ def prefixed_batch(batch: tasks_pkg.Batch, prefix: str) -> tasks_pkg.Batch:
     their targets are those of ``batch`` shifted right by ``len(prefix)``. ``prefix=""`` returns ``batch``.
 
     Raises:
-        NopeInterpError: a character of ``prefix`` outside the vocabulary.
+        NopeInterpError: ``batch`` not a ``tasks.Batch`` of 2-D tensors with at least one position; ``prefix``
+            not a string, or a character of it outside the vocabulary.
     """
+    if not isinstance(batch, tasks_pkg.Batch) or not all(
+            isinstance(t, Tensor) and t.ndim == 2 for t in (batch.tokens, batch.targets, batch.loss_mask)):
+        raise NopeInterpError(f"prefixed_batch: batch must be a tasks.Batch of (batch, pos) tensors, got "
+                              f"{type(batch).__name__}"[:200])
+    if batch.tokens.shape[1] < 1 or not batch.tokens.shape == batch.targets.shape == batch.loss_mask.shape:
+        raise NopeInterpError(f"prefixed_batch: tokens, targets and loss_mask must have one shape with at least one "
+                              f"position, got {tuple(batch.tokens.shape)}, {tuple(batch.targets.shape)}, "
+                              f"{tuple(batch.loss_mask.shape)}")
+    if not isinstance(prefix, str):
+        raise NopeInterpError(f"prefixed_batch: prefix must be a string, got {type(prefix).__name__} {prefix!r}"[:200])
     if not prefix:
         return batch
     try:
@@ -614,14 +642,16 @@ def seed_summary(runs: Sequence[RunAblation]) -> tuple[TaskSeedSummary, ...]:
     """Across the runs of each task (seeds): mean, std and 95% CI (:func:`nope_interp.stats.mean_std_ci`)
     of the clean exact match, of the accuracy lost per site and ablation, of exact match on the rank curve
     (positional, and the random mean of each run) and of the clean decomposition per site. Only sites,
-    ablations and ranks present in every run of the task count; a site whose decomposition failed in
-    some run is left out of the decomposition. The CI is Student's t over seeds, so with 3 seeds it is wide.
-    Tasks are in order of first appearance."""
-    by_task: dict[str, list[RunAblation]] = {}
+    ablations and ranks present in every run of the task count (ranks matched by value); a site whose
+    decomposition failed in some run is left out of the decomposition. The CI is Student's t over seeds, so
+    with 3 seeds it is wide. Runs of one task that read different prefixes before their prompts
+    (:attr:`RunAblation.eval_prefix`: packed and answer-only models) have different prompt positions and form
+    separate groups. Groups are in order of first appearance."""
+    by_task: dict[tuple[str, str], list[RunAblation]] = {}
     for r in runs:
-        by_task.setdefault(r.task, []).append(r)
+        by_task.setdefault((r.task, r.eval_prefix), []).append(r)
     out = []
-    for task, rs in by_task.items():
+    for (task, prefix), rs in by_task.items():
         site_maps = [{s.site: s for s in r.sites} for r in rs]
         losses, decs = [], []
         for s in rs[0].sites:
@@ -636,14 +666,15 @@ def seed_summary(runs: Sequence[RunAblation]) -> tuple[TaskSeedSummary, ...]:
                 decs.append(SeedDecomposition(site=s.site, **{
                     k: mean_std_ci([m[s.site].decomposition.value(k) for m in site_maps]) for k in DECOMPOSITION_KEYS}))
         curve = []
-        for i, p in enumerate(rs[0].rank_curve.points):
-            if all(len(r.rank_curve.points) > i and r.rank_curve.points[i].rank == p.rank for r in rs):
-                curve.append(SeedRankPoint(rank=p.rank,
-                                           positional=mean_std_ci([r.rank_curve.points[i].positional for r in rs]),
-                                           random=mean_std_ci([r.rank_curve.points[i].random_mean for r in rs])))
+        by_rank = [{p.rank: p for p in r.rank_curve.points} for r in rs]
+        for p in rs[0].rank_curve.points:
+            if all(p.rank in m for m in by_rank):
+                curve.append(SeedRankPoint(rank=p.rank, positional=mean_std_ci([m[p.rank].positional for m in by_rank]),
+                                           random=mean_std_ci([m[p.rank].random_mean for m in by_rank])))
         out.append(TaskSeedSummary(task=task, runs=tuple(r.run for r in rs), run_names=tuple(r.run_name for r in rs),
                                    clean_exact_match=mean_std_ci([r.clean.exact_match for r in rs]),
-                                   accuracy_loss=tuple(losses), rank_curve=tuple(curve), decomposition=tuple(decs)))
+                                   accuracy_loss=tuple(losses), rank_curve=tuple(curve), decomposition=tuple(decs),
+                                   eval_prefix=prefix))
     return tuple(out)
 
 
@@ -652,13 +683,24 @@ def run(config: AblateConfig, models: list[ModelEntry] | None = None, *, log: Lo
     (see the module docstring).
 
     Raises:
-        NopeInterpError: no models; a layer outside a model (checked before any work); see :func:`ablate_model`.
+        NopeInterpError: no models; a layer outside a model, or a model whose ``n_ctx`` cannot hold its
+            evaluation prefix, the task's longest prompt and answer (checked before any work); see
+            :func:`ablate_model`.
     """
     models = default_models(config) if not models else list(models)
     if not models:
         raise NopeInterpError("no models to ablate: no shipped model found; give --run or --pretrained")
     for entry in models:
         ablation_sites(config, entry.model_cfg.n_layers)  # validates before any work
+        if entry.kind != "text":
+            prefix, task = eval_prefix(entry), entry.task
+            need = len(prefix) + task.max_prompt_len + task.max_answer_len + 1  # what greedy decoding reaches
+            if need > entry.model.cfg.n_ctx:
+                after = f" after its evaluation prefix {prefix!r}" if prefix else ""
+                raise NopeInterpError(
+                    f"{entry.label}: n_ctx={entry.model.cfg.n_ctx} is too small for {task.name} "
+                    f"({task.params()}) read{after}: {len(prefix)} prefix + {task.max_prompt_len} prompt + "
+                    f"{task.max_answer_len} answer + 1 end-of-line tokens need n_ctx >= {need}")
     emit(log, f"ablating {len(models)} model(s): " + ", ".join(
         f"{text_task_name(e) if e.kind == 'text' else e.task.name}:{e.label if e.run is None else e.run.path.name}"
         for e in models))
@@ -727,14 +769,14 @@ def seed_markdown(summaries: Sequence[TaskSeedSummary], runs: Sequence[RunAblati
     for e in summaries:
         n = e.n_seeds
         metric = "next-character accuracy" if e.task.startswith("text-") else "exact match"
-        lines += [f"## {e.task} ({n} run{'s' if n != 1 else ''}; clean {metric} {_fmt(e.clean_exact_match)})", ""]
+        lines += [f"## {e.group} ({n} run{'s' if n != 1 else ''}; clean {metric} {_fmt(e.clean_exact_match)})", ""]
         lines += ["runs: " + ", ".join(e.run_names), ""]
         kinds = list(e.accuracy_loss[0].by_kind) if e.accuracy_loss else []
         lines += ["| site | " + " | ".join(kinds) + " |", "|---" * (len(kinds) + 1) + "|"]
         lines += [f"| {s.site} | " + " | ".join(_fmt(s.by_kind[k]) for k in kinds) + " |" for s in e.accuracy_loss]
         lines += ["", f"| rank r | {metric}, positional removed | {metric}, random removed |", "|---|---|---|"]
         lines += [f"| {p.rank} | {_fmt(p.positional)} | {_fmt(p.random)} |" for p in e.rank_curve]
-        task_runs = [r for r in runs if r.task == e.task]
+        task_runs = [r for r in runs if r.task == e.task and r.eval_prefix == e.eval_prefix]
         if task_runs:
             kinds_run = list(task_runs[0].sites[0].ablations) if task_runs[0].sites else []
             lines += ["", f"{metric.capitalize()} of each run:", "",
@@ -761,8 +803,8 @@ def plot_seed_summary(summaries: Sequence[TaskSeedSummary]) -> go.Figure:
     summaries = list(summaries)
     titles = []
     for e in summaries:
-        titles += [f"{e.task}: exact match lost ({e.n_seeds} seeds, mean, 95% CI)",
-                   f"{e.task}: rank curve (mean ± std)", f"{e.task}: position vs content (clean)"]
+        titles += [f"{e.group}: exact match lost ({e.n_seeds} seeds, mean, 95% CI)",
+                   f"{e.group}: rank curve (mean ± std)", f"{e.group}: position vs content (clean)"]
     fig = make_subplots(rows=len(summaries), cols=3, column_widths=[0.45, 0.27, 0.28], subplot_titles=titles,
                         vertical_spacing=0.4 / max(2, len(summaries)), horizontal_spacing=0.06)
     dec_colors = dict(zip(DECOMPOSITION_KEYS, ["#9467bd", "#8c564b", "#17becf", "#bcbd22"], strict=True))
@@ -811,7 +853,8 @@ def write(result: AblateResult, out_root: str | Path = ".") -> list[Path]:
     ``ablations_seeds.html`` (else an older one is removed); returns the paths."""
     res_dir, fig_dir = io.job_dirs(out_root, NAME)
     rows = [row for r in result.runs for row in r.table_rows()]
-    seed_rows = [{"task": e.task, "site": s.site, "ablation": kind, **st.to_dict()}
+    seed_rows = [{"task": e.task, "site": s.site, "ablation": kind, **st.to_dict(),
+                  "eval_prefix": escaped(e.eval_prefix)}
                  for e in result.seed_summary for s in e.accuracy_loss for kind, st in s.by_kind.items()]
     dec_rows = [row for r in result.runs for row in r.decomposition_rows()]
     paths = [io.write_json(res_dir / "ablate.json", {**result.to_dict(), **io.provenance()}),
