@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from conftest import assert_no_hooks, assert_strict_json_files, unhooked
+from conftest import assert_no_hooks, assert_strict_json_files
 
 KEYS = ("positional_variance_fraction", "adjacency_full", "adjacency_positional", "adjacency_content")
 SITES = ["blocks.1.hook_resid_pre", "blocks.1.hook_resid_post"]
@@ -229,34 +229,6 @@ def test_default_models_are_the_shipped_ones(AJ):
     assert all(e.run is not None and e.run.name == "shipped" and e.train_prompts for e in entries)
 
 
-@pytest.mark.parametrize("prefix", ["", "\n", "\n\n", "ab\n"])
-def test_prefixed_batch_is_the_batch_of_the_prefixed_lines(AJ, prefix):
-    """prefixed_batch against a batch built from the strings: every row is prefix + prompt + answer + EOS, the
-    mask covers the answer's characters and the end of line, shifted by the prefix (prompts of two lengths)."""
-    import tasks
-
-    task = tasks.get_task("addition", n_digits=2)
-    examples = [task.example(p) for p in ("$12+34=", "$5+6=", "$99+1=")]
-    got = AJ.prefixed_batch(task.training_batch(examples), prefix)
-    for b, ex in enumerate(examples):
-        ids = tasks.encode(prefix + ex.prompt + ex.answer + tasks.EOS)
-        n = len(ids) - 1
-        assert got.tokens[b, :n].tolist() == ids[:-1] and got.targets[b, :n].tolist() == ids[1:]
-        first = len(prefix) + len(ex.prompt) - 1  # the position that predicts the answer's first character
-        assert torch.nonzero(got.loss_mask[b]).flatten().tolist() == list(range(first, n))
-    assert got.tokens.shape == got.targets.shape == got.loss_mask.shape
-    assert got.tokens.shape[1] == max(len(ex.prompt + ex.answer) for ex in examples) + len(prefix)
-
-
-def test_prefixed_batch_refuses_a_prefix_outside_the_vocabulary(AJ):
-    import tasks
-    from nope_interp.errors import NopeInterpError
-
-    task = tasks.get_task("addition", n_digits=2)
-    with pytest.raises(NopeInterpError, match="prefix"):
-        AJ.prefixed_batch(task.training_batch([task.example("$1+2=")]), "\u00e9")
-
-
 def test_a_packed_run_is_ablated_after_its_newline(AJ, packed_run):
     """A packed model reads every prompt after the newline it was evaluated with in training: the clean exact
     match, answer loss, positional means and adjacency scores are those of the prefixed prompts, computed here
@@ -351,31 +323,6 @@ def test_runs_of_one_task_read_after_different_prefixes_are_summarised_apart(AJ)
     assert "| p | s |" not in first and "| x | s |" not in second  # each group lists its own runs
     assert AJ.escaped("\n") == "\\n" and AJ.escaped("") == ""
     assert {row["eval_prefix"] for r in packed for row in r.table_rows()} == {"\\n"}
-
-
-@pytest.mark.parametrize(("batch", "prefix", "match"), [
-    ("not a batch", "\n", "tasks.Batch"),
-    (None, None, "prefix must be a string"),
-    (None, ["\n"], "prefix must be a string"),
-    (None, 5, "prefix must be a string"),
-    ("empty", "\n", "at least one"),
-    ("1d", "\n", "tasks.Batch"),
-])
-def test_prefixed_batch_refuses_bad_input_by_name(AJ, batch, prefix, match):
-    import tasks
-    from nope_interp.errors import NopeInterpError
-
-    task = tasks.get_task("addition", n_digits=2)
-    good = task.training_batch([task.example("$1+2=")])
-    if batch is None:
-        batch = good
-    elif batch in ("empty", "1d"):  # built past the Batch's own shape checks, as a careless caller could
-        cut = (lambda t: t[:, :0]) if batch == "empty" else (lambda t: t[0])
-        batch = tasks.Batch.__new__(tasks.Batch)
-        for name in ("tokens", "targets", "loss_mask"):
-            object.__setattr__(batch, name, cut(getattr(good, name)))
-    with pytest.raises(NopeInterpError, match=match):
-        unhooked(AJ.prefixed_batch)(batch, prefix)
 
 
 def test_every_exact_match_of_a_packed_run_reads_its_newline(AJ, packed_run, monkeypatch):

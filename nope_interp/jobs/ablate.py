@@ -507,40 +507,6 @@ def _measure_text(model: HookedTransformer, windows: Int[Tensor, "batch length_p
                        adjacency={s: v["mean"] for s, v in scores.items()})
 
 
-def prefixed_batch(batch: tasks_pkg.Batch, prefix: str) -> tasks_pkg.Batch:
-    """``batch`` with the tokens of ``prefix`` put before every row: the prefix's own positions predict the
-    next prefix token and then the row's first token, outside the loss mask, so the masked positions and
-    their targets are those of ``batch`` shifted right by ``len(prefix)``. ``prefix=""`` returns ``batch``.
-
-    Raises:
-        NopeInterpError: ``batch`` not a ``tasks.Batch`` of 2-D tensors with at least one position; ``prefix``
-            not a string, or a character of it outside the vocabulary.
-    """
-    if not isinstance(batch, tasks_pkg.Batch) or not all(
-            isinstance(t, Tensor) and t.ndim == 2 for t in (batch.tokens, batch.targets, batch.loss_mask)):
-        raise NopeInterpError(f"prefixed_batch: batch must be a tasks.Batch of (batch, pos) tensors, got "
-                              f"{type(batch).__name__}"[:200])
-    if batch.tokens.shape[1] < 1 or not batch.tokens.shape == batch.targets.shape == batch.loss_mask.shape:
-        raise NopeInterpError(f"prefixed_batch: tokens, targets and loss_mask must have one shape with at least one "
-                              f"position, got {tuple(batch.tokens.shape)}, {tuple(batch.targets.shape)}, "
-                              f"{tuple(batch.loss_mask.shape)}")
-    if not isinstance(prefix, str):
-        raise NopeInterpError(f"prefixed_batch: prefix must be a string, got {type(prefix).__name__} {prefix!r}"[:200])
-    if not prefix:
-        return batch
-    try:
-        ids = torch.tensor(tasks_pkg.encode(prefix), dtype=batch.tokens.dtype)
-    except tasks_pkg.UnknownCharacterError as err:
-        raise NopeInterpError(f"prefix {prefix!r}: {err}") from None
-    n, k = batch.tokens.shape[0], ids.numel()
-    head = ids.expand(n, k)
-    head_targets = torch.cat([ids[1:].expand(n, k - 1), batch.tokens[:, :1]], dim=1)
-    head_mask = torch.zeros(n, k, dtype=batch.loss_mask.dtype)
-    return tasks_pkg.Batch(tokens=torch.cat([head, batch.tokens], dim=1),
-                           targets=torch.cat([head_targets, batch.targets], dim=1),
-                           loss_mask=torch.cat([head_mask, batch.loss_mask], dim=1))
-
-
 @evaluates
 def _measure(model: HookedTransformer, task: tasks_pkg.Task, examples: Sequence[tasks_pkg.Example],
              n_analysis: int, hooks: list[tuple[str, ResidHook]], with_scores: bool = True,
@@ -551,7 +517,9 @@ def _measure(model: HookedTransformer, task: tasks_pkg.Task, examples: Sequence[
     with model.hooks(fwd_hooks=hooks):
         acc = exact_match_accuracy(model, task, examples, prefix=prefix)
         with torch.no_grad():
-            loss = float(answer_loss(model, prefixed_batch(task.training_batch(list(examples)), prefix)))
+            # the prefix joins each prompt: the loss mask still covers exactly the answer and its end of line
+            batch = task.training_batch([tasks_pkg.Example(prefix + ex.prompt, ex.answer) for ex in examples])
+            loss = float(answer_loss(model, batch))
         if with_scores:
             prompts = protocol_prompts(model, task, n_analysis, ANALYSIS_SEED, exclude)
             scores = analyze_tokens(model, task.prompt_tokens([prefix + p for p in prompts]), task=task.name,
