@@ -18,6 +18,7 @@ from tasks.base import (
     held_out_lines,
     packed_batch,
     packed_stream,
+    protocol_examples,
     protocol_inputs,
     protocol_length,
     window_inputs,
@@ -57,7 +58,7 @@ def get_task(name: str, **params: object) -> Task:
 __all__ = [
     "TASK_NAMES", "get_task", "Task", "TaskError", "Example", "Splits", "Batch", "packed_stream", "packed_batch",
     "PROTOCOLS", "DEFAULT_WINDOW", "AUTHORS_LENGTH", "authors_length", "authors_inputs", "window_inputs",
-    "held_out_lines", "protocol_inputs", "protocol_length",
+    "held_out_lines", "protocol_examples", "protocol_inputs", "protocol_length",
     "AdditionTask", "ReversalTask", "IndexingTask", "OrderingTask",
     "VOCAB", "D_VOCAB", "EOS", "encode", "decode", "UnknownCharacterError",
 ]

@@ -456,6 +456,72 @@ def window_inputs(task: Task, n: int, window: int, seed: int = 0, exclude: froze
     return [text[s : s + window] for s in (rng.randrange(len(text) - window) for _ in range(n))]
 
 
+def _held_out_prompts(task: Task, n: int, seed: int, exclude: frozenset[str], max_len: int) -> list[str]:
+    """Up to ``n`` distinct prompts of at most ``max_len`` characters outside ``exclude``, drawn with ``seed``
+    (fewer only when the task's prompt space has no more)."""
+    space = task.n_distinct_prompts()
+    k = min(space, n + len(exclude))
+    while True:
+        got = [p for p in task.distinct_prompts(k, seed) if p not in exclude and len(p) <= max_len][:n]
+        if len(got) >= n or k == space:
+            return got
+        k = min(space, 4 * k)
+
+
+def protocol_examples(task: Task, protocol: str, n: int, seed: int = 0, exclude: frozenset[str] = frozenset(),
+                      window: int = DEFAULT_WINDOW) -> list[Example]:
+    """``n`` examples to score a model's answers on the inputs of ``protocol``: each ``prompt`` is a context of
+    exactly :func:`protocol_length` characters, built the protocol's way and ending with a complete held-out
+    prompt, and ``answer`` is that prompt's answer. What a position-by-position intervention on the
+    protocol's inputs (``nope-interp ablate --protocol``) is scored on.
+
+    * ``full``: the full-length prompts of :meth:`Task.analysis_prompts` (context = prompt).
+    * ``authors``: held-out prompts of at most :func:`authors_length` characters, left-padded with newlines
+      to that length (longer prompts would be cut before their ``=`` by the authors' builder: they are not
+      drawn).
+    * ``window``: ``window`` characters of newline-joined held-out lines that end with a newline and then
+      the prompt (prompts of every length), so the context starts at a random point of the text, possibly
+      mid-line, as a window of a packed model's training text does.
+
+    The final prompts are distinct and outside ``exclude``; the lines before them (``window``) are other held-out
+    lines, none in ``exclude`` and none of the final prompts.
+
+    Raises:
+        TaskError: unknown protocol, or a ``window`` with another protocol (as :func:`protocol_length`);
+            ``n`` < 1; ``seed`` not an integer >= 0; ``exclude`` a single string or holding a non-string;
+            fewer than ``n`` held-out prompts that fit; a ``window`` shorter than the task's longest prompt
+            plus its newline.
+    """
+    exclude = _exclude(exclude)
+    _check_int("n", n, 1, 10**7)
+    _check_int("seed", seed, 0, 2**63 - 1)
+    length = protocol_length(task, protocol, window)
+    if protocol == "full":
+        return [task.example(p) for p in task.analysis_prompts(n, seed, exclude)]
+    if protocol == "window" and length < task.max_prompt_len + 1:
+        raise TaskError(f"window={length} cannot hold a newline and the longest {task.name} prompt "
+                        f"({task.max_prompt_len} characters): window must be >= {task.max_prompt_len + 1}")
+    prompts = _held_out_prompts(task, n, seed, exclude, length)
+    if len(prompts) < n:
+        raise TaskError(f"only {len(prompts)} held-out {task.name} prompts ({task.params()}) of at most {length} "
+                        f"characters outside the excluded ones, {n} needed")
+    if protocol == "authors":
+        return [Example(p.rjust(length, EOS), task.example(p).answer) for p in prompts]
+    rng = random.Random(seed)
+    lines = held_out_lines(task, max(2 * n, (2 * length) // max(1, task.max_seq_len) + 2), rng.randrange(2**62),
+                           exclude | frozenset(prompts), at_least=1)
+    text = EOS.join(lines) + EOS
+    while len(text) < length:
+        text += text
+    ends = [i for i, c in enumerate(text) if c == EOS]
+    out = []
+    for p in prompts:
+        fill = length - len(p)  # characters before the prompt, the last of them a newline
+        e = rng.choice([i for i in ends if i >= fill - 1])
+        out.append(Example(text[e - fill + 1 : e + 1] + p, task.example(p).answer))
+    return out
+
+
 def _check_window_used(protocol: str, window: Any) -> None:
     """Refuse a non-default ``window`` with a protocol that would ignore it (a silent no-op otherwise)."""
     if protocol != "window" and not (type(window) is int and window == DEFAULT_WINDOW):

@@ -49,7 +49,8 @@ def tiny_ablation(AJ, tiny_config, tiny_addition_entry):
 
 @pytest.mark.parametrize(("field", "value"), [
     ("layers", (-1,)), ("layers", ()), ("kinds", ("zero",)), ("kinds", ()), ("rank", -1), ("ranks", ()),
-    ("ranks", (0, -2)), ("n_random", 0), ("n_eval", 0), ("n_mu", 1), ("n_analysis", 0),
+    ("ranks", (0, -2)), ("n_random", 0), ("n_eval", 0), ("n_mu", 1), ("n_analysis", 0), ("protocol", "padded"),
+    ("window", 4), ("window", 32),
 ])
 def test_bad_config_names_the_field(AJ, field, value):
     from nope_interp.errors import NopeInterpError
@@ -130,10 +131,10 @@ def test_run_matches_direct_computations(AJ, tiny_ablation, tiny_config, tiny_ad
 def test_to_dict_is_json_with_the_old_layout(AJ, tiny_ablation):
     result, _ = tiny_ablation
     data = json.loads(json.dumps(result.to_dict()))
-    assert list(data) == ["results", "seed_summary"]
+    assert list(data) == ["results", "seed_summary", "protocol"] and data["protocol"] == "full"
     (r,) = data["results"]
     assert list(r) == ["task", "n_eval", "n_mu", "rank", "clean", "sites", "decomposition", "rank_curve", "run",
-                       "model_seed", "metric", "eval_prefix"]  # added at the end: older readers keep working
+                       "model_seed", "metric", "eval_prefix", "protocol"]  # added at the end: older readers work
     assert r["metric"] == "exact_match" and r["eval_prefix"] == ""
     assert list(r["sites"]) == SITES and list(r["sites"][SITES[0]]) == ["shuffle_positional", "project_out",
                                                                            "shuffle_vectors"]
@@ -141,8 +142,9 @@ def test_to_dict_is_json_with_the_old_layout(AJ, tiny_ablation):
     assert list(r["rank_curve"]["points"][0]) == ["rank", "positional", "random_mean", "random_std", "random_draws"]
     summary = data["seed_summary"]["addition"]
     assert list(summary) == ["runs", "clean_exact_match", "accuracy_loss", "rank_curve", "decomposition",
-                             "eval_prefix"]
-    assert summary["clean_exact_match"]["n_seeds"] == 1 and list(summary["rank_curve"]) == ["0", "2"]
+                             "eval_prefix", "protocol"]
+    assert summary["protocol"] == "full" and summary["clean_exact_match"]["n_seeds"] == 1
+    assert list(summary["rank_curve"]) == ["0", "2"]
 
 
 def test_write_files_and_the_seed_figure(AJ, tiny_ablation, tmp_path):
@@ -158,7 +160,8 @@ def test_write_files_and_the_seed_figure(AJ, tiny_ablation, tmp_path):
     saved = json.loads((res_dir / "ablate.json").read_text())
     assert "nope_interp_version" in saved and saved["results"][0]["clean"] == result.runs[0].clean.to_dict()
     csv_text = (res_dir / "ablate.csv").read_text().splitlines()
-    assert csv_text[0] == "run,task,site,ablation,exact_match,accuracy_loss,answer_loss,loss_increase,eval_prefix"
+    assert csv_text[0] == ("protocol,run,task,site,ablation,exact_match,accuracy_loss,answer_loss,loss_increase,"
+                           "eval_prefix")
     assert len(csv_text) == 1 + 1 + 2 * 3
     assert "adjacency_content" in (res_dir / "ablate_decomposition.csv").read_text()
     assert not (fig_dir / "ablations_seeds.html").exists()
@@ -357,3 +360,153 @@ def test_a_model_whose_n_ctx_cannot_hold_the_prefix_is_named_before_any_work(AJ,
     with pytest.raises(NopeInterpError, match=r"after its evaluation prefix '\\n'.*need n_ctx >= 19") as err:
         AJ.run(AJ.AblateConfig(layers=(1,)), [big], log=lines.append)
     assert big.label in str(err.value) and lines == []
+
+
+# --- input protocols -------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def window_ablation(AJ, tiny_addition_entry):
+    config = AJ.AblateConfig(layers=(1,), kinds=("project_out", "mean_positional"), rank=0, ranks=(0, 1, 99),
+                             n_random=1, n_eval=6, n_mu=16, n_analysis=4, protocol="window", window=12)
+    return config, AJ.run(config, [tiny_addition_entry])
+
+
+def test_a_window_protocol_run_matches_direct_computations(AJ, tiny_addition_entry, window_ablation):
+    """Under the window protocol: the clean exact match and answer loss are those of the window contexts ending
+    in a held-out prompt (loss by a naive loop over examples), mu and the decomposition come from window inputs
+    that leave out the contexts' final prompts, every context position is ablated (mean_positional, applied
+    here by hand), and the adjacency scores are those of the protocol's inputs."""
+    import torch.nn.functional as F
+
+    import tasks
+    from nope_interp.ablations import ablation_hook, positional_decomposition, positional_means
+    from nope_interp.analysis import analyze_tokens
+    from nope_interp.evaluate import exact_match_accuracy
+
+    config, result = window_ablation
+    (r,) = result.runs
+    model, task = tiny_addition_entry.model, tiny_addition_entry.task
+    site = "blocks.1.hook_resid_pre"
+    assert_no_hooks(model)
+    assert (r.protocol, r.window, r.eval_prefix) == ("window", 12, "")
+    examples = tasks.protocol_examples(task, "window", 6, AJ.EVAL_SEED, frozenset(), 12)
+    assert {len(ex.prompt) for ex in examples} == {12}
+
+    def naive_loss(hooks):
+        nll, count = 0.0, 0
+        with torch.no_grad(), model.hooks(fwd_hooks=hooks):
+            for ex in examples:
+                ids = torch.tensor([tasks.encode(ex.prompt + ex.answer + "\n")])
+                logits = model(ids[:, :-1])[0].double()
+                first = len(ex.prompt) - 1
+                nll += float(F.cross_entropy(logits[first:], ids[0, first + 1:], reduction="sum"))
+                count += ids.shape[1] - 1 - first
+        return nll / count
+
+    assert r.clean.exact_match == exact_match_accuracy(model, task, examples)
+    assert r.clean.answer_loss == pytest.approx(naive_loss([]), rel=1e-5)
+    finals = frozenset(ex.prompt.rsplit("\n", 1)[-1] for ex in examples)
+    mu_inputs = tasks.protocol_inputs(task, "window", 16, AJ.MU_SEED, finals, 12)
+    _, cache = model.run_with_cache(task.prompt_tokens(mu_inputs), names_filter=site)
+    want = positional_decomposition(cache[site])
+    got = r.site(site).decomposition
+    assert got.ok and all(got.value(k) == pytest.approx(want[k], rel=1e-9) for k in KEYS)
+    hook = ablation_hook("mean_positional", positional_means(cache[site]))
+    with model.hooks(fwd_hooks=[(site, hook)]):
+        ablated = exact_match_accuracy(model, task, examples)
+    assert r.site(site).ablations["mean_positional"].exact_match == ablated
+    assert r.site(site).ablations["mean_positional"].answer_loss == pytest.approx(naive_loss([(site, hook)]),
+                                                                                   rel=1e-5)
+    assert r.site(site).ablations["mean_positional"].answer_loss != pytest.approx(r.clean.answer_loss, rel=1e-4)
+    scores = analyze_tokens(model, task.prompt_tokens(tasks.protocol_inputs(task, "window", 4, AJ.ANALYSIS_SEED,
+                                                                            frozenset(), 12))).scores["row_mean"]
+    assert r.clean.adjacency == pytest.approx({s: v["mean"] for s, v in scores.items()}, rel=1e-9)
+    # the rank curve's bound is pos - 1 with pos = the window
+    assert r.rank_curve.max_rank == 11 and r.rank_curve.skipped_ranks == (99,)
+    data = json.loads(json.dumps(result.to_dict()))
+    assert (data["protocol"], data["window"]) == ("window", 12)
+    assert (data["results"][0]["protocol"], data["results"][0]["window"]) == ("window", 12)
+    assert list(data["seed_summary"]) == ["addition (window inputs)"]
+
+
+def test_the_inputs_for_mu_leave_out_the_final_prompts_of_the_evaluation_contexts(AJ, tiny_addition_entry,
+                                                                                   monkeypatch):
+    import tasks
+
+    calls = []
+    real = AJ.protocol_prompts
+
+    def spy(model, task, n, seed, exclude=frozenset(), protocol="full", window=64):
+        calls.append((seed, exclude, protocol, window))
+        return real(model, task, n, seed, exclude, protocol, window)
+
+    monkeypatch.setattr(AJ, "protocol_prompts", spy)
+    for protocol, window in (("window", 12), ("authors", 64), ("full", 64)):
+        calls.clear()
+        config = AJ.AblateConfig(layers=(1,), kinds=("mean_positional",), rank=0, ranks=(0,), n_random=1, n_eval=5,
+                                 n_mu=8, n_analysis=3, protocol=protocol, window=window)
+        AJ.run(config, [tiny_addition_entry])
+        task = tiny_addition_entry.task
+        finals = {ex.prompt.lstrip("\n")[-task.max_prompt_len:].rsplit("\n", 1)[-1]
+                  for ex in tasks.protocol_examples(task, protocol, 5, AJ.EVAL_SEED, frozenset(), window)}
+        mu_calls = [c for c in calls if c[0] == AJ.MU_SEED]
+        assert len(mu_calls) == 1 and finals <= mu_calls[0][1] and mu_calls[0][2:] == (protocol, window)
+        assert {c[2:] for c in calls} == {(protocol, window)}  # the adjacency scores read the same protocol
+
+
+def test_protocol_outputs_never_overwrite_the_full_ones(AJ, tiny_ablation, window_ablation, tmp_path):
+    import csv
+
+    full = {p.name for p in AJ.write(tiny_ablation[0], tmp_path)}
+    window = {p.name for p in AJ.write(window_ablation[1], tmp_path)}
+    assert "ablate.json" in full and not full & window
+    assert window == {"ablate_window12.json", "ablate_window12.csv", "ablate_seeds_window12.csv",
+                      "ablate_seeds_window12.md", "ablate_decomposition_window12.csv", "ablations_window12.html"}
+    with open(tmp_path / "results" / "ablate" / "ablate_window12.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {(row["protocol"], row["window"]) for row in rows} == {("window", "12")}
+    with open(tmp_path / "results" / "ablate" / "ablate.csv") as f:
+        assert {row["protocol"] for row in csv.DictReader(f)} == {"full"}
+    html = (tmp_path / "figures" / "ablate" / "ablations_window12.html").read_text()
+    assert "window inputs of 12 characters" in html
+    assert json.loads((tmp_path / "results" / "ablate" / "ablate.json").read_text())["protocol"] == "full"
+
+
+def test_a_packed_run_under_the_authors_protocol_reads_no_prefix(AJ, packed_run, monkeypatch):
+    """The authors' contexts are newline-padded prompts: no evaluation newline is added before them, in any
+    exact match, and the run records it."""
+    import tasks
+    from nope_interp.jobs.common import ModelSource, load_models
+
+    (entry,) = load_models(ModelSource(run=(str(packed_run),)))
+    seen = []
+    real = AJ.exact_match_accuracy
+
+    def spy(model, task, examples, *args, **kwargs):
+        seen.append((kwargs.get("prefix"), frozenset(len(ex.prompt) for ex in examples)))
+        return real(model, task, examples, *args, **kwargs)
+
+    monkeypatch.setattr(AJ, "exact_match_accuracy", spy)
+    config = AJ.AblateConfig(layers=(1,), kinds=("mean_positional",), rank=0, ranks=(0,), n_random=1, n_eval=4,
+                             n_mu=8, n_analysis=3, protocol="authors")
+    (r,) = AJ.run(config, [entry]).runs
+    length = tasks.authors_length(entry.task)
+    assert set(seen) == {("", frozenset({length}))} and len(seen) == 1 + 1 + 2
+    assert (r.protocol, r.eval_prefix) == ("authors", "") and "window" not in r.to_dict()
+
+
+def test_a_protocol_context_that_does_not_fit_n_ctx_is_named_before_any_work(AJ, packed_run, tiny_addition_entry):
+    """The window and the answer must fit n_ctx (the message says which window does); a train-text model has no
+    task inputs to take a protocol."""
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.common import ModelSource, load_models
+
+    (entry,) = load_models(ModelSource(run=(str(packed_run),)))
+    lines = []
+    with pytest.raises(NopeInterpError, match=r"n_ctx=16 is too small for addition window contexts of 12 tokens.*"
+                                              r"need n_ctx >= 17: --window 11 or less") as err:
+        AJ.run(AJ.AblateConfig(layers=(1,), protocol="window", window=12), [entry], log=lines.append)
+    assert entry.label in str(err.value) and lines == []
+    text = dataclasses.replace(tiny_addition_entry, kind="text")
+    with pytest.raises(NopeInterpError, match="protocol authors applies to task models"):
+        AJ.run(AJ.AblateConfig(protocol="authors"), [text], log=lines.append)
+    assert lines == []

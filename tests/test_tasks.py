@@ -224,6 +224,59 @@ def test_protocol_inputs_dispatch_and_errors():
         tasks.protocol_inputs(task, "padded", 3)
 
 
+@pytest.mark.parametrize("name", ["addition", "reversal", "indexing", "ordering"])
+@pytest.mark.parametrize(("protocol", "window"), [("full", 64), ("authors", 64), ("window", 48), ("window", 60)])
+def test_protocol_examples_are_contexts_of_the_protocol_length_ending_in_a_held_out_prompt(name, protocol, window):
+    """Every context has the protocol's length and ends with a complete prompt whose answer is the example's
+    answer (the task's solver, parsed back from the text); the final prompts are distinct held-out prompts;
+    under ``authors`` only newlines come before the prompt; under ``window`` a newline does, and every whole
+    line before it is a correct held-out line."""
+    import tasks
+
+    task = tasks.get_task(name)
+    train = frozenset(ex.prompt for ex in task.splits(300, 0, 0).train)
+    exs = tasks.protocol_examples(task, protocol, 30, seed=5, exclude=train, window=window)
+    length = tasks.protocol_length(task, protocol, window)
+    assert len(exs) == 30 and {len(ex.prompt) for ex in exs} == {length}
+    finals = []
+    for ex in exs:
+        before, _, prompt = ex.prompt.rpartition("\n")
+        assert task.solve(prompt) == ex.answer and prompt not in train
+        finals.append(prompt)
+        if protocol == "full":
+            assert before == "" and len(prompt) == task.max_prompt_len
+        elif protocol == "authors":
+            assert set(before) <= {"\n"} and ex.prompt == prompt.rjust(length, "\n")
+        else:
+            assert ex.prompt[-len(prompt) - 1] == "\n"
+            for line in before.split("\n")[1:]:  # whole lines (the first may be cut)
+                assert task.parse_line(line).prompt not in train | {prompt}
+    assert len(set(finals)) == 30
+    assert tasks.protocol_examples(task, protocol, 30, seed=5, exclude=train, window=window) == exs
+    if protocol != "full":
+        assert tasks.protocol_examples(task, protocol, 30, seed=6, exclude=train, window=window) != exs
+
+
+def test_protocol_examples_errors():
+    import tasks
+
+    task = tasks.get_task("reversal")
+    with pytest.raises(tasks.TaskError, match="window=20 cannot hold a newline and the longest reversal prompt "
+                                              r"\(22 characters\): window must be >= 23"):
+        tasks.protocol_examples(task, "window", 3, window=20)
+    with pytest.raises(tasks.TaskError, match="unknown protocol 'padded'"):
+        tasks.protocol_examples(task, "padded", 3)
+    with pytest.raises(tasks.TaskError, match="window=40 is only used with protocol 'window'"):
+        tasks.protocol_examples(task, "authors", 3, window=40)
+    for kwargs, match in [({"n": 0}, "n must be"), ({"seed": -1}, "seed must be")]:
+        with pytest.raises(tasks.TaskError, match=match):
+            tasks.protocol_examples(task, "authors", **{"n": 3, **kwargs})
+    small = tasks.get_task("addition", n_digits=1)  # 100 prompts
+    everything = frozenset(small.all_prompts())
+    with pytest.raises(tasks.TaskError, match="only 4 held-out addition prompts .* 5 needed"):
+        tasks.protocol_examples(small, "authors", 5, exclude=everything - set(sorted(everything)[:4]))
+
+
 # --- only the vocabulary's ASCII digits ---------------------------------------------------------------
 #: Zeros of digit scripts that Python's str.isdigit, int() and the regex class \d accept as digits.
 FOREIGN_ZEROS = {"arabic-indic": 0x0660, "extended-arabic-indic": 0x06F0, "devanagari": 0x0966,
@@ -318,7 +371,9 @@ def test_sequence_arguments_refuse_a_single_string_and_empty_prompts(T):
     calls = (lambda e: unhooked(T.Task.analysis_prompts)(task, 4, exclude=e),
              lambda e: unhooked(T.held_out_lines)(task, 4, 0, exclude=e),
              lambda e: unhooked(T.protocol_inputs)(task, "authors", 4, exclude=e),
-             lambda e: unhooked(T.protocol_inputs)(task, "window", 4, exclude=e))
+             lambda e: unhooked(T.protocol_inputs)(task, "window", 4, exclude=e),
+             lambda e: unhooked(T.protocol_examples)(task, "authors", 4, exclude=e),
+             lambda e: unhooked(T.protocol_examples)(task, "window", 4, exclude=e))
     for call in calls:
         with pytest.raises(T.TaskError, match="exclude must be a sequence of prompts.*single string"):
             call("$123+456=")

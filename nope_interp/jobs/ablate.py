@@ -6,6 +6,16 @@ each ablation of :mod:`nope_interp.ablations` at that site and measure exact mat
 answer-token loss (teacher forcing) and the adjacency score at every site, against the clean baseline.
 A model trained with the packed objective reads every prompt after the newline it was evaluated with in
 training (its run's ``eval_prefix``); that position is then part of the prompt positions ablated and scored.
+
+``protocol`` chooses the inputs of a task model (``docs/method.md``, "Analysis inputs"). ``full`` (default) is
+the above. Under ``authors`` or ``window`` every input is a context of the protocol's length built its way
+(``tasks.protocol_examples``: a held-out prompt left-padded with newlines, or ``window`` characters of
+newline-joined held-out lines ending with a complete prompt): mu is estimated on the protocol's analysis
+inputs (``tasks.protocol_inputs``), every position of the context is ablated, and exact match and answer loss
+are read on the answer after the context, the adjacency scores on the protocol's inputs. No evaluation
+prefix is added (the context holds its own newlines). Under ``window``, position means position in the window,
+not in the prompt: the ablations then remove the absolute position of the window, which a prompt's own
+structure does not share.
 Before ablating, each site is split into positional mean and content part
 (:func:`nope_interp.ablations.positional_decomposition`: variance share and adjacency of each part; the
 mean decomposition of Song & Zhong, arXiv 2310.04861). The rank curve: exact match with the top-r
@@ -21,7 +31,8 @@ offsets, so a window may overlap another).
 
 Writes ``results/ablate/{ablate.json, ablate.csv, ablate_seeds.csv, ablate_seeds.md,
 ablate_decomposition.csv}`` and ``figures/ablate/ablations.html`` (plus ``ablations_seeds.html`` when
-some task has two or more runs).
+some task has two or more runs); under a protocol other than ``full`` every name ends in
+``_<protocol_tag>`` (``ablate_authors.json``, ``ablations_window48.html``).
 """
 
 import math
@@ -51,7 +62,7 @@ from nope_interp.ablations import (
     random_subspace,
 )
 from nope_interp.analysis import analyze_tokens, protocol_prompts
-from nope_interp.config import FrozenConfig, check_int, opt
+from nope_interp.config import FrozenConfig, check_choice, check_int, check_used, opt
 from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import answer_loss, exact_match_accuracy
 from nope_interp.hooks import hook_name, short_label
@@ -62,12 +73,15 @@ from nope_interp.jobs.common import (
     entry_tokens,
     eval_prefix,
     progress,
+    protocol_tag,
     shipped_entries,
     text_task_name,
+    with_protocol,
 )
 from nope_interp.model import evaluates
 from nope_interp.plotting import save_figure
 from nope_interp.stats import SeedStats, mean_std_ci
+from tasks import DEFAULT_WINDOW
 
 NAME = "ablate"
 HELP = "scramble or remove the positional structure; measure accuracy lost"
@@ -95,7 +109,8 @@ class AblateConfig(FrozenConfig):
     Raises:
         NopeInterpError: an empty or negative ``layers``; an unknown or empty ``kinds``; ``rank`` or a
             ``ranks`` entry negative, or ``ranks`` empty; ``n_random``, ``n_eval`` or ``n_analysis`` below 1;
-            ``n_mu`` below 2.
+            ``n_mu`` below 2; an unknown ``protocol``; ``window`` outside [8, 1000000], or set without protocol
+            ``window``.
     """
 
     layers: tuple[int, ...] | None = opt(None, "ablate blocks.L.hook_resid_pre for these L (default: every layer "
@@ -107,6 +122,8 @@ class AblateConfig(FrozenConfig):
     n_eval: int = opt(200, "full-length test prompts scored")
     n_mu: int = opt(256, "prompts to estimate the positional means")
     n_analysis: int = opt(48, "prompts for the adjacency scores under each ablation")
+    protocol: str = opt("full", f"inputs of task models: {', '.join(tasks_pkg.PROTOCOLS)} (docs/method.md)")
+    window: int = opt(DEFAULT_WINDOW, "characters per input of the window protocol (context + answer must fit n_ctx)")
 
     def __post_init__(self) -> None:
         if self.layers is not None:
@@ -129,6 +146,9 @@ class AblateConfig(FrozenConfig):
         check_int("n_eval", self.n_eval, 1, 10**6)
         check_int("n_mu", self.n_mu, 2, 10**6)
         check_int("n_analysis", self.n_analysis, 1, 100_000)
+        check_choice("protocol", self.protocol, tasks_pkg.PROTOCOLS)
+        check_int("window", self.window, 8, 1_000_000)
+        check_used("window", self.window, DEFAULT_WINDOW, self.protocol == "window", "with protocol window")
 
     @property
     def kinds_used(self) -> tuple[str, ...]:
@@ -262,6 +282,9 @@ class RunAblation:
             (a ``train-text`` language model, task ``text``).
         eval_prefix: the text read before every prompt (:func:`~nope_interp.jobs.common.eval_prefix`: ``"\\n"``
             for a model trained with the packed objective); its positions are ablated and scored with the rest.
+            Only under protocol ``full``: the other protocols' contexts hold their own newlines.
+        protocol: the inputs (``full``, ``authors``, ``window``; ``text`` for a ``train-text`` model).
+        window: characters per input of the ``window`` protocol (:data:`tasks.DEFAULT_WINDOW` otherwise).
     """
 
     label: str
@@ -277,6 +300,8 @@ class RunAblation:
     rank_curve: RankCurve
     metric: str = "exact_match"
     eval_prefix: str = ""
+    protocol: str = "full"
+    window: int = DEFAULT_WINDOW
 
     def site(self, name: str) -> SiteAblation:
         """The ablations at site ``name``. Raises NopeInterpError if it was not ablated."""
@@ -296,7 +321,8 @@ class RunAblation:
                 "sites": {s.site: {k: m.to_dict() for k, m in s.ablations.items()} for s in self.sites},
                 "decomposition": {s.site: s.decomposition.to_dict() for s in self.sites},
                 "rank_curve": self.rank_curve.to_dict(), "run": self.run, "model_seed": self.model_seed,
-                "metric": self.metric, "eval_prefix": self.eval_prefix}
+                "metric": self.metric, "eval_prefix": self.eval_prefix, "protocol": self.protocol,
+                **({"window": self.window} if self.protocol == "window" else {})}
 
     def table_rows(self) -> list[dict[str, Any]]:
         """``ablate.csv`` rows: the clean model, then one per site and ablation (deltas against clean)."""
@@ -364,6 +390,7 @@ class TaskSeedSummary:
         eval_prefix: the text every run of the group read before its prompts (runs of one task with
             different prefixes, e.g. packed and answer-only models, have different prompt positions and
             are summarised apart).
+        protocol: the inputs every run of the group read (:attr:`RunAblation.protocol`).
     """
 
     task: str
@@ -374,12 +401,15 @@ class TaskSeedSummary:
     rank_curve: tuple[SeedRankPoint, ...]
     decomposition: tuple[SeedDecomposition, ...]
     eval_prefix: str = ""
+    protocol: str = "full"
 
     @property
     def group(self) -> str:
         """The group's name in tables and ``ablate.json``: the task, plus the prefix when there is one
-        (``addition (prompts after '\\n')``)."""
-        return self.task if not self.eval_prefix else f"{self.task} (prompts after {self.eval_prefix!r})"
+        (``addition (prompts after '\\n')``) and the protocol when it is ``authors`` or ``window``
+        (``addition (window inputs)``)."""
+        name = self.task if not self.eval_prefix else f"{self.task} (prompts after {self.eval_prefix!r})"
+        return name if self.protocol in ("full", "text") else f"{name} ({self.protocol} inputs)"
 
     @property
     def n_seeds(self) -> int:
@@ -392,7 +422,8 @@ class TaskSeedSummary:
                 "accuracy_loss": {s.site: {k: st.to_dict() for k, st in s.by_kind.items()} for s in self.accuracy_loss},
                 "rank_curve": {str(p.rank): {"positional": p.positional.to_dict(), "random": p.random.to_dict()}
                                for p in self.rank_curve},
-                "decomposition": {d.site: d.to_dict() for d in self.decomposition}, "eval_prefix": self.eval_prefix}
+                "decomposition": {d.site: d.to_dict() for d in self.decomposition}, "eval_prefix": self.eval_prefix,
+                "protocol": self.protocol}
 
 
 @dataclass(frozen=True)
@@ -406,10 +437,12 @@ class AblateResult:
     wall_time_s: float
 
     def to_dict(self) -> dict[str, Any]:
-        """The contents of ``ablate.json`` (without provenance): ``{"results": [...], "seed_summary": {group: ...}}``
-        (:attr:`TaskSeedSummary.group`)."""
+        """The contents of ``ablate.json`` (without provenance): ``{"results": [...], "seed_summary": {group:
+        ...}, "protocol", ["window"]}`` (:attr:`TaskSeedSummary.group`; ``protocol`` is the task models' inputs,
+        each result also names its own)."""
         return {"results": [r.to_dict() for r in self.runs],
-                "seed_summary": {s.group: s.to_dict() for s in self.seed_summary}}
+                "seed_summary": {s.group: s.to_dict() for s in self.seed_summary}, "protocol": self.config.protocol,
+                **({"window": self.config.window} if self.config.protocol == "window" else {})}
 
 
 def escaped(prefix: str) -> str:
@@ -461,18 +494,25 @@ class _Inputs:
     task: str
     metric: str
     prefix: str = ""
+    protocol: str = "full"
 
 
 def _task_inputs(entry: ModelEntry, config: AblateConfig) -> _Inputs:
     model, task = entry.model, entry.task
-    prefix = eval_prefix(entry)
-    eval_prompts = task.analysis_prompts(config.n_eval, seed=EVAL_SEED, exclude=entry.train_prompts)
-    examples = [task.example(p) for p in eval_prompts]
-    mu_prompts = task.analysis_prompts(config.n_mu, seed=MU_SEED, exclude=entry.train_prompts | frozenset(eval_prompts))
+    protocol, window = config.protocol, config.window
+    prefix = eval_prefix(entry) if protocol == "full" else ""
+    try:
+        examples = tasks_pkg.protocol_examples(task, protocol, config.n_eval, EVAL_SEED, entry.train_prompts, window)
+    except tasks_pkg.TaskError as err:  # too few held-out prompts that fit, a window too short for a prompt
+        raise NopeInterpError(f"{entry.label}: {err}") from None
+    # the final prompts of the evaluation contexts, kept out of the inputs mu is estimated on
+    used = frozenset(ex.prompt.rsplit("\n", 1)[-1] for ex in examples)
+    mu_inputs = protocol_prompts(model, task, config.n_mu, MU_SEED, entry.train_prompts | used, protocol, window)
     return _Inputs(measure=lambda hooks, scores: _measure(model, task, examples, config.n_analysis, hooks, scores,
-                                                          exclude=entry.train_prompts, prefix=prefix),
-                   mu_tokens=task.prompt_tokens([prefix + p for p in mu_prompts]), n_eval=len(examples),
-                   task=task.name, metric="exact_match", prefix=prefix)
+                                                          exclude=entry.train_prompts, prefix=prefix,
+                                                          protocol=protocol, window=window),
+                   mu_tokens=task.prompt_tokens([prefix + p for p in mu_inputs]), n_eval=len(examples),
+                   task=task.name, metric="exact_match", prefix=prefix, protocol=protocol)
 
 
 def _text_inputs(entry: ModelEntry, config: AblateConfig) -> _Inputs:
@@ -483,7 +523,7 @@ def _text_inputs(entry: ModelEntry, config: AblateConfig) -> _Inputs:
     analysis = entry_tokens(entry, config.n_analysis, ANALYSIS_SEED)[2]
     return _Inputs(measure=lambda hooks, scores: _measure_text(entry.model, windows, analysis, hooks, scores),
                    mu_tokens=mu_tokens, n_eval=windows.shape[0], task=text_task_name(entry),
-                   metric="next_char_accuracy")
+                   metric="next_char_accuracy", protocol="text")
 
 
 
@@ -510,10 +550,11 @@ def _measure_text(model: HookedTransformer, windows: Int[Tensor, "batch length_p
 @evaluates
 def _measure(model: HookedTransformer, task: tasks_pkg.Task, examples: Sequence[tasks_pkg.Example],
              n_analysis: int, hooks: list[tuple[str, ResidHook]], with_scores: bool = True,
-             exclude: frozenset[str] = frozenset(), prefix: str = "") -> Measurement:
+             exclude: frozenset[str] = frozenset(), prefix: str = "", protocol: str = "full",
+             window: int = DEFAULT_WINDOW) -> Measurement:
     """Exact match, answer loss and (``with_scores``) the adjacency scores with ``hooks`` attached (scores on
-    ``n_analysis`` held-out prompts, ``exclude``: the model's training prompts), every prompt read after
-    ``prefix`` (:func:`~nope_interp.jobs.common.eval_prefix`; its positions are scored too)."""
+    ``n_analysis`` held-out inputs of ``protocol``, ``exclude``: the model's training prompts), every example
+    read after ``prefix`` (:func:`~nope_interp.jobs.common.eval_prefix`; its positions are scored too)."""
     with model.hooks(fwd_hooks=hooks):
         acc = exact_match_accuracy(model, task, examples, prefix=prefix)
         with torch.no_grad():
@@ -521,9 +562,9 @@ def _measure(model: HookedTransformer, task: tasks_pkg.Task, examples: Sequence[
             batch = task.training_batch([tasks_pkg.Example(prefix + ex.prompt, ex.answer) for ex in examples])
             loss = float(answer_loss(model, batch))
         if with_scores:
-            prompts = protocol_prompts(model, task, n_analysis, ANALYSIS_SEED, exclude)
+            prompts = protocol_prompts(model, task, n_analysis, ANALYSIS_SEED, exclude, protocol, window)
             scores = analyze_tokens(model, task.prompt_tokens([prefix + p for p in prompts]), task=task.name,
-                                    example_prompt=prefix + prompts[0], protocol="full",
+                                    example_prompt=prefix + prompts[0], protocol=protocol,
                                     forward="hooked").scores["row_mean"]
         else:
             scores = {}
@@ -542,14 +583,16 @@ def _decompose(site: str, acts: Float[Tensor, "batch pos d_model"]) -> Decomposi
 def ablate_model(entry: ModelEntry, config: AblateConfig, *, seed: int = 0, log: Log = None) -> RunAblation:
     """Every ablation at every site of ``config``, plus the rank curve at the first site, for one model.
 
-    Evaluation prompts (``n_eval``) and the prompts for mu (``n_mu``) are drawn from the task's full-length
-    prompts outside ``entry.train_prompts`` and disjoint from each other (for a ``train-text`` model: windows
-    of its training length from the held-out plays, metric next-character accuracy; module docstring);
-    ``seed`` seeds the permutations, random subspaces and prompt swaps.
+    Evaluation contexts (``n_eval``) and the inputs for mu (``n_mu``) are drawn under ``config.protocol``
+    (full-length prompts by default; module docstring) outside ``entry.train_prompts``, the final prompts of
+    the evaluation contexts kept out of mu's inputs (for a ``train-text`` model: windows of its training length
+    from the held-out plays, metric next-character accuracy); ``seed`` seeds the permutations, random
+    subspaces and prompt swaps.
 
     Raises:
         NopeInterpError: a layer outside the model; ``rank`` above min(pos - 1, d_model); too few distinct
-            full-length prompts; prompts longer than the model's ``n_ctx``.
+            held-out prompts; inputs longer than the model's ``n_ctx``; a ``window`` too short to hold a
+            prompt.
     """
     model = entry.model
     sites = ablation_sites(config, model.cfg.n_layers)
@@ -603,7 +646,8 @@ def ablate_model(entry: ModelEntry, config: AblateConfig, *, seed: int = 0, log:
                        run_name=entry.label if entry.run is None else entry.run.name,
                        model_seed=entry.model_cfg.seed, task=name, n_eval=inputs.n_eval,
                        n_mu=inputs.mu_tokens.shape[0], rank=config.rank, clean=clean, sites=tuple(site_results),
-                       rank_curve=curve, metric=inputs.metric, eval_prefix=inputs.prefix)
+                       rank_curve=curve, metric=inputs.metric, eval_prefix=inputs.prefix, protocol=inputs.protocol,
+                       window=config.window)
 
 
 def seed_summary(runs: Sequence[RunAblation]) -> tuple[TaskSeedSummary, ...]:
@@ -615,11 +659,11 @@ def seed_summary(runs: Sequence[RunAblation]) -> tuple[TaskSeedSummary, ...]:
     with 3 seeds it is wide. Runs of one task that read different prefixes before their prompts
     (:attr:`RunAblation.eval_prefix`: packed and answer-only models) have different prompt positions and form
     separate groups. Groups are in order of first appearance."""
-    by_task: dict[tuple[str, str], list[RunAblation]] = {}
+    by_task: dict[tuple[str, str, str, int], list[RunAblation]] = {}
     for r in runs:
-        by_task.setdefault((r.task, r.eval_prefix), []).append(r)
+        by_task.setdefault((r.task, r.eval_prefix, r.protocol, r.window), []).append(r)
     out = []
-    for (task, prefix), rs in by_task.items():
+    for (task, prefix, protocol, _), rs in by_task.items():
         site_maps = [{s.site: s for s in r.sites} for r in rs]
         losses, decs = [], []
         for s in rs[0].sites:
@@ -642,7 +686,7 @@ def seed_summary(runs: Sequence[RunAblation]) -> tuple[TaskSeedSummary, ...]:
         out.append(TaskSeedSummary(task=task, runs=tuple(r.run for r in rs), run_names=tuple(r.run_name for r in rs),
                                    clean_exact_match=mean_std_ci([r.clean.exact_match for r in rs]),
                                    accuracy_loss=tuple(losses), rank_curve=tuple(curve), decomposition=tuple(decs),
-                                   eval_prefix=prefix))
+                                   eval_prefix=prefix, protocol=protocol))
     return tuple(out)
 
 
@@ -651,16 +695,31 @@ def run(config: AblateConfig, models: list[ModelEntry] | None = None, *, log: Lo
     (see the module docstring).
 
     Raises:
-        NopeInterpError: no models; a layer outside a model, or a model whose ``n_ctx`` cannot hold its
-            evaluation prefix, the task's longest prompt and answer (checked before any work); see
-            :func:`ablate_model`.
+        NopeInterpError: no models; a layer outside a model, a model whose ``n_ctx`` cannot hold its
+            evaluation prefix, the task's longest prompt and answer (under ``full``) or the protocol's context
+            and the answer (otherwise), or a protocol other than ``full`` with a ``train-text`` model (all
+            checked before any work); see :func:`ablate_model`.
     """
     models = default_models(config) if not models else list(models)
     if not models:
         raise NopeInterpError("no models to ablate: no shipped model found; give --run or --pretrained")
     for entry in models:
         ablation_sites(config, entry.model_cfg.n_layers)  # validates before any work
-        if entry.kind != "text":
+        if entry.kind == "text" and config.protocol != "full":
+            raise NopeInterpError(f"{entry.label}: protocol {config.protocol} applies to task models; a train-text "
+                                  "model is ablated on held-out text windows (drop --protocol, or ablate it apart)")
+        if entry.kind != "text" and config.protocol != "full":
+            task, n_ctx = entry.task, entry.model.cfg.n_ctx
+            length = tasks_pkg.protocol_length(task, config.protocol, config.window)
+            need = length + task.max_answer_len + 1  # what greedy decoding reaches after the context
+            if need > n_ctx:
+                fix = (f": --window {n_ctx - task.max_answer_len - 1} or less" if config.protocol == "window"
+                       and n_ctx - task.max_answer_len - 1 >= 8 else "")
+                raise NopeInterpError(
+                    f"{entry.label}: n_ctx={n_ctx} is too small for {task.name} {config.protocol} contexts of "
+                    f"{length} tokens and the answer: {length} context + {task.max_answer_len} answer + 1 "
+                    f"end-of-line tokens need n_ctx >= {need}{fix}")
+        elif entry.kind != "text":
             prefix, task = eval_prefix(entry), entry.task
             need = len(prefix) + task.max_prompt_len + task.max_answer_len + 1  # what greedy decoding reaches
             if need > entry.model.cfg.n_ctx:
@@ -709,9 +768,19 @@ def plot_ablations(runs: Sequence[RunAblation]) -> go.Figure:
         fig.update_yaxes(title_text="accuracy lost", row=i, col=1)
         fig.update_yaxes(title_text=_metric_words(res.metric), range=[-0.02, 1.02], row=i, col=2)
         fig.update_xaxes(title_text="rank r", row=i, col=2)
-    fig.update_layout(barmode="group", title="Ablating the positional structure of the residual stream",
+    fig.update_layout(barmode="group", title="Ablating the positional structure of the residual stream"
+                      + _inputs_words(runs),
                       height=200 + 360 * len(runs), width=1250)
     return fig
+
+
+def _inputs_words(runs: Sequence[RunAblation]) -> str:
+    """`` (authors inputs)`` when every run of a task model read one protocol other than ``full``, else ``""``."""
+    kinds = {(r.protocol, r.window if r.protocol == "window" else None) for r in runs if r.protocol != "text"}
+    if len(kinds) != 1 or next(iter(kinds))[0] == "full":
+        return ""
+    protocol, window = next(iter(kinds))
+    return f" ({protocol} inputs{f' of {window} characters' if window else ''})"
 
 
 def _metric_words(metric: str) -> str:
@@ -744,7 +813,8 @@ def seed_markdown(summaries: Sequence[TaskSeedSummary], runs: Sequence[RunAblati
         lines += [f"| {s.site} | " + " | ".join(_fmt(s.by_kind[k]) for k in kinds) + " |" for s in e.accuracy_loss]
         lines += ["", f"| rank r | {metric}, positional removed | {metric}, random removed |", "|---|---|---|"]
         lines += [f"| {p.rank} | {_fmt(p.positional)} | {_fmt(p.random)} |" for p in e.rank_curve]
-        task_runs = [r for r in runs if r.task == e.task and r.eval_prefix == e.eval_prefix]
+        task_runs = [r for r in runs if r.task == e.task and r.eval_prefix == e.eval_prefix
+                     and r.protocol == e.protocol]
         if task_runs:
             kinds_run = list(task_runs[0].sites[0].ablations) if task_runs[0].sites else []
             lines += ["", f"{metric.capitalize()} of each run:", "",
@@ -810,7 +880,9 @@ def plot_seed_summary(summaries: Sequence[TaskSeedSummary]) -> go.Figure:
         fig.add_hline(y=0.5, line_dash="dot", line_color="black", row=i, col=3)  # chance adjacency
         fig.update_yaxes(title_text="score / share (dots: chance adjacency)", range=[0, 1.05], row=i, col=3)
         fig.update_xaxes(title_text="rank r", row=i, col=2)
-    fig.update_layout(barmode="group", title="Ablations over seeds (same recipe, other --seed/--model-seed)",
+    words = {f" ({e.protocol} inputs)" if e.protocol not in ("full", "text") else "" for e in summaries}
+    fig.update_layout(barmode="group", title="Ablations over seeds (same recipe, other --seed/--model-seed)"
+                      + (words.pop() if len(words) == 1 else ""),
                       height=220 + 380 * len(summaries), width=1620, legend={"font": {"size": 11}})
     return fig
 
@@ -818,21 +890,34 @@ def plot_seed_summary(summaries: Sequence[TaskSeedSummary]) -> go.Figure:
 def write(result: AblateResult, out_root: str | Path = ".") -> list[Path]:
     """Write ``results/ablate/{ablate.json, ablate.csv, ablate_seeds.csv, ablate_seeds.md,
     ablate_decomposition.csv}``, ``figures/ablate/ablations.html`` and (when some task has 2 or more runs)
-    ``ablations_seeds.html`` (else an older one is removed); returns the paths."""
+    ``ablations_seeds.html`` (else an older one is removed); returns the paths. Under a protocol other than
+    ``full`` every name ends in ``_<protocol_tag>`` (``ablate_authors.json``, ``ablations_seeds_window48.html``),
+    so the outputs of two protocols or window lengths never overwrite each other; every CSV row starts with
+    the inputs its model read (``protocol``, and ``window`` under the window protocol)."""
     res_dir, fig_dir = io.job_dirs(out_root, NAME)
-    rows = [row for r in result.runs for row in r.table_rows()]
-    seed_rows = [{"task": e.task, "site": s.site, "ablation": kind, **st.to_dict(),
-                  "eval_prefix": escaped(e.eval_prefix)}
-                 for e in result.seed_summary for s in e.accuracy_loss for kind, st in s.by_kind.items()]
-    dec_rows = [row for r in result.runs for row in r.decomposition_rows()]
-    paths = [io.write_json(res_dir / "ablate.json", {**result.to_dict(), **io.provenance()}),
-             io.atomic_write_text(res_dir / "ablate.csv", io.to_csv(rows)),
-             io.atomic_write_text(res_dir / "ablate_seeds.csv", io.to_csv(seed_rows)),
-             io.atomic_write_text(res_dir / "ablate_seeds.md", seed_markdown(result.seed_summary, result.runs)),
-             io.atomic_write_text(res_dir / "ablate_decomposition.csv", io.to_csv(dec_rows)),
-             save_figure(plot_ablations(result.runs), fig_dir / "ablations.html")]
+    tag = protocol_tag(result.config.protocol, result.config.window)
+
+    def name(stem: str, ext: str) -> str:
+        return f"{stem}_{tag}.{ext}" if tag else f"{stem}.{ext}"
+
+    def inputs(protocol: str, window: int, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return with_protocol(rows, protocol, window)
+
+    rows = [row for r in result.runs for row in inputs(r.protocol, r.window, r.table_rows())]
+    seed_rows = [row for e in result.seed_summary for row in inputs(
+        e.protocol, result.config.window,
+        [{"task": e.task, "site": s.site, "ablation": kind, **st.to_dict(), "eval_prefix": escaped(e.eval_prefix)}
+         for s in e.accuracy_loss for kind, st in s.by_kind.items()])]
+    dec_rows = [row for r in result.runs for row in inputs(r.protocol, r.window, r.decomposition_rows())]
+    paths = [io.write_json(res_dir / name("ablate", "json"), {**result.to_dict(), **io.provenance()}),
+             io.atomic_write_text(res_dir / name("ablate", "csv"), io.to_csv(rows)),
+             io.atomic_write_text(res_dir / name("ablate_seeds", "csv"), io.to_csv(seed_rows)),
+             io.atomic_write_text(res_dir / name("ablate_seeds", "md"),
+                                  seed_markdown(result.seed_summary, result.runs)),
+             io.atomic_write_text(res_dir / name("ablate_decomposition", "csv"), io.to_csv(dec_rows)),
+             save_figure(plot_ablations(result.runs), fig_dir / name("ablations", "html"))]
     multi = [e for e in result.seed_summary if e.n_seeds > 1]
-    seeds_fig = fig_dir / "ablations_seeds.html"
+    seeds_fig = fig_dir / name("ablations_seeds", "html")
     if multi:
         paths.append(save_figure(plot_seed_summary(multi), seeds_fig))
     else:
