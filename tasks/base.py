@@ -14,6 +14,7 @@ Training batches, two objectives (``docs/method.md``, "Models and training"):
   position.
 """
 
+import bisect
 import random
 import re
 from abc import ABC, abstractmethod
@@ -513,11 +514,11 @@ def protocol_examples(task: Task, protocol: str, n: int, seed: int = 0, exclude:
     text = EOS.join(lines) + EOS
     while len(text) < length:
         text += text
-    ends = [i for i, c in enumerate(text) if c == EOS]
+    ends = [i for i, c in enumerate(text) if c == EOS]  # ascending; the last is the text's last character
     out = []
     for p in prompts:
         fill = length - len(p)  # characters before the prompt, the last of them a newline
-        e = rng.choice([i for i in ends if i >= fill - 1])
+        e = ends[rng.randrange(bisect.bisect_left(ends, fill - 1), len(ends))]
         out.append(Example(text[e - fill + 1 : e + 1] + p, task.example(p).answer))
     return out
 

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Ablations of the packed candidates at 99% on the inputs they were trained on: `nope-interp ablate --protocol
+# window --window 44` (contexts of 44 characters of newline-joined held-out lines ending in a complete prompt;
+# positional means over windows, so "position" is the position in the window, not in the prompt; 44 leaves
+# room for reversal's 16-character answer in n_ctx 64). Results copied to docs/measured/ablate/window44/.
+# Usage: docs/measured/scripts/ablate_window.sh [OUT_ROOT]
+set -euo pipefail
+OUT=${1:-results/measured-window}
+BIN=${BIN:-.venv/bin/nope-interp}
+C=nope_interp/pretrained/candidates
+runs=()
+for name in addition-packed-s1 addition-packed-s2 reversal-packed-s{0,1,2} ordering-packed-s{0,1,2}; do
+  runs+=("$C/$name")
+done
+$BIN ablate --run "${runs[@]}" --protocol window --window 44 --out-root "$OUT"
+mkdir -p docs/measured/ablate/window44
+cp "$OUT"/results/ablate/{ablate_window44.csv,ablate_decomposition_window44.csv,ablate_seeds_window44.csv,ablate_seeds_window44.md} \
+   docs/measured/ablate/window44/
+echo "wrote docs/measured/ablate/window44/ (figures: $OUT/figures/ablate/)"
