@@ -258,6 +258,10 @@ class Task(ABC):
         """
         _check_int("n", n, 1, 10**7)
         exclude = _exclude(exclude)
+        space = self.n_distinct_prompts()
+        if n > space:  # fail at once, not after 50 n samples
+            raise TaskError(f"could not find {n} distinct full-length {self.name} prompts: the parameters "
+                            f"{self.params()} allow {space} prompts of any length; lower n")
         rng = random.Random(seed)
         seen: dict[str, None] = {}
         tries = 0

@@ -50,7 +50,7 @@ def tiny_ablation(AJ, tiny_config, tiny_addition_entry):
 @pytest.mark.parametrize(("field", "value"), [
     ("layers", (-1,)), ("layers", ()), ("kinds", ("zero",)), ("kinds", ()), ("rank", -1), ("ranks", ()),
     ("ranks", (0, -2)), ("n_random", 0), ("n_eval", 0), ("n_mu", 1), ("n_analysis", 0), ("protocol", "padded"),
-    ("window", 4), ("window", 32),
+    ("window", 4), ("window", 32), ("window", 64),
 ])
 def test_bad_config_names_the_field(AJ, field, value):
     from nope_interp.errors import NopeInterpError
@@ -425,7 +425,7 @@ def test_a_window_protocol_run_matches_direct_computations(AJ, tiny_addition_ent
     data = json.loads(json.dumps(result.to_dict()))
     assert (data["protocol"], data["window"]) == ("window", 12)
     assert (data["results"][0]["protocol"], data["results"][0]["window"]) == ("window", 12)
-    assert list(data["seed_summary"]) == ["addition (window inputs)"]
+    assert list(data["seed_summary"]) == ["addition (window inputs of 12 characters)"]
 
 
 def test_the_inputs_for_mu_leave_out_the_final_prompts_of_the_evaluation_contexts(AJ, tiny_addition_entry,
@@ -443,7 +443,8 @@ def test_the_inputs_for_mu_leave_out_the_final_prompts_of_the_evaluation_context
     for protocol, window in (("window", 12), ("authors", 64), ("full", 64)):
         calls.clear()
         config = AJ.AblateConfig(layers=(1,), kinds=("mean_positional",), rank=0, ranks=(0,), n_random=1, n_eval=5,
-                                 n_mu=8, n_analysis=3, protocol=protocol, window=window)
+                                 n_mu=8, n_analysis=3, protocol=protocol,
+                                 window=window if protocol == "window" else None)
         AJ.run(config, [tiny_addition_entry])
         task = tiny_addition_entry.task
         finals = {ex.prompt.lstrip("\n")[-task.max_prompt_len:].rsplit("\n", 1)[-1]
@@ -510,3 +511,45 @@ def test_a_protocol_context_that_does_not_fit_n_ctx_is_named_before_any_work(AJ,
     with pytest.raises(NopeInterpError, match="protocol authors applies to task models"):
         AJ.run(AJ.AblateConfig(protocol="authors"), [text], log=lines.append)
     assert lines == []
+
+
+def test_the_default_window_is_the_longest_every_model_reads_with_its_answer(AJ, tiny_addition_entry):
+    """n_ctx 48 and 2-digit addition's 4-character answer: 43 characters (at most 64), in the result and its
+    outputs' names."""
+    lines = []
+    config = AJ.AblateConfig(layers=(1,), kinds=("mean_positional",), rank=0, ranks=(0,), n_random=1, n_eval=3,
+                             n_mu=4, n_analysis=2, protocol="window")
+    result = AJ.run(config, [tiny_addition_entry], log=lines.append)
+    assert config.window is None and result.config.window == 43 and result.runs[0].window == 43
+    assert result.to_dict()["window"] == 43
+    assert any("contexts of 43 characters" in line for line in lines)
+
+
+def test_a_window_too_short_for_some_task_fails_before_any_work(AJ, tiny_addition_entry):
+    import tasks
+    from nope_interp.config import preset
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.common import entry_from_init
+
+    reversal = entry_from_init(preset("tiny", seed=1), tasks.get_task("reversal", n_digits=8), "tiny-reversal")
+    lines = []
+    with pytest.raises(NopeInterpError, match=r"tiny-reversal: --window 10 cannot hold a newline and the longest "
+                                              r"reversal prompt \(14 characters\): window must be >= 15"):
+        AJ.run(AJ.AblateConfig(protocol="window", window=10), [tiny_addition_entry, reversal], log=lines.append)
+    assert lines == []
+
+
+def test_too_few_prompts_name_the_setting_that_asks_for_them(AJ):
+    """A 1-digit addition model (100 prompts): all of them for evaluation leave none for the positional means."""
+    import tasks
+    from nope_interp.config import preset
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.common import entry_from_init
+
+    entry = entry_from_init(preset("tiny", seed=1), tasks.get_task("addition", n_digits=1), "tiny-1digit")
+    base = dict(layers=(1,), kinds=("mean_positional",), rank=0, ranks=(0,), n_random=1, n_mu=4, n_analysis=2)
+    with pytest.raises(NopeInterpError, match=r"tiny-1digit: the 4 inputs for the positional means \(--n-mu\), drawn "
+                                              r"outside the 100 evaluation prompts \(--n-eval\)"):
+        AJ.run(AJ.AblateConfig(**base, n_eval=100, protocol="authors"), [entry])
+    with pytest.raises(NopeInterpError, match=r"tiny-1digit: the 500 evaluation prompts \(--n-eval\): only 100"):
+        AJ.run(AJ.AblateConfig(**base, n_eval=500, protocol="window", window=12), [entry])

@@ -257,6 +257,20 @@ def test_protocol_examples_are_contexts_of_the_protocol_length_ending_in_a_held_
         assert tasks.protocol_examples(task, protocol, 30, seed=6, exclude=train, window=window) != exs
 
 
+def test_too_many_analysis_prompts_fail_at_once():
+    import time
+
+    import tasks
+
+    small = tasks.get_task("addition", n_digits=1)  # 100 prompts of any length
+    t0 = time.perf_counter()
+    with pytest.raises(tasks.TaskError, match="could not find 1000000 distinct full-length addition prompts: "
+                                              "the parameters .* allow 100 prompts of any length; lower n"):
+        small.analysis_prompts(10**6)
+    assert time.perf_counter() - t0 < 5  # the old bound sampled 50 n prompts first (over a minute)
+    assert len(small.analysis_prompts(20)) == 20
+
+
 def test_protocol_examples_errors():
     import tasks
 
@@ -456,8 +470,8 @@ def test_too_few_prompts_says_whether_the_exclusion_is_why(T):
     every = frozenset(task.analysis_prompts(100, seed=0))
     with pytest.raises(T.TaskError, match=r"outside the 100 excluded ones \(found 0\); lower n or exclude fewer"):
         task.analysis_prompts(4, seed=0, exclude=every)
-    with pytest.raises(T.TaskError, match=r"could not find 101 distinct full-length addition prompts \(found 100\); "
-                                          r"lower n$"):
+    with pytest.raises(T.TaskError, match=r"could not find 101 distinct full-length addition prompts: the "
+                                          r"parameters .* allow 100 prompts of any length; lower n$"):
         task.analysis_prompts(101, seed=0)
 
 

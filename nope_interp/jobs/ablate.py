@@ -74,6 +74,7 @@ from nope_interp.jobs.common import (
     eval_prefix,
     progress,
     protocol_tag,
+    protocol_window,
     shipped_entries,
     text_task_name,
     with_protocol,
@@ -109,8 +110,8 @@ class AblateConfig(FrozenConfig):
     Raises:
         NopeInterpError: an empty or negative ``layers``; an unknown or empty ``kinds``; ``rank`` or a
             ``ranks`` entry negative, or ``ranks`` empty; ``n_random``, ``n_eval`` or ``n_analysis`` below 1;
-            ``n_mu`` below 2; an unknown ``protocol``; ``window`` outside [8, 1000000], or set without protocol
-            ``window``.
+            ``n_mu`` below 2; an unknown ``protocol``; ``window`` outside [8, 1000000], or set (even to 64) without
+            protocol ``window``.
     """
 
     layers: tuple[int, ...] | None = opt(None, "ablate blocks.L.hook_resid_pre for these L (default: every layer "
@@ -119,11 +120,12 @@ class AblateConfig(FrozenConfig):
     rank: int = opt(4, "rank of project_out in the per-site table")
     ranks: tuple[int, ...] = opt((0, 1, 2, 4, 8, 16), "ranks of the rank curve (ranks above pos - 1 are skipped)")
     n_random: int = opt(3, "random-subspace draws per rank")
-    n_eval: int = opt(200, "full-length test prompts scored")
+    n_eval: int = opt(200, "held-out prompts scored (under --protocol authors/window: contexts ending in one)")
     n_mu: int = opt(256, "prompts to estimate the positional means")
     n_analysis: int = opt(48, "prompts for the adjacency scores under each ablation")
     protocol: str = opt("full", f"inputs of task models: {', '.join(tasks_pkg.PROTOCOLS)} (docs/method.md)")
-    window: int = opt(DEFAULT_WINDOW, "characters per input of the window protocol (context + answer must fit n_ctx)")
+    window: int | None = opt(None, "characters per context of the window protocol (default: the longest that fits "
+                                   f"every model's n_ctx with the answer, at most {DEFAULT_WINDOW})")
 
     def __post_init__(self) -> None:
         if self.layers is not None:
@@ -147,8 +149,9 @@ class AblateConfig(FrozenConfig):
         check_int("n_mu", self.n_mu, 2, 10**6)
         check_int("n_analysis", self.n_analysis, 1, 100_000)
         check_choice("protocol", self.protocol, tasks_pkg.PROTOCOLS)
-        check_int("window", self.window, 8, 1_000_000)
-        check_used("window", self.window, DEFAULT_WINDOW, self.protocol == "window", "with protocol window")
+        if self.window is not None:
+            check_int("window", self.window, 8, 1_000_000)
+        check_used("window", self.window, None, self.protocol == "window", "with protocol window")
 
     @property
     def kinds_used(self) -> tuple[str, ...]:
@@ -390,7 +393,7 @@ class TaskSeedSummary:
         eval_prefix: the text every run of the group read before its prompts (runs of one task with
             different prefixes, e.g. packed and answer-only models, have different prompt positions and
             are summarised apart).
-        protocol: the inputs every run of the group read (:attr:`RunAblation.protocol`).
+        protocol, window: the inputs every run of the group read (:attr:`RunAblation.protocol`, ``window``).
     """
 
     task: str
@@ -402,6 +405,7 @@ class TaskSeedSummary:
     decomposition: tuple[SeedDecomposition, ...]
     eval_prefix: str = ""
     protocol: str = "full"
+    window: int = DEFAULT_WINDOW
 
     @property
     def group(self) -> str:
@@ -409,7 +413,9 @@ class TaskSeedSummary:
         (``addition (prompts after '\\n')``) and the protocol when it is ``authors`` or ``window``
         (``addition (window inputs)``)."""
         name = self.task if not self.eval_prefix else f"{self.task} (prompts after {self.eval_prefix!r})"
-        return name if self.protocol in ("full", "text") else f"{name} ({self.protocol} inputs)"
+        if self.protocol in ("full", "text"):
+            return name
+        return f"{name} ({self.protocol} inputs{f' of {self.window} characters' if self.protocol == 'window' else ''})"
 
     @property
     def n_seeds(self) -> int:
@@ -499,15 +505,19 @@ class _Inputs:
 
 def _task_inputs(entry: ModelEntry, config: AblateConfig) -> _Inputs:
     model, task = entry.model, entry.task
-    protocol, window = config.protocol, config.window
+    protocol, window = config.protocol, protocol_window(config.protocol, config.window or DEFAULT_WINDOW)
     prefix = eval_prefix(entry) if protocol == "full" else ""
     try:
         examples = tasks_pkg.protocol_examples(task, protocol, config.n_eval, EVAL_SEED, entry.train_prompts, window)
     except tasks_pkg.TaskError as err:  # too few held-out prompts that fit, a window too short for a prompt
-        raise NopeInterpError(f"{entry.label}: {err}") from None
+        raise NopeInterpError(f"{entry.label}: the {config.n_eval} evaluation prompts (--n-eval): {err}") from None
     # the final prompts of the evaluation contexts, kept out of the inputs mu is estimated on
     used = frozenset(ex.prompt.rsplit("\n", 1)[-1] for ex in examples)
-    mu_inputs = protocol_prompts(model, task, config.n_mu, MU_SEED, entry.train_prompts | used, protocol, window)
+    try:
+        mu_inputs = protocol_prompts(model, task, config.n_mu, MU_SEED, entry.train_prompts | used, protocol, window)
+    except NopeInterpError as err:
+        raise NopeInterpError(f"{entry.label}: the {config.n_mu} inputs for the positional means (--n-mu), drawn "
+                              f"outside the {len(used)} evaluation prompts (--n-eval): {err}") from None
     return _Inputs(measure=lambda hooks, scores: _measure(model, task, examples, config.n_analysis, hooks, scores,
                                                           exclude=entry.train_prompts, prefix=prefix,
                                                           protocol=protocol, window=window),
@@ -602,6 +612,9 @@ def ablate_model(entry: ModelEntry, config: AblateConfig, *, seed: int = 0, log:
     gen = torch.Generator().manual_seed(seed)
     t0 = time.perf_counter()
     clean = inputs.measure([], True)
+    if clean.exact_match < 0.5:
+        emit(log, f"{name}: clean {_metric_words(inputs.metric)} {clean.exact_match:.3f} on these inputs "
+                  f"({inputs.protocol}): the accuracy an ablation can take is at most that")
     site_results = []
     for site in sites:
         acts = _site_acts(model, inputs.mu_tokens, site)
@@ -647,7 +660,7 @@ def ablate_model(entry: ModelEntry, config: AblateConfig, *, seed: int = 0, log:
                        model_seed=entry.model_cfg.seed, task=name, n_eval=inputs.n_eval,
                        n_mu=inputs.mu_tokens.shape[0], rank=config.rank, clean=clean, sites=tuple(site_results),
                        rank_curve=curve, metric=inputs.metric, eval_prefix=inputs.prefix, protocol=inputs.protocol,
-                       window=config.window)
+                       window=protocol_window(config.protocol, config.window or DEFAULT_WINDOW))
 
 
 def seed_summary(runs: Sequence[RunAblation]) -> tuple[TaskSeedSummary, ...]:
@@ -663,7 +676,7 @@ def seed_summary(runs: Sequence[RunAblation]) -> tuple[TaskSeedSummary, ...]:
     for r in runs:
         by_task.setdefault((r.task, r.eval_prefix, r.protocol, r.window), []).append(r)
     out = []
-    for (task, prefix, protocol, _), rs in by_task.items():
+    for (task, prefix, protocol, window), rs in by_task.items():
         site_maps = [{s.site: s for s in r.sites} for r in rs]
         losses, decs = [], []
         for s in rs[0].sites:
@@ -686,7 +699,7 @@ def seed_summary(runs: Sequence[RunAblation]) -> tuple[TaskSeedSummary, ...]:
         out.append(TaskSeedSummary(task=task, runs=tuple(r.run for r in rs), run_names=tuple(r.run_name for r in rs),
                                    clean_exact_match=mean_std_ci([r.clean.exact_match for r in rs]),
                                    accuracy_loss=tuple(losses), rank_curve=tuple(curve), decomposition=tuple(decs),
-                                   eval_prefix=prefix, protocol=protocol))
+                                   eval_prefix=prefix, protocol=protocol, window=window))
     return tuple(out)
 
 
@@ -697,12 +710,23 @@ def run(config: AblateConfig, models: list[ModelEntry] | None = None, *, log: Lo
     Raises:
         NopeInterpError: no models; a layer outside a model, a model whose ``n_ctx`` cannot hold its
             evaluation prefix, the task's longest prompt and answer (under ``full``) or the protocol's context
-            and the answer (otherwise), or a protocol other than ``full`` with a ``train-text`` model (all
-            checked before any work); see :func:`ablate_model`.
+            and the answer (otherwise), a window that cannot hold a task's longest prompt after a newline, or
+            a protocol other than ``full`` with a ``train-text`` model (all checked before any work); see
+            :func:`ablate_model`.
+
+    Under the window protocol without ``config.window``, the window is the longest that every task model
+    can read with its answer (``n_ctx`` - longest answer - 1), at most :data:`tasks.DEFAULT_WINDOW`; the
+    result's ``config`` holds it.
     """
     models = default_models(config) if not models else list(models)
     if not models:
         raise NopeInterpError("no models to ablate: no shipped model found; give --run or --pretrained")
+    task_models = [e for e in models if e.kind != "text"]
+    if config.protocol == "window" and config.window is None and task_models:
+        fits = min(e.model.cfg.n_ctx - e.task.max_answer_len - 1 for e in task_models)
+        config = config.replace(window=min(DEFAULT_WINDOW, max(8, fits)))
+        emit(log, f"window protocol: contexts of {config.window} characters (the longest that fits every model's "
+                  f"n_ctx with its answer, at most {DEFAULT_WINDOW}; --window sets it)")
     for entry in models:
         ablation_sites(config, entry.model_cfg.n_layers)  # validates before any work
         if entry.kind == "text" and config.protocol != "full":
@@ -710,7 +734,12 @@ def run(config: AblateConfig, models: list[ModelEntry] | None = None, *, log: Lo
                                   "model is ablated on held-out text windows (drop --protocol, or ablate it apart)")
         if entry.kind != "text" and config.protocol != "full":
             task, n_ctx = entry.task, entry.model.cfg.n_ctx
-            length = tasks_pkg.protocol_length(task, config.protocol, config.window)
+            length = tasks_pkg.protocol_length(task, config.protocol,
+                                               protocol_window(config.protocol, config.window or DEFAULT_WINDOW))
+            if config.protocol == "window" and length < task.max_prompt_len + 1:
+                raise NopeInterpError(
+                    f"{entry.label}: --window {length} cannot hold a newline and the longest {task.name} prompt "
+                    f"({task.max_prompt_len} characters): window must be >= {task.max_prompt_len + 1}")
             need = length + task.max_answer_len + 1  # what greedy decoding reaches after the context
             if need > n_ctx:
                 fix = (f": --window {n_ctx - task.max_answer_len - 1} or less" if config.protocol == "window"
@@ -895,7 +924,8 @@ def write(result: AblateResult, out_root: str | Path = ".") -> list[Path]:
     so the outputs of two protocols or window lengths never overwrite each other; every CSV row starts with
     the inputs its model read (``protocol``, and ``window`` under the window protocol)."""
     res_dir, fig_dir = io.job_dirs(out_root, NAME)
-    tag = protocol_tag(result.config.protocol, result.config.window)
+    window = protocol_window(result.config.protocol, result.config.window or DEFAULT_WINDOW)
+    tag = protocol_tag(result.config.protocol, window)
 
     def name(stem: str, ext: str) -> str:
         return f"{stem}_{tag}.{ext}" if tag else f"{stem}.{ext}"
@@ -905,7 +935,7 @@ def write(result: AblateResult, out_root: str | Path = ".") -> list[Path]:
 
     rows = [row for r in result.runs for row in inputs(r.protocol, r.window, r.table_rows())]
     seed_rows = [row for e in result.seed_summary for row in inputs(
-        e.protocol, result.config.window,
+        e.protocol, window,
         [{"task": e.task, "site": s.site, "ablation": kind, **st.to_dict(), "eval_prefix": escaped(e.eval_prefix)}
          for s in e.accuracy_loss for kind, st in s.by_kind.items()])]
     dec_rows = [row for r in result.runs for row in inputs(r.protocol, r.window, r.decomposition_rows())]
