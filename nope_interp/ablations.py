@@ -9,6 +9,8 @@ Ablations (each a hook factory; applied only through ``model.hooks``/``run_with_
 * ``shuffle_positional``: h_p - mu[p] + mu[pi(p)] for a random permutation pi (content kept, position
   scrambled);
 * ``mean_positional``: h_p - mu[p] + mean_p mu (position removed, content kept);
+* ``mean_positional_random``: h_p + |mean_p mu - mu[p]| u_p with u_p a random unit vector per position, drawn
+  once (the control of ``mean_positional``: a shift of the same size at every position, in a random direction);
 * ``project_out``: remove the rank-r positional subspace (control: a random subspace of the same rank);
 * ``shuffle_vectors``: permute whole vectors across positions (a floor: destroys everything);
 * ``swap_prompts``: exchange activations between prompts at the same position (keeps position, destroys
@@ -69,7 +71,7 @@ def _check_acts(acts: object, fn: str, shape: str = "(batch, pos, d_model)", ndi
     return acts.detach()
 
 ABLATIONS = ("shuffle_positional", "mean_positional", "project_out", "project_out_random", "shuffle_vectors",
-             "swap_prompts")
+             "swap_prompts", "mean_positional_random")
 ResidHook = Callable[..., Float[Tensor, "batch pos d_model"]]
 
 
@@ -219,7 +221,8 @@ def ablation_hook(
         mu: positional means on the prompt positions.
         perm: the permutation of prompt positions for ``shuffle_positional``/``shuffle_vectors``.
         basis: the subspace for ``project_out``/``project_out_random``.
-        generator: for ``swap_prompts`` (a fresh permutation of the batch on each forward pass).
+        generator: for ``swap_prompts`` (a fresh permutation of the batch on each forward pass) and
+            ``mean_positional_random`` (its random directions, drawn once when the hook is built).
 
     Raises:
         NopeInterpError: unknown kind or a missing argument; ``mu`` not a real float tensor ``(pos, d_model)``
@@ -246,14 +249,20 @@ def ablation_hook(
         if basis is None:
             raise NopeInterpError(f"ablation {kind!r} needs basis")
         basis = check_basis(basis, mu.shape[1], "ablation_hook")
-    if kind == "swap_prompts" and not isinstance(generator, torch.Generator):
-        raise NopeInterpError(f"ablation 'swap_prompts' needs a torch.Generator, got {type(generator).__name__}")
+    if kind in ("swap_prompts", "mean_positional_random") and not isinstance(generator, torch.Generator):
+        raise NopeInterpError(f"ablation {kind!r} needs a torch.Generator, got {type(generator).__name__}")
+    shift = None
+    if kind == "mean_positional_random":
+        size = (mu.mean(0, keepdim=True) - mu).norm(dim=-1, keepdim=True)  # mean_positional's shift, per position
+        u = torch.randn(mu.shape, generator=generator, dtype=torch.float64)
+        shift = size * u / u.norm(dim=-1, keepdim=True)
 
     def transform(h: Tensor) -> Tensor:
         if h.shape[-1] != mu.shape[1]:
             raise NopeInterpError(f"ablation hook {kind!r} was built for d_model={mu.shape[1]} (mu's width), applied "
                                   f"to activations of width {h.shape[-1]}")
-        if kind in ("shuffle_positional", "mean_positional", "shuffle_vectors") and h.shape[1] != n:
+        if kind in ("shuffle_positional", "mean_positional", "shuffle_vectors", "mean_positional_random") \
+                and h.shape[1] != n:
             raise NopeInterpError(f"ablation hook {kind!r} acts on the {n} prompt positions of mu, applied to a "
                                   f"sequence of {h.shape[1]} positions: build it with mu of this prompt length")
         m = mu.to(h.device)
@@ -261,6 +270,8 @@ def ablation_hook(
             return h - m + m[perm]
         if kind == "mean_positional":
             return h - m + m.mean(0, keepdim=True)
+        if kind == "mean_positional_random":
+            return h + shift.to(h.device)
         if kind in ("project_out", "project_out_random"):
             return project_out(h, basis.to(h.device))
         if kind == "shuffle_vectors":

@@ -45,6 +45,40 @@ def test_shuffle_positional_keeps_content_and_permutes_means(AB):
     torch.testing.assert_close(AB.positional_means(mean_out), mu.mean(0).expand(6, 8))
 
 
+def test_the_random_shift_control_matches_the_mean_ablation_in_size_not_direction(AB):
+    """mean_positional_random moves position p by exactly as much as mean_positional does (|mean mu - mu[p]|, by
+    a naive per-position loop), in a random direction drawn once per hook (so the same on every call, another
+    with another generator state), and leaves generated positions alone; a model with no positional
+    structure (mu equal at every position) is not moved at all."""
+    from nope_interp.errors import NopeInterpError
+
+    gen = torch.Generator().manual_seed(4)
+    h = torch.randn(5, 7, 12, generator=gen, dtype=torch.float64)
+    mu = AB.positional_means(h)
+    mean_hook = AB.ablation_hook("mean_positional", mu)
+    hook = AB.ablation_hook("mean_positional_random", mu, generator=torch.Generator().manual_seed(0))
+    tail = torch.ones(5, 2, 12, dtype=torch.float64)
+    out = hook(torch.cat([h, tail], dim=1), hook=None)
+    assert torch.equal(out[:, 7:], tail)
+    moved, mean_moved = out[:, :7] - h, mean_hook(h, hook=None) - h
+    for p in range(7):
+        size = float(torch.sqrt(sum((mu.mean(0)[i] - mu[p, i]) ** 2 for i in range(12))))
+        for b in range(5):
+            assert float(moved[b, p].norm()) == pytest.approx(size, rel=1e-9)
+            assert float(mean_moved[b, p].norm()) == pytest.approx(size, rel=1e-9)
+        cos = float(moved[0, p] @ mean_moved[0, p]) / size**2
+        assert abs(cos) < 0.95  # another direction
+    torch.testing.assert_close(hook(h, hook=None), out[:, :7])  # drawn once, not per call
+    other = AB.ablation_hook("mean_positional_random", mu, generator=torch.Generator().manual_seed(1))
+    assert not torch.allclose(other(h, hook=None), out[:, :7])
+    flat = torch.zeros(7, 12, dtype=torch.float64) + mu.mean(0)
+    torch.testing.assert_close(AB.ablation_hook("mean_positional_random", flat, generator=gen)(h, hook=None), h)
+    with pytest.raises(NopeInterpError, match="'mean_positional_random' needs a torch.Generator"):
+        AB.ablation_hook("mean_positional_random", mu)
+    with pytest.raises(NopeInterpError, match="acts on the 7 prompt positions of mu"):
+        hook(h[:, :4], hook=None)
+
+
 def test_rank_zero_and_identity_permutation_leave_logits_unchanged(AB, tiny_model):
     tokens = torch.randint(0, 96, (3, 9), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():

@@ -96,7 +96,8 @@ SOURCES = ("run", "pretrained", "init", "task", "n_digits", "preset", "with_seed
 #: The ablations, in table order (those of :mod:`nope_interp.ablations`).
 KINDS = ABLATIONS
 #: One colour per ablation kind, shared by the per-run and the seed figures.
-KIND_COLORS = dict(zip(KINDS, ["#d62728", "#ff7f0e", "#1f77b4", "#aec7e8", "#7f7f7f", "#2ca02c"], strict=True))
+KIND_COLORS = dict(zip(KINDS, ["#d62728", "#ff7f0e", "#1f77b4", "#aec7e8", "#7f7f7f", "#2ca02c", "#ffbb78"],
+                       strict=True))
 #: The scores of a site's position/content decomposition that are averaged over seeds.
 DECOMPOSITION_KEYS = ("positional_variance_fraction", "adjacency_full", "adjacency_positional", "adjacency_content")
 #: Seeds of the prompt samplers: evaluation prompts, prompts for mu, prompts for the adjacency scores.
