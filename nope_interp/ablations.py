@@ -11,7 +11,9 @@ Ablations (each a hook factory; applied only through ``model.hooks``/``run_with_
 * ``mean_positional``: h_p - mu[p] + mean_p mu (position removed, content kept);
 * ``mean_positional_random``: h_p + |mean_p mu - mu[p]| u_p with u_p a random unit vector per position, drawn
   once (the control of ``mean_positional``: a shift of the same size at every position, in a random direction);
-* ``project_out``: remove the rank-r positional subspace (control: a random subspace of the same rank);
+* ``project_out``: remove the rank-r positional subspace (controls: a random subspace of the same rank,
+  ``project_out_random``, and the top-r principal directions of the content part h - mu, ``project_out_content``,
+  which hold as much variance as any r directions outside position do);
 * ``shuffle_vectors``: permute whole vectors across positions (a floor: destroys everything);
 * ``swap_prompts``: exchange activations between prompts at the same position (keeps position, destroys
   content).
@@ -71,7 +73,7 @@ def _check_acts(acts: object, fn: str, shape: str = "(batch, pos, d_model)", ndi
     return acts.detach()
 
 ABLATIONS = ("shuffle_positional", "mean_positional", "project_out", "project_out_random", "shuffle_vectors",
-             "swap_prompts", "mean_positional_random")
+             "swap_prompts", "mean_positional_random", "project_out_content")
 ResidHook = Callable[..., Float[Tensor, "batch pos d_model"]]
 
 
@@ -169,6 +171,29 @@ def positional_subspace(mu: Float[Tensor, "pos d_model"], rank: int) -> Float[Te
     return vh[:rank].T.contiguous()
 
 
+def content_subspace(acts: Float[Tensor, "batch pos d_model"], rank: int) -> Float[Tensor, "d_model rank"]:
+    """Orthonormal basis of the top-``rank`` principal directions (uncentred: h - mu has mean zero at every
+    position) of the content part h - mu[p] of ``acts``, pooled over prompts and positions: the directions
+    holding the most variance that is not position's, the variance-rich control of :func:`positional_subspace`.
+
+    Raises:
+        NopeInterpError: ``acts`` not a real float tensor ``(batch >= 2, pos, d_model)`` with finite entries;
+            ``rank`` not an integer in [0, d_model]; ``rank`` above the number of directions the content spans
+            (singular values above 1e-9 of the largest).
+    """
+    acts = _check_acts(acts, "content_subspace")
+    if acts.shape[0] < 2:
+        raise NopeInterpError(f"content_subspace needs (batch >= 2, pos, d_model), got {tuple(acts.shape)}")
+    rank = _check_rank(rank, acts.shape[2], "content_subspace")
+    content = (acts.double() - acts.double().mean(0, keepdim=True)).reshape(-1, acts.shape[2])
+    _, sv, vh = torch.linalg.svd(content, full_matrices=False)
+    spanned = int((sv > 1e-9 * float(sv[0])).sum()) if float(sv[0]) > 0 else 0
+    if rank > spanned:
+        raise NopeInterpError(f"content_subspace: the content part spans {spanned} direction(s), so rank {rank} "
+                              f"would add arbitrary ones; use rank <= {spanned}")
+    return vh[:rank].T.contiguous()
+
+
 def random_subspace(d_model: int, rank: int, generator: torch.Generator) -> Float[Tensor, "d_model rank"]:
     """A uniformly random orthonormal basis of ``rank`` directions (QR of a Gaussian matrix, signs fixed by
     the diagonal of R so that the distribution is Haar; Mezzadri, Notices of the AMS 2007).
@@ -245,7 +270,7 @@ def ablation_hook(
                    else type(perm).__name__)
             raise NopeInterpError(f"ablation_hook: perm must be a permutation of range({n}) (an integer tensor of the "
                                   f"{n} prompt positions, each once), got a {got} that is not")
-    if kind in ("project_out", "project_out_random"):
+    if kind in ("project_out", "project_out_random", "project_out_content"):
         if basis is None:
             raise NopeInterpError(f"ablation {kind!r} needs basis")
         basis = check_basis(basis, mu.shape[1], "ablation_hook")
@@ -272,7 +297,7 @@ def ablation_hook(
             return h - m + m.mean(0, keepdim=True)
         if kind == "mean_positional_random":
             return h + shift.to(h.device)
-        if kind in ("project_out", "project_out_random"):
+        if kind in ("project_out", "project_out_random", "project_out_content"):
             return project_out(h, basis.to(h.device))
         if kind == "shuffle_vectors":
             return h[:, perm]

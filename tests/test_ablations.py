@@ -79,6 +79,38 @@ def test_the_random_shift_control_matches_the_mean_ablation_in_size_not_directio
         hook(h[:, :4], hook=None)
 
 
+def test_the_content_subspace_is_the_top_principal_directions_of_h_minus_mu(AB):
+    """Against numpy: the top right singular vectors of the stacked content rows h[b, p] - mu[p] (up to sign);
+    the basis holds the largest content variance any r directions can (the sum of the top r squared singular
+    values, more than a random subspace holds), and a position-only input has no content to span."""
+    import numpy as np
+
+    from nope_interp.errors import NopeInterpError
+
+    gen = torch.Generator().manual_seed(5)
+    h = torch.randn(6, 5, 10, generator=gen, dtype=torch.float64) * torch.linspace(0.2, 3.0, 10, dtype=torch.float64)
+    h = h + torch.randn(5, 10, generator=gen, dtype=torch.float64) * 4  # a positional part
+    basis = AB.content_subspace(h, 3)
+    torch.testing.assert_close(basis.T @ basis, torch.eye(3, dtype=torch.float64))
+    mu = h.numpy().mean(0)
+    rows = np.concatenate([h.numpy()[b] - mu for b in range(6)])
+    _, sv, vt = np.linalg.svd(rows, full_matrices=False)
+    assert np.allclose(np.abs(vt[:3] @ basis.numpy()), np.eye(3), atol=1e-8)
+    held = float(((rows @ basis.numpy()) ** 2).sum())
+    assert held == pytest.approx(float((sv[:3] ** 2).sum()), rel=1e-9)
+    rand = AB.random_subspace(10, 3, gen).numpy()
+    assert held > float(((rows @ rand) ** 2).sum())
+    flat = torch.randn(1, 5, 10, generator=gen, dtype=torch.float64).expand(4, 5, 10)
+    with pytest.raises(NopeInterpError, match="content part spans 0 direction"):
+        AB.content_subspace(flat, 1)
+    with pytest.raises(NopeInterpError, match="batch >= 2"):
+        AB.content_subspace(h[:1], 1)
+    with pytest.raises(NopeInterpError, match=r"rank must be an integer in \[0, 10\]"):
+        AB.content_subspace(h, 11)
+    hook = AB.ablation_hook("project_out_content", AB.positional_means(h), basis=basis)
+    torch.testing.assert_close(hook(h, hook=None), AB.project_out(h, basis))
+
+
 def test_rank_zero_and_identity_permutation_leave_logits_unchanged(AB, tiny_model):
     tokens = torch.randint(0, 96, (3, 9), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():

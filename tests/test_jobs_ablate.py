@@ -553,3 +553,25 @@ def test_too_few_prompts_name_the_setting_that_asks_for_them(AJ):
         AJ.run(AJ.AblateConfig(**base, n_eval=100, protocol="authors"), [entry])
     with pytest.raises(NopeInterpError, match=r"tiny-1digit: the 500 evaluation prompts \(--n-eval\): only 100"):
         AJ.run(AJ.AblateConfig(**base, n_eval=500, protocol="window", window=12), [entry])
+
+
+def test_the_content_control_removes_the_top_directions_of_h_minus_mu_on_the_mu_prompts(AJ, tiny_addition_entry):
+    from nope_interp.ablations import ablation_hook, content_subspace, positional_means, positional_subspace
+    from nope_interp.evaluate import answer_loss
+
+    config = AJ.AblateConfig(layers=(1,), kinds=("project_out_content", "project_out"), rank=1, ranks=(0,),
+                             n_random=1, n_eval=6, n_mu=16, n_analysis=2)
+    (r,) = AJ.run(config, [tiny_addition_entry]).runs
+    model, task, site = tiny_addition_entry.model, tiny_addition_entry.task, "blocks.1.hook_resid_pre"
+    eval_prompts = task.analysis_prompts(6, seed=AJ.EVAL_SEED)
+    mu_prompts = task.analysis_prompts(16, seed=AJ.MU_SEED, exclude=frozenset(eval_prompts))
+    _, cache = model.run_with_cache(task.prompt_tokens(mu_prompts), names_filter=site)
+    acts = cache[site]
+    batch = task.training_batch([task.example(p) for p in eval_prompts])
+    losses = {}
+    for kind, basis in (("project_out_content", content_subspace(acts, 1)),
+                        ("project_out", positional_subspace(positional_means(acts), 1))):
+        with torch.no_grad(), model.hooks(fwd_hooks=[(site, ablation_hook(kind, positional_means(acts), basis=basis))]):
+            losses[kind] = float(answer_loss(model, batch))
+        assert r.site(site).ablations[kind].answer_loss == pytest.approx(losses[kind], rel=1e-6)
+    assert losses["project_out_content"] != pytest.approx(losses["project_out"], rel=1e-4)

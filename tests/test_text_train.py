@@ -254,7 +254,7 @@ def test_ablate_and_probe_take_text_runs_with_next_character_accuracy(tmp_path, 
         assert ablated["mean_positional"]["answer_loss"] != pytest.approx(r["clean"]["answer_loss"], rel=1e-6)
         assert set(r["sites"]["blocks.1.hook_resid_pre"]) == {"shuffle_positional", "mean_positional", "project_out",
                                                                 "project_out_random", "shuffle_vectors", "swap_prompts",
-                                                                "mean_positional_random"}
+                                                                "mean_positional_random", "project_out_content"}
     capsys.readouterr()
     assert main(["probe", "--run", str(nope), "--n-prompts", "8", "--quick", "--features", "cos_profile", "norm",
                  "--out-root", str(out)]) == 0

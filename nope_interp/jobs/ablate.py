@@ -56,6 +56,7 @@ from nope_interp.ablations import (
     ABLATIONS,
     ResidHook,
     ablation_hook,
+    content_subspace,
     positional_decomposition,
     positional_means,
     positional_subspace,
@@ -96,8 +97,8 @@ SOURCES = ("run", "pretrained", "init", "task", "n_digits", "preset", "with_seed
 #: The ablations, in table order (those of :mod:`nope_interp.ablations`).
 KINDS = ABLATIONS
 #: One colour per ablation kind, shared by the per-run and the seed figures.
-KIND_COLORS = dict(zip(KINDS, ["#d62728", "#ff7f0e", "#1f77b4", "#aec7e8", "#7f7f7f", "#2ca02c", "#ffbb78"],
-                       strict=True))
+KIND_COLORS = dict(zip(KINDS, ["#d62728", "#ff7f0e", "#1f77b4", "#aec7e8", "#7f7f7f", "#2ca02c", "#ffbb78",
+                              "#9edae5"], strict=True))
 #: The scores of a site's position/content decomposition that are averaged over seeds.
 DECOMPOSITION_KEYS = ("positional_variance_fraction", "adjacency_full", "adjacency_positional", "adjacency_content")
 #: Seeds of the prompt samplers: evaluation prompts, prompts for mu, prompts for the adjacency scores.
@@ -628,6 +629,8 @@ def ablate_model(entry: ModelEntry, config: AblateConfig, *, seed: int = 0, log:
                 basis = positional_subspace(mu, config.rank)
             elif kind == "project_out_random":
                 basis = random_subspace(mu.shape[1], config.rank, gen)
+            elif kind == "project_out_content":
+                basis = content_subspace(acts, config.rank)
             else:
                 basis = None
             hook = ablation_hook(kind, mu, perm=perm, basis=basis, generator=gen)
