@@ -163,11 +163,17 @@ def positional_subspace(mu: Float[Tensor, "pos d_model"], rank: int) -> Float[Te
     n, d = mu.shape
     rank = _check_rank(rank, min(n - 1, d), "positional_subspace")
     centred = mu.double() - mu.double().mean(0, keepdim=True)
-    _, sv, vh = torch.linalg.svd(centred, full_matrices=False)
+    return _top_directions(centred, rank, "positional_subspace: the centred positional means span")
+
+
+def _top_directions(rows: Float[Tensor, "n d_model"], rank: int, what: str) -> Float[Tensor, "d_model rank"]:
+    """The top-``rank`` right singular vectors of ``rows`` as columns; NopeInterpError (``what`` + the count)
+    when ``rows`` span fewer directions (singular values above 1e-9 of the largest)."""
+    _, sv, vh = torch.linalg.svd(rows, full_matrices=False)
     spanned = int((sv > 1e-9 * float(sv[0])).sum()) if float(sv[0]) > 0 else 0
     if rank > spanned:
-        raise NopeInterpError(f"positional_subspace: the centred positional means span {spanned} direction(s), so "
-                              f"rank {rank} would add arbitrary ones; use rank <= {spanned}")
+        raise NopeInterpError(f"{what} {spanned} direction(s), so rank {rank} would add arbitrary ones; "
+                              f"use rank <= {spanned}")
     return vh[:rank].T.contiguous()
 
 
@@ -186,12 +192,7 @@ def content_subspace(acts: Float[Tensor, "batch pos d_model"], rank: int) -> Flo
         raise NopeInterpError(f"content_subspace needs (batch >= 2, pos, d_model), got {tuple(acts.shape)}")
     rank = _check_rank(rank, acts.shape[2], "content_subspace")
     content = (acts.double() - acts.double().mean(0, keepdim=True)).reshape(-1, acts.shape[2])
-    _, sv, vh = torch.linalg.svd(content, full_matrices=False)
-    spanned = int((sv > 1e-9 * float(sv[0])).sum()) if float(sv[0]) > 0 else 0
-    if rank > spanned:
-        raise NopeInterpError(f"content_subspace: the content part spans {spanned} direction(s), so rank {rank} "
-                              f"would add arbitrary ones; use rank <= {spanned}")
-    return vh[:rank].T.contiguous()
+    return _top_directions(content, rank, "content_subspace: the content part spans")
 
 
 def random_subspace(d_model: int, rank: int, generator: torch.Generator) -> Float[Tensor, "d_model rank"]:

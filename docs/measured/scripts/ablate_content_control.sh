@@ -6,18 +6,13 @@
 # Usage: docs/measured/scripts/ablate_content_control.sh [OUT_ROOT]
 set -euo pipefail
 OUT=${1:-results/measured-content-control}
-BIN=${BIN:-.venv/bin/nope-interp}
-C=nope_interp/pretrained/candidates
-runs=()
-for name in addition-packed-s1 addition-packed-s2 reversal-packed-s{0,1,2} ordering-packed-s{0,1,2}; do
-  runs+=("$C/$name")
-done
+source "$(dirname "$0")/packed_candidates.sh"  # BIN, PACKED
 D=docs/measured/ablate/content_control
 mkdir -p "$D"
 for r in 1 4; do
   K=(--kinds project_out project_out_content project_out_random --rank "$r" --ranks 0 --n-random 1 --layers 1)
   $BIN ablate --with-seeds "${K[@]}" --out-root "$OUT/shipped-r$r"
-  $BIN ablate --run "${runs[@]}" "${K[@]}" --out-root "$OUT/packed-r$r"
+  $BIN ablate --run "${PACKED[@]}" "${K[@]}" --out-root "$OUT/packed-r$r"
   cp "$OUT/shipped-r$r/results/ablate/ablate.csv" "$D/shipped_rank$r.csv"
   cp "$OUT/packed-r$r/results/ablate/ablate.csv" "$D/packed_rank$r.csv"
 done

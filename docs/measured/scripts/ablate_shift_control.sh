@@ -6,15 +6,10 @@
 # Usage: docs/measured/scripts/ablate_shift_control.sh [OUT_ROOT]
 set -euo pipefail
 OUT=${1:-results/measured-shift-control}
-BIN=${BIN:-.venv/bin/nope-interp}
-C=nope_interp/pretrained/candidates
-runs=()
-for name in addition-packed-s1 addition-packed-s2 reversal-packed-s{0,1,2} ordering-packed-s{0,1,2}; do
-  runs+=("$C/$name")
-done
+source "$(dirname "$0")/packed_candidates.sh"  # BIN, PACKED
 K=(--kinds mean_positional mean_positional_random --ranks 0 --n-random 1)
-$BIN ablate --run "${runs[@]}" "${K[@]}" --protocol window --window 44 --out-root "$OUT/packed-window44"
-$BIN ablate --run "${runs[@]}" "${K[@]}" --out-root "$OUT/packed-full"
+$BIN ablate --run "${PACKED[@]}" "${K[@]}" --protocol window --window 44 --out-root "$OUT/packed-window44"
+$BIN ablate --run "${PACKED[@]}" "${K[@]}" --out-root "$OUT/packed-full"
 $BIN ablate --with-seeds "${K[@]}" --out-root "$OUT/shipped-full"
 D=docs/measured/ablate/shift_control
 mkdir -p "$D"

@@ -6,13 +6,8 @@
 # Usage: docs/measured/scripts/ablate_window.sh [OUT_ROOT]
 set -euo pipefail
 OUT=${1:-results/measured-window}
-BIN=${BIN:-.venv/bin/nope-interp}
-C=nope_interp/pretrained/candidates
-runs=()
-for name in addition-packed-s1 addition-packed-s2 reversal-packed-s{0,1,2} ordering-packed-s{0,1,2}; do
-  runs+=("$C/$name")
-done
-$BIN ablate --run "${runs[@]}" --protocol window --window 44 --out-root "$OUT"
+source "$(dirname "$0")/packed_candidates.sh"  # BIN, PACKED
+$BIN ablate --run "${PACKED[@]}" --protocol window --window 44 --out-root "$OUT"
 mkdir -p docs/measured/ablate/window44
 cp "$OUT"/results/ablate/{ablate_window44.csv,ablate_decomposition_window44.csv,ablate_seeds_window44.csv,ablate_seeds_window44.md} \
    docs/measured/ablate/window44/
