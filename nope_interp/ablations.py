@@ -10,7 +10,8 @@ Ablations (each a hook factory; applied only through ``model.hooks``/``run_with_
   scrambled);
 * ``mean_positional``: h_p - mu[p] + mean_p mu (position removed, content kept);
 * ``mean_positional_random``: h_p + |mean_p mu - mu[p]| u_p with u_p a random unit vector per position, drawn
-  once (the control of ``mean_positional``: a shift of the same size at every position, in a random direction);
+  once (the control of ``mean_positional``: a shift of the same size at every position, in a random direction;
+  this project's);
 * ``project_out``: remove the rank-r positional subspace (controls: a random subspace of the same rank,
   ``project_out_random``, and the top-r principal directions of the content part h - mu, ``project_out_content``,
   which hold as much variance as any r directions outside position do);
@@ -181,6 +182,8 @@ def content_subspace(acts: Float[Tensor, "batch pos d_model"], rank: int) -> Flo
     """Orthonormal basis of the top-``rank`` principal directions (uncentred: h - mu has mean zero at every
     position) of the content part h - mu[p] of ``acts``, pooled over prompts and positions: the directions
     holding the most variance that is not position's, the variance-rich control of :func:`positional_subspace`.
+    Principal components of the content part of the mean decomposition (Song & Zhong, arXiv 2310.04861); the
+    use as a control is this project's.
 
     Raises:
         NopeInterpError: ``acts`` not a real float tensor ``(batch >= 2, pos, d_model)`` with finite entries;

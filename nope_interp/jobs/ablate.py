@@ -156,6 +156,12 @@ class AblateConfig(FrozenConfig):
         check_used("window", self.window, None, self.protocol == "window", "with protocol window")
 
     @property
+    def window_used(self) -> int:
+        """The ``window`` argument of the protocol helpers: ``window`` under the window protocol (once
+        :func:`run` has resolved a default of None), :data:`tasks.DEFAULT_WINDOW` otherwise."""
+        return protocol_window(self.protocol, self.window or DEFAULT_WINDOW)
+
+    @property
     def kinds_used(self) -> tuple[str, ...]:
         """The ablations run: ``kinds``, or all of :data:`KINDS` when it is None."""
         return KINDS if self.kinds is None else tuple(self.kinds)
@@ -413,7 +419,7 @@ class TaskSeedSummary:
     def group(self) -> str:
         """The group's name in tables and ``ablate.json``: the task, plus the prefix when there is one
         (``addition (prompts after '\\n')``) and the protocol when it is ``authors`` or ``window``
-        (``addition (window inputs)``)."""
+        (``addition (window inputs of 44 characters)``)."""
         name = self.task if not self.eval_prefix else f"{self.task} (prompts after {self.eval_prefix!r})"
         if self.protocol in ("full", "text"):
             return name
@@ -507,7 +513,7 @@ class _Inputs:
 
 def _task_inputs(entry: ModelEntry, config: AblateConfig) -> _Inputs:
     model, task = entry.model, entry.task
-    protocol, window = config.protocol, protocol_window(config.protocol, config.window or DEFAULT_WINDOW)
+    protocol, window = config.protocol, config.window_used
     prefix = eval_prefix(entry) if protocol == "full" else ""
     try:
         examples = tasks_pkg.protocol_examples(task, protocol, config.n_eval, EVAL_SEED, entry.train_prompts, window)
@@ -664,7 +670,7 @@ def ablate_model(entry: ModelEntry, config: AblateConfig, *, seed: int = 0, log:
                        model_seed=entry.model_cfg.seed, task=name, n_eval=inputs.n_eval,
                        n_mu=inputs.mu_tokens.shape[0], rank=config.rank, clean=clean, sites=tuple(site_results),
                        rank_curve=curve, metric=inputs.metric, eval_prefix=inputs.prefix, protocol=inputs.protocol,
-                       window=protocol_window(config.protocol, config.window or DEFAULT_WINDOW))
+                       window=config.window_used)
 
 
 def seed_summary(runs: Sequence[RunAblation]) -> tuple[TaskSeedSummary, ...]:
@@ -739,7 +745,7 @@ def run(config: AblateConfig, models: list[ModelEntry] | None = None, *, log: Lo
         if entry.kind != "text" and config.protocol != "full":
             task, n_ctx = entry.task, entry.model.cfg.n_ctx
             length = tasks_pkg.protocol_length(task, config.protocol,
-                                               protocol_window(config.protocol, config.window or DEFAULT_WINDOW))
+                                               config.window_used)
             if config.protocol == "window" and length < task.max_prompt_len + 1:
                 raise NopeInterpError(
                     f"{entry.label}: --window {length} cannot hold a newline and the longest {task.name} prompt "
@@ -928,7 +934,7 @@ def write(result: AblateResult, out_root: str | Path = ".") -> list[Path]:
     so the outputs of two protocols or window lengths never overwrite each other; every CSV row starts with
     the inputs its model read (``protocol``, and ``window`` under the window protocol)."""
     res_dir, fig_dir = io.job_dirs(out_root, NAME)
-    window = protocol_window(result.config.protocol, result.config.window or DEFAULT_WINDOW)
+    window = result.config.window_used
     tag = protocol_tag(result.config.protocol, window)
 
     def name(stem: str, ext: str) -> str:
