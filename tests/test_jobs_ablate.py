@@ -139,12 +139,62 @@ def test_to_dict_is_json_with_the_old_layout(AJ, tiny_ablation):
     assert list(r["sites"]) == SITES and list(r["sites"][SITES[0]]) == ["shuffle_positional", "project_out",
                                                                            "shuffle_vectors"]
     assert list(r["decomposition"][SITES[0]]) == [*KEYS, "dropped_positions", "n_prompts"]
-    assert list(r["rank_curve"]["points"][0]) == ["rank", "positional", "random_mean", "random_std", "random_draws"]
+    assert list(r["rank_curve"]["points"][0]) == ["rank", "positional", "random_mean", "random_std", "random_draws",
+                                                  "content"]
     summary = data["seed_summary"]["addition"]
     assert list(summary) == ["runs", "clean_exact_match", "accuracy_loss", "rank_curve", "decomposition",
                              "eval_prefix", "protocol"]
     assert summary["protocol"] == "full" and summary["clean_exact_match"]["n_seeds"] == 1
     assert list(summary["rank_curve"]) == ["0", "2"]
+    assert list(summary["rank_curve"]["2"]) == ["positional", "random", "content"]
+
+
+def test_the_rank_curve_removes_the_top_content_directions_of_the_rank_site(AJ, tiny_config, tiny_addition_entry,
+                                                                             monkeypatch):
+    """The content control of each rank is the top-r content subspace of the first site's activations on
+    mu's prompts (recomputed here from a cache), measured like the other points; rank 0 removes nothing."""
+    from nope_interp.ablations import content_subspace
+
+    calls = []
+
+    def spy(acts, rank):
+        calls.append((acts.clone(), rank))
+        return content_subspace(acts, rank)
+
+    monkeypatch.setattr(AJ, "content_subspace", spy)
+    cfg = dataclasses.replace(tiny_config, kinds=("shuffle_positional",))
+    (r,) = AJ.run(cfg, [tiny_addition_entry]).runs
+    model, task = tiny_addition_entry.model, tiny_addition_entry.task
+    eval_prompts = frozenset(task.analysis_prompts(6, seed=11))
+    mu_prompts = task.analysis_prompts(16, seed=12, exclude=eval_prompts)
+    _, cache = model.run_with_cache(task.prompt_tokens(mu_prompts), names_filter=SITES[0])
+    assert [rank for _, rank in calls] == [0, 2]  # 99 is skipped
+    for acts, _ in calls:
+        torch.testing.assert_close(acts, cache[SITES[0]])
+    points = r.rank_curve.points
+    assert points[0].content == r.clean.exact_match and all(0.0 <= p.content <= 1.0 for p in points)
+
+
+def test_a_rank_the_content_part_does_not_span_gives_nan_and_says_so(AJ, tiny_config, tiny_addition_entry,
+                                                                     monkeypatch):
+    from nope_interp.ablations import content_subspace
+    from nope_interp.errors import NopeInterpError
+
+    def refuse_rank_2(acts, rank):
+        if rank == 2:
+            raise NopeInterpError("content_subspace: the content part spans 1 direction(s)")
+        return content_subspace(acts, rank)
+
+    monkeypatch.setattr(AJ, "content_subspace", refuse_rank_2)
+    lines = []
+    cfg = dataclasses.replace(tiny_config, kinds=("shuffle_positional",))
+    result = AJ.run(cfg, [tiny_addition_entry], log=lines.append)
+    (r,) = result.runs
+    assert [p.rank for p in r.rank_curve.points] == [0, 2]
+    assert not math.isnan(r.rank_curve.points[0].content) and math.isnan(r.rank_curve.points[1].content)
+    assert any("r=2: no content control" in line and "spans 1 direction" in line for line in lines)
+    assert "| 2 |" in AJ.seed_markdown(result.seed_summary) and "top content removed" in AJ.seed_markdown(
+        result.seed_summary)
 
 
 def test_write_files_and_the_seed_figure(AJ, tiny_ablation, tmp_path):
@@ -344,7 +394,7 @@ def test_every_exact_match_of_a_packed_run_reads_its_newline(AJ, packed_run, mon
     config = AJ.AblateConfig(layers=(1,), kinds=("mean_positional",), rank=0, ranks=(0, 1), n_random=1, n_eval=4,
                              n_mu=8, n_analysis=3)
     AJ.run(config, [entry])
-    assert len(seen) == 1 + 1 + 2 * 2 and set(seen) == {"\n"}
+    assert len(seen) == 1 + 1 + 2 * 3 and set(seen) == {"\n"}  # clean, one kind, (positional, random, content) x 2
 
 
 def test_a_model_whose_n_ctx_cannot_hold_the_prefix_is_named_before_any_work(AJ, packed_run):
@@ -491,7 +541,7 @@ def test_a_packed_run_under_the_authors_protocol_reads_no_prefix(AJ, packed_run,
                              n_mu=8, n_analysis=3, protocol="authors")
     (r,) = AJ.run(config, [entry]).runs
     length = tasks.authors_length(entry.task)
-    assert set(seen) == {("", frozenset({length}))} and len(seen) == 1 + 1 + 2
+    assert set(seen) == {("", frozenset({length}))} and len(seen) == 1 + 1 + 3  # clean, kind, rank 0 x 3
     assert (r.protocol, r.eval_prefix) == ("authors", "") and "window" not in r.to_dict()
 
 

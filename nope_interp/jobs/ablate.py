@@ -20,7 +20,9 @@ Before ablating, each site is split into positional mean and content part
 (:func:`nope_interp.ablations.positional_decomposition`: variance share and adjacency of each part; the
 mean decomposition of Song & Zhong, arXiv 2310.04861). The rank curve: exact match with the top-r
 positional subspace projected out, beside the same with random subspaces of rank r (several draws:
-mean and spread). Runs of the same task (the shipped seeds) are summarised by mean, std and 95% CI
+mean and spread) and with the top-r principal directions of the content part h - mu (as much variance as
+directions outside position hold: the control a random subspace, holding about r / d_model of it, is not).
+Runs of the same task (the shipped seeds) are summarised by mean, std and 95% CI
 (:func:`nope_interp.stats.mean_std_ci`). The method is described in ``docs/method.md``.
 
 A character-level language model of ``nope-interp train-text`` (task ``text``) has no answers to match: its
@@ -99,6 +101,8 @@ KINDS = ABLATIONS
 #: One colour per ablation kind, shared by the per-run and the seed figures.
 KIND_COLORS = dict(zip(KINDS, ["#d62728", "#ff7f0e", "#1f77b4", "#aec7e8", "#7f7f7f", "#2ca02c", "#ffbb78",
                               "#9edae5"], strict=True))
+#: The rank curve's content line: a darker shade of ``project_out_content``'s bars, apart from the positional blue.
+CONTENT_LINE_COLOR = "#0e7c86"
 #: The scores of a site's position/content decomposition that are averaged over seeds.
 DECOMPOSITION_KEYS = ("positional_variance_fraction", "adjacency_full", "adjacency_positional", "adjacency_content")
 #: Seeds of the prompt samplers: evaluation prompts, prompts for mu, prompts for the adjacency scores.
@@ -248,7 +252,10 @@ class RankPoint:
     Attributes:
         rank: dimensions projected out. positional: exact match in [0, 1] with the top-``rank`` positional
             subspace removed. random_draws: exact match with a random subspace of that rank removed, one
-            per draw; random_mean, random_std: their mean and sample std (0.0 for one draw).
+            per draw; random_mean, random_std: their mean and sample std (0.0 for one draw). content: exact
+            match with the top-``rank`` principal directions of the content part h - mu removed
+            (:func:`~nope_interp.ablations.content_subspace`: the variance-rich control; NaN where the content
+            part spans fewer than ``rank`` directions, and in results written before it existed).
     """
 
     rank: int
@@ -256,11 +263,12 @@ class RankPoint:
     random_mean: float
     random_std: float
     random_draws: tuple[float, ...]
+    content: float = math.nan
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"rank", "positional", "random_mean", "random_std", "random_draws"}``."""
+        """``{"rank", "positional", "random_mean", "random_std", "random_draws", "content"}``."""
         return {"rank": self.rank, "positional": self.positional, "random_mean": self.random_mean,
-                "random_std": self.random_std, "random_draws": list(self.random_draws)}
+                "random_std": self.random_std, "random_draws": list(self.random_draws), "content": self.content}
 
 
 @dataclass(frozen=True)
@@ -367,12 +375,13 @@ class SiteLossStats:
 
 @dataclass(frozen=True)
 class SeedRankPoint:
-    """Exact match at one rank of the rank curve over seeds: positional subspace and random (the mean over
-    draws of each run) removed."""
+    """Exact match at one rank of the rank curve over seeds: positional subspace, random (the mean over
+    draws of each run) and top content directions removed."""
 
     rank: int
     positional: SeedStats
     random: SeedStats
+    content: SeedStats
 
 
 @dataclass(frozen=True)
@@ -434,8 +443,8 @@ class TaskSeedSummary:
         """The task's entry of ``seed_summary`` in ``ablate.json``."""
         return {"runs": list(self.runs), "clean_exact_match": self.clean_exact_match.to_dict(),
                 "accuracy_loss": {s.site: {k: st.to_dict() for k, st in s.by_kind.items()} for s in self.accuracy_loss},
-                "rank_curve": {str(p.rank): {"positional": p.positional.to_dict(), "random": p.random.to_dict()}
-                               for p in self.rank_curve},
+                "rank_curve": {str(p.rank): {"positional": p.positional.to_dict(), "random": p.random.to_dict(),
+                                             "content": p.content.to_dict()} for p in self.rank_curve},
                 "decomposition": {d.site: d.to_dict() for d in self.decomposition}, "eval_prefix": self.eval_prefix,
                 "protocol": self.protocol}
 
@@ -648,7 +657,8 @@ def ablate_model(entry: ModelEntry, config: AblateConfig, *, seed: int = 0, log:
              f"content {dec.adjacency_content:.2f}")
         emit(log, f"{name} {site}: " + ", ".join(f"{k} {v.exact_match:.3f}" for k, v in per.items())
              + f" (clean {clean.exact_match:.3f}; {time.perf_counter() - t0:.0f}s)")
-    mu = positional_means(_site_acts(model, inputs.mu_tokens, rank_site))
+    rank_acts = _site_acts(model, inputs.mu_tokens, rank_site)
+    mu = positional_means(rank_acts)
     max_rank = min(mu.shape[0] - 1, mu.shape[1])  # the centred means span at most pos - 1 directions
     points = []
     for r in [r for r in config.ranks if r <= max_rank]:
@@ -658,13 +668,20 @@ def ablate_model(entry: ModelEntry, config: AblateConfig, *, seed: int = 0, log:
         for _ in range(config.n_random):
             hook = ablation_hook("project_out_random", mu, basis=random_subspace(mu.shape[1], r, gen))
             rand.append(inputs.measure([(rank_site, hook)], False).exact_match)
+        try:
+            hook = ablation_hook("project_out_content", mu, basis=content_subspace(rank_acts, r))
+            content = inputs.measure([(rank_site, hook)], False).exact_match
+        except NopeInterpError as err:  # the content part spans fewer than r directions
+            emit(log, f"{name} rank curve r={r}: no content control ({err})")
+            content = math.nan
         rt = torch.tensor(rand, dtype=torch.float64)
         points.append(RankPoint(rank=r, positional=pos.exact_match, random_mean=float(rt.mean()),
-                                random_std=float(rt.std()) if len(rand) > 1 else 0.0, random_draws=tuple(rand)))
+                                random_std=float(rt.std()) if len(rand) > 1 else 0.0, random_draws=tuple(rand),
+                                content=content))
     curve = RankCurve(site=rank_site, points=tuple(points), max_rank=max_rank,
                       skipped_ranks=tuple(r for r in config.ranks if r > max_rank))
     emit(log, f"{name} rank curve at {rank_site}: " + ", ".join(
-        f"r={p.rank}: {p.positional:.3f} vs random {p.random_mean:.3f}" for p in points))
+        f"r={p.rank}: {p.positional:.3f} vs random {p.random_mean:.3f}, content {p.content:.3f}" for p in points))
     return RunAblation(label=entry.label, run=None if entry.run is None else str(entry.run.path),
                        run_name=entry.label if entry.run is None else entry.run.name,
                        model_seed=entry.model_cfg.seed, task=name, n_eval=inputs.n_eval,
@@ -705,7 +722,8 @@ def seed_summary(runs: Sequence[RunAblation]) -> tuple[TaskSeedSummary, ...]:
         for p in rs[0].rank_curve.points:
             if all(p.rank in m for m in by_rank):
                 curve.append(SeedRankPoint(rank=p.rank, positional=mean_std_ci([m[p.rank].positional for m in by_rank]),
-                                           random=mean_std_ci([m[p.rank].random_mean for m in by_rank])))
+                                           random=mean_std_ci([m[p.rank].random_mean for m in by_rank]),
+                                           content=mean_std_ci([m[p.rank].content for m in by_rank])))
         out.append(TaskSeedSummary(task=task, runs=tuple(r.run for r in rs), run_names=tuple(r.run_name for r in rs),
                                    clean_exact_match=mean_std_ci([r.clean.exact_match for r in rs]),
                                    accuracy_loss=tuple(losses), rank_curve=tuple(curve), decomposition=tuple(decs),
@@ -778,7 +796,7 @@ def run(config: AblateConfig, models: list[ModelEntry] | None = None, *, log: Lo
 
 def plot_ablations(runs: Sequence[RunAblation]) -> go.Figure:
     """Per run: accuracy lost by site and ablation (bars), and the rank curve with its random band
-    (mean ± std over draws)."""
+    (mean ± std over draws) and its content line (top-r directions of h - mu removed)."""
     runs = list(runs)
     fig = make_subplots(rows=len(runs), cols=2, column_widths=[0.6, 0.4],
                         subplot_titles=[t for r in runs for t in
@@ -793,8 +811,8 @@ def plot_ablations(runs: Sequence[RunAblation]) -> go.Figure:
                           row=i, col=1)
         pts = res.rank_curve.points
         x = [p.rank for p in pts]
-        hi = [p.random_mean + p.random_std for p in pts]
-        lo = [p.random_mean - p.random_std for p in pts]
+        hi = [min(1.0, p.random_mean + p.random_std) for p in pts]  # exact match lies in [0, 1]
+        lo = [max(0.0, p.random_mean - p.random_std) for p in pts]
         fig.add_trace(go.Scatter(x=x + x[::-1], y=hi + lo[::-1], mode="lines", fill="toself",
                                  fillcolor="rgba(120,120,120,0.25)",
                                  line={"width": 0}, name="random r removed (mean ± std)", legendgroup="band",
@@ -804,6 +822,10 @@ def plot_ablations(runs: Sequence[RunAblation]) -> go.Figure:
         fig.add_trace(go.Scatter(x=x, y=[p.positional for p in pts], mode="lines+markers",
                                  line={"color": "#1f77b4"}, name="top-r positional removed",
                                  legendgroup="pos", showlegend=(i == 1)), row=i, col=2)
+        fig.add_trace(go.Scatter(x=x, y=[p.content for p in pts], mode="lines+markers",
+                                 line={"color": CONTENT_LINE_COLOR, "dash": "dot"}, marker={"symbol": "diamond"},
+                                 name="top-r content removed (variance-rich control)",
+                                 legendgroup="content", showlegend=(i == 1)), row=i, col=2)
         fig.update_yaxes(title_text="accuracy lost", row=i, col=1)
         fig.update_yaxes(title_text=_metric_words(res.metric), range=[-0.02, 1.02], row=i, col=2)
         fig.update_xaxes(title_text="rank r", row=i, col=2)
@@ -834,7 +856,8 @@ def _fmt(st: SeedStats) -> str:
 
 def seed_markdown(summaries: Sequence[TaskSeedSummary], runs: Sequence[RunAblation] = ()) -> str:
     """The seed summary as Markdown tables: per task, the accuracy lost (mean ± std [95% CI]) by site and
-    ablation, the rank curve (positional vs random) and the position/content decomposition; with ``runs``,
+    ablation, the rank curve (positional vs random vs top content) and the position/content decomposition;
+    with ``runs``,
     also each run's own exact match (clean and under every ablation) per site, which is what to read when
     the runs' clean accuracies differ a lot."""
     lines = ["# Ablations over seeds", "",
@@ -850,8 +873,10 @@ def seed_markdown(summaries: Sequence[TaskSeedSummary], runs: Sequence[RunAblati
         kinds = list(e.accuracy_loss[0].by_kind) if e.accuracy_loss else []
         lines += ["| site | " + " | ".join(kinds) + " |", "|---" * (len(kinds) + 1) + "|"]
         lines += [f"| {s.site} | " + " | ".join(_fmt(s.by_kind[k]) for k in kinds) + " |" for s in e.accuracy_loss]
-        lines += ["", f"| rank r | {metric}, positional removed | {metric}, random removed |", "|---|---|---|"]
-        lines += [f"| {p.rank} | {_fmt(p.positional)} | {_fmt(p.random)} |" for p in e.rank_curve]
+        lines += ["", f"| rank r | {metric}, positional removed | {metric}, random removed | "
+                      f"{metric}, top content removed |", "|---|---|---|---|"]
+        lines += [f"| {p.rank} | {_fmt(p.positional)} | {_fmt(p.random)} | {_fmt(p.content)} |"
+                  for p in e.rank_curve]
         task_runs = [r for r in runs if r.task == e.task and r.eval_prefix == e.eval_prefix
                      and r.protocol == e.protocol]
         if task_runs:
@@ -874,7 +899,8 @@ def seed_markdown(summaries: Sequence[TaskSeedSummary], runs: Sequence[RunAblati
 
 def plot_seed_summary(summaries: Sequence[TaskSeedSummary]) -> go.Figure:
     """Per task, over seeds: mean accuracy lost by site and ablation with 95% CI error bars; the rank
-    curve (mean exact match, bars = std over seeds) for the positional and the random subspace; and the
+    curve (mean exact match, bars = std over seeds) for the positional, the random and the top content
+    subspace; and the
     clean model's decomposition per site (adjacency of h, of the positional mean mu and of the content
     h - mu, and the share of variance explained by position; bars = std over seeds)."""
     summaries = list(summaries)
@@ -902,9 +928,11 @@ def plot_seed_summary(summaries: Sequence[TaskSeedSummary]) -> go.Figure:
         for kind in (e.accuracy_loss[0].by_kind if e.accuracy_loss else ()):
             bar(labels, [s.by_kind[kind] for s in e.accuracy_loss], kind, KIND_COLORS[kind], "ci", i, 1)
         ranks = [p.rank for p in e.rank_curve]
-        for which, color, dash in (("positional", "#1f77b4", None), ("random", "gray", "dash")):
+        for which, color, dash in (("positional", "#1f77b4", None), ("random", "gray", "dash"),
+                                   ("content", CONTENT_LINE_COLOR, "dot")):
             st = [getattr(p, which) for p in e.rank_curve]
-            name = "top-r positional out" if which == "positional" else "random r out"
+            name = {"positional": "top-r positional out", "random": "random r out",
+                    "content": "top-r content out"}[which]
             fig.add_trace(go.Scatter(x=ranks, y=[s.mean for s in st], mode="lines+markers", name=name,
                                      legendgroup=which, showlegend=name not in shown,
                                      line={"color": color, "dash": dash},
