@@ -176,7 +176,7 @@ def test_the_rank_curve_removes_the_top_content_directions_of_the_rank_site(AJ, 
 
 
 def test_a_rank_the_content_part_does_not_span_gives_nan_and_says_so(AJ, tiny_config, tiny_addition_entry,
-                                                                     monkeypatch):
+                                                                     monkeypatch, tmp_path):
     from nope_interp.ablations import content_subspace
     from nope_interp.errors import NopeInterpError
 
@@ -195,6 +195,9 @@ def test_a_rank_the_content_part_does_not_span_gives_nan_and_says_so(AJ, tiny_co
     assert any("r=2: no content control" in line and "spans 1 direction" in line for line in lines)
     assert "| 2 |" in AJ.seed_markdown(result.seed_summary) and "top content removed" in AJ.seed_markdown(
         result.seed_summary)
+    AJ.write(result, tmp_path)  # the NaN is written as null: strict JSON
+    (path,) = assert_strict_json_files(tmp_path / "results" / "ablate")
+    assert json.loads(path.read_text())["results"][0]["rank_curve"]["points"][1]["content"] is None
 
 
 def test_write_files_and_the_seed_figure(AJ, tiny_ablation, tmp_path):
