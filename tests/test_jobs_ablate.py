@@ -155,22 +155,33 @@ def test_the_rank_curve_removes_the_top_content_directions_of_the_rank_site(AJ, 
     mu's prompts (recomputed here from a cache), measured like the other points; rank 0 removes nothing."""
     from nope_interp.ablations import content_subspace
 
-    calls = []
+    calls, hooked = [], []
+    real_hook = AJ.ablation_hook
 
     def spy(acts, rank):
         calls.append((acts.clone(), rank))
-        return content_subspace(acts, rank)
+        basis = content_subspace(acts, rank)
+        calls[-1] += (basis,)
+        return basis
+
+    def hook_spy(kind, mu, **kwargs):
+        if kind == "project_out_content":
+            hooked.append(kwargs["basis"])
+        return real_hook(kind, mu, **kwargs)
 
     monkeypatch.setattr(AJ, "content_subspace", spy)
+    monkeypatch.setattr(AJ, "ablation_hook", hook_spy)
     cfg = dataclasses.replace(tiny_config, kinds=("shuffle_positional",))
     (r,) = AJ.run(cfg, [tiny_addition_entry]).runs
     model, task = tiny_addition_entry.model, tiny_addition_entry.task
     eval_prompts = frozenset(task.analysis_prompts(6, seed=11))
     mu_prompts = task.analysis_prompts(16, seed=12, exclude=eval_prompts)
     _, cache = model.run_with_cache(task.prompt_tokens(mu_prompts), names_filter=SITES[0])
-    assert [rank for _, rank in calls] == [0, 2]  # 99 is skipped
-    for acts, _ in calls:
+    assert [c[1] for c in calls] == [0, 2]  # 99 is skipped
+    for acts, _, _ in calls:
         torch.testing.assert_close(acts, cache[SITES[0]])
+    # the hook projects out exactly the basis content_subspace returned, at each rank
+    assert len(hooked) == 2 and all(h is c[2] for h, c in zip(hooked, calls, strict=True))
     points = r.rank_curve.points
     assert points[0].content == r.clean.exact_match and all(0.0 <= p.content <= 1.0 for p in points)
 

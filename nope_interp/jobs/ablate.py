@@ -255,7 +255,7 @@ class RankPoint:
             per draw; random_mean, random_std: their mean and sample std (0.0 for one draw). content: exact
             match with the top-``rank`` principal directions of the content part h - mu removed
             (:func:`~nope_interp.ablations.content_subspace`: the variance-rich control; NaN where the content
-            part spans fewer than ``rank`` directions, and in results written before it existed).
+            part spans fewer than ``rank`` directions, and by default when not measured).
     """
 
     rank: int
@@ -849,6 +849,8 @@ def _metric_words(metric: str) -> str:
 
 
 def _fmt(st: SeedStats) -> str:
+    if st.mean != st.mean:  # NaN: not measured in some run (e.g. a rank the content part does not span)
+        return "n/a"
     if st.n_seeds < 2:
         return f"{st.mean:.3f}"
     return f"{st.mean:.3f} ± {st.std:.3f} [{st.ci95_low:.2f}, {st.ci95_high:.2f}]"
