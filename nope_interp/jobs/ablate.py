@@ -859,9 +859,9 @@ def _fmt(st: SeedStats) -> str:
 def seed_markdown(summaries: Sequence[TaskSeedSummary], runs: Sequence[RunAblation] = ()) -> str:
     """The seed summary as Markdown tables: per task, the accuracy lost (mean ± std [95% CI]) by site and
     ablation, the rank curve (positional vs random vs top content) and the position/content decomposition;
-    with ``runs``,
-    also each run's own exact match (clean and under every ablation) per site, which is what to read when
-    the runs' clean accuracies differ a lot."""
+    with ``runs``, also each run's own exact match (clean and under every ablation) per site, which is what to
+    read when the runs' clean accuracies differ a lot. A statistic that is NaN (a rank curve point not measured
+    in some run) is written ``n/a``."""
     lines = ["# Ablations over seeds", "",
              "mean ± sample std [95% Student-t CI of the mean] over the runs of each task (with one run the "
              "std is written as 0.0 and the CI as nan: one value has no spread to estimate); accuracy lost = clean "
@@ -902,8 +902,7 @@ def seed_markdown(summaries: Sequence[TaskSeedSummary], runs: Sequence[RunAblati
 def plot_seed_summary(summaries: Sequence[TaskSeedSummary]) -> go.Figure:
     """Per task, over seeds: mean accuracy lost by site and ablation with 95% CI error bars; the rank
     curve (mean exact match, bars = std over seeds) for the positional, the random and the top content
-    subspace; and the
-    clean model's decomposition per site (adjacency of h, of the positional mean mu and of the content
+    subspace; and the clean model's decomposition per site (adjacency of h, of the positional mean mu and of the content
     h - mu, and the share of variance explained by position; bars = std over seeds)."""
     summaries = list(summaries)
     titles = []
