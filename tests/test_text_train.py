@@ -1,5 +1,6 @@
 """Character-level language models on Shakespeare: bits per character, training, resume, twins, bad input."""
 
+import csv
 import json
 import math
 
@@ -237,8 +238,12 @@ def test_ablate_and_probe_take_text_runs_with_next_character_accuracy(tmp_path, 
     assert sorted(data["seed_summary"]) == ["text-learned", "text-nope"]  # twins are not seeds of each other
     md = (out / "results" / "ablate" / "ablate_seeds.md").read_text()
     assert "clean next-character accuracy" in md
+    with (out / "results" / "ablate" / "ablate.csv").open() as f:
+        csv_runs = {row["task"]: row["run"] for row in csv.DictReader(f)}
+    assert csv_runs == {"text-nope": str(nope), "text-learned": str(learned)}
     for r, run in zip(data["results"], (nope, learned), strict=True):
         assert r["metric"] == "next_char_accuracy" and r["n_eval"] == 6 and r["n_mu"] == 12
+        assert r["run"] == str(run)  # the text run's directory, as for a task run
         model, _, cfg = load_text_run(run)
         windows = eval_tokens(6, cfg.window)
         correct = 0

@@ -292,8 +292,9 @@ class RunAblation:
     """Every ablation of one model.
 
     Attributes:
-        label: the model's label (:attr:`ModelEntry.label`). run: its directory (None for an initialised
-            model). run_name: the name in tables (``shipped`` for a shipped model, else the directory name).
+        label: the model's label (:attr:`ModelEntry.label`). run: its directory (a task run's or a
+            ``train-text`` run's; None for an initialised model). run_name: the name in tables (``shipped``
+            for a shipped model, else the directory name).
         model_seed: the model's init seed. task: task name. n_eval, n_mu: prompts evaluated and used for mu.
         rank: rank of ``project_out`` in the site table. clean: the unablated model.
         sites: the ablated sites in order. rank_curve: the rank curve at the first site.
@@ -682,7 +683,9 @@ def ablate_model(entry: ModelEntry, config: AblateConfig, *, seed: int = 0, log:
                       skipped_ranks=tuple(r for r in config.ranks if r > max_rank))
     emit(log, f"{name} rank curve at {rank_site}: " + ", ".join(
         f"r={p.rank}: {p.positional:.3f} vs random {p.random_mean:.3f}, content {p.content:.3f}" for p in points))
-    return RunAblation(label=entry.label, run=None if entry.run is None else str(entry.run.path),
+    run_dir = (str(entry.run.path) if entry.run is not None
+               else str(entry.source["model_source"]) if entry.kind == "text" else None)
+    return RunAblation(label=entry.label, run=run_dir,
                        run_name=entry.label if entry.run is None else entry.run.name,
                        model_seed=entry.model_cfg.seed, task=name, n_eval=inputs.n_eval,
                        n_mu=inputs.mu_tokens.shape[0], rank=config.rank, clean=clean, sites=tuple(site_results),
