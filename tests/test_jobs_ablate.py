@@ -155,7 +155,7 @@ def test_the_rank_curve_removes_the_top_content_directions_of_the_rank_site(AJ, 
     mu's prompts (recomputed here from a cache), measured like the other points; rank 0 removes nothing."""
     from nope_interp.ablations import content_subspace
 
-    calls, hooked = [], []
+    calls, hooked, fired = [], [], []
     real_hook = AJ.ablation_hook
 
     def spy(acts, rank):
@@ -165,9 +165,16 @@ def test_the_rank_curve_removes_the_top_content_directions_of_the_rank_site(AJ, 
         return basis
 
     def hook_spy(kind, mu, **kwargs):
-        if kind == "project_out_content":
-            hooked.append(kwargs["basis"])
-        return real_hook(kind, mu, **kwargs)
+        built = real_hook(kind, mu, **kwargs)
+        if kind != "project_out_content":
+            return built
+        hooked.append(kwargs["basis"])
+
+        def where(resid, hook=None):  # records the site the content control is applied at
+            fired.append(hook.name)
+            return built(resid, hook)
+
+        return where
 
     monkeypatch.setattr(AJ, "content_subspace", spy)
     monkeypatch.setattr(AJ, "ablation_hook", hook_spy)
@@ -182,6 +189,7 @@ def test_the_rank_curve_removes_the_top_content_directions_of_the_rank_site(AJ, 
         torch.testing.assert_close(acts, cache[SITES[0]])
     # the hook projects out exactly the basis content_subspace returned, at each rank
     assert len(hooked) == 2 and all(h is c[2] for h, c in zip(hooked, calls, strict=True))
+    assert fired and set(fired) == {SITES[0]}  # ... at the rank site, where its basis was taken
     points = r.rank_curve.points
     assert points[0].content == r.clean.exact_match and all(0.0 <= p.content <= 1.0 for p in points)
 
