@@ -235,3 +235,32 @@ def test_random_tokens_refuse_bad_counts_and_seeds(tiny_model):
             fn(tiny_model, **args)
     toks = random_tokens(tiny_model, 3, 7, 1)
     assert toks.shape == (3, 7) and torch.equal(toks, random_tokens(tiny_model, 3, 7, 1))
+
+
+#: Each job's config class, its protocol setting for the window protocol, and the shortest window it takes.
+WINDOW_JOBS = {
+    "analyze": ("nope_interp.jobs.analyze", "AnalyzeConfig", {"protocol": "window"}, 3),
+    "compare": ("nope_interp.jobs.compare", "CompareConfig", {"protocols": ("full", "window")}, 3),
+    "demo": ("nope_interp.jobs.demo", "DemoConfig", {"protocols": ("full", "window")}, 3),
+    "averaging": ("nope_interp.jobs.averaging", "AveragingConfig", {"protocol": "window"}, 3),
+    "trajectory": ("nope_interp.jobs.trajectory", "TrajectoryConfig", {"protocol": "window"}, 3),
+    "ablate": ("nope_interp.jobs.ablate", "AblateConfig", {"protocol": "window"}, 3),
+    "probe": ("nope_interp.jobs.probe", "ProbeConfig", {"protocol": "window"}, 8),  # its cosine profile: 7 positions
+}
+
+
+@pytest.mark.parametrize("job", sorted(WINDOW_JOBS))
+def test_every_job_takes_windows_down_to_the_least_its_measurement_needs(job):
+    """One bound per measurement: 3 positions for an adjacency score (every job but probe), 8 for the probe's
+    features; below it a one-line error naming --window and the range, at it and above no error."""
+    import importlib
+
+    from nope_interp.errors import NopeInterpError
+
+    module, name, protocol, least = WINDOW_JOBS[job]
+    config = getattr(importlib.import_module(module), name)
+    for window in (least, least + 1, 64, 1_000_000):
+        assert config(window=window, **protocol).window == window
+    for window in (least - 1, 0, -3, 1_000_001):
+        with pytest.raises(NopeInterpError, match=rf"window must be an integer in \[{least}, 1000000\], got {window}"):
+            config(window=window, **protocol)

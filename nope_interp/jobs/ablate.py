@@ -116,8 +116,9 @@ class AblateConfig(FrozenConfig):
     Raises:
         NopeInterpError: an empty or negative ``layers``; an unknown or empty ``kinds``; ``rank`` or a
             ``ranks`` entry negative, or ``ranks`` empty; ``n_random``, ``n_eval`` or ``n_analysis`` below 1;
-            ``n_mu`` below 2; an unknown ``protocol``; ``window`` outside [8, 1000000], or set (even to 64) without
-            protocol ``window``.
+            ``n_mu`` below 2; an unknown ``protocol``; ``window`` outside [3, 1000000] (one too short to hold a
+            newline and the task's longest prompt is refused once the models are known, naming the least that
+            can), or set (even to 64) without protocol ``window``.
     """
 
     layers: tuple[int, ...] | None = opt(None, "ablate blocks.L.hook_resid_pre for these L (default: every layer "
@@ -156,7 +157,7 @@ class AblateConfig(FrozenConfig):
         check_int("n_analysis", self.n_analysis, 1, 100_000)
         check_choice("protocol", self.protocol, tasks_pkg.PROTOCOLS)
         if self.window is not None:
-            check_int("window", self.window, 8, 1_000_000)
+            check_int("window", self.window, 3, 1_000_000)
         check_used("window", self.window, None, self.protocol == "window", "with protocol window")
 
     @property
@@ -774,7 +775,7 @@ def run(config: AblateConfig, models: list[ModelEntry] | None = None, *, log: Lo
             need = length + task.max_answer_len + 1  # what greedy decoding reaches after the context
             if need > n_ctx:
                 fix = (f": --window {n_ctx - task.max_answer_len - 1} or less" if config.protocol == "window"
-                       and n_ctx - task.max_answer_len - 1 >= 8 else "")
+                       and n_ctx - task.max_answer_len - 1 >= task.max_prompt_len + 1 else "")
                 raise NopeInterpError(
                     f"{entry.label}: n_ctx={n_ctx} is too small for {task.name} {config.protocol} contexts of "
                     f"{length} tokens and the answer: {length} context + {task.max_answer_len} answer + 1 "

@@ -66,7 +66,8 @@ class AveragingConfig(FrozenConfig):
     Raises:
         NopeInterpError: an unknown or empty task list; ``n_prompts`` outside [3, 100000] (a rank
             correlation needs 3 positions and the report needs several prompts); ``eval_n`` below 1; an
-            unknown ``protocol``; ``window`` outside [8, 1000000], or set without protocol ``window``.
+            unknown ``protocol``; ``window`` outside [3, 1000000] (the adjacency score needs 3 positions), or set
+            without protocol ``window``.
     """
 
     tasks: tuple[str, ...] = opt(tasks_pkg.TASK_NAMES, "tasks to measure")
@@ -80,7 +81,7 @@ class AveragingConfig(FrozenConfig):
         check_int("n_prompts", self.n_prompts, 3, 100_000)
         check_int("eval_n", self.eval_n, 1)
         check_choice("protocol", self.protocol, tasks_pkg.PROTOCOLS)
-        check_int("window", self.window, 8, 1_000_000)
+        check_int("window", self.window, 3, 1_000_000)
         check_used("window", self.window, DEFAULT_WINDOW, self.protocol == "window", "with protocol window")
 
 

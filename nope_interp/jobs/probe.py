@@ -100,7 +100,9 @@ class ProbeConfig(FrozenConfig):
 
     Raises:
         NopeInterpError: an unknown task, preset, feature or probe; ``n_prompts`` outside [8, 100000];
-            ``seeds`` outside [1, 1000]; an empty ``sites``.
+            ``seeds`` outside [1, 1000]; an empty ``sites``; an unknown ``protocol``; ``window`` outside
+            [8, 1000000] (the cosine-profile features need at least 7 positions; the other jobs take 3), or set
+            without protocol ``window``.
     """
 
     tasks: tuple[str, ...] = opt(tasks_pkg.TASK_NAMES, "tasks of the default models")

@@ -50,8 +50,8 @@ class TrajectoryConfig(FrozenConfig):
     """Settings of ``trajectory``.
 
     Raises:
-        NopeInterpError: counts out of range; an unknown point or protocol; ``window`` outside [8, 1000000], or
-            set without protocol ``window``.
+        NopeInterpError: counts out of range; an unknown point or protocol; ``window`` outside [3, 1000000]
+            (the adjacency score needs 3 positions), or set without protocol ``window``.
     """
 
     n_prompts: int = opt(64, "prompts analysed at every kept step")
@@ -66,7 +66,7 @@ class TrajectoryConfig(FrozenConfig):
         check_int("n_prompts", self.n_prompts, 1, 100_000)
         check_choices("activation point", tuple(self.points), ACTIVATION_POINTS)
         check_choice("protocol", self.protocol, tasks_pkg.PROTOCOLS)
-        check_int("window", self.window, 8, 1_000_000)
+        check_int("window", self.window, 3, 1_000_000)
         check_used("window", self.window, DEFAULT_WINDOW, self.protocol == "window", "with protocol window")
         check_int("prompt_seed", self.prompt_seed, 0, 2**63 - 1)
 
