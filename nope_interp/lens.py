@@ -268,7 +268,7 @@ class LagProfile:
         """c(d) by site (mean ± std over sequences) with the idealised uniform-causal curve (and the
         sliding-window one of width ``window`` when given)."""
         return plot_lag_profile({s: self.summary(s) for s in self.sites}, self.uniform_causal.tolist(),
-                                title or f"Lag profile ({self.n_pos} positions)", window=window)
+                                title or f"Lag profile ({self.n_pos} positions)", window=window, n_pos=self.n_pos)
 
 
 def lag_profile(cache: ActivationCache, sites: list[str] | None = None, max_lag: int | None = None) -> LagProfile:

@@ -159,7 +159,7 @@ def plot_adjacency_by_layer(
 
 def plot_lag_profile(
     profiles: Mapping[str, Mapping[str, Any]], uniform_causal: Sequence[float],
-    title: str = "Lag profile", window: int | None = None,
+    title: str = "Lag profile", window: int | None = None, n_pos: int | None = None,
 ) -> go.Figure:
     """Lag profile by site: mean cosine c(d) between positions d apart (mean ± std over sequences).
 
@@ -173,10 +173,13 @@ def plot_lag_profile(
             (:func:`~nope_interp.similarity.lag_summary`); full hook names in forward order; cosines in [-1, 1].
         uniform_causal: the idealised c(d), d = 1..D (:func:`~nope_interp.similarity.uniform_causal_lag_profile`).
         title: figure title.
-        window: also draw the idealised sliding-window curve of this width, when given.
+        window: also draw the idealised sliding-window curve of this width (keys per query), when given.
+        n_pos: positions per sequence the profiles were measured on (``pos``); needed with ``window``, whose
+            curve depends on the sequence length, not only on the lags drawn (D may be below pos - 1).
 
     Raises:
-        NopeInterpError: no site; a site's lags or the idealised curve of another length than the first site's.
+        NopeInterpError: no site; a site's lags or the idealised curve of another length than the first site's;
+            ``window`` without ``n_pos``, or ``n_pos`` not an integer above the largest lag.
     """
     import math
     import re
@@ -209,7 +212,13 @@ def plot_lag_profile(
     rows = math.ceil(len(groups) / cols)
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=list(groups), shared_yaxes=True,
                         horizontal_spacing=0.04, vertical_spacing=0.16 / max(1, rows - 1) + 0.06)
-    sw = sliding_window_lag_profile(len(lags) + 1, window).tolist() if window is not None else None
+    if window is not None and n_pos is None:
+        raise NopeInterpError("plot_lag_profile: window needs n_pos (positions per sequence): the sliding-window "
+                              "curve depends on the sequence length, not only on the lags drawn")
+    if n_pos is not None and (isinstance(n_pos, bool) or not isinstance(n_pos, int) or n_pos <= len(lags)):
+        raise NopeInterpError(f"plot_lag_profile: n_pos must be an integer above the largest lag {len(lags)}, "
+                              f"got {n_pos!r}")
+    sw = sliding_window_lag_profile(n_pos, window, len(lags)).tolist() if window is not None else None
     shown: set[str] = set()
     for g, members in enumerate(groups.values()):
         r, c = g // cols + 1, g % cols + 1

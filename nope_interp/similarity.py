@@ -18,7 +18,7 @@ Definitions (``docs/method.md``, "Definitions"):
 import contextlib
 import math
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -884,14 +884,16 @@ def sliding_window_lag_profile(n_pos: int, window: int, max_lag: int | None = No
     d_max = _check_lag(n_pos, max_lag)
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
         raise NopeInterpError(f"window must be an integer >= 1, got {window!r}")
-    i = torch.arange(n_pos, dtype=torch.float64)[None, :]  # query positions
-    d = torch.arange(1, d_max + 1, dtype=torch.float64)[:, None]
-    j = i - d  # key positions
-    size_i = torch.clamp(i + 1, max=window)
-    size_j = torch.clamp(j + 1, min=1, max=window)
-    shared = torch.clamp(j - torch.clamp(i - window + 1, min=0) + 1, min=0)
-    cos = torch.where(j >= 0, shared / torch.sqrt(size_i * size_j), 0.0)
-    return cos.sum(-1) / (n_pos - d.squeeze(-1))
+    window = min(window, n_pos)  # a window of n_pos or more keys is uniform causal attention
+
+    def terms(i: Tensor, d: Tensor) -> Tensor:
+        j = i - d  # key positions
+        size_i = torch.clamp(i + 1, max=window)
+        size_j = torch.clamp(j + 1, min=1, max=window)
+        shared = torch.clamp(j - torch.clamp(i - window + 1, min=0) + 1, min=0)
+        return torch.where(j >= 0, shared / torch.sqrt(size_i * size_j), 0.0)
+
+    return _lag_means(n_pos, d_max, terms)
 
 
 def uniform_causal_lag_profile(n_pos: int, max_lag: int | None = None) -> Float[Tensor, " lag"]:
@@ -912,10 +914,24 @@ def uniform_causal_lag_profile(n_pos: int, max_lag: int | None = None) -> Float[
     if isinstance(n_pos, bool) or not isinstance(n_pos, int):
         raise NopeInterpError(f"n_pos must be an integer >= 2, got {n_pos!r}")
     d_max = _check_lag(n_pos, max_lag)
-    i = torch.arange(n_pos, dtype=torch.float64)[None, :]
-    d = torch.arange(1, d_max + 1, dtype=torch.float64)[:, None]
-    cos = torch.where(i >= d, torch.sqrt(torch.clamp(i - d + 1, min=0) / (i + 1)), 0.0)
-    return cos.sum(-1) / (n_pos - d.squeeze(-1))
+    return _lag_means(n_pos, d_max,
+                      lambda i, d: torch.where(i >= d, torch.sqrt(torch.clamp(i - d + 1, min=0) / (i + 1)), 0.0))
+
+
+#: Elements of the (lags x positions) table an idealised lag profile builds at once (32 MiB of float64).
+_LAG_CHUNK = 1 << 22
+
+
+def _lag_means(n_pos: int, d_max: int, terms: Callable[[Tensor, Tensor], Tensor]) -> Float[Tensor, " lag"]:
+    """``[d - 1]`` = mean over query positions i = d..n_pos - 1 of ``terms(i, d)`` (zero for i < d), for d =
+    1..d_max, built a block of lags at a time so that memory stays bounded for long sequences."""
+    i = torch.arange(n_pos, dtype=torch.float64)[None, :]  # query positions
+    step = max(1, _LAG_CHUNK // n_pos)
+    out = []
+    for start in range(1, d_max + 1, step):
+        d = torch.arange(start, min(d_max, start + step - 1) + 1, dtype=torch.float64)[:, None]
+        out.append(terms(i, d).sum(-1) / (n_pos - d.squeeze(-1)))
+    return torch.cat(out)
 
 
 def lag_summary(profiles: Float[Tensor, "batch lag"]) -> dict[str, Any]:

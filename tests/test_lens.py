@@ -70,7 +70,7 @@ def test_displays_and_figures(reversal_cache_of_tiny_model):
 
 def test_lag_profile_matches_a_naive_loop_and_the_idealised_curve(reversal_cache_of_tiny_model):
     from nope_interp.lens import lag_profile
-    from nope_interp.similarity import uniform_causal_lag_profile
+    from nope_interp.similarity import sliding_window_lag_profile, uniform_causal_lag_profile
 
     cache, _ = reversal_cache_of_tiny_model
     prof = lag_profile(cache, sites=["hook_embed", "blocks.0.attn.hook_z"], max_lag=5)
@@ -89,6 +89,9 @@ def test_lag_profile_matches_a_naive_loop_and_the_idealised_curve(reversal_cache
     assert "recency gap" in prof._repr_html_() and "uniform causal" in repr(prof)
     fig = prof.figure(window=4)
     assert {t.name for t in fig.data} >= {"embed", "L0", "idealised: uniform causal", "idealised: sliding window 4"}
+    # lags 1..5 of longer sequences: the sliding-window curve is the one of prof.n_pos positions
+    sliding = next(t for t in fig.data if t.name == "idealised: sliding window 4")
+    assert prof.n_pos > 6 and list(sliding.y) == pytest.approx(sliding_window_lag_profile(prof.n_pos, 4, 5).tolist())
     assert lag_profile(cache).max_lag == prof.n_pos - 1
 
 

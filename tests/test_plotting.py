@@ -1,6 +1,7 @@
 import plotly.graph_objects as go
 import pytest
 import torch
+from conftest import unhooked
 
 
 def test_cosine_heatmaps_have_fixed_diverging_scale_slider_and_prompt_axes():
@@ -47,7 +48,7 @@ def test_lag_profile_panels_per_kind_lines_per_layer_and_the_idealised_curve():
 
     profiles = {"hook_embed": prof(0.1), "blocks.0.attn.hook_z": prof(0.9), "blocks.1.attn.hook_z": prof(0.8),
                 "blocks.1.hook_resid_post": prof(0.7)}
-    fig = plot_lag_profile(profiles, [0.8, 0.6, 0.4], window=2)
+    fig = plot_lag_profile(profiles, [0.8, 0.6, 0.4], window=2, n_pos=4)
     assert [a.text for a in fig.layout.annotations] == ["embed", "z", "resid_post"]
     lines = [t for t in fig.data if not t.name.startswith("idealised")]
     assert [t.name for t in lines] == ["embed", "L0", "L1", "L1"]
@@ -59,6 +60,15 @@ def test_lag_profile_panels_per_kind_lines_per_layer_and_the_idealised_curve():
     assert sliding == pytest.approx([(2**-0.5 + 0.5 + 0.5) / 3, 0.0, 0.0])  # windows {0,1} vs {0}, then 1 - d/w
     with pytest.raises(NopeInterpError, match="lags"):
         plot_lag_profile(profiles, [0.8, 0.6])
+    # the sliding-window curve depends on the sequence length, not only on the lags drawn
+    with pytest.raises(NopeInterpError, match="window needs n_pos"):
+        plot_lag_profile(profiles, [0.8, 0.6, 0.4], window=2)
+    for bad in (3, 2, True, 4.0):
+        with pytest.raises(NopeInterpError, match="n_pos must be an integer above the largest lag 3"):
+            unhooked(plot_lag_profile)(profiles, [0.8, 0.6, 0.4], window=2, n_pos=bad)
+    longer = next(t for t in plot_lag_profile(profiles, [0.8, 0.6, 0.4], window=2, n_pos=40).data
+                  if t.name.startswith("idealised: sliding"))
+    assert list(longer.y) == pytest.approx([(2**-0.5 + 38 * 0.5) / 39, 0.0, 0.0])  # i = 1, then 38 x 1/2
     with pytest.raises(NopeInterpError, match="at least one site"):
         plot_lag_profile({}, [])
 

@@ -607,3 +607,32 @@ def test_mean_cosine_similarity_matrix_refuses_bad_input(S):
     for x, kwargs, match in cases:
         with pytest.raises(NopeInterpError, match=match):
             fn(x, **kwargs)
+
+
+def _naive_window_profile(n_pos, window, max_lag):
+    """c(d) by counting shared inputs of two averaging windows, position by position (sets, no formula)."""
+    out = []
+    for d in range(1, max_lag + 1):
+        total = 0.0
+        for i in range(d, n_pos):
+            a, b = set(range(max(0, i - window + 1), i + 1)), set(range(max(0, i - d - window + 1), i - d + 1))
+            total += len(a & b) / math.sqrt(len(a) * len(b))
+        out.append(total / (n_pos - d))
+    return out
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 1 << 22])
+@pytest.mark.parametrize(("n_pos", "max_lag"), [(2, 1), (7, 6), (40, 4), (60, 59)])
+def test_idealised_lag_profiles_match_naive_sums_built_in_any_block_of_lags(monkeypatch, chunk, n_pos, max_lag):
+    """Both closed forms against position-by-position sums, whatever block of lags is built at once (memory
+    stays bounded on long sequences); a window of n_pos keys or more (even 10**30) is uniform causal."""
+    import nope_interp.similarity as S
+
+    monkeypatch.setattr(S, "_LAG_CHUNK", chunk)
+    uniform = [sum(math.sqrt((i - d + 1) / (i + 1)) for i in range(d, n_pos)) / (n_pos - d)
+               for d in range(1, max_lag + 1)]
+    assert S.uniform_causal_lag_profile(n_pos, max_lag).tolist() == pytest.approx(uniform, abs=1e-12)
+    for window in (1, 3, 8, n_pos - 1, n_pos, 10**30):
+        want = _naive_window_profile(n_pos, min(window, n_pos), max_lag)
+        assert S.sliding_window_lag_profile(n_pos, window, max_lag).tolist() == pytest.approx(want, abs=1e-12)
+    assert S.sliding_window_lag_profile(n_pos, 10**30, max_lag).tolist() == pytest.approx(uniform, abs=1e-12)

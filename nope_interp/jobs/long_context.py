@@ -78,7 +78,7 @@ class LongContextConfig(FrozenConfig):
     their defaults (a value given explicitly wins).
 
     Raises:
-        NopeInterpError: a length outside [``max_lag`` + 1, 65536] (a repeated length is refused;
+        NopeInterpError: a length outside [max(3, ``max_lag`` + 1), 65536] (a repeated length is refused;
             order kept sorted); ``n_sequences`` outside [1, 10000]; ``seeds`` outside [1, 100]; ``max_lag`` outside
             [1, 4096]; ``window`` outside [1, 65536]; an unknown input kind, point, normalisation,
             attention, task or preset; empty lists.
@@ -114,7 +114,7 @@ class LongContextConfig(FrozenConfig):
         if not self.lengths:
             raise NopeInterpError("lengths must not be empty")
         for n in self.lengths:
-            check_int("length", n, self.max_lag + 1, 65536)
+            check_int("length", n, max(3, self.max_lag + 1), 65536)  # the adjacency score needs 3 positions
         object.__setattr__(self, "lengths", tuple(sorted(set(self.lengths))))
         check_int("n_sequences", self.n_sequences, 1, 10_000)
         check_int("seeds", self.seeds, 1, 100)
