@@ -47,7 +47,7 @@ import traceback
 import types
 import typing
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -326,12 +326,13 @@ def _check_init_fits(model: ModelConfig, task: Any) -> None:
 def resolve(kind: str, values: dict[str, Any]) -> Point:
     """The :class:`Point` of ``values`` (spec fields) for ``kind``, with its key. Values are normalised to
     their fields' types first (:func:`normalise_fields`; the point's ``fields`` hold the normalised values).
+    An ``n_digits`` equal to the task's default is the same point, with the same key, as leaving it out.
 
     Raises:
-        NopeInterpError: an unknown field or a value the configs reject; a task the point's model cannot
-            hold: ``n_ctx`` shorter than the prompts (init) or than the examples (train, the same check as
-            :func:`nope_interp.train.train`, which also checks ``d_vocab``, the packed ``window`` and
-            ``n_train + n_test`` against the task's prompts).
+        NopeInterpError: an unknown field or a value the configs reject (``n_digits`` included); a task the
+            point's model cannot hold: ``n_ctx`` shorter than the prompts (init) or than the examples (train,
+            the same check as :func:`nope_interp.train.train`, which also checks ``d_vocab``, the packed
+            ``window`` and ``n_train + n_test`` against the task's prompts).
     """
     import tasks as tasks_pkg
 
@@ -349,7 +350,12 @@ def resolve(kind: str, values: dict[str, Any]) -> Point:
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
         raise NopeInterpError(f"seed must be an integer in [0, 2**31), got {seed!r}")
     task_params = {} if v.get("n_digits") is None else {"n_digits": v["n_digits"]}
-    task_obj = tasks_pkg.get_task(task, **task_params)  # validates n_digits
+    try:
+        task_obj = tasks_pkg.get_task(task, **task_params)  # validates n_digits
+    except tasks_pkg.TaskError as err:  # load_spec names the file and the point
+        raise NopeInterpError(str(err)) from None
+    if task_params and task_obj.params() == tasks_pkg.get_task(task).params():
+        task_params = {}  # the task's default size, spelled out: the same point (and key) as leaving it out
     # TOML lists -> tuples (tuple-typed fields such as nope_layers)
     model_kw = {k.removeprefix("model_"): tuple(val) if isinstance(val, list) else val
                 for k, val in v.items() if k.startswith("model_")}
@@ -549,12 +555,12 @@ def _run_train(point: Point, pdir: Path, device: str = "cpu") -> dict[str, Any]:
     run_dir = pdir / "run"
     done = finished_summary(run_dir, tcfg.steps)
     if done is not None:  # trained before a driver stopped: not trained (or resumed) again
-        out: dict[str, Any] = {"test_acc": done["test_acc"], "steps": done["steps"],
+        out: dict[str, Any] = {"test_acc": done["test_acc"], "steps_taken": done["steps"],
                                "wall_time_s": done["train_wall_time_s"], "stopped_early": done["stopped_early"]}
     else:
         result = train(point.model, tcfg, run_dir, resume=(run_dir / "checkpoint.pt").exists(), device=device,
                        command=f"nope-interp sweep (point {point.key})", progress=False)
-        out = {"test_acc": result.test_acc, "steps": result.steps, "wall_time_s": result.wall_time_s,
+        out = {"test_acc": result.test_acc, "steps_taken": result.steps, "wall_time_s": result.wall_time_s,
                "stopped_early": result.stopped_early}
     n = point.settings["analyze_n_prompts"]
     if n:
@@ -938,6 +944,19 @@ def _scalar(value: Any) -> bool:
     return value is None or isinstance(value, (int, float, str))
 
 
+#: Columns of a report row that are not metrics (:func:`read_results`).
+_ROW_COLUMNS = ("key", "seconds", "peak_mib")
+
+
+def _metric_name(name: str, varied: Sequence[str]) -> str:
+    """A metric's column in the report: its own name, unless that names a configured field or a row column
+    (``steps``, the steps a train point took, in results written before it was called ``steps_taken``), which
+    must never be overwritten by a measurement: then ``<name>_measured`` (``steps`` -> ``steps_taken``)."""
+    if name == "steps":
+        return "steps_taken"
+    return f"{name}_measured" if name in varied or name in _ROW_COLUMNS else name
+
+
 def read_results(spec: SweepSpec, out_dir: str | Path) -> SweepResults:
     """The results of ``spec``'s points in ``out_dir`` (:class:`SweepResults`: rows, missing, failed and
     unreadable). Metric values are kept as written (:func:`report` decides what it can aggregate); never
@@ -954,7 +973,7 @@ def read_results(spec: SweepSpec, out_dir: str | Path) -> SweepResults:
             unreadable[p.key] = str(err)
             continue
         if data is not None:
-            metrics = {k: v for k, v in data["metrics"].items() if _scalar(v)}
+            metrics = {_metric_name(k, spec.varied): v for k, v in data["metrics"].items() if _scalar(v)}
             rows.append({"key": p.key, **{k: p.fields.get(k, spec.base.get(k)) for k in spec.varied},
                          **metrics, "seconds": data["seconds"], "peak_mib": data["peak_mib"]})
         elif (pdir / "error.json").exists():
@@ -1075,7 +1094,7 @@ def report(spec: SweepSpec, out_dir: str | Path) -> SweepReport:
         row: dict[str, Any] = {g: members[0].get(g) for g in group_by}
         row["n_seeds"] = len(members)
         for m in metrics:
-            vals = [r[m] for r in members if _is_finite_number(r.get(m))]
+            vals = [float(r[m]) for r in members if _is_finite_number(r.get(m))]  # ints too (steps_taken)
             row[f"{m}_n"] = len(vals)
             if vals:
                 st = mean_std_ci(vals)
@@ -1099,7 +1118,7 @@ def plot_metric_vs_axis(rep: SweepReport, axis: str) -> Any:
     for i, m in enumerate(rep.metrics):
         ys, errs = [], []
         for v in values:
-            vals = [r[m] for r in rep.points
+            vals = [float(r[m]) for r in rep.points
                     if json.dumps(r.get(axis), sort_keys=True) == v and _is_finite_number(r.get(m))]
             st = mean_std_ci(vals) if vals else None
             ys.append(None if st is None else st.mean)

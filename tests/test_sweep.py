@@ -187,6 +187,12 @@ def test_faithful_arms_spec_retrains_the_candidates(candidate):
     ("[sweep]\nname='t'\nkind='train'\n[base]\npreset='tiny'\ntask='reversal'\nn_digits=64\n",
      "n_ctx=48 is too small for task 'reversal'"),
     ("[sweep]\nname='t'\nkind='init'\n[base]\npreset='tiny'\ntask='reversal'\nmodel_d_vocab=5\n", "d_vocab"),
+    # the task's default size spelled out is the same point as leaving it out
+    ("[sweep]\nname='t'\nkind='init'\n[base]\ntask='addition'\n[[points]]\n[[points]]\nn_digits=3\n",
+     "point 1 .*duplicates point 0"),
+    # a bad task size names the file and the point (it was a TaskError without either)
+    *[(f"[sweep]\nname='t'\nkind='init'\n[base]\ntask='addition'\nn_digits={v}\n", r"spec\.toml: point 0.*n_digits")
+      for v in ("'3'", "true", "3.0", "100000000000", "0")],
     # a value an axis would silently override
     ("[sweep]\nname='t'\nkind='init'\n[base]\ntask='reversal'\n[axes]\nseed=[0, 1]\n[[points]]\nseed=0\n"
      "[[points]]\nmodel_n_layers=1\n", "'seed' set both in \\[axes\\] and in \\[\\[points\\]\\] 0"),
@@ -423,6 +429,29 @@ def test_report_counts_the_values_it_aggregates_and_names_the_gaps(tmp_path):
     assert "| 1 | 0.750 ± 0.000 (1) | 0.375 ± 0.177 (2) |" in md
     assert "| 2 | 0.500 ± 0.354 (2) | 0.500 ± 0.000 (1) |" in md
     assert "not clipped" in md  # the CI is a t-interval on few seeds: said in the table's header
+
+
+def test_a_metric_never_overwrites_the_configured_field_it_shares_a_name_with(tmp_path):
+    """A train sweep over ``steps`` whose points stopped early: the steps taken (``steps`` in results written
+    before it was ``steps_taken``) must not replace the configured steps, or the report would merge the
+    configurations; any other metric named like a varied field is kept as ``<name>_measured``."""
+    from nope_interp.sweep import load_spec, read_results, report
+
+    text = ("[sweep]\nname='s'\nkind='train'\n[base]\npreset='tiny'\ntask='addition'\nn_digits=1\n"
+            "n_train=60\nn_test=20\neval_n=5\n[axes]\nsteps=[4, 8]\nlr=[0.001, 0.002]\nseed=[0, 1]\n")
+    spec = load_spec(_write(tmp_path, text))
+    metrics = {}
+    for n, p in enumerate(spec.points):  # every point stopped early at step 2; half wrote the old name
+        taken = {"steps": 2} if n % 2 else {"steps_taken": 2}
+        metrics[p.key] = {"test_acc": 0.5 + n / 100, **taken, "lr": 0.123}
+    _fake_results(spec, tmp_path / "o", metrics)
+    rows = read_results(spec, tmp_path / "o").rows
+    for row, p in zip(rows, spec.points, strict=True):
+        assert (row["steps"], row["lr"], row["steps_taken"], row["lr_measured"]) == (
+            p.fields["steps"], p.fields["lr"], 2, 0.123)
+    rep = report(spec, tmp_path / "o")
+    assert sorted((r["steps"], r["lr"]) for r in rep.rows) == [(4, 0.001), (4, 0.002), (8, 0.001), (8, 0.002)]
+    assert all(r["n_seeds"] == 2 and r["steps_taken_mean"] == 2 for r in rep.rows)
 
 
 @pytest.mark.slow  # 14 s on 2 free cores (2026-12-02): keeps the default run near 10 minutes (README, "Test timing")
