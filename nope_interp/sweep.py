@@ -40,6 +40,7 @@ import json
 import math
 import os
 import resource
+import shutil
 import sys
 import time
 import tomllib
@@ -461,7 +462,9 @@ def run_point(kind: str, values: dict[str, Any], out_dir: str, threads: int = 1,
 
     Raises:
         NopeInterpError: ``device`` not ``cpu`` or ``cuda``; ``values`` that do not resolve to a point of
-            ``kind`` (:func:`resolve`); the point's folder cannot be locked or created.
+            ``kind`` (:func:`resolve`). A point folder that cannot be locked, created or written (a file in
+            its place) is a ``failed`` outcome whose ``error`` says so, with no ``error.json``: it does not
+            stop the other points.
     """
     import torch
 
@@ -479,11 +482,16 @@ def run_point(kind: str, values: dict[str, Any], out_dir: str, threads: int = 1,
         with io.exclusive(pdir, "sweep point"):
             if finished_result(pdir) is not None:  # finished by another worker while this one waited
                 return {"key": point.key, "status": "skipped", "seconds": 0.0}
-            pdir.mkdir(parents=True, exist_ok=True)
-            io.write_json(pdir / "point.json", {"key": point.key, "fields": point.fields, **point.resolved()})
-            with open(pdir / "attempts.log", "a") as fh:
-                fh.write(f"start {time.time():.3f} pid {os.getpid()}\n")
-            (pdir / "error.json").unlink(missing_ok=True)
+            try:
+                pdir.mkdir(parents=True, exist_ok=True)
+                io.write_json(pdir / "point.json", {"key": point.key, "fields": point.fields, **point.resolved()})
+                with open(pdir / "attempts.log", "a") as fh:
+                    fh.write(f"start {time.time():.3f} pid {os.getpid()}\n")
+                (pdir / "error.json").unlink(missing_ok=True)
+            except (OSError, NopeInterpError) as err:  # no folder to record it in: the outcome says it
+                why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+                return {"key": point.key, "status": "failed", "seconds": time.perf_counter() - t0,
+                        "error": f"cannot write the point's folder {pdir}: {why}"}
             per_point = reset_peak_memory()
             try:
                 if device == "cuda" and not torch.cuda.is_available():
@@ -507,6 +515,8 @@ def run_point(kind: str, values: dict[str, Any], out_dir: str, threads: int = 1,
             return {"key": point.key, "status": "done", "seconds": seconds}
     except io.LockHeldError:
         return {"key": point.key, "status": "busy", "seconds": 0.0}
+    except NopeInterpError as err:  # its lock file cannot be created: a failed point, the others go on
+        return {"key": point.key, "status": "failed", "seconds": time.perf_counter() - t0, "error": str(err)}
 
 
 def _summary_metrics(scores: dict[str, dict[str, float]], n_layers: int) -> dict[str, float]:
@@ -558,7 +568,12 @@ def _run_train(point: Point, pdir: Path, device: str = "cpu") -> dict[str, Any]:
         out: dict[str, Any] = {"test_acc": done["test_acc"], "steps_taken": done["steps"],
                                "wall_time_s": done["train_wall_time_s"], "stopped_early": done["stopped_early"]}
     else:
-        result = train(point.model, tcfg, run_dir, resume=(run_dir / "checkpoint.pt").exists(), device=device,
+        resume = (run_dir / "checkpoint.pt").exists()
+        if not resume and run_dir.exists():  # cut short before its first checkpoint: nothing to resume from
+            shutil.rmtree(run_dir)
+            with open(pdir / "attempts.log", "a") as fh:
+                fh.write(f"cleared {run_dir.name}/: stopped before its first checkpoint\n")
+        result = train(point.model, tcfg, run_dir, resume=resume, device=device,
                        command=f"nope-interp sweep (point {point.key})", progress=False)
         out = {"test_acc": result.test_acc, "steps_taken": result.steps, "wall_time_s": result.wall_time_s,
                "stopped_early": result.stopped_early}
@@ -633,6 +648,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", 
                                   f"but this machine sees no CUDA device (drop num_gpus to run on the CPU)")
     out = Path(out_dir).resolve()
     io.check_writable_dir(out, "sweep output folder")
+    io.check_writable_dir(out / "points", "sweep points folder")  # a file there would fail every point
     spec_text = Path(spec.path).read_text()
     replaced = _check_out_dir_spec(spec, spec_text, out)
     todo = [p for p in spec.points if finished_result(out / "points" / p.key) is None]
@@ -660,7 +676,8 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", 
     failed = [o for o in outcomes if o["status"] == "failed"]
     if log:
         for o in failed:
-            log(f"  failed {o['key']}: {o.get('error', '')} (see {out / 'points' / o['key'] / 'error.json'})")
+            where = out / "points" / o["key"] / "error.json"
+            log(f"  failed {o['key']}: {o.get('error', '')}" + (f" (see {where})" if where.is_file() else ""))
         log(f"{done} ran, {skipped} skipped, {len(failed)} failed in {time.perf_counter() - t0:.0f} s")
     return SweepStatus(done=done, skipped=skipped, failed=len(failed), outcomes=tuple(outcomes),
                        wall_time_s=round(time.perf_counter() - t0, 2))

@@ -431,6 +431,45 @@ def test_report_counts_the_values_it_aggregates_and_names_the_gaps(tmp_path):
     assert "not clipped" in md  # the CI is a t-interval on few seeds: said in the table's header
 
 
+def test_a_point_whose_folder_cannot_be_made_fails_alone_and_a_blocked_points_folder_stops_first(tmp_path):
+    """A file where a point's folder goes: that point is a failed outcome naming the folder (no traceback, the
+    other points are not stopped); a file where the points folder goes: one line before anything is written."""
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.sweep import load_spec, run_point, run_sweep
+
+    spec = load_spec(_write(tmp_path, SPEC.format(n_prompts=4)))
+    blocked = spec.points[0]
+    (tmp_path / "o" / "points").mkdir(parents=True)
+    (tmp_path / "o" / "points" / blocked.key).write_text("not a folder")
+    out = run_point(spec.kind, blocked.fields, str(tmp_path / "o"))
+    assert out["status"] == "failed" and f"points/{blocked.key}" in out["error"] and "\n" not in out["error"]
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "points").write_text("not a folder")
+    with pytest.raises(NopeInterpError, match="sweep points folder"):
+        run_sweep(spec, tmp_path / "p", workers=1, progress=False)
+    assert sorted(x.name for x in (tmp_path / "p").iterdir()) == ["points"]  # no spec.toml, no lock
+
+
+@pytest.mark.slow  # 23 s with both cores training (2026-12-03), like the other train-point tests
+def test_a_train_point_cut_short_before_its_first_checkpoint_starts_again(tmp_path):
+    """A worker killed before the first checkpoint leaves run/ with its config and kept step-0 weights but no
+    checkpoint: the next attempt starts that run afresh (it failed on every rerun before) and says so."""
+    from nope_interp.sweep import load_spec, run_point
+
+    text = ("[sweep]\nname='t'\nkind='train'\n[base]\npreset='tiny'\ntask='addition'\nn_digits=1\nsteps=4\n"
+            "batch_size=4\nn_train=60\nn_test=20\neval_every=2\neval_n=5\ncheckpoint_every=2\nwarmup_steps=1\n"
+            "analyze_n_prompts=0\n")
+    (point,) = load_spec(_write(tmp_path, text)).points
+    run = tmp_path / "o" / "points" / point.key / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    (run / "checkpoints" / "step_000000.safetensors").write_bytes(b"cut short")
+    out = run_point("train", point.fields, str(tmp_path / "o"))
+    assert out["status"] == "done", out
+    assert json.loads((run / "summary.json").read_text())["steps"] == 4
+    assert "stopped before its first checkpoint" in (run.parent / "attempts.log").read_text()
+
+
 def test_a_metric_never_overwrites_the_configured_field_it_shares_a_name_with(tmp_path):
     """A train sweep over ``steps`` whose points stopped early: the steps taken (``steps`` in results written
     before it was ``steps_taken``) must not replace the configured steps, or the report would merge the
