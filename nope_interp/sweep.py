@@ -1157,11 +1157,18 @@ def write_report(rep: SweepReport, out_root: str | Path = ".") -> list[Path]:
     paths written.
 
     Raises:
-        NopeInterpError: a file cannot be written."""
+        NopeInterpError: a file cannot be written: checked for both folders and every file before the first
+            is written (a folder that is a file, a file name taken by a folder), so a refusal writes nothing."""
     from nope_interp.plotting import save_figure
 
     res_dir = Path(out_root) / "results" / "sweeps" / rep.spec.name
     fig_dir = Path(out_root) / "figures" / "sweeps" / rep.spec.name
+    for folder in (res_dir, fig_dir):
+        io.check_writable_dir(folder, "sweep report folder")
+    targets = [res_dir / n for n in ("report.csv", "report.md", "points.csv", "report.json")]
+    for target in [*targets, *(fig_dir / f"{axis}.html" for axis in rep.group_by)]:
+        if target.exists() and not target.is_file():
+            raise NopeInterpError(f"cannot write the sweep report: {target} exists and is not a file")
     paths = [io.atomic_write_text(res_dir / "report.csv", io.to_csv(list(rep.rows))),
              io.atomic_write_text(res_dir / "report.md", rep.markdown()),
              io.atomic_write_text(res_dir / "points.csv", io.to_csv(list(rep.points))),

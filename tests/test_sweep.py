@@ -470,6 +470,29 @@ def test_a_train_point_cut_short_before_its_first_checkpoint_starts_again(tmp_pa
     assert "stopped before its first checkpoint" in (run.parent / "attempts.log").read_text()
 
 
+@pytest.mark.parametrize("blocked", ["figures/sweeps/t", "results/sweeps/t", "figures/sweeps/t/model_n_layers.html",
+                                     "results/sweeps/t/report.json"])
+def test_a_report_that_cannot_be_written_writes_nothing(tmp_path, blocked):
+    """A file where a report folder goes, or a folder where a report file goes: refused before the first file
+    (the results were written before the figures' folder failed)."""
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.sweep import load_spec, report, write_report
+
+    spec = load_spec(_write(tmp_path, SPEC.format(n_prompts=4)))
+    _fake_results(spec, tmp_path / "o", {p.key: {"L0_z": 0.5} for p in spec.points})
+    rep = report(spec, tmp_path / "o")
+    target = tmp_path / "out" / blocked
+    if blocked.endswith((".html", ".json")):
+        target.mkdir(parents=True)
+    else:
+        target.parent.mkdir(parents=True)
+        target.write_text("not a folder")
+    before = sorted(p.relative_to(tmp_path / "out") for p in (tmp_path / "out").rglob("*"))
+    with pytest.raises(NopeInterpError, match="sweep report"):
+        write_report(rep, tmp_path / "out")
+    assert sorted(p.relative_to(tmp_path / "out") for p in (tmp_path / "out").rglob("*")) == before
+
+
 def test_a_metric_never_overwrites_the_configured_field_it_shares_a_name_with(tmp_path):
     """A train sweep over ``steps`` whose points stopped early: the steps taken (``steps`` in results written
     before it was ``steps_taken``) must not replace the configured steps, or the report would merge the
