@@ -376,7 +376,7 @@ def resolve(kind: str, values: dict[str, Any]) -> Point:
             model_kw.setdefault("d_mlp", 4 * model_kw["d_model"])
     model = preset(v["preset"], **model_kw)
     if kind == "init":
-        from nope_interp.hooks import activation_hook_names
+        from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names
 
         n = v["n_prompts"]
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 100_000:
@@ -386,7 +386,9 @@ def resolve(kind: str, values: dict[str, Any]) -> Point:
             raise NopeInterpError(f"points must be a non-empty list of hook points, got {pts!r}")
         activation_hook_names(model.n_layers, tuple(pts))  # validates the point names
         _check_init_fits(model, task_obj)
-        settings: dict[str, Any] = {"n_prompts": n, "points": list(pts), "prompt_seed": seed}
+        # the analysis reads the sites in forward order whatever the list's order or repeats: one point, one key
+        pts = [p for p in ACTIVATION_POINTS if p in pts]
+        settings: dict[str, Any] = {"n_prompts": n, "points": pts, "prompt_seed": seed}
     else:
         train_kw = {k: val for k, val in v.items() if k in _TRAIN_FIELDS}
         tcfg = TrainConfig(task=task, task_params=task_params, seed=seed, **train_kw)

@@ -187,6 +187,9 @@ def test_faithful_arms_spec_retrains_the_candidates(candidate):
     ("[sweep]\nname='t'\nkind='train'\n[base]\npreset='tiny'\ntask='reversal'\nn_digits=64\n",
      "n_ctx=48 is too small for task 'reversal'"),
     ("[sweep]\nname='t'\nkind='init'\n[base]\npreset='tiny'\ntask='reversal'\nmodel_d_vocab=5\n", "d_vocab"),
+    # the analysis reads the sites in forward order: the order and repeats of points make no other point
+    ("[sweep]\nname='t'\nkind='init'\n[base]\ntask='addition'\n[axes]\npoints=[['z', 'resid_post'], "
+     "['resid_post', 'z', 'z']]\n", "point 1 .*duplicates point 0"),
     # the task's default size spelled out is the same point as leaving it out
     ("[sweep]\nname='t'\nkind='init'\n[base]\ntask='addition'\n[[points]]\n[[points]]\nn_digits=3\n",
      "point 1 .*duplicates point 0"),
