@@ -217,3 +217,61 @@ def test_summary_figure_has_every_seed_at_its_score_and_each_group_mean(tiny_run
         compare.plot_site_summary(result, "authors")
     with pytest.raises(NopeInterpError, match="blocks.9.attn.hook_z was not analysed"):
         compare.plot_site_summary(result, site="blocks.9.attn.hook_z")
+
+
+def test_only_runs_of_one_recipe_are_pooled_as_seeds(tiny_runs, monkeypatch):
+    """Runs that differ in architecture (rotary) or task size (n_digits) are other recipes even when their
+    short labels agree: they get groups of their own, whose labels name the difference; runs saved alike
+    but for their seeds share one group."""
+    import dataclasses
+
+    import tasks
+    from nope_interp.jobs import compare
+    from nope_interp.jobs.common import ModelSource, load_models
+
+    a0, a1, _ = load_models(ModelSource(run=tuple(str(r) for r in tiny_runs)))
+    rotary = dataclasses.replace(a1, label="rotary", model_cfg=dataclasses.replace(a1.model_cfg, positional="rotary"))
+    bigger = dataclasses.replace(a1, label="three-digit", task=tasks.get_task("addition", n_digits=3))
+    monkeypatch.setattr(compare, "_seed_record", lambda e, cfg: compare.SeedRecord(
+        label=e.label, seed=e.model_cfg.seed, test_acc=1.0, steps=20,
+        scores={"full": {k: {"hook_embed": 0.5} for k in compare.KINDS}}, diagnostics={k: {} for k in compare.KINDS}))
+    result = compare.run(compare.CompareConfig(n_prompts=6, protocols=("full",)), [a0, a1, rotary, bigger])
+    groups = {g.recipe: [s.label for s in g.seeds] for g in result.groups}
+    assert len(groups) == 3 and sorted(map(len, groups.values())) == [1, 1, 2]
+    base = compare.recipe_of(a0)
+    assert groups[base + ", model.positional=none, task.n_digits=2"] == [a0.label, a1.label]
+    assert groups[base + ", model.positional=rotary, task.n_digits=2"] == ["rotary"]
+    assert groups[base + ", model.positional=none, task.n_digits=3"] == ["three-digit"]
+    alone = compare.run(compare.CompareConfig(n_prompts=6, protocols=("full",)), [a0, a1])
+    assert [g.recipe for g in alone.groups] == [base]  # no twin: the short label
+
+
+def test_a_model_with_positional_embeddings_is_refused_before_any_work(tiny_runs):
+    import dataclasses
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs import compare
+    from nope_interp.jobs.common import ModelSource, load_models
+
+    a0, a1, _ = load_models(ModelSource(run=tuple(str(r) for r in tiny_runs)))
+    learned = dataclasses.replace(a1, label="learned-s1",
+                                  model_cfg=dataclasses.replace(a1.model_cfg, positional="learned"))
+    lines = []
+    with pytest.raises(NopeInterpError, match="learned-s1: compare takes models without positional embeddings"):
+        compare.run(compare.CompareConfig(n_prompts=6, protocols=("full",)), [a0, learned], log=lines.append)
+    assert not any("a-s0" in line for line in lines)  # refused before the first model was analysed
+
+
+@pytest.mark.parametrize(("site", "value", "n"), [("hook_embed", 0.35, 3), ("hook_embed", 0.35, 6),
+                                                  ("hook_embed", 0.65, 13), ("blocks.0.attn.hook_z", 0.8, 3)])
+def test_seeds_all_on_the_claims_boundary_agree(site, value, n):
+    """A mean of seeds that are all in range is in range: the rounding of the mean (3 x 0.35 averages to
+    0.34999999999999998) does not turn a boundary into a disagreement."""
+    from nope_interp.jobs import compare
+
+    scores = {"full": {k: {"hook_embed": 0.5, "blocks.0.attn.hook_z": 0.9, site: value} for k in compare.KINDS}}
+    seeds = [compare.SeedRecord(label=f"s{i}", seed=i, test_acc=1.0, steps=1, scores=scores,
+                                diagnostics={k: {} for k in compare.KINDS}) for i in range(n)]
+    group = compare._group("addition", "r", seeds, ("full",))
+    (v,) = [v for v in compare.verdicts(group) if v.site == site and v.kind == "trained"]
+    assert v.n_in_range == n and v.verdict == "agrees"

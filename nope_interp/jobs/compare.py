@@ -13,6 +13,7 @@ the claimed range. Writes ``results/compare/compare.{json,md,csv}`` and ``figure
 (``compare_<protocol>.html``) and layer 0 of every model at a glance (``compare_l0_z_<protocol>.html``).
 """
 
+import json
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -75,9 +76,10 @@ CONFIG = CompareConfig
 
 
 def recipe_of(entry: ModelEntry) -> str:
-    """The recipe a trained model belongs to, e.g. ``"answer_only, 3x128, lr 0.003"`` (plus
-    ``", tied"`` and ``", dropout 0.1"`` when on). Models of one recipe differ only in seeds (and in when
-    they stopped early). An entry without a run is ``"init, LxD"``."""
+    """The short label of the recipe a trained model belongs to, e.g. ``"answer_only, 3x128, lr 0.003"`` (plus
+    ``", tied"`` and ``", dropout 0.1"`` when on). An entry without a run is ``"init, LxD"``. ``compare``
+    groups models by all of :func:`recipe_settings` (models of one group differ only in seeds and in when
+    they stopped early) and lengthens this label where two groups of a task would share it."""
     m = entry.model_cfg
     if entry.run is None:
         return f"init, {m.n_layers}x{m.d_model}"
@@ -87,6 +89,38 @@ def recipe_of(entry: ModelEntry) -> str:
         out += ", tied"
     if m.dropout:
         out += f", dropout {m.dropout:g}"
+    return out
+
+
+#: Training settings that do not make another recipe: the seeds, and when the trainer evaluates and saves.
+_BOOKKEEPING = ("seed", "data_seed", "eval_every", "eval_n", "checkpoint_every")
+
+
+def recipe_settings(entry: ModelEntry) -> dict[str, Any]:
+    """Everything that makes a trained model's recipe, for grouping: the task's parameters, the model config
+    but its seed and the training config but :data:`_BOOKKEEPING` (all with their defaults filled in, so
+    runs saved before a field existed group with newer ones). Two runs are seeds of one recipe iff these
+    are equal; :func:`recipe_of` is only its short label."""
+    settings = {f"task.{k}": v for k, v in entry.task.params().items()}
+    settings |= {f"model.{k}": v for k, v in entry.model_cfg.to_dict().items() if k != "seed"}
+    if entry.run is not None:
+        settings |= {f"train.{k}": v for k, v in entry.run.train_cfg.to_dict().items()
+                     if k not in _BOOKKEEPING and k not in ("task", "task_params")}
+    return settings
+
+
+def _labels(keys: list[tuple[str, str, str]]) -> dict[tuple[str, str, str], str]:
+    """The recipe label of each group key ``(task, label, settings JSON)``: the short label, plus the settings
+    that tell apart the groups of one task that share it (``, model.positional=rotary``)."""
+    out = {}
+    for task, label, fp in keys:
+        twins = [json.loads(f) for t, lab, f in keys if (t, lab) == (task, label)]
+        if len(twins) == 1:
+            out[(task, label, fp)] = label
+            continue
+        mine = json.loads(fp)
+        differ = sorted(k for k in set().union(*twins) if len({json.dumps(t.get(k)) for t in twins}) > 1)
+        out[(task, label, fp)] = label + "".join(f", {k}={mine.get(k)}" for k in differ)
     return out
 
 
@@ -226,11 +260,18 @@ def _seed_record(entry: ModelEntry, config: CompareConfig) -> SeedRecord:
 def _group(task: str, recipe: str, seeds: list[SeedRecord], protocols: tuple[str, ...]) -> GroupComparison:
     stats = {p: {k: {site: mean_std_ci([s.scores[p][k][site] for s in seeds]).to_dict()
                      for site in seeds[0].scores[p][k]} for k in KINDS} for p in protocols}
-    diag = {k: {name: sum(s.diagnostics[k][name] for s in seeds) / len(seeds) for name in seeds[0].diagnostics[k]}
-            for k in KINDS}
+    # the diagnostics every seed has (a sliding-window model has no intervention scores): never a KeyError
+    diag = {k: {name: sum(s.diagnostics[k][name] for s in seeds) / len(seeds) for name in seeds[0].diagnostics[k]
+                if all(name in s.diagnostics[k] for s in seeds)} for k in KINDS}
     n_ok = sum(1 for s in seeds if s.test_acc is not None and s.test_acc >= TARGET_ACC)
     return GroupComparison(task=task, recipe=recipe, seeds=tuple(seeds), stats=stats, diagnostics=diag,
                            n_at_target=n_ok)
+
+
+def _in_range(value: float, low: float, high: float) -> bool:
+    """``low <= value <= high`` up to 1e-12, the rounding of a mean (three seeds at 0.35 average to
+    0.34999999999999998): a mean of scores that are all in range is in range."""
+    return low - 1e-12 <= value <= high + 1e-12
 
 
 def verdicts(group: GroupComparison) -> list[Verdict]:
@@ -245,11 +286,11 @@ def verdicts(group: GroupComparison) -> list[Verdict]:
             checks += [(s, *CLAIMS["first_attn"]) for s in FIRST_ATTENTION_SITES if s in by_kind[kind]]
             for site, low, high, text in checks:
                 st = by_kind[kind][site]
-                inside = sum(1 for s in group.seeds if low <= s.scores[protocol][kind][site] <= high)
+                inside = sum(1 for s in group.seeds if _in_range(s.scores[protocol][kind][site], low, high))
                 out.append(Verdict(task=group.task, recipe=group.recipe, protocol=protocol, kind=kind, site=site,
                                    claim=text, mean=st["mean"], std=st["std"], n_in_range=inside,
                                    n_seeds=len(group.seeds),
-                                   verdict="agrees" if low <= st["mean"] <= high else "DISAGREES"))
+                                   verdict="agrees" if _in_range(st["mean"], low, high) else "DISAGREES"))
     return out
 
 
@@ -258,7 +299,8 @@ def run(config: CompareConfig, models: list[ModelEntry] | None = None, *, log: L
 
     Raises:
         NopeInterpError: an initialised model among ``models`` (give trained runs: each one's step-0
-            weights are its initialised twin); inputs that do not fit a model's ``n_ctx``.
+            weights are its initialised twin); a model with learned or sinusoidal positional embeddings
+            (named before any work); inputs that do not fit a model's ``n_ctx``.
     """
     t0 = time.perf_counter()
     models = default_models(config) if not models else models
@@ -267,16 +309,22 @@ def run(config: CompareConfig, models: list[ModelEntry] | None = None, *, log: L
                               "initialised twin is built from its own config")
     emit(log, f"compare: {len(models)} trained models, {config.n_prompts} prompts, protocols "
               f"{', '.join(config.protocols)}")
-    by_group: dict[tuple[str, str], list[SeedRecord]] = defaultdict(list)
+    for entry in models:  # before any work: the layer-0 diagnostics read value vectors without positions
+        if entry.model_cfg.positional not in ("none", "rotary"):
+            raise NopeInterpError(f"{entry.label}: compare takes models without positional embeddings (positional "
+                                  f"none or rotary), got positional={entry.model_cfg.positional!r}")
+    by_group: dict[tuple[str, str, str], list[SeedRecord]] = defaultdict(list)
     for entry in progress(models, "compare", log):
         t1 = time.perf_counter()
         record = _seed_record(entry, config)
-        by_group[(entry.task.name, recipe_of(entry))].append(record)
+        fingerprint = json.dumps(io.json_safe(recipe_settings(entry)), sort_keys=True)
+        by_group[(entry.task.name, recipe_of(entry), fingerprint)].append(record)
         z = record.scores["full"]
         site = "blocks.0.attn.hook_z"
         emit(log, f"{entry.label}: L0 hook_z {z['initialised'].get(site, float('nan')):.3f} (step 0) -> "
                   f"{z['trained'].get(site, float('nan')):.3f} (trained) ({time.perf_counter() - t1:.0f}s)")
-    groups = tuple(_group(task, recipe, seeds, config.protocols) for (task, recipe), seeds in by_group.items())
+    labels = _labels(list(by_group))
+    groups = tuple(_group(key[0], labels[key], seeds, config.protocols) for key, seeds in by_group.items())
     return CompareResult(config=config, groups=groups, verdicts=tuple(v for g in groups for v in verdicts(g)),
                          wall_time_s=round(time.perf_counter() - t0, 1), provenance=io.provenance())
 
