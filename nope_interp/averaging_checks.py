@@ -39,7 +39,7 @@ from nope_interp.config import check_int
 from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import exact_match_accuracy
 from nope_interp.hooks import hook_name
-from nope_interp.interventions import replaced_pattern
+from nope_interp.interventions import pattern_kind_unsupported, replaced_pattern
 from nope_interp.model import check_model_for_task, evaluates
 from nope_interp.similarity import adjacency_score, check_finite, cosine_similarity_matrix
 from tasks import DEFAULT_WINDOW
@@ -333,13 +333,20 @@ def counterfactual_report(
         A :class:`CounterfactualReport` with ``"clean"`` first, then ``kinds`` in order.
 
     Raises:
-        NopeInterpError: ``model`` not a TransformerLens model; an unknown kind or a layer out of range; a
+        NopeInterpError: ``model`` not a TransformerLens model; an unknown kind or a layer out of range; a kind
+            that does not apply to the layer's attention (:func:`~nope_interp.interventions.pattern_kind_unsupported`:
+            ``uniform`` or ``random_matched`` on bidirectional or sliding-window attention); a
             model that cannot read the task's inputs (:func:`nope_interp.model.check_model_for_task`); an
             unknown protocol or a bad ``window``; ``prefix`` not a string.
     """
     check_model_for_task(model, task, None, "counterfactual_report")  # n_ctx: checked for the protocol's inputs
     if not isinstance(prefix, str):
         raise NopeInterpError(f"counterfactual_report: prefix must be a string, got {type(prefix).__name__}")
+    for kind in kinds:  # before any work: a causal replacement on a bidirectional or sliding-window layer
+        why = pattern_kind_unsupported(model, layer, kind) if kind in PATTERN_KINDS else None
+        if why is not None:
+            raise NopeInterpError(f"counterfactual_report: pattern kind {kind!r} does not apply to layer {layer}: "
+                                  f"{why} (leave it out of kinds)")
     conditions = []
     for kind in ("clean", *kinds):
         if kind == "clean":

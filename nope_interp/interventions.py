@@ -21,6 +21,7 @@ from transformer_lens.hook_points import HookPoint
 from nope_interp.averaging import (
     PATTERN_KINDS,
     attention_entropy,
+    attention_window,
     identity_pattern,
     random_causal_pattern,
     uniform_causal_pattern,
@@ -62,16 +63,35 @@ def pattern_replacement_hook(kind: str, generator: torch.Generator | None = None
     return hook
 
 
+def pattern_kind_unsupported(model: HookedTransformer, layer: int, kind: str) -> str | None:
+    """Why replacing layer ``layer``'s pattern by ``kind`` does not apply to ``model``, or None when it does:
+    ``uniform`` and ``random_matched`` are causal patterns over every earlier key, so they would give a
+    bidirectional layer causal averaging and let a sliding-window layer see keys outside its window;
+    ``identity`` applies to any attention."""
+    if kind == "identity":
+        return None
+    if model.cfg.attention_dir != "causal":
+        return f"{model.cfg.attention_dir} attention (the {kind} replacement is a causal pattern)"
+    if attention_window(model.cfg, layer) is not None:
+        return f"sliding-window attention (the {kind} replacement would let in keys outside the window)"
+    return None
+
+
 @contextmanager
 def replaced_pattern(model: HookedTransformer, layer: int, kind: str, seed: int = 0) -> Iterator[HookedTransformer]:
     """Within the block, ``model``'s layer-``layer`` attention pattern is replaced by ``kind``.
 
     Raises:
         NopeInterpError: bad layer or kind; ``model`` not a TransformerLens model (a loaded run: pass ``.model``);
-            ``seed`` not an integer in [0, 2**63).
+            ``seed`` not an integer in [0, 2**63); a kind that does not apply to the layer's attention
+            (:func:`pattern_kind_unsupported`: a causal replacement on bidirectional or sliding-window attention).
     """
     check_model(model)
     name = hook_name("pattern", layer, n_layers=model.cfg.n_layers)
+    if kind in PATTERN_KINDS:
+        why = pattern_kind_unsupported(model, layer, kind)
+        if why is not None:
+            raise NopeInterpError(f"pattern kind {kind!r} does not apply to layer {layer}: {why}")
     check_int("seed", seed, 0, 2**63 - 1)
     gen = torch.Generator().manual_seed(seed)
     with model.hooks(fwd_hooks=[(name, pattern_replacement_hook(kind, gen))]):

@@ -53,3 +53,32 @@ def test_bad_intervention_input(tiny_model):
             with contextmanager(unhooked(replaced_pattern))(tiny_model, 0, "random_matched", seed=seed):
                 pass
         assert_no_hooks(tiny_model)
+
+
+@pytest.mark.parametrize(("changes", "why"), [({"attention": "bidirectional"}, "bidirectional attention"),
+                                              ({"attention": "sliding", "window": 3}, "sliding-window attention")])
+def test_causal_replacement_patterns_are_refused_where_the_layer_is_not_plain_causal(changes, why):
+    """uniform and random_matched are causal patterns over every earlier key: on a bidirectional layer they
+    would add the causal averaging the control exists to lack, on a sliding window let in keys outside it.
+    identity applies to any attention; counterfactual_report refuses before any work."""
+    import tasks
+    from nope_interp.averaging_checks import counterfactual_report
+    from nope_interp.config import preset
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.interventions import pattern_kind_unsupported, replaced_pattern
+    from nope_interp.model import build_model
+
+    model = build_model(preset("tiny", **changes))
+    tokens = torch.randint(0, 96, (2, 6), generator=torch.Generator().manual_seed(0))
+    for kind in ("uniform", "random_matched"):
+        assert why in pattern_kind_unsupported(model, 0, kind)
+        with pytest.raises(NopeInterpError, match=f"pattern kind '{kind}' does not apply to layer 0: {why}"):
+            with replaced_pattern(model, 0, kind):
+                model(tokens)
+        with pytest.raises(NopeInterpError, match=f"counterfactual_report: pattern kind '{kind}'"):
+            counterfactual_report(model, tasks.get_task("addition", n_digits=1), 0, kinds=(kind,), n_prompts=3)
+    assert pattern_kind_unsupported(model, 0, "identity") is None
+    with replaced_pattern(model, 0, "identity"):
+        model(tokens)
+    causal = build_model(preset("tiny"))
+    assert all(pattern_kind_unsupported(causal, 0, k) is None for k in ("uniform", "random_matched", "identity"))

@@ -35,7 +35,7 @@ def tiny_entries(tiny_cfg, addition_task):
     ("tasks", ("sorting",), "unknown task 'sorting'"),
     ("tasks", (), "must not be empty"),
     ("protocol", "padded", "protocol must be one of full, authors, window"),
-    ("window", 4, "window must be an integer in \\[8, 1000000\\]"),
+    ("window", 2, "window must be an integer in \\[3, 1000000\\]"),
     ("window", 32, "window=32 is only used with protocol window"),
 ])
 def test_config_rejects_bad_values(job, field, value, message):
@@ -57,8 +57,14 @@ def test_run_and_write_on_tiny_models(job, tiny_entries, tmp_path):
     lines = []
     cfg = job.AveragingConfig(tasks=("addition",), n_prompts=4, eval_n=5)
     result = job.run(cfg, tiny_entries, log=lines.append)
-    assert len(lines) == 3 and lines[0].startswith("addition initialised: L0 entropy")
+    assert len(lines) == 5 and lines[0].startswith("addition initialised: L0 entropy")
+    # no causal replacement pattern on the control that exists to have no causal averaging: said, not run
+    assert [line.split(" attention")[0] for line in lines[1:3]] == [
+        f"addition bidirectional_control: no {k} counterfactual: bidirectional" for k in ("uniform", "random_matched")]
     t = result.task("addition")
+    assert [c.kind for c in t.model("bidirectional_control").counterfactual.conditions] == ["clean", "identity"]
+    assert [c.kind for c in t.model("initialised").counterfactual.conditions] == [
+        "clean", "uniform", "identity", "random_matched"]
     assert [m.label for m in t.models] == ["initialised", "bidirectional_control", "trained"]
     assert [m.causal for m in t.models] == [True, False, True]
     assert t.model("trained").counterfactual.condition("clean").exact_match is None  # no run: no test split
@@ -82,7 +88,7 @@ def test_run_and_write_on_tiny_models(job, tiny_entries, tmp_path):
     import csv
 
     rows = list(csv.DictReader((res_dir / "averaging.csv").open()))
-    assert len(rows) == 3 * (2 + 4)  # per model: one row per layer, one per condition
+    assert len(rows) == 3 * (2 + 4) - 2  # per model: one row per layer, one per condition (the control: 2)
     assert {r["protocol"] for r in rows} == {"full"} and "window" not in rows[0]  # the CSV alone says its inputs
     first = t.model("initialised").averaging.layers[0]
     assert rows[0]["layer"] == "0" and float(rows[0]["closed_form_mae"]) == pytest.approx(first.closed_form_mae)

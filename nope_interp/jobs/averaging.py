@@ -23,6 +23,7 @@ from plotly.subplots import make_subplots
 
 import tasks as tasks_pkg
 from nope_interp import io
+from nope_interp.averaging import PATTERN_KINDS
 from nope_interp.averaging_checks import (
     AveragingReport,
     CosineExample,
@@ -34,6 +35,7 @@ from nope_interp.averaging_checks import (
 from nope_interp.config import FrozenConfig, check_choice, check_int, check_tasks, check_used, opt, preset
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import short_label
+from nope_interp.interventions import pattern_kind_unsupported
 from nope_interp.jobs.common import (
     Log,
     ModelEntry,
@@ -226,7 +228,12 @@ def run(config: AveragingConfig, models: list[ModelEntry] | None = None, *, log:
                 rep = averaging_report(model, task, config.n_prompts, **inputs)
             except NopeInterpError as err:  # e.g. inputs longer than this model's n_ctx: say which model
                 raise NopeInterpError(f"{name} {entry.label}: {err}") from None
-            cf = counterfactual_report(model, task, LAYER, n_prompts=config.n_prompts,
+            kinds = [k for k in PATTERN_KINDS if pattern_kind_unsupported(model, LAYER, k) is None]
+            for k in PATTERN_KINDS:
+                if k not in kinds:
+                    emit(log, f"{name} {entry.label}: no {k} counterfactual: "
+                              f"{pattern_kind_unsupported(model, LAYER, k)}")
+            cf = counterfactual_report(model, task, LAYER, kinds=kinds, n_prompts=config.n_prompts,
                                        eval_examples=_eval_examples(entry, config.eval_n), prefix=eval_prefix(entry),
                                        **inputs)
             measured.append(ModelAveraging(label=entry.label, kind=entry.kind,
