@@ -95,9 +95,9 @@ def test_run_matches_the_pure_probing_functions_and_writes_files(probe_job, smal
     acts = collect_activations(tiny_reversal_entry.model, task.prompt_tokens(task.analysis_prompts(16, 1)))
     ref = probe_sites(acts.acts[[acts.labels.index(s) for s in sites]], sites, ("variance", "raw"), ("ridge",), (0,))
     got = [r.to_dict() for r in result.rows]
-    stripped = [{k: v for k, v in g.items() if k not in ("task", "model")} for g in got]
+    stripped = [{k: v for k, v in g.items() if k not in ("task", "model", "inputs")} for g in got]
     assert json.dumps(stripped) == json.dumps(ref)  # same numbers, NaN included
-    assert all(g["task"] == "reversal" and g["model"] == "initialised" for g in got)
+    assert all(g["task"] == "reversal" and g["model"] == "initialised" and g["inputs"] == "full" for g in got)
     # every sequence has the same positions, so predicting the training mean is exactly chance
     assert all(r.mean_baseline.nrmse == pytest.approx(1.0) and math.isnan(r.mean_baseline.pearson_r)
                for r in result.rows)
@@ -108,6 +108,10 @@ def test_run_matches_the_pure_probing_functions_and_writes_files(probe_job, smal
     data = json.loads(json.dumps(result.to_dict()))
     assert set(data) >= {"n_prompts", "features", "probes", "seeds", "normaliser", "rows", "git_commit"}
     assert data["features"] == ["variance", "raw"] and len(data["rows"]) == len(result.rows)
+    # what each model was probed on: its task's size and inputs, and where it came from
+    (described,) = data["models"]
+    assert described["task_params"] == {"n_digits": 16} and described["inputs"] == "full"
+    assert described["model"] == "initialised" and "init" in described["source"]
 
     paths = probe_job.write(result, tmp_path)
     assert_strict_json_files(tmp_path)  # result JSON is strict: NaN/inf written as null
@@ -115,7 +119,7 @@ def test_run_matches_the_pure_probing_functions_and_writes_files(probe_job, smal
     assert names == ["figures/probe/nrmse_by_site_ridge.html", "results/probe/probe.csv", "results/probe/probe.json"]
     assert all(p.exists() for p in paths)
     assert (tmp_path / "results/probe/probe.csv").read_text().splitlines()[0].startswith(
-        "protocol,task,model,site,feature,probe,seed,probe_nrmse,probe_pearson_r,probe_mae,mean_baseline_nrmse")
+        "protocol,task,model,inputs,site,feature,probe,seed,probe_nrmse,probe_pearson_r,probe_mae,mean_baseline_nrmse")
 
 
 def test_unknown_site_is_refused_before_probing(probe_job, tiny_reversal_entry):
@@ -196,8 +200,9 @@ def test_a_protocol_probes_its_inputs_and_names_its_files(probe_job, small_confi
     acts = collect_activations(tiny_reversal_entry.model, task.prompt_tokens(inputs))
     sites = probe_job.default_sites(2)
     ref = probe_sites(acts.acts[[acts.labels.index(s) for s in sites]], sites, ("variance", "raw"), ("ridge",), (0,))
-    got = [{k: v for k, v in r.to_dict().items() if k not in ("task", "model")} for r in result.rows]
+    got = [{k: v for k, v in r.to_dict().items() if k not in ("task", "model", "inputs")} for r in result.rows]
     assert json.dumps(got) == json.dumps(ref)
+    assert {r.inputs for r in result.rows} == {protocol}
     assert result.to_dict()["protocol"] == protocol
     paths = probe_job.write(result, tmp_path)
     tag = "window30" if protocol == "window" else protocol  # two window lengths never share a file either

@@ -265,6 +265,9 @@ def test_ablate_and_probe_take_text_runs_with_next_character_accuracy(tmp_path, 
                  "--out-root", str(out)]) == 0
     probe = json.loads((out / "results" / "probe" / "probe.json").read_text())
     assert {r["task"] for r in probe["rows"]} == {"text-nope"}
+    assert {r["inputs"] for r in probe["rows"]} == {"text"}  # held-out text windows, not the config's 'full'
+    assert [(m["inputs"], m["task_params"], m["source"]["model_source"]) for m in probe["models"]] == [
+        ("text", {}, str(nope))]
     assert {r["task"] for r in probe["noise_control"]["rows"]} == {"text-nope"}
 
 

@@ -171,6 +171,9 @@ class ProbeRow:
         probe: ``mlp`` or ``ridge``. seed: the split/probe seed.
         score, mean_baseline, shuffled_baseline: held-out :class:`~nope_interp.probing.ProbeScore` of the
             probe, of predicting the training mean, and of the probe trained on shuffled targets.
+        inputs: what the model read: its task's inputs under the config's protocol (``full``, ``authors``,
+            ``window``), ``text`` (held-out text windows of a language model), ``random`` (random token ids of
+            a Hugging Face model) or ``noise`` (the noise control).
     """
 
     task: str
@@ -182,11 +185,12 @@ class ProbeRow:
     score: ProbeScore
     mean_baseline: ProbeScore
     shuffled_baseline: ProbeScore
+    inputs: str = "full"
 
     def to_dict(self) -> dict[str, Any]:
         """A flat row: the keys above, then ``<probe|mean_baseline|shuffled_baseline>_<nrmse|pearson_r|mae>``."""
-        out: dict[str, Any] = {"task": self.task, "model": self.model, "site": self.site, "feature": self.feature,
-                               "probe": self.probe, "seed": self.seed}
+        out: dict[str, Any] = {"task": self.task, "model": self.model, "inputs": self.inputs, "site": self.site,
+                               "feature": self.feature, "probe": self.probe, "seed": self.seed}
         for name, sc in (("probe", self.score), ("mean_baseline", self.mean_baseline),
                          ("shuffled_baseline", self.shuffled_baseline)):
             out.update({f"{name}_nrmse": sc.nrmse, f"{name}_pearson_r": sc.pearson_r, f"{name}_mae": sc.mae})
@@ -197,7 +201,9 @@ class ProbeRow:
 class ProbeResult:
     """What ``probe`` measured: the settings used, one :class:`ProbeRow` per fitted probe, provenance, the
     wall time in seconds, and the noise-input control's rows (``noise_rows``: model ``noise control
-    (d_model N)``, site ``noise``)."""
+    (d_model N)``, site ``noise``); ``models``: per model probed, its ``model`` label, ``task`` and
+    ``task_params`` (the size it was probed on, e.g. ``{"n_digits": 2}``), the ``inputs`` it read and its
+    ``source`` (the run directory, or the initialised config)."""
 
     config: ProbeConfig
     n_prompts: int
@@ -208,6 +214,7 @@ class ProbeResult:
     provenance: dict[str, str | None]
     wall_time_s: float
     noise_rows: tuple[ProbeRow, ...] = ()
+    models: tuple[dict[str, Any], ...] = ()
 
     def noise_leaks(self) -> list[dict[str, Any]]:
         """The (task, model, feature, probe) of the noise control whose NRMSE, averaged over seeds, is below
@@ -230,7 +237,8 @@ class ProbeResult:
                 **({"window": self.config.window} if self.config.protocol == "window" else {}),
                 "features": list(self.features), "probes": list(self.probes),
                 "seeds": list(self.seeds), "normaliser": NORMALISER, "rows": [r.to_dict() for r in self.rows],
-                "noise_control": noise, **self.provenance, "wall_time_s": self.wall_time_s}
+                "noise_control": noise, "models": list(self.models), **self.provenance,
+                "wall_time_s": self.wall_time_s}
 
 
 def default_sites(n_layers: int) -> list[str]:
@@ -275,7 +283,7 @@ def probe_entry(config: ProbeConfig, entry: ModelEntry) -> list[ProbeRow]:
     Raises:
         NopeInterpError: a site that the model has no activation for; prompts longer than ``n_ctx``.
     """
-    name, _, tokens = entry_tokens(entry, config.prompts_used, 1, config.protocol, config.window)
+    name, inputs, tokens = entry_tokens(entry, config.prompts_used, 1, config.protocol, config.window)
     sites = list(config.sites or default_sites(entry.model.cfg.n_layers))
     acts = collect_activations(entry.model, tokens)
     missing = [s for s in sites if s not in acts.labels]
@@ -284,11 +292,12 @@ def probe_entry(config: ProbeConfig, entry: ModelEntry) -> list[ProbeRow]:
     label = model_label(entry)
     rows = []
     for site in sites:
-        rows += _probe_rows(config, name, label, site, acts.acts[acts.labels.index(site)])
+        rows += _probe_rows(config, name, label, site, acts.acts[acts.labels.index(site)], inputs)
     return rows
 
 
-def _probe_rows(config: ProbeConfig, task: str, label: str, site: str, site_acts: Tensor) -> list[ProbeRow]:
+def _probe_rows(config: ProbeConfig, task: str, label: str, site: str, site_acts: Tensor,
+                inputs: str) -> list[ProbeRow]:
     rows = []
     for feature in config.features_used:
         X, y, groups = position_features(site_acts, feature)
@@ -297,7 +306,7 @@ def _probe_rows(config: ProbeConfig, task: str, label: str, site: str, site_acts
                 res = fit_position_probe(X, y, groups, probe, seed)
                 rows.append(ProbeRow(task=task, model=label, site=site, feature=feature, probe=probe,
                                      seed=seed, score=res["probe"], mean_baseline=res["mean_baseline"],
-                                     shuffled_baseline=res["shuffled_baseline"]))
+                                     shuffled_baseline=res["shuffled_baseline"], inputs=inputs))
     return rows
 
 
@@ -317,7 +326,7 @@ def noise_control(config: ProbeConfig, task: tasks_pkg.Task | str, d_model: int,
     name = task if isinstance(task, str) else task.name
     length = n_pos if n_pos is not None else task.max_prompt_len  # type: ignore[union-attr]
     acts = noise_activations(config.prompts_used, length, d_model, seed=NOISE_SEED)
-    return _probe_rows(config, name, f"noise control (d_model {d_model})", NOISE_SITE, acts)
+    return _probe_rows(config, name, f"noise control (d_model {d_model})", NOISE_SITE, acts, "noise")
 
 
 def run(config: ProbeConfig, models: list[ModelEntry] | None = None, *, log: Log = None) -> ProbeResult:
@@ -331,10 +340,16 @@ def run(config: ProbeConfig, models: list[ModelEntry] | None = None, *, log: Log
     rows: list[ProbeRow] = []
     noise_rows: list[ProbeRow] = []
     controls: set[tuple[str, int]] = set()
+    described: list[dict[str, Any]] = []
     for entry in progress(models, "probe", log):
         new = probe_entry(config, entry)
         rows += new
         name = new[0].task if new else entry.task.name
+        task_model = entry.kind not in ("text", "hf")
+        described.append({"model": model_label(entry), "task": name,
+                          "task_params": entry.task.params() if task_model else {},
+                          "inputs": new[0].inputs if new else config.protocol,
+                          "source": io.json_safe(entry.source)})
         emit(log, f"{name} {model_label(entry)}: {len(new)} probes ({time.perf_counter() - t0:.0f}s)")
         d_model = int(entry.model.cfg.d_model)
         if (name, d_model) not in controls:
@@ -348,7 +363,7 @@ def run(config: ProbeConfig, models: list[ModelEntry] | None = None, *, log: Log
     result = ProbeResult(config=config, n_prompts=config.prompts_used, features=config.features_used,
                          probes=config.probes_used, seeds=config.seeds_used, rows=tuple(rows),
                          provenance=io.provenance(), wall_time_s=round(time.perf_counter() - t0, 1),
-                         noise_rows=tuple(noise_rows))
+                         noise_rows=tuple(noise_rows), models=tuple(described))
     leaks = result.noise_leaks()
     if leaks:
         emit(log, "WARNING: noise control: these features find position in pure noise (NRMSE < "
