@@ -170,6 +170,7 @@ class CounterfactualReport:
             the evaluation examples' own prompts).
         eval_prefix: the text read before every evaluation example's prompt for exact match (``"\\n"`` for a
             model trained on packed windows).
+        n_eval: the evaluation examples each exact match is over (None when none was measured).
     """
 
     task: str
@@ -178,6 +179,7 @@ class CounterfactualReport:
     conditions: tuple[Condition, ...]
     protocol: str = "full"
     eval_prefix: str = ""
+    n_eval: int | None = None
 
     def condition(self, kind: str) -> Condition:
         """The condition ``kind``.
@@ -192,9 +194,10 @@ class CounterfactualReport:
 
     def to_dict(self) -> dict[str, Any]:
         """``{"task", "protocol", "layer", "n_prompts", "conditions": {kind: {"scores", "exact_match"}},
-        "eval_prefix"}``."""
+        "eval_prefix", "n_eval"}``."""
         return {"task": self.task, "protocol": self.protocol, "layer": self.layer, "n_prompts": self.n_prompts,
-                "conditions": {c.kind: c.to_dict() for c in self.conditions}, "eval_prefix": self.eval_prefix}
+                "conditions": {c.kind: c.to_dict() for c in self.conditions}, "eval_prefix": self.eval_prefix,
+                "n_eval": self.n_eval}
 
 
 @dataclass(frozen=True)
@@ -359,7 +362,8 @@ def counterfactual_report(
         conditions.append(Condition(kind=kind, scores={s: v["mean"] for s, v in res.scores["row_mean"].items()},
                                     exact_match=acc))
     return CounterfactualReport(task=task.name, layer=layer, n_prompts=n_prompts, conditions=tuple(conditions),
-                                protocol=protocol, eval_prefix=prefix)
+                                protocol=protocol, eval_prefix=prefix,
+                                n_eval=None if eval_examples is None else len(eval_examples))
 
 
 @evaluates

@@ -107,6 +107,7 @@ def test_counterfactual_exact_match_reads_every_prompt_after_the_prefix(checks, 
     cf = checks.counterfactual_report(tiny_model, addition_task, n_prompts=4, kinds=("uniform",),
                                       eval_examples=examples, prefix=prefix)
     assert seen == [prefix, prefix] and cf.to_dict()["eval_prefix"] == prefix
+    assert cf.n_eval == len(examples) == 10 and cf.to_dict()["n_eval"] == 10
     assert cf.condition("clean").exact_match == exact_match_accuracy(tiny_model, addition_task, examples, prefix=prefix)
 
 

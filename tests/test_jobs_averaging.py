@@ -234,3 +234,17 @@ def test_inputs_longer_than_a_models_n_ctx_name_the_model(job, tiny_entries):
     want = "^addition initialised: n_ctx=48 is too small for 'addition' window inputs of 100 tokens$"
     with pytest.raises(NopeInterpError, match=want):
         job.run(cfg, tiny_entries)
+
+
+def test_exact_match_counts_the_examples_it_read_not_the_ones_asked_for(job, tiny_run):
+    """--eval-n above a run's test split: all of it is read, the log says so and the report records it."""
+    from nope_interp.jobs.common import entry_from_run
+    from nope_interp.pretrained import load_run
+
+    entry = entry_from_run(load_run(tiny_run), "tiny-run")
+    lines = []
+    examples = job._eval_examples(entry, 10**9, lines.append)
+    assert len(examples) == len(entry.run.splits.test) < 10**9
+    assert lines == [f"{entry.task.name} tiny-run: exact match on all {len(examples)} test examples (--eval-n "
+                     f"1000000000 asked for more)"]
+    assert job._eval_examples(entry, 3, lines.append) == list(entry.run.splits.test[:3]) and len(lines) == 1

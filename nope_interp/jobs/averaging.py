@@ -191,11 +191,16 @@ def default_models(config: AveragingConfig) -> list[ModelEntry]:
     return [e for name in config.tasks for e in task_models(name)]
 
 
-def _eval_examples(entry: ModelEntry, n: int) -> list[tasks_pkg.Example] | None:
-    """The first ``n`` test examples of a trained model's own task, else None."""
+def _eval_examples(entry: ModelEntry, n: int, log: Log = None) -> list[tasks_pkg.Example] | None:
+    """The first ``n`` test examples of a trained model's own task (all of them, said in ``log``, when its
+    test split is smaller; the report records how many: ``CounterfactualReport.n_eval``), else None."""
     if entry.run is None or entry.run.task != entry.task:
         return None
-    return list(entry.run.splits.test[:n])
+    test = entry.run.splits.test
+    if len(test) < n:
+        emit(log, f"{entry.task.name} {entry.label}: exact match on all {len(test)} test examples (--eval-n {n} "
+                  f"asked for more)")
+    return list(test[:n])
 
 
 def run(config: AveragingConfig, models: list[ModelEntry] | None = None, *, log: Log = None) -> AveragingResult:
@@ -234,7 +239,8 @@ def run(config: AveragingConfig, models: list[ModelEntry] | None = None, *, log:
                     emit(log, f"{name} {entry.label}: no {k} counterfactual: "
                               f"{pattern_kind_unsupported(model, LAYER, k)}")
             cf = counterfactual_report(model, task, LAYER, kinds=kinds, n_prompts=config.n_prompts,
-                                       eval_examples=_eval_examples(entry, config.eval_n), prefix=eval_prefix(entry),
+                                       eval_examples=_eval_examples(entry, config.eval_n, log),
+                                       prefix=eval_prefix(entry),
                                        **inputs)
             measured.append(ModelAveraging(label=entry.label, kind=entry.kind,
                                            causal=entry.model_cfg.attention == "causal", averaging=rep,
