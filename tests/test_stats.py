@@ -123,3 +123,26 @@ def test_mean_std_ci_refuses_sets_dicts_and_bool_or_complex_scalars_of_any_libra
             unhooked(mean_std_ci)(bad)
     got = unhooked(mean_std_ci)([np.float32(0.5), torch.tensor(0.75), 0.25, np.int64(1)])
     assert got.n_seeds == 4 and got.mean == pytest.approx(0.625, abs=1e-7)
+
+
+@pytest.mark.parametrize("values", [[1e200, 0.0], [1e-300, 3e-300], [1e-200, -1e-200, 5e-201], [3e150, 1e150, 2e150],
+                                    [0.3, 0.5, 0.9], [1e307, -1e307]])
+def test_mean_std_ci_is_exact_at_any_scale(values):
+    """Spreads near the float range's ends: no overflow of the squares (1e200), no underflow to 0 (1e-300);
+    statistics.stdev (exact rational arithmetic) is the reference."""
+    import statistics
+
+    from nope_interp.stats import mean_std_ci
+
+    s = mean_std_ci(values)
+    assert s.mean == pytest.approx(statistics.fmean(values), rel=1e-15)
+    assert s.std == pytest.approx(statistics.stdev(values), rel=1e-14) and s.std > 0
+
+
+@pytest.mark.parametrize("values", [[1e308, 1e308], [1e308, -1e308], [1.7e308, 0.0]])
+def test_mean_std_ci_refuses_values_past_the_float_range_in_one_line(values):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.stats import mean_std_ci
+
+    with pytest.raises(NopeInterpError, match="too large or too far apart for floating point"):
+        mean_std_ci(values)
