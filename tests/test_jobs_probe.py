@@ -225,3 +225,15 @@ def test_a_protocol_is_refused_for_text_models_and_inputs_longer_than_n_ctx(tiny
         entry_tokens(dc.replace(tiny_reversal_entry, kind="text"), 4, 1, "authors")
     with pytest.raises(NopeInterpError, match="unknown protocol 'padded'"):
         entry_tokens(tiny_reversal_entry, 4, 1, "padded")
+
+
+def test_inputs_too_short_for_the_probes_name_the_settings_that_lengthen_them(probe_job, tiny_cfg):
+    import tasks
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.common import entry_from_init
+
+    entry = entry_from_init(tiny_cfg, tasks.get_task("addition", n_digits=1), "one-digit")
+    with pytest.raises(NopeInterpError, match=r"one-digit: position probes need inputs of at least 7 positions, "
+                                              r"its addition full inputs have 5: use a larger --n-digits, or "
+                                              r"--protocol window with --window >= 8"):
+        probe_job.run(probe_job.ProbeConfig(quick=True, n_prompts=8), [entry])

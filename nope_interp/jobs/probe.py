@@ -64,6 +64,7 @@ from nope_interp.probing import (
     FEATURES,
     NOISE_MAX_NRMSE,
     PROBES,
+    PROFILE_WIDTH,
     ProbeScore,
     fit_position_probe,
     noise_activations,
@@ -284,6 +285,10 @@ def probe_entry(config: ProbeConfig, entry: ModelEntry) -> list[ProbeRow]:
         NopeInterpError: a site that the model has no activation for; prompts longer than ``n_ctx``.
     """
     name, inputs, tokens = entry_tokens(entry, config.prompts_used, 1, config.protocol, config.window)
+    if tokens.shape[1] < PROFILE_WIDTH + 3:  # say which setting makes the inputs longer
+        raise NopeInterpError(f"{entry.label}: position probes need inputs of at least {PROFILE_WIDTH + 3} positions, "
+                              f"its {name} {inputs} inputs have {tokens.shape[1]}: use a larger --n-digits, or "
+                              f"--protocol window with --window >= {PROFILE_WIDTH + 4}")
     sites = list(config.sites or default_sites(entry.model.cfg.n_layers))
     acts = collect_activations(entry.model, tokens)
     missing = [s for s in sites if s not in acts.labels]
