@@ -46,7 +46,7 @@ def mean_std_ci(values: Sequence[float]) -> SeedStats:
             seeds with one value, a dict would give its keys); a string (for the sequence or one of its
             values: ``float`` would read ``"12"`` as 12, and a string as a sequence of its characters); a value
             that is not a real number (None, a bool, a complex number, a tensor of more than one element); an
-            infinite value; finite values whose sum or spread passes the float range (about 1e308).
+            infinite value; finite values whose mean, std or interval passes the float range (about 1e308).
     """
     from scipy import stats
 
@@ -71,21 +71,17 @@ def mean_std_ci(values: Sequence[float]) -> SeedStats:
     n = len(vals)
     if n == 0:
         raise NopeInterpError("mean_std_ci needs at least one value")
-    too_large = NopeInterpError(f"mean_std_ci: values too large or too far apart for floating point (their sum, "
-                                f"spread or interval passes about 1e308), got {vals!r}"[:300])
-    try:
-        mean = math.fsum(vals) / n
-        dev = [v - mean for v in vals]
-        scale = max((abs(d) for d in dev if not math.isnan(d)), default=0.0)
-        if n == 1:
-            std = 0.0
-        elif scale == 0 or 1e-150 < scale < 1e150:  # the plain sum of squares (NaN deviations give NaN)
-            std = math.sqrt(math.fsum(d * d for d in dev) / (n - 1))
-        else:  # scaled, as squares of 1e200 would overflow and those of 1e-200 underflow to 0
-            std = scale * math.sqrt(math.fsum((d / scale) ** 2 for d in dev) / (n - 1))
-        half = float(stats.t.ppf(0.975, n - 1)) * std / n**0.5 if n > 1 else float("nan")
-    except OverflowError:
-        raise too_large from None
+    too_large = NopeInterpError(f"mean_std_ci: values too large for floating point (their mean, spread or "
+                                f"interval passes about 1e308), got {vals!r}"[:300])
+    # values near the float range's ends are scaled by the largest first (their squares, sums and differences
+    # would overflow or underflow); in between nothing is scaled, so ordinary scores are computed as always
+    big = max((abs(v) for v in vals if not math.isnan(v)), default=0.0)
+    scale = big if big > 1e150 or 0.0 < big < 1e-150 else 1.0
+    xs = [v / scale for v in vals]
+    mean_s = math.fsum(xs) / n
+    std_s = math.sqrt(math.fsum((x - mean_s) ** 2 for x in xs) / (n - 1)) if n > 1 else 0.0
+    mean, std = mean_s * scale, std_s * scale
+    half = float(stats.t.ppf(0.975, n - 1)) * (std / n**0.5) if n > 1 else float("nan")
     if any(math.isinf(x) for x in (mean, std, half, mean - half, mean + half)):
         raise too_large
     return SeedStats(mean=mean, std=std, ci95_low=mean - half, ci95_high=mean + half, n_seeds=n)

@@ -624,7 +624,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", 
             local executor on a machine without CUDA (on Ray the workers' machines decide); ``ray_address``
             with the local executor, or not ``host:port``; Ray not installed (the message says
             ``pip install -e .[ray]``) or the cluster cannot be reached; ``out_dir`` not writable, or holding
-            another sweep's spec.
+            another sweep's spec; a file where ``out_dir/points`` goes.
     """
     if executor not in EXECUTORS:
         raise NopeInterpError(f"unknown executor {executor!r}; allowed: {', '.join(EXECUTORS)}")

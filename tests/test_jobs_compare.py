@@ -232,16 +232,21 @@ def test_only_runs_of_one_recipe_are_pooled_as_seeds(tiny_runs, monkeypatch):
     a0, a1, _ = load_models(ModelSource(run=tuple(str(r) for r in tiny_runs)))
     rotary = dataclasses.replace(a1, label="rotary", model_cfg=dataclasses.replace(a1.model_cfg, positional="rotary"))
     bigger = dataclasses.replace(a1, label="three-digit", task=tasks.get_task("addition", n_digits=3))
+    # trained on 3 digits, analysed on 2 like a0 and a1 (compare --n-digits 2): another recipe all the same
+    other = dataclasses.replace(a1, label="trained-on-3", run=dataclasses.replace(
+        a1.run, task=tasks.get_task("addition", n_digits=3)))
     monkeypatch.setattr(compare, "_seed_record", lambda e, cfg: compare.SeedRecord(
         label=e.label, seed=e.model_cfg.seed, test_acc=1.0, steps=20,
         scores={"full": {k: {"hook_embed": 0.5} for k in compare.KINDS}}, diagnostics={k: {} for k in compare.KINDS}))
-    result = compare.run(compare.CompareConfig(n_prompts=6, protocols=("full",)), [a0, a1, rotary, bigger])
+    result = compare.run(compare.CompareConfig(n_prompts=6, protocols=("full",)), [a0, a1, rotary, bigger, other])
     groups = {g.recipe: [s.label for s in g.seeds] for g in result.groups}
-    assert len(groups) == 3 and sorted(map(len, groups.values())) == [1, 1, 2]
+    assert len(groups) == 4 and sorted(map(len, groups.values())) == [1, 1, 1, 2]
     base = compare.recipe_of(a0)
-    assert groups[base + ", model.positional=none, task.n_digits=2"] == [a0.label, a1.label]
-    assert groups[base + ", model.positional=rotary, task.n_digits=2"] == ["rotary"]
-    assert groups[base + ", model.positional=none, task.n_digits=3"] == ["three-digit"]
+    differ = "model.positional={}, task.n_digits={}, trained_on.n_digits={}"
+    assert groups[f"{base}, " + differ.format("none", 2, 2)] == [a0.label, a1.label]
+    assert groups[f"{base}, " + differ.format("rotary", 2, 2)] == ["rotary"]
+    assert groups[f"{base}, " + differ.format("none", 3, 2)] == ["three-digit"]
+    assert groups[f"{base}, " + differ.format("none", 2, 3)] == ["trained-on-3"]
     alone = compare.run(compare.CompareConfig(n_prompts=6, protocols=("full",)), [a0, a1])
     assert [g.recipe for g in alone.groups] == [base]  # no twin: the short label
 

@@ -107,3 +107,20 @@ def test_demo_from_a_training_sweep_takes_each_tasks_lowest_seed(tmp_path):
     for kwargs, match in (({"retrain": True}, "exclude each other"), ({"from_sweep": ""}, "sweep_dir needs")):
         with pytest.raises(NopeInterpError, match=match):
             demo.DemoConfig(**{"from_sweep": str(spec_path), "sweep_dir": str(out), **kwargs})
+
+
+@pytest.mark.parametrize(("scores", "site", "want"), [
+    ([0.35] * 3, "hook_embed", "agrees"), ([0.65] * 13, "hook_embed", "agrees"), ([0.8] * 3, "z", "agrees"),
+    ([0.349, 0.35, 0.35], "hook_embed", "DISAGREES"), ([0.79, 0.8, 0.8], "z", "DISAGREES")])
+def test_a_demo_claim_on_its_range_boundary_is_decided_on_the_values_not_their_rounding(scores, site, want):
+    """The demo's verdicts use the same range test as compare's: a mean of scores all on the boundary agrees
+    (3 x 0.35 averages to 0.34999999999999998), one just outside does not."""
+    import statistics
+
+    from nope_interp.jobs.demo import CLAIMS, in_claimed_range
+
+    low, high, _ = CLAIMS["embed" if site == "hook_embed" else "first_attn"]
+    mean = statistics.fmean(scores)
+    assert ("agrees" if in_claimed_range(mean, low, high) else "DISAGREES") == want
+    if scores == [0.35] * 3:
+        assert mean < low  # the plain comparison would have said DISAGREES

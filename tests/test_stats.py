@@ -126,7 +126,7 @@ def test_mean_std_ci_refuses_sets_dicts_and_bool_or_complex_scalars_of_any_libra
 
 
 @pytest.mark.parametrize("values", [[1e200, 0.0], [1e-300, 3e-300], [1e-200, -1e-200, 5e-201], [3e150, 1e150, 2e150],
-                                    [0.3, 0.5, 0.9], [1e307, -1e307]])
+                                    [0.3, 0.5, 0.9], [1e307, -1e307], [1.79e308, -1.79e308] * 99 + [1.79e308]])
 def test_mean_std_ci_is_exact_at_any_scale(values):
     """Spreads near the float range's ends: no overflow of the squares (1e200), no underflow to 0 (1e-300);
     statistics.stdev (exact rational arithmetic) is the reference."""
@@ -137,12 +137,24 @@ def test_mean_std_ci_is_exact_at_any_scale(values):
     s = mean_std_ci(values)
     assert s.mean == pytest.approx(statistics.fmean(values), rel=1e-15)
     assert s.std == pytest.approx(statistics.stdev(values), rel=1e-14) and s.std > 0
+    assert math.isfinite(s.ci95_low) and math.isfinite(s.ci95_high)
 
 
-@pytest.mark.parametrize("values", [[1e308, 1e308], [1e308, -1e308], [1.7e308, 0.0]])
-def test_mean_std_ci_refuses_values_past_the_float_range_in_one_line(values):
+@pytest.mark.parametrize("values", [[1e308, -1e308], [1.7e308, 0.0], [1.7e308, -1.7e308], [1.7e308, -1.7e308, 1.7e308]])
+def test_mean_std_ci_refuses_an_interval_past_the_float_range_in_one_line(values):
     from nope_interp.errors import NopeInterpError
     from nope_interp.stats import mean_std_ci
 
-    with pytest.raises(NopeInterpError, match="too large or too far apart for floating point"):
+    with pytest.raises(NopeInterpError, match="too large for floating point"):
         mean_std_ci(values)
+
+
+def test_mean_std_ci_of_ordinary_scores_is_the_plain_formula_bit_for_bit():
+    """Scaling only applies near the float range's ends: ordinary scores give the same bits as before."""
+    from nope_interp.stats import mean_std_ci
+
+    for values in ([0.3, 0.5, 0.9], [0.1] * 7, [0.97, 0.955, 0.991, 0.988], [1.5e308] * 3):
+        mean = math.fsum(values) / len(values) if values[0] < 1 else values[0]
+        std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1)) if values[0] < 1 else 0.0
+        s = mean_std_ci(values)
+        assert (s.mean, s.std) == (mean, std)

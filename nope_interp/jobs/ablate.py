@@ -756,7 +756,7 @@ def run(config: AblateConfig, models: list[ModelEntry] | None = None, *, log: Lo
     task_models = [e for e in models if e.kind != "text"]
     if config.protocol == "window" and config.window is None and task_models:
         fits = min(e.model.cfg.n_ctx - e.task.max_answer_len - 1 for e in task_models)
-        config = config.replace(window=min(DEFAULT_WINDOW, max(8, fits)))
+        config = config.replace(window=min(DEFAULT_WINDOW, max(3, fits)))  # the config's least window
         emit(log, f"window protocol: contexts of {config.window} characters (the longest that fits every model's "
                   f"n_ctx with its answer, at most {DEFAULT_WINDOW}; --window sets it)")
     for entry in models:

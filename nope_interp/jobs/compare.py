@@ -1,7 +1,9 @@
 """``nope-interp compare``: initialised vs trained over seeds, per task and recipe, under each input protocol.
 
-The comparison the paper's trained-model claim needs. Models are grouped by task and *recipe* (objective,
-shape, learning rate, tied embeddings, dropout: :func:`recipe_of`); within a group each model is one seed.
+The comparison the paper's trained-model claim needs. Models are grouped by task and *recipe*: every setting
+but the seeds (:func:`recipe_settings`: the task trained on and analysed, the model and training configs),
+labelled by :func:`recipe_of` (objective, shape, learning rate, tied embeddings, dropout); within a group
+each model is one seed.
 For every model the job analyses its own step-0 weights (same config and init seed, before any update:
 the initialised model of that seed) and its trained weights, on the same held-out prompts, under each
 input protocol (``full``: full-length prompts; ``authors``: the authors' fixed-length left-padded inputs;
@@ -30,7 +32,7 @@ from nope_interp.diagnostics import INTERVENTIONS, diagnose
 from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import exact_match_on_inputs
 from nope_interp.jobs.common import Log, ModelEntry, emit, progress, protocol_window, shipped_entries
-from nope_interp.jobs.demo import CLAIMS, FIRST_ATTENTION_SITES
+from nope_interp.jobs.demo import CLAIMS, FIRST_ATTENTION_SITES, in_claimed_range
 from nope_interp.model import build_model
 from nope_interp.plotting import plot_adjacency_by_layer, save_figure
 from nope_interp.stats import fmt_fraction, mean_std_ci
@@ -97,15 +99,18 @@ _BOOKKEEPING = ("seed", "data_seed", "eval_every", "eval_n", "checkpoint_every")
 
 
 def recipe_settings(entry: ModelEntry) -> dict[str, Any]:
-    """Everything that makes a trained model's recipe, for grouping: the task's parameters, the model config
-    but its seed and the training config but :data:`_BOOKKEEPING` (all with their defaults filled in, so
+    """Everything that makes a trained model's recipe, for grouping: the parameters of the task it is analysed
+    on and the task it was trained on (with its parameters), the model config but its seed and the training
+    config but :data:`_BOOKKEEPING` (all with their defaults filled in, so
     runs saved before a field existed group with newer ones). Two runs are seeds of one recipe iff these
     are equal; :func:`recipe_of` is only its short label."""
     settings = {f"task.{k}": v for k, v in entry.task.params().items()}
     settings |= {f"model.{k}": v for k, v in entry.model_cfg.to_dict().items() if k != "seed"}
-    if entry.run is not None:
+    if entry.run is not None:  # the task it was trained on too: a run analysed on another task keeps its own
         settings |= {f"train.{k}": v for k, v in entry.run.train_cfg.to_dict().items()
                      if k not in _BOOKKEEPING and k not in ("task", "task_params")}
+        settings["trained_on.task"] = entry.run.task.name
+        settings |= {f"trained_on.{k}": v for k, v in entry.run.task.params().items()}
     return settings
 
 
@@ -268,12 +273,6 @@ def _group(task: str, recipe: str, seeds: list[SeedRecord], protocols: tuple[str
                            n_at_target=n_ok)
 
 
-def _in_range(value: float, low: float, high: float) -> bool:
-    """``low <= value <= high`` up to 1e-12, the rounding of a mean (three seeds at 0.35 average to
-    0.34999999999999998): a mean of scores that are all in range is in range."""
-    return low - 1e-12 <= value <= high + 1e-12
-
-
 def verdicts(group: GroupComparison) -> list[Verdict]:
     """The claims checked on ``group``: the token embeddings at chance, and the first causal attention
     layer's sites at 0.8-1.0, for the initialised and the trained models under every protocol. The
@@ -286,11 +285,11 @@ def verdicts(group: GroupComparison) -> list[Verdict]:
             checks += [(s, *CLAIMS["first_attn"]) for s in FIRST_ATTENTION_SITES if s in by_kind[kind]]
             for site, low, high, text in checks:
                 st = by_kind[kind][site]
-                inside = sum(1 for s in group.seeds if _in_range(s.scores[protocol][kind][site], low, high))
+                inside = sum(1 for s in group.seeds if in_claimed_range(s.scores[protocol][kind][site], low, high))
                 out.append(Verdict(task=group.task, recipe=group.recipe, protocol=protocol, kind=kind, site=site,
                                    claim=text, mean=st["mean"], std=st["std"], n_in_range=inside,
                                    n_seeds=len(group.seeds),
-                                   verdict="agrees" if _in_range(st["mean"], low, high) else "DISAGREES"))
+                                   verdict="agrees" if in_claimed_range(st["mean"], low, high) else "DISAGREES"))
     return out
 
 

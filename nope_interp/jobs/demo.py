@@ -198,7 +198,15 @@ def _claims(task: str, label: str, result: AnalysisResult) -> list[Claim]:
     low, high, text = CLAIMS["first_attn"]
     sites += [(s, low, high, text) for s in result.sites if s in FIRST_ATTENTION_SITES]
     return [Claim(task=task, model=label, site=s, claim=t, score=sc[s]["mean"], std=sc[s]["std"],
-                  verdict="agrees" if lo <= sc[s]["mean"] <= hi else "DISAGREES") for s, lo, hi, t in sites]
+                  verdict="agrees" if in_claimed_range(sc[s]["mean"], lo, hi) else "DISAGREES")
+            for s, lo, hi, t in sites]
+
+
+def in_claimed_range(value: float, low: float, high: float) -> bool:
+    """``low <= value <= high`` up to 1e-12, the rounding of a mean (three seeds or prompts at 0.35 average to
+    0.34999999999999998): a mean of scores that are all in a claim's range is in it. ``low``, ``high``: a
+    range of :data:`CLAIMS`."""
+    return low - 1e-12 <= value <= high + 1e-12
 
 
 def retrain(task: str, runs_dir: str | Path, device: str = "auto", progress_bar: bool = True) -> ModelEntry:

@@ -282,13 +282,16 @@ def probe_entry(config: ProbeConfig, entry: ModelEntry) -> list[ProbeRow]:
     as in ``config``), on ``config.prompts_used`` held-out prompts (prompt seed 1, training prompts excluded).
 
     Raises:
-        NopeInterpError: a site that the model has no activation for; prompts longer than ``n_ctx``.
+        NopeInterpError: a site that the model has no activation for; prompts longer than ``n_ctx``; inputs
+            shorter than the probes' features need (``PROFILE_WIDTH`` + 3 positions; the message names the
+            settings that lengthen them).
     """
     name, inputs, tokens = entry_tokens(entry, config.prompts_used, 1, config.protocol, config.window)
     if tokens.shape[1] < PROFILE_WIDTH + 3:  # say which setting makes the inputs longer
+        fix = ("use a larger --n-digits, or --protocol window with --window >= "
+               f"{PROFILE_WIDTH + 4}" if entry.kind not in ("text", "hf") else "the model's inputs are that long")
         raise NopeInterpError(f"{entry.label}: position probes need inputs of at least {PROFILE_WIDTH + 3} positions, "
-                              f"its {name} {inputs} inputs have {tokens.shape[1]}: use a larger --n-digits, or "
-                              f"--protocol window with --window >= {PROFILE_WIDTH + 4}")
+                              f"its {name} {inputs} inputs have {tokens.shape[1]}: {fix}")
     sites = list(config.sites or default_sites(entry.model.cfg.n_layers))
     acts = collect_activations(entry.model, tokens)
     missing = [s for s in sites if s not in acts.labels]
@@ -338,7 +341,8 @@ def run(config: ProbeConfig, models: list[ModelEntry] | None = None, *, log: Log
     """Probe every model of ``models`` (default :func:`default_models`) on its task (see the module docstring).
 
     Raises:
-        NopeInterpError: an unknown site; prompts that do not fit a model's ``n_ctx``.
+        NopeInterpError: an unknown site; prompts that do not fit a model's ``n_ctx``; inputs too short for the
+            probes (:func:`probe_entry`).
     """
     models = default_models(config) if not models else models
     t0 = time.perf_counter()
