@@ -104,6 +104,16 @@ def test_plots_take_results(job, tiny_entries):
     np.testing.assert_allclose(fig.data[1].z, ex.observed.numpy())
     cf = job.plot_counterfactuals(result)
     assert len(cf.data) == 4 and cf.data[0].name == "clean"  # the trained model's four conditions
+    # a first panel without some conditions (a non-causal trained model) still leaves one legend entry each
+    import dataclasses
+
+    t = result.task("addition")
+    trained = t.model("trained")
+    fewer = dataclasses.replace(trained, label="bidirectional run", counterfactual=dataclasses.replace(
+        trained.counterfactual, conditions=trained.counterfactual.conditions[::2]))
+    two = dataclasses.replace(result, tasks=(dataclasses.replace(t, models=(fewer, trained)),))
+    legend = [d.name for d in job.plot_counterfactuals(two).data if d.showlegend]
+    assert sorted(legend) == sorted(c.kind for c in trained.counterfactual.conditions)
     assert cf.data[0].x[0] == "embed" and not math.isnan(cf.data[0].y[0])
     assert cf.layout.annotations[0].text == "addition (trained)"  # no exact match without a test split
 

@@ -282,13 +282,15 @@ def plot_counterfactuals(result: AveragingResult) -> go.Figure:
     fig = make_subplots(rows=max(1, len(panels)), cols=1, subplot_titles=[title(name, m) for name, m in panels],
                         vertical_spacing=0.45 / max(2, len(panels)))
     colors = {"clean": "#1f77b4", "uniform": "#2ca02c", "identity": "#d62728", "random_matched": "#9467bd"}
+    shown: set[str] = set()  # one legend entry per condition, wherever it first appears (a panel may lack some)
     for r, (_, m) in enumerate(panels, start=1):
         for cond in m.counterfactual.conditions:
             sites = list(cond.scores)
             fig.add_trace(go.Scatter(x=[short_label(s) for s in sites], y=[cond.scores[s] for s in sites],
-                                     mode="lines+markers", name=cond.kind, legendgroup=cond.kind, showlegend=(r == 1),
-                                     line={"color": colors.get(cond.kind)}),
+                                     mode="lines+markers", name=cond.kind, legendgroup=cond.kind,
+                                     showlegend=cond.kind not in shown, line={"color": colors.get(cond.kind)}),
                           row=r, col=1)
+            shown.add(cond.kind)
         fig.update_yaxes(range=[0, 1.05], title_text="adjacency", row=r, col=1)
     fig.update_xaxes(tickangle=-60, tickfont={"size": 9})
     fig.update_layout(title=f"Layer-{LAYER} attention replaced: adjacency score at every later site (trained models, "
