@@ -209,7 +209,7 @@ def test_averaging_and_init_grid_commands(main, tmp_path):
     entry = res["tasks"]["reversal"]
     assert {"initialised", "bidirectional_control", "trained"} <= set(entry)
     assert set(entry["trained"]["counterfactual"]["conditions"]) == {"clean", "uniform", "identity", "random_matched"}
-    assert (tmp_path / "results" / "averaging" / "averaging.csv").read_text().startswith("task,model,layer")
+    assert (tmp_path / "results" / "averaging" / "averaging.csv").read_text().startswith("protocol,task,model,layer")
     assert (tmp_path / "figures" / "averaging" / "counterfactual_attention.html").exists()
     assert main(["init-grid", "--quick", "--seeds", "1", "--n-prompts", "4", "--tasks", "addition",
                  "--out-root", str(tmp_path)]) == 0
