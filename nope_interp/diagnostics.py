@@ -156,9 +156,13 @@ def is_nope(model: HookedTransformer) -> bool:
     return model.cfg.positional_embedding_type == "standard" and not bool(torch.any(model.W_pos != 0))
 
 
-def _position_in_values(model: HookedTransformer) -> str | None:
+def position_in_values(model: HookedTransformer) -> str | None:
     """Why layer 0's value vectors depend on position (positional embeddings added to the residual stream), or
-    None when they depend on the token only: NoPE, or rotary (which rotates queries and keys, not values)."""
+    None when they depend on the token only: NoPE, or rotary (which rotates queries and keys, not values).
+    The value-vector diagnostics (:func:`value_geometry`) and the causal test need None.
+
+    Raises:
+        NopeInterpError: ``model`` not a TransformerLens model (:func:`is_nope`)."""
     if model.cfg.positional_embedding_type == "rotary" or is_nope(model):
         return None
     return f"{model.cfg.positional_embedding_type} positional embeddings (layer-0 values depend on position)"
@@ -184,7 +188,7 @@ def value_geometry(model: HookedTransformer, task: tasks_pkg.Task) -> ValueGeome
     """
     _check_model_dtype(model, "value_geometry")
     _check_task(task, "value_geometry")
-    why = _position_in_values(model)
+    why = position_in_values(model)
     if why is not None:
         raise NopeInterpError(f"value_geometry does not apply to this model: {why}")
     prompt = task.analysis_prompts(1, seed=0)[0]
@@ -284,7 +288,7 @@ def layer0_interventions_unsupported(model: HookedTransformer) -> str | None:
     sliding-window (local) attention (the uniform replacement, uniform over every earlier position, would
     let keys outside the window in)."""
     check_model(model)
-    why = _position_in_values(model)
+    why = position_in_values(model)
     if why is not None:
         return why
     if model.cfg.attention_dir != "causal":

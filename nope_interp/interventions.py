@@ -67,7 +67,11 @@ def pattern_kind_unsupported(model: HookedTransformer, layer: int, kind: str) ->
     """Why replacing layer ``layer``'s pattern by ``kind`` does not apply to ``model``, or None when it does:
     ``uniform`` and ``random_matched`` are causal patterns over every earlier key, so they would give a
     bidirectional layer causal averaging and let a sliding-window layer see keys outside its window;
-    ``identity`` applies to any attention."""
+    ``identity`` applies to any attention.
+
+    Raises:
+        NopeInterpError: ``layer`` not an index into the model's ``attn_types`` when it has them
+            (:func:`~nope_interp.averaging.attention_window`)."""
     if kind == "identity":
         return None
     if model.cfg.attention_dir != "causal":

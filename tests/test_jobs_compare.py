@@ -259,10 +259,13 @@ def test_a_model_with_positional_embeddings_is_refused_before_any_work(tiny_runs
     from nope_interp.jobs.common import ModelSource, load_models
 
     a0, a1, _ = load_models(ModelSource(run=tuple(str(r) for r in tiny_runs)))
-    learned = dataclasses.replace(a1, label="learned-s1",
-                                  model_cfg=dataclasses.replace(a1.model_cfg, positional="learned"))
+    from nope_interp.model import build_model
+
+    cfg = dataclasses.replace(a1.model_cfg, positional="learned")
+    learned = dataclasses.replace(a1, label="learned-s1", model_cfg=cfg, model=build_model(cfg))
     lines = []
-    with pytest.raises(NopeInterpError, match="learned-s1: compare takes models without positional embeddings"):
+    with pytest.raises(NopeInterpError, match="learned-s1: compare takes models without positional embeddings "
+                                              r"\(NoPE or rotary\), got standard positional embeddings"):
         compare.run(compare.CompareConfig(n_prompts=6, protocols=("full",)), [a0, learned], log=lines.append)
     assert not any("a-s0" in line for line in lines)  # refused before the first model was analysed
 

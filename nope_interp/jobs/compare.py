@@ -28,7 +28,7 @@ import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.analysis import analyze_model
 from nope_interp.config import FrozenConfig, check_choices, check_int, check_used, opt
-from nope_interp.diagnostics import INTERVENTIONS, diagnose
+from nope_interp.diagnostics import INTERVENTIONS, diagnose, position_in_values
 from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import exact_match_on_inputs
 from nope_interp.jobs.common import Log, ModelEntry, emit, progress, protocol_window, shipped_entries
@@ -309,9 +309,10 @@ def run(config: CompareConfig, models: list[ModelEntry] | None = None, *, log: L
     emit(log, f"compare: {len(models)} trained models, {config.n_prompts} prompts, protocols "
               f"{', '.join(config.protocols)}")
     for entry in models:  # before any work: the layer-0 diagnostics read value vectors without positions
-        if entry.model_cfg.positional not in ("none", "rotary"):
-            raise NopeInterpError(f"{entry.label}: compare takes models without positional embeddings (positional "
-                                  f"none or rotary), got positional={entry.model_cfg.positional!r}")
+        why = position_in_values(entry.model)
+        if why is not None:
+            raise NopeInterpError(f"{entry.label}: compare takes models without positional embeddings (NoPE or "
+                                  f"rotary), got {why}")
     by_group: dict[tuple[str, str, str], list[SeedRecord]] = defaultdict(list)
     for entry in progress(models, "compare", log):
         t1 = time.perf_counter()
