@@ -24,21 +24,29 @@ carries no position, every feature is at chance (:func:`noise_activations` is th
 Activations with NaN or inf entries are refused (:func:`nope_interp.similarity.check_finite`).
 
 Probes (scikit-learn, features standardised): ``mlp``, an MLPRegressor with 4 hidden layers (the
-4-layer MLP probe of ``docs/method.md``), and ``ridge``, a linear probe. Train/test split by sequence,
-never by position.
+4-layer MLP probe of ``docs/method.md``), fitted by Adam with early stopping on a 10% validation split, and
+``ridge``, a linear probe. Train/test split by sequence, never by position. Until 2026-12-03 the MLP's early
+stopping gave up after 8 epochs without improvement and at most 150 epochs: on a few hundred rows (64 prompts
+of a 9-character task) it stopped long before it fitted (trained addition, L0 ``hook_z``: NRMSE 0.46 for
+``cos_profile`` and 0.89 for ``variance``, against 0.09 and 0.09 with the patience of :data:`MLP_PATIENCE`
+epochs; ``docs/measured/probe/mlp_fit.md``). Fitting to convergence without early stopping (L-BFGS) overfits
+elsewhere (initialised reversal, L0 ``resid_post``: 0.91 against 0.51), so the validation split stays. Each
+fitted probe says whether its optimiser stopped by itself (:attr:`ProbeScore.converged`).
 Metrics on the held-out sequences: NRMSE = RMSE / standard deviation of the test targets (so predicting
 the test mean scores 1.0), Pearson r, MAE (in positions); each with two chance baselines: predicting the
 training mean, and the same probe trained on targets shuffled across training rows.
 """
 
+import dataclasses
 import math
 import numbers
+import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 from jaxtyping import Float
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import Ridge
 from sklearn.neural_network import MLPRegressor
 from sklearn.pipeline import make_pipeline
@@ -55,6 +63,10 @@ PROFILE_WIDTH = 4
 #: A probe on :func:`noise_activations` whose held-out NRMSE is below this reads position from something
 #: that is not in the activations (a feature leaking position by construction); chance is 1.0.
 NOISE_MAX_NRMSE = 0.95
+#: Epochs the MLP probe may train; early stopping usually ends it sooner.
+MLP_MAX_ITER = 1000
+#: Epochs without a validation R^2 gain of at least 1e-5 after which the MLP probe stops.
+MLP_PATIENCE = 30
 
 
 def _check_integer(fn: str, name: str, value: object, low: int, high: int | None = None) -> None:
@@ -150,8 +162,9 @@ def noise_activations(batch: int, pos: int, d_model: int, seed: int = 0) -> Floa
 
 
 def make_probe(kind: str, seed: int):
-    """A scikit-learn pipeline: StandardScaler + MLPRegressor (4 hidden layers of 32, early stopping on a
-    10% validation split, at most 150 epochs) or Ridge (alpha 1).
+    """A scikit-learn pipeline: StandardScaler + MLPRegressor (4 hidden layers of 32, ReLU, Adam at lr 2e-3,
+    early stopping on a 10% validation split after :data:`MLP_PATIENCE` epochs without gain, at most
+    :data:`MLP_MAX_ITER` epochs, initialised and split from ``seed``) or Ridge (alpha 1).
 
     Raises:
         NopeInterpError: ``kind`` not in :data:`PROBES`; ``seed`` not an integer in [0, 2**32).
@@ -159,8 +172,8 @@ def make_probe(kind: str, seed: int):
     _check_integer("make_probe", "seed", seed, 0, 2**32 - 1)
     seed = int(seed)
     if kind == "mlp":
-        reg = MLPRegressor(hidden_layer_sizes=(32, 32, 32, 32), max_iter=150, early_stopping=True,
-                           n_iter_no_change=8, tol=1e-4, random_state=seed, learning_rate_init=2e-3)
+        reg = MLPRegressor(hidden_layer_sizes=(32, 32, 32, 32), max_iter=MLP_MAX_ITER, early_stopping=True,
+                           n_iter_no_change=MLP_PATIENCE, tol=1e-5, random_state=seed, learning_rate_init=2e-3)
     elif kind == "ridge":
         reg = Ridge(alpha=1.0)
     else:
@@ -168,14 +181,18 @@ def make_probe(kind: str, seed: int):
     return make_pipeline(StandardScaler(), reg)
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class ProbeScore:
     """Held-out metrics of one probe. NRMSE: RMSE / std of test targets (0 best, 1 = predicting the mean).
-    pearson_r in [-1, 1] (NaN for constant predictions). mae in positions."""
+    pearson_r in [-1, 1] (NaN for constant predictions). mae in positions. converged: whether the fitted
+    probe's optimiser stopped by itself (always true for ridge, a closed form; False for an MLP that used all
+    :data:`MLP_MAX_ITER` epochs, so its score may be worse than the probe can do); None for scores of
+    predictions that were not fitted (the mean baseline)."""
 
     nrmse: float
     pearson_r: float
     mae: float
+    converged: bool | None = None
 
 
 def score_predictions(y_true: np.ndarray, y_pred: np.ndarray) -> ProbeScore:
@@ -204,7 +221,9 @@ def fit_position_probe(
         test_fraction: share of the sequences held out (rounded, at least one).
 
     Returns:
-        ``{"probe": ..., "mean_baseline": ..., "shuffled_baseline": ...}``, scores on held-out sequences.
+        ``{"probe": ..., "mean_baseline": ..., "shuffled_baseline": ...}``, scores on held-out sequences
+        (:class:`ProbeScore`; ``converged`` says whether each fitted probe stopped before its iteration budget,
+        None for the mean baseline).
 
     Raises:
         NopeInterpError: fewer than 4 sequences; an unknown probe; ``X`` not a 2-D array or ``y``/``groups``
@@ -235,13 +254,29 @@ def fit_position_probe(
     test_seqs = rng.choice(seqs, size=n_test, replace=False)
     test = np.isin(groups, test_seqs)
     train = ~test
-    model = make_probe(probe, seed).fit(X[train], y[train])
-    shuffled = make_probe(probe, seed).fit(X[train], rng.permutation(y[train]))
+    model, converged = _fit(probe, seed, X[train], y[train])
+    shuffled, shuffled_converged = _fit(probe, seed, X[train], rng.permutation(y[train]))
     return {
-        "probe": score_predictions(y[test], model.predict(X[test])),
+        "probe": dataclasses.replace(score_predictions(y[test], model.predict(X[test])), converged=converged),
         "mean_baseline": score_predictions(y[test], np.full(test.sum(), y[train].mean())),
-        "shuffled_baseline": score_predictions(y[test], shuffled.predict(X[test])),
+        "shuffled_baseline": dataclasses.replace(score_predictions(y[test], shuffled.predict(X[test])),
+                                                 converged=shuffled_converged),
     }
+
+
+def _fit(probe: str, seed: int, X: np.ndarray, y: np.ndarray):
+    """:func:`make_probe` fitted on (X, y), and whether it converged (scikit-learn's ConvergenceWarning,
+    caught here; any other warning passes through)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = make_probe(probe, seed).fit(X, y)
+    converged = True
+    for w in caught:
+        if issubclass(w.category, ConvergenceWarning):
+            converged = False
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return model, converged
 
 
 def probe_sites(
@@ -249,7 +284,8 @@ def probe_sites(
     probes: Sequence[str] = PROBES, seeds: Sequence[int] = (0, 1, 2),
 ) -> list[dict[str, object]]:
     """Every (site, feature, probe, seed): one flat row with the probe's and baselines' metrics
-    (``<probe|mean_baseline|shuffled_baseline>_<nrmse|pearson_r|mae>``).
+    (``<probe|mean_baseline|shuffled_baseline>_<nrmse|pearson_r|mae>``) and whether each fitted probe
+    converged (``probe_converged``, ``shuffled_baseline_converged``).
 
     Raises:
         NopeInterpError: an unknown feature or probe; too few positions or sequences; ``acts`` not a 4-D real
@@ -278,5 +314,7 @@ def probe_sites(
                     for name, sc in res.items():
                         row.update({f"{name}_nrmse": sc.nrmse, f"{name}_pearson_r": sc.pearson_r,
                                     f"{name}_mae": sc.mae})
+                    row.update({"probe_converged": res["probe"].converged,
+                                "shuffled_baseline_converged": res["shuffled_baseline"].converged})
                     rows.append(row)
     return rows

@@ -237,3 +237,28 @@ def test_inputs_too_short_for_the_probes_name_the_settings_that_lengthen_them(pr
                                               r"its addition full inputs have 5: use a larger --n-digits, or "
                                               r"--protocol window with --window >= 8"):
         probe_job.run(probe_job.ProbeConfig(quick=True, n_prompts=8), [entry])
+
+
+def test_rows_say_whether_each_probe_converged_and_the_job_warns(probe_job, tiny_reversal_entry, monkeypatch,
+                                                                 tmp_path):
+    """Every row and the CSV carry probe_converged; an MLP that ran out of epochs is flagged in the log."""
+    import nope_interp.probing as probing
+
+    cfg = probe_job.ProbeConfig(n_prompts=8, features=("variance",), probes=("ridge", "mlp"), seeds=1,
+                                sites=("blocks.0.hook_resid_post",))
+    lines: list[str] = []
+    result = probe_job.run(cfg, [tiny_reversal_entry], log=lines.append)
+    assert [r.to_dict()["probe_converged"] for r in result.rows] == [True, True]
+    assert not any("did not converge" in ln for ln in lines)
+    monkeypatch.setattr(probing, "MLP_MAX_ITER", 2)
+    lines.clear()
+    result = probe_job.run(cfg, [tiny_reversal_entry], log=lines.append)
+    assert [r.to_dict()["probe_converged"] for r in result.rows] == [True, False]
+    (warn,) = [ln for ln in lines if "did not converge" in ln]
+    assert warn.startswith("WARNING: 1 of 2 probes") and "variance mlp" in warn
+    probe_job.write(result, tmp_path)
+    import csv
+
+    with open(tmp_path / "results/probe/probe.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["model"] == "initialised"]
+    assert [(r["probe"], r["probe_converged"]) for r in rows] == [("ridge", "True"), ("mlp", "False")]

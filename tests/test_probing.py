@@ -173,3 +173,61 @@ def test_probe_inputs_that_would_drop_sites_or_split_nothing_are_refused(P):
     assert P.position_features(acts.clone().requires_grad_(True), "cos_last")[0].shape[0] == X.shape[0]
     rows = P.probe_sites(four, ["a", "b"], ("variance",), ("ridge",), (0,))
     assert [r["site"] for r in rows] == ["a", "b"]
+
+
+def _old_mlp(seed):
+    """The MLP probe before 2026-12-03: early stopping after 8 epochs without gain, at most 150 epochs."""
+    from sklearn.neural_network import MLPRegressor
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    return make_pipeline(StandardScaler(), MLPRegressor(hidden_layer_sizes=(32,) * 4, max_iter=150, early_stopping=True,
+                                                        n_iter_no_change=8, tol=1e-4, random_state=seed,
+                                                        learning_rate_init=2e-3))
+
+
+def test_mlp_probe_fits_a_clean_position_code_from_a_few_hundred_rows(P, monkeypatch):
+    """Position only in the variance, 1/(p+1), measured over 2,048 coordinates (so it is nearly exact), 64
+    sequences of 9 positions: 256 rows, as 64 addition prompts give. The MLP must fit the curve (below ridge,
+    which can only fit a line through it); the old probe stopped early at NRMSE 0.56-0.68 on every seed."""
+    acts = _variance_only(torch.Generator().manual_seed(0), b=64, n=9, d=2048)
+    X, y, g = P.position_features(acts, "variance")
+    assert X.shape[0] == 256
+    for seed in (0, 1, 2):
+        mlp = P.fit_position_probe(X, y, g, "mlp", seed)["probe"]
+        ridge = P.fit_position_probe(X, y, g, "ridge", seed)["probe"]
+        assert mlp.nrmse < 0.2 and mlp.nrmse < ridge.nrmse and mlp.converged is True, (seed, mlp, ridge)
+    monkeypatch.setattr(P, "make_probe", lambda kind, seed: _old_mlp(seed))
+    old = [P.fit_position_probe(X, y, g, "mlp", s)["probe"].nrmse for s in (0, 1, 2)]
+    assert min(old) > 0.5  # the test can fail: it tells the two probes apart
+
+
+def test_probe_scores_say_whether_the_fit_converged(P, monkeypatch):
+    """An MLP out of epochs is marked converged=False (scikit-learn's ConvergenceWarning is caught, not shown);
+    ridge is always converged; the mean baseline is not fitted (None). Other warnings still pass through."""
+    import warnings
+
+    acts = _variance_only(torch.Generator().manual_seed(4), b=16, n=10, d=32)
+    X, y, g = P.position_features(acts, "variance")
+    res = P.fit_position_probe(X, y, g, "ridge", 0)
+    assert (res["probe"].converged, res["shuffled_baseline"].converged, res["mean_baseline"].converged) == (
+        True, True, None)
+    monkeypatch.setattr(P, "MLP_MAX_ITER", 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a ConvergenceWarning that escaped would fail here
+        res = P.fit_position_probe(X, y, g, "mlp", 0)
+    assert res["probe"].converged is False and res["shuffled_baseline"].converged is False
+    monkeypatch.setattr(P, "make_probe", lambda kind, seed: _WarnsOnFit())
+    with pytest.warns(RuntimeWarning, match="something else"):
+        P.fit_position_probe(X, y, g, "mlp", 0)
+
+
+class _WarnsOnFit:
+    def fit(self, X, y):
+        import warnings
+
+        warnings.warn("something else", RuntimeWarning, stacklevel=2)
+        return self
+
+    def predict(self, X):
+        return np.zeros(len(X))

@@ -189,12 +189,15 @@ class ProbeRow:
     inputs: str = "full"
 
     def to_dict(self) -> dict[str, Any]:
-        """A flat row: the keys above, then ``<probe|mean_baseline|shuffled_baseline>_<nrmse|pearson_r|mae>``."""
+        """A flat row: the keys above, then ``<probe|mean_baseline|shuffled_baseline>_<nrmse|pearson_r|mae>``, then
+        ``probe_converged`` and ``shuffled_baseline_converged`` (whether the fitted probe's optimiser converged)."""
         out: dict[str, Any] = {"task": self.task, "model": self.model, "inputs": self.inputs, "site": self.site,
                                "feature": self.feature, "probe": self.probe, "seed": self.seed}
         for name, sc in (("probe", self.score), ("mean_baseline", self.mean_baseline),
                          ("shuffled_baseline", self.shuffled_baseline)):
             out.update({f"{name}_nrmse": sc.nrmse, f"{name}_pearson_r": sc.pearson_r, f"{name}_mae": sc.mae})
+        out.update({"probe_converged": self.score.converged,
+                    "shuffled_baseline_converged": self.shuffled_baseline.converged})
         return out
 
 
@@ -373,6 +376,11 @@ def run(config: ProbeConfig, models: list[ModelEntry] | None = None, *, log: Log
                          probes=config.probes_used, seeds=config.seeds_used, rows=tuple(rows),
                          provenance=io.provenance(), wall_time_s=round(time.perf_counter() - t0, 1),
                          noise_rows=tuple(noise_rows), models=tuple(described))
+    unconverged = [r for r in result.rows if r.score.converged is False]
+    if unconverged:
+        emit(log, f"WARNING: {len(unconverged)} of {len(result.rows)} probes did not converge (their optimiser "
+             f"ran out of iterations; rows with probe_converged false), first: {unconverged[0].task} "
+             f"{unconverged[0].model} {unconverged[0].site} {unconverged[0].feature} {unconverged[0].probe}")
     leaks = result.noise_leaks()
     if leaks:
         emit(log, "WARNING: noise control: these features find position in pure noise (NRMSE < "
