@@ -88,6 +88,9 @@ def test_model_sources_resolve_to_entries():
 
     (init,) = load_models(ModelSource(init=True, task="addition", preset="tiny", model_overrides={"init_std": 0.2}))
     assert init.label == "init-tiny-addition-init_std0.2" and init.kind == "init" and not init.train_prompts
+    # the task's size is in the label when given (before: --n-digits 5 and 7 gave one label, one output folder)
+    labels = [load_models(ModelSource(init=True, task="addition", preset="tiny", n_digits=n))[0].label for n in (5, 7)]
+    assert labels == ["init-tiny-addition-n_digits5", "init-tiny-addition-n_digits7"]
     (shipped,) = load_models(ModelSource(pretrained=("reversal",)))
     assert shipped.label == "pretrained-reversal" and len(shipped.train_prompts) == 20_000
     assert shipped.run is not None and shipped.run.name == "shipped"

@@ -154,9 +154,10 @@ def test_noise_control_runs_every_feature_and_flags_a_leaking_feature(probe_job,
     result = probe_job.run(cfg, [tiny_reversal_entry, dataclasses.replace(tiny_reversal_entry, label="other")],
                            log=lines.append)
     d_model = tiny_reversal_entry.model_cfg.d_model
-    # one control per task and width (not per model): every feature, probe and seed, on noise
+    n_pos = tiny_reversal_entry.task.max_prompt_len
+    # one control per task, width and length (not per model): every feature, probe and seed, on noise
     assert [(r.model, r.site, r.feature) for r in result.noise_rows] == [
-        (f"noise control (d_model {d_model})", "noise", f) for f in probing.FEATURES]
+        (f"noise control ({n_pos} positions x d_model {d_model})", "noise", f) for f in probing.FEATURES]
     assert all(r.score.nrmse >= probing.NOISE_MAX_NRMSE for r in result.noise_rows)
     assert result.noise_leaks() == [] and any("every feature fails on pure noise" in ln for ln in lines)
     data = json.loads(json.dumps(result.to_dict()))
@@ -164,7 +165,17 @@ def test_noise_control_runs_every_feature_and_flags_a_leaking_feature(probe_job,
     probe_job.write(result, tmp_path)
     assert_strict_json_files(tmp_path)
     csv_rows = (tmp_path / "results/probe/probe.csv").read_text().splitlines()
-    assert sum(",noise control (d_model" in r for r in csv_rows) == len(probing.FEATURES)
+    assert sum(",noise control (" in r for r in csv_rows) == len(probing.FEATURES)
+
+    # the same task at another size reads inputs of another length: a control of that length too (before:
+    # one control per task and width, of the first model's length)
+    import tasks
+
+    longer = dataclasses.replace(tiny_reversal_entry, label="longer", task=tasks.get_task("reversal", n_digits=12))
+    assert longer.task.max_prompt_len != n_pos
+    two = probe_job.run(cfg, [tiny_reversal_entry, longer])
+    assert sorted({r.model for r in two.noise_rows}) == sorted(
+        {f"noise control ({n} positions x d_model {d_model})" for n in (n_pos, longer.task.max_prompt_len)})
 
     # a feature that is 1 at the last position by construction (the old cos_last rows) is caught
     def leaky(acts, feature):

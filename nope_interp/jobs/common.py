@@ -231,7 +231,8 @@ def load_models(source: ModelSource, default_with_seeds: bool = False) -> list[M
         cfg = preset(source.preset, **source.model_overrides)
         tweaks = "".join(f"-{k}{'_'.join(map(str, v)) if isinstance(v, tuple | list) else v}"
                          for k, v in sorted(source.model_overrides.items()))  # tuples: nope_layers1_3
-        return [entry_from_init(cfg, task, f"init-{source.preset}-{task.name}{tweaks}")]
+        size = "".join(f"-{k}{v}" for k, v in sorted(source.task_params.items()))  # --n-digits: -n_digits5
+        return [entry_from_init(cfg, task, f"init-{source.preset}-{task.name}{size}{tweaks}")]
     if (source.with_seeds or source.with_candidates) and not source.pretrained:
         return shipped_entries(tasks_pkg.TASK_NAMES, with_seeds=source.with_seeds or default_with_seeds,
                                with_candidates=source.with_candidates)

@@ -15,7 +15,7 @@ feature, probe and seed. Every feature must fail it (held-out NRMSE at least
 own construction, and the run says so (``noise_control.leaks`` in ``probe.json``, and a warning line).
 
 Writes ``results/probe/probe.json`` and ``probe.csv`` (one row per model, task, site, feature, probe and
-seed; the noise control's rows have model ``noise control (d_model N)`` and site ``noise``) and
+seed; the noise control's rows have model ``noise control (P positions x d_model N)`` and site ``noise``) and
 ``figures/probe/nrmse_by_site_<probe>.html`` (NRMSE by site for each feature, the chance line at 1.0 and
 the shuffled-target baseline).
 """
@@ -205,9 +205,10 @@ class ProbeRow:
 class ProbeResult:
     """What ``probe`` measured: the settings used, one :class:`ProbeRow` per fitted probe, provenance, the
     wall time in seconds, and the noise-input control's rows (``noise_rows``: model ``noise control
-    (d_model N)``, site ``noise``); ``models``: per model probed, its ``model`` label, ``task`` and
-    ``task_params`` (the size it was probed on, e.g. ``{"n_digits": 2}``), the ``inputs`` it read and its
-    ``source`` (the run directory, or the initialised config)."""
+    (P positions x d_model N)``, one control per task, width and input length probed, site ``noise``);
+    ``models``: per model probed, its ``model`` label, ``task`` and ``task_params`` (the size it was probed
+    on, e.g. ``{"n_digits": 2}``), the ``inputs`` it read and its ``source`` (the run directory, or the
+    initialised config)."""
 
     config: ProbeConfig
     n_prompts: int
@@ -326,7 +327,7 @@ def noise_control(config: ProbeConfig, task: tasks_pkg.Task | str, d_model: int,
     """The noise-input control for one task and model width: every feature, probe and seed of ``config``
     on :func:`~nope_interp.probing.noise_activations` of shape ``(prompts_used, n_pos, d_model)`` (``n_pos``
     default ``task.max_prompt_len``; seed :data:`NOISE_SEED`). ``task`` is a Task or, with ``n_pos``, a task
-    name such as ``text-nope``. Rows have model ``noise control (d_model N)`` and site ``noise``; every
+    name such as ``text-nope``. Rows have model ``noise control (P positions x d_model N)`` and site ``noise``; every
     feature should score about 1.0 (chance).
 
     Raises:
@@ -337,7 +338,8 @@ def noise_control(config: ProbeConfig, task: tasks_pkg.Task | str, d_model: int,
     name = task if isinstance(task, str) else task.name
     length = n_pos if n_pos is not None else task.max_prompt_len  # type: ignore[union-attr]
     acts = noise_activations(config.prompts_used, length, d_model, seed=NOISE_SEED)
-    return _probe_rows(config, name, f"noise control (d_model {d_model})", NOISE_SITE, acts, "noise")
+    return _probe_rows(config, name, f"noise control ({length} positions x d_model {d_model})", NOISE_SITE, acts,
+                       "noise")
 
 
 def run(config: ProbeConfig, models: list[ModelEntry] | None = None, *, log: Log = None) -> ProbeResult:
@@ -351,7 +353,7 @@ def run(config: ProbeConfig, models: list[ModelEntry] | None = None, *, log: Log
     t0 = time.perf_counter()
     rows: list[ProbeRow] = []
     noise_rows: list[ProbeRow] = []
-    controls: set[tuple[str, int]] = set()
+    controls: set[tuple[str, int, int]] = set()
     described: list[dict[str, Any]] = []
     for entry in progress(models, "probe", log):
         new = probe_entry(config, entry)
@@ -364,14 +366,13 @@ def run(config: ProbeConfig, models: list[ModelEntry] | None = None, *, log: Log
                           "source": io.json_safe(entry.source)})
         emit(log, f"{name} {model_label(entry)}: {len(new)} probes ({time.perf_counter() - t0:.0f}s)")
         d_model = int(entry.model.cfg.d_model)
-        if (name, d_model) not in controls:
-            controls.add((name, d_model))
-            if entry.kind in ("text", "hf"):
-                n_pos = int(entry.source["text_window"]) if entry.kind == "text" else hf_random_length(entry.model)
-                noise_rows += noise_control(config, name, d_model, n_pos)
-            else:  # the length of the protocol's inputs
-                n_pos = tasks_pkg.protocol_length(entry.task, config.protocol, config.window)
-                noise_rows += noise_control(config, entry.task, d_model, n_pos)
+        if entry.kind in ("text", "hf"):
+            n_pos = int(entry.source["text_window"]) if entry.kind == "text" else hf_random_length(entry.model)
+        else:  # the length of the protocol's inputs (it depends on the task's size, e.g. n_digits)
+            n_pos = tasks_pkg.protocol_length(entry.task, config.protocol, config.window)
+        if (name, d_model, n_pos) not in controls:  # one control per shape probed
+            controls.add((name, d_model, n_pos))
+            noise_rows += noise_control(config, name if entry.kind in ("text", "hf") else entry.task, d_model, n_pos)
     result = ProbeResult(config=config, n_prompts=config.prompts_used, features=config.features_used,
                          probes=config.probes_used, seeds=config.seeds_used, rows=tuple(rows),
                          provenance=io.provenance(), wall_time_s=round(time.perf_counter() - t0, 1),
