@@ -17,7 +17,9 @@ Ablations (each a hook factory; applied only through ``model.hooks``/``run_with_
   which hold as much variance as any r directions outside position do);
 * ``shuffle_vectors``: permute whole vectors across positions (a floor: destroys everything);
 * ``swap_prompts``: exchange activations between prompts at the same position (keeps position, destroys
-  content).
+  content): every prompt of a forward pass gets another prompt's vectors (a random permutation of the batch
+  with no fixed point, drawn once per batch size, so the repeated forward passes of greedy decoding read the
+  same donors; before 2026-12-03 a fresh permutation on every pass left some prompts unswapped).
 
 Greedy decoding: every ablation acts on the prompt positions 0..P-1 only (P = the task's full prompt
 length; mu, permutations and subspaces are defined there). Positions of generated answer tokens pass
@@ -228,6 +230,23 @@ def project_out(h: Float[Tensor, "... d_model"], basis: Float[Tensor, "d_model r
     return h - (h @ b) @ b.T
 
 
+def derangement(n: int, generator: torch.Generator) -> Int[Tensor, " n"]:
+    """A uniformly random permutation of ``range(n)`` with no fixed point (rejection sampling: about e draws).
+
+    Raises:
+        NopeInterpError: ``n`` not an integer >= 2 (one element cannot be moved); ``generator`` not a
+            ``torch.Generator``.
+    """
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 2:
+        raise NopeInterpError(f"derangement: n must be an integer >= 2, got {n!r}")
+    if not isinstance(generator, torch.Generator):
+        raise NopeInterpError(f"derangement: generator must be a torch.Generator, got {type(generator).__name__}")
+    while True:
+        perm = torch.randperm(int(n), generator=generator)
+        if not bool((perm == torch.arange(int(n))).any()):
+            return perm
+
+
 def _prompt_part(fn: Callable[[Tensor], Tensor], n_prompt: int) -> ResidHook:
     """Wrap a transform of the prompt positions into a hook that leaves later positions unchanged."""
 
@@ -250,15 +269,16 @@ def ablation_hook(
         mu: positional means on the prompt positions.
         perm: the permutation of prompt positions for ``shuffle_positional``/``shuffle_vectors``.
         basis: the subspace for ``project_out``/``project_out_random``.
-        generator: for ``swap_prompts`` (a fresh permutation of the batch on each forward pass) and
-            ``mean_positional_random`` (its random directions, drawn once when the hook is built).
+        generator: for ``swap_prompts`` (a permutation of the batch without fixed points, drawn once per batch
+            size) and ``mean_positional_random`` (its random directions, drawn once when the hook is built).
 
     Raises:
         NopeInterpError: unknown kind or a missing argument; ``mu`` not a real float tensor ``(pos, d_model)``
             with finite entries; ``perm`` not a permutation of ``range(pos)``; ``basis`` not an orthonormal
             ``(d_model, rank)`` basis (:func:`check_basis`); ``generator`` not a ``torch.Generator``. When the
             hook runs: activations whose width is not ``mu``'s, or, for the kinds that use ``mu`` or ``perm``,
-            sequences shorter than ``mu``'s positions.
+            sequences shorter than ``mu``'s positions; ``swap_prompts`` on a batch of one prompt (nothing to
+            swap with).
     """
     if kind not in ABLATIONS:
         raise NopeInterpError(f"unknown ablation {kind!r}; allowed: {', '.join(ABLATIONS)}")
@@ -281,6 +301,7 @@ def ablation_hook(
     if kind in ("swap_prompts", "mean_positional_random") and not isinstance(generator, torch.Generator):
         raise NopeInterpError(f"ablation {kind!r} needs a torch.Generator, got {type(generator).__name__}")
     shift = None
+    orders: dict[int, Tensor] = {}  # swap_prompts: one derangement per batch size
     if kind == "mean_positional_random":
         size = (mu.mean(0, keepdim=True) - mu).norm(dim=-1, keepdim=True)  # mean_positional's shift, per position
         u = torch.randn(mu.shape, generator=generator, dtype=torch.float64)
@@ -305,7 +326,12 @@ def ablation_hook(
             return project_out(h, basis.to(h.device))
         if kind == "shuffle_vectors":
             return h[:, perm]
-        order = torch.randperm(h.shape[0], generator=generator).to(h.device)
-        return h[order]
+        b = h.shape[0]
+        if b not in orders:
+            if b < 2:
+                raise NopeInterpError("ablation 'swap_prompts' needs at least 2 prompts in a forward pass (each "
+                                      "prompt takes another's vectors), got 1")
+            orders[b] = derangement(b, generator)
+        return h[orders[b].to(h.device)]
 
     return _prompt_part(transform, n)

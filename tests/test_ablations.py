@@ -255,3 +255,45 @@ def test_a_hook_applied_to_other_activations_than_it_was_built_for_says_so(AB):
                                                       "of 4 positions"):
                 hook(short, hook=None)
         assert hook(h, hook=None).shape == h.shape  # the length it was built for still works
+
+
+def test_derangement_moves_every_element_and_is_uniform_enough():
+    import collections
+
+    from nope_interp.ablations import derangement
+    from nope_interp.errors import NopeInterpError
+
+    gen = torch.Generator().manual_seed(0)
+    for n in (2, 3, 5, 17):
+        for _ in range(20):
+            p = derangement(n, gen)
+            assert sorted(p.tolist()) == list(range(n)) and all(p[i] != i for i in range(n))
+    # n = 3 has exactly two derangements, (1, 2, 0) and (2, 0, 1): both drawn about equally often
+    counts = collections.Counter(tuple(derangement(3, gen).tolist()) for _ in range(400))
+    assert set(counts) == {(1, 2, 0), (2, 0, 1)} and min(counts.values()) > 150
+    from conftest import unhooked
+
+    for bad in (1, 0, 2.0, True):  # bad types past the test-time type checker, as a user without it sees them
+        with pytest.raises(NopeInterpError, match="n must be an integer >= 2"):
+            unhooked(derangement)(bad, gen)
+
+
+def test_swap_prompts_gives_every_prompt_another_prompts_vectors_and_keeps_its_donors():
+    """Before: a fresh permutation on every forward pass (greedy decoding without a cache runs one per new
+    token, so each answer token saw other donors) that could leave a prompt in place, or all of it for a batch
+    of one."""
+    from nope_interp.ablations import ablation_hook
+    from nope_interp.errors import NopeInterpError
+
+    mu = torch.zeros(4, 3, dtype=torch.float64)
+    hook = ablation_hook("swap_prompts", mu, generator=torch.Generator().manual_seed(1))
+    h = torch.arange(6, dtype=torch.float64)[:, None, None].expand(6, 5, 3).clone()  # prompt i holds i everywhere
+    first = hook(h)
+    donors = first[:, 0, 0]
+    assert all(donors[i] != i for i in range(6)) and sorted(donors.tolist()) == list(range(6))
+    assert torch.equal(first[:, :4], donors[:, None, None].expand(6, 4, 3)) and torch.equal(first[:, 4:], h[:, 4:])
+    for _ in range(3):  # the same batch again (the next decoding step, one position longer): the same donors
+        longer = torch.cat([h, h[:, :1]], dim=1)
+        assert torch.equal(hook(longer)[:, 0, 0], donors)
+    with pytest.raises(NopeInterpError, match="at least 2 prompts"):
+        hook(h[:1])

@@ -134,7 +134,8 @@ def test_to_dict_is_json_with_the_old_layout(AJ, tiny_ablation):
     assert list(data) == ["results", "seed_summary", "protocol"] and data["protocol"] == "full"
     (r,) = data["results"]
     assert list(r) == ["task", "n_eval", "n_mu", "rank", "clean", "sites", "decomposition", "rank_curve", "run",
-                       "model_seed", "metric", "eval_prefix", "protocol"]  # added at the end: older readers work
+                       "model_seed", "metric", "eval_prefix", "protocol", "recipe",
+                       "draw_seed"]  # added at the end: older readers work
     assert r["metric"] == "exact_match" and r["eval_prefix"] == ""
     assert list(r["sites"]) == SITES and list(r["sites"][SITES[0]]) == ["shuffle_positional", "project_out",
                                                                            "shuffle_vectors"]
@@ -649,3 +650,65 @@ def test_the_content_control_removes_the_top_directions_of_h_minus_mu_on_the_mu_
             losses[kind] = float(answer_loss(model, batch))
         assert r.site(site).ablations[kind].answer_loss == pytest.approx(losses[kind], rel=1e-6)
     assert losses["project_out_content"] != pytest.approx(losses["project_out"], rel=1e-4)
+
+
+def test_each_model_gets_its_own_random_draws_the_same_in_any_company(AJ, tiny_addition_entry, monkeypatch):
+    """Before: every model of a call used seed 0, so the random-subspace control of three seeds was one subspace
+    (and one permutation, one swap order) repeated."""
+    import dataclasses
+
+    bases = []
+    real = AJ.random_subspace
+    monkeypatch.setattr(AJ, "random_subspace", lambda *a, **k: bases.append(real(*a, **k)) or bases[-1])
+    cfg = AJ.AblateConfig(layers=(1,), kinds=("project_out_random",), rank=2, ranks=(1,), n_random=1, n_eval=4,
+                          n_mu=8, n_analysis=2)
+    other = dataclasses.replace(tiny_addition_entry, label="tiny-addition-2")
+    both = AJ.run(cfg, [tiny_addition_entry, other])
+    assert [r.draw_seed for r in both.runs] == [AJ.model_draw_seed(e) for e in (tiny_addition_entry, other)]
+    assert both.runs[0].draw_seed != both.runs[1].draw_seed
+    first, second = bases[:2], bases[2:4]  # per model: the site's rank-2 subspace, then the rank curve's rank 1
+    assert not torch.allclose(first[0], second[0])
+    bases.clear()
+    alone = AJ.run(cfg, [other])
+    assert alone.runs[0].draw_seed == both.runs[1].draw_seed and torch.equal(bases[0], second[0])
+
+
+def test_runs_of_other_recipes_are_not_pooled_as_seeds(AJ):
+    """Before: runs were grouped by task (and inputs) alone, so a 3-layer and a 6-layer indexing model, or two
+    learning rates, were summarised as seeds of one recipe."""
+    import dataclasses
+
+    a, b, c = (_fake_run(AJ, 1.0, x, 0.1) for x in (0.2, 0.3, 0.4))
+    a, b = (dataclasses.replace(r, recipe='{"model.n_layers": 3}') for r in (a, b))
+    c = dataclasses.replace(c, recipe='{"model.n_layers": 6}')
+    groups = AJ.seed_summary([a, c, b])
+    assert [g.n_seeds for g in groups] == [2, 1]
+
+
+def test_ranks_above_what_the_inputs_span_and_empty_model_lists_fail_before_any_work(AJ, tiny_addition_entry,
+                                                                                    monkeypatch):
+    """Before: --rank 100 failed after the clean measurement naming an internal function; --ranks all too large
+    wrote an empty rank curve with exit 0; an empty model list ablated the shipped models."""
+    from nope_interp.errors import NopeInterpError
+
+    monkeypatch.setattr(AJ, "ablate_model", lambda *a, **k: pytest.fail("measured before refusing"))
+    n_pos = tiny_addition_entry.task.max_prompt_len  # 2-digit addition: 7 positions, so 6 directions at most
+    small = dict(n_eval=4, n_mu=8, n_analysis=2, layers=(1,))
+    with pytest.raises(NopeInterpError, match=rf"--rank 100 is above the {n_pos - 1} positional directions.*"
+                                              rf"--rank {n_pos - 1} or less"):
+        AJ.run(AJ.AblateConfig(rank=100, kinds=("project_out",), **small), [tiny_addition_entry])
+    AJ.AblateConfig(rank=100, kinds=("shuffle_positional",), **small)  # rank unused without a project-out kind
+    with pytest.raises(NopeInterpError, match=r"every --ranks value \(50, 60\) is above"):
+        AJ.run(AJ.AblateConfig(rank=1, ranks=(50, 60), **small), [tiny_addition_entry])
+    with pytest.raises(NopeInterpError, match="models is an empty list"):
+        AJ.run(AJ.AblateConfig(**small), [])
+
+
+def test_swap_prompts_needs_two_prompts(AJ):
+    from nope_interp.errors import NopeInterpError
+
+    with pytest.raises(NopeInterpError, match="swap_prompts.*n_eval and n_analysis >= 2"):
+        AJ.AblateConfig(n_eval=1)
+    with pytest.raises(NopeInterpError, match="--n-analysis"):
+        AJ.AblateConfig(n_analysis=1, kinds=("swap_prompts",))
+    AJ.AblateConfig(n_eval=1, kinds=("shuffle_positional",))  # fine without swap_prompts

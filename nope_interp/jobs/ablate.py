@@ -37,8 +37,10 @@ some task has two or more runs); under a protocol other than ``full`` every name
 ``_<protocol_tag>`` (``ablate_authors.json``, ``ablations_window48.html``).
 """
 
+import json
 import math
 import time
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,10 +117,10 @@ class AblateConfig(FrozenConfig):
 
     Raises:
         NopeInterpError: an empty or negative ``layers``; an unknown or empty ``kinds``; ``rank`` or a
-            ``ranks`` entry negative, or ``ranks`` empty; ``n_random``, ``n_eval`` or ``n_analysis`` below 1;
-            ``n_mu`` below 2; an unknown ``protocol``; ``window`` outside [3, 1000000] (one too short to hold a
-            newline and the task's longest prompt is refused once the models are known, naming the least that
-            can), or set (even to 64) without protocol ``window``.
+            ``ranks`` entry negative, or ``ranks`` empty; ``n_random``, ``n_eval`` or ``n_analysis`` below 1
+            (below 2 with ``swap_prompts``); ``n_mu`` below 2; an unknown ``protocol``; ``window`` outside
+            [3, 1000000] (one too short to hold a newline and the task's longest prompt is refused once the
+            models are known, naming the least that can), or set (even to 64) without protocol ``window``.
     """
 
     layers: tuple[int, ...] | None = opt(None, "ablate blocks.L.hook_resid_pre for these L (default: every layer "
@@ -155,6 +157,10 @@ class AblateConfig(FrozenConfig):
         check_int("n_eval", self.n_eval, 1, 10**6)
         check_int("n_mu", self.n_mu, 2, 10**6)
         check_int("n_analysis", self.n_analysis, 1, 100_000)
+        if "swap_prompts" in self.kinds_used and min(self.n_eval, self.n_analysis) < 2:
+            raise NopeInterpError(f"swap_prompts gives each prompt another prompt's vectors: it needs n_eval and "
+                                  f"n_analysis >= 2 (--n-eval, --n-analysis), got {self.n_eval} and "
+                                  f"{self.n_analysis}; raise them or leave swap_prompts out of --kinds")
         check_choice("protocol", self.protocol, tasks_pkg.PROTOCOLS)
         if self.window is not None:
             check_int("window", self.window, 3, 1_000_000)
@@ -306,6 +312,8 @@ class RunAblation:
             Only under protocol ``full``: the other protocols' contexts hold their own newlines.
         protocol: the inputs (``full``, ``authors``, ``window``; ``text`` for a ``train-text`` model).
         window: characters per input of the ``window`` protocol (:data:`tasks.DEFAULT_WINDOW` otherwise).
+        recipe: the model's recipe settings as JSON (all but the seeds; runs are pooled over seeds only when
+            equal). draw_seed: the seed of its random draws (:func:`model_draw_seed`).
     """
 
     label: str
@@ -323,6 +331,8 @@ class RunAblation:
     eval_prefix: str = ""
     protocol: str = "full"
     window: int = DEFAULT_WINDOW
+    recipe: str = ""
+    draw_seed: int = 0
 
     def site(self, name: str) -> SiteAblation:
         """The ablations at site ``name``. Raises NopeInterpError if it was not ablated."""
@@ -343,7 +353,8 @@ class RunAblation:
                 "decomposition": {s.site: s.decomposition.to_dict() for s in self.sites},
                 "rank_curve": self.rank_curve.to_dict(), "run": self.run, "model_seed": self.model_seed,
                 "metric": self.metric, "eval_prefix": self.eval_prefix, "protocol": self.protocol,
-                **({"window": self.window} if self.protocol == "window" else {})}
+                **({"window": self.window} if self.protocol == "window" else {}),
+                "recipe": json.loads(self.recipe) if self.recipe else {}, "draw_seed": self.draw_seed}
 
     def table_rows(self) -> list[dict[str, Any]]:
         """``ablate.csv`` rows: the clean model, then one per site and ablation (deltas against clean)."""
@@ -609,17 +620,40 @@ def _decompose(site: str, acts: Float[Tensor, "batch pos d_model"]) -> Decomposi
                          dropped_positions=tuple(d["dropped_positions"]), n_prompts=d["n_prompts"])
 
 
-def ablate_model(entry: ModelEntry, config: AblateConfig, *, seed: int = 0, log: Log = None) -> RunAblation:
+def model_draw_seed(entry: ModelEntry) -> int:
+    """The seed of a model's random draws (permutations, random subspaces and directions, prompt swaps): the
+    CRC-32 of its label, so every model of a call gets its own draws and a model the same ones in any company
+    (before 2026-12-03 every model used seed 0: the random-subspace control of three seeds was one subspace)."""
+    return zlib.crc32(entry.label.encode())
+
+
+def _check_ranks(entry: ModelEntry, config: AblateConfig, n_prompt: int) -> None:
+    """Refuse ``rank`` (with a project-out kind) or ``ranks`` (all of them) above what ``n_prompt`` positions
+    and ``d_model`` allow: the centred positional means span at most min(n_prompt - 1, d_model) directions."""
+    max_rank = min(n_prompt - 1, int(entry.model.cfg.d_model))
+    if config.rank > max_rank and any(k.startswith("project_out") for k in config.kinds_used):
+        raise NopeInterpError(f"{entry.label}: --rank {config.rank} is above the {max_rank} positional directions "
+                              f"its {n_prompt}-position inputs can span (min(positions - 1, d_model)): "
+                              f"--rank {max_rank} or less")
+    if all(r > max_rank for r in config.ranks):
+        raise NopeInterpError(f"{entry.label}: every --ranks value ({', '.join(map(str, config.ranks))}) is above "
+                              f"the {max_rank} positional directions its {n_prompt}-position inputs can span: "
+                              f"give ranks <= {max_rank}")
+
+
+def ablate_model(entry: ModelEntry, config: AblateConfig, *, seed: int | None = None,
+                 log: Log = None) -> RunAblation:
     """Every ablation at every site of ``config``, plus the rank curve at the first site, for one model.
 
     Evaluation contexts (``n_eval``) and the inputs for mu (``n_mu``) are drawn under ``config.protocol``
     (full-length prompts by default; module docstring) outside ``entry.train_prompts``, the final prompts of
     the evaluation contexts kept out of mu's inputs (for a ``train-text`` model: windows of its training length
     from the held-out plays, metric next-character accuracy); ``seed`` seeds the permutations, random
-    subspaces and prompt swaps.
+    subspaces and prompt swaps (default :func:`model_draw_seed`).
 
     Raises:
-        NopeInterpError: a layer outside the model; ``rank`` above min(pos - 1, d_model); too few distinct
+        NopeInterpError: a layer outside the model; ``rank`` (with a project-out kind) or every ``ranks`` value
+            above min(pos - 1, d_model), checked before any measurement; too few distinct
             held-out prompts; inputs longer than the model's ``n_ctx``; a ``window`` too short to hold a
             prompt.
     """
@@ -628,6 +662,8 @@ def ablate_model(entry: ModelEntry, config: AblateConfig, *, seed: int = 0, log:
     rank_site = sites[0]
     inputs = _text_inputs(entry, config) if entry.kind == "text" else _task_inputs(entry, config)
     name, n_prompt = inputs.task, inputs.mu_tokens.shape[1]
+    _check_ranks(entry, config, n_prompt)
+    seed = model_draw_seed(entry) if seed is None else seed
     gen = torch.Generator().manual_seed(seed)
     t0 = time.perf_counter()
     clean = inputs.measure([], True)
@@ -691,7 +727,19 @@ def ablate_model(entry: ModelEntry, config: AblateConfig, *, seed: int = 0, log:
                        model_seed=entry.model_cfg.seed, task=name, n_eval=inputs.n_eval,
                        n_mu=inputs.mu_tokens.shape[0], rank=config.rank, clean=clean, sites=tuple(site_results),
                        rank_curve=curve, metric=inputs.metric, eval_prefix=inputs.prefix, protocol=inputs.protocol,
-                       window=config.window_used)
+                       window=config.window_used, recipe=_recipe(entry), draw_seed=seed)
+
+
+def _recipe(entry: ModelEntry) -> str:
+    """The settings that make the model's recipe (:func:`nope_interp.jobs.compare.recipe_settings`: all but
+    the seeds) as canonical JSON: runs are pooled as seeds only when these are equal."""
+    from nope_interp.jobs.compare import recipe_settings  # compare imports the demo job; keep the import local
+
+    if entry.kind == "text":
+        return json.dumps({"text": text_task_name(entry),
+                           "model": {k: v for k, v in entry.model_cfg.to_dict().items() if k != "seed"}},
+                          sort_keys=True, default=str)
+    return json.dumps(recipe_settings(entry), sort_keys=True, default=str)
 
 
 def seed_summary(runs: Sequence[RunAblation]) -> tuple[TaskSeedSummary, ...]:
@@ -700,14 +748,15 @@ def seed_summary(runs: Sequence[RunAblation]) -> tuple[TaskSeedSummary, ...]:
     (positional, and the random mean of each run) and of the clean decomposition per site. Only sites,
     ablations and ranks present in every run of the task count (ranks matched by value); a site whose
     decomposition failed in some run is left out of the decomposition. The CI is Student's t over seeds, so
-    with 3 seeds it is wide. Runs of one task that read different prefixes before their prompts
-    (:attr:`RunAblation.eval_prefix`: packed and answer-only models) have different prompt positions and form
-    separate groups. Groups are in order of first appearance."""
-    by_task: dict[tuple[str, str, str, int], list[RunAblation]] = {}
+    with 3 seeds it is wide. Only runs of one recipe are pooled (:attr:`RunAblation.recipe`: every model,
+    training and task setting but the seeds; before 2026-12-03 runs of other shapes or learning rates were
+    pooled as seeds); runs that read different prefixes before their prompts (:attr:`RunAblation.eval_prefix`)
+    also form separate groups. Groups are in order of first appearance."""
+    by_task: dict[tuple[str, str, str, int, str], list[RunAblation]] = {}
     for r in runs:
-        by_task.setdefault((r.task, r.eval_prefix, r.protocol, r.window), []).append(r)
+        by_task.setdefault((r.task, r.eval_prefix, r.protocol, r.window, r.recipe), []).append(r)
     out = []
-    for (task, prefix, protocol, window), rs in by_task.items():
+    for (task, prefix, protocol, window, _recipe_json), rs in by_task.items():
         site_maps = [{s.site: s for s in r.sites} for r in rs]
         losses, decs = [], []
         for s in rs[0].sites:
@@ -750,7 +799,9 @@ def run(config: AblateConfig, models: list[ModelEntry] | None = None, *, log: Lo
     can read with its answer (``n_ctx`` - longest answer - 1), at most :data:`tasks.DEFAULT_WINDOW`; the
     result's ``config`` holds it.
     """
-    models = default_models(config) if not models else list(models)
+    if models is not None and not list(models):  # an empty list is a mistake, not a request for the defaults
+        raise NopeInterpError("ablate: models is an empty list; give models, or None for the default models")
+    models = default_models(config) if models is None else list(models)
     if not models:
         raise NopeInterpError("no models to ablate: no shipped model found; give --run or --pretrained")
     task_models = [e for e in models if e.kind != "text"]
@@ -793,6 +844,13 @@ def run(config: AblateConfig, models: list[ModelEntry] | None = None, *, log: Lo
         f"{text_task_name(e) if e.kind == 'text' else e.task.name}:{e.label if e.run is None else e.run.path.name}"
         for e in models))
     t0 = time.perf_counter()
+    for entry in models:  # ranks against each model's input length, before any model is measured
+        if entry.kind == "text":
+            _check_ranks(entry, config, int(entry.source["text_window"]))
+        elif config.protocol == "full":
+            _check_ranks(entry, config, len(eval_prefix(entry)) + entry.task.max_prompt_len)
+        else:
+            _check_ranks(entry, config, tasks_pkg.protocol_length(entry.task, config.protocol, config.window_used))
     runs = tuple(ablate_model(entry, config, log=log) for entry in progress(models, "ablate", log))
     return AblateResult(config=config, runs=runs, seed_summary=seed_summary(runs),
                         wall_time_s=round(time.perf_counter() - t0, 1))
