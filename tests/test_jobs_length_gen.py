@@ -71,7 +71,7 @@ def test_an_initialised_model_is_refused(tmp_path):
         length_gen.run(length_gen.LengthGenConfig(sizes=(2,)), [entry])
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [({"sizes": (0,)}, "size"), ({"sizes": (65,)}, "size"),
+@pytest.mark.parametrize(("kwargs", "match"), [({"sizes": (0,)}, "^sizes must"), ({"sizes": (65,)}, "^sizes must"),
                                                ({"n_examples": 0}, "n_examples"), ({"n_prompts": 0}, "n_prompts"),
                                                ({"points": ()}, "points"), ({"points": ("pattern",)}, "point"),
                                                ({"seed": -1}, "seed")])
@@ -81,3 +81,126 @@ def test_bad_config(kwargs, match):
 
     with pytest.raises(NopeInterpError, match=match):
         build_unhooked(LengthGenConfig, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def learned_run(tmp_path_factory):
+    """A tiny 2-digit addition run (2 steps) with learned positional embeddings and n_ctx 16."""
+    from nope_interp.config import TrainConfig, preset
+    from nope_interp.train import train
+
+    path = tmp_path_factory.mktemp("learned") / "l"
+    cfg = TrainConfig(task="addition", task_params={"n_digits": 2}, n_train=100, n_test=20, steps=2, batch_size=4,
+                      warmup_steps=1, eval_every=2, eval_n=5, checkpoint_every=2)
+    train(preset("tiny", n_ctx=16, positional="learned"), cfg, path, progress=False, command="x")
+    return path
+
+
+def test_scores_are_on_the_tokens_the_accuracy_reads_after_the_eval_prefix(packed_run, tmp_path):
+    """Before: exact match was read after the packed run's "\\n" but the adjacency score was computed on the
+    prompts without it (reversal-packed-s0, size 16: L0 hook_z 0.987 reported, 0.887 on the prompts read)."""
+    import csv
+
+    import tasks
+    from nope_interp.analysis import analyze_tokens
+    from nope_interp.evaluate import exact_match_accuracy
+    from nope_interp.jobs import length_gen
+    from nope_interp.jobs.common import entry_from_run
+    from nope_interp.model import with_context
+    from nope_interp.pretrained import load_run
+
+    run = load_run(packed_run)
+    assert run.train_cfg.eval_prefix == "\n"
+    cfg = length_gen.LengthGenConfig(sizes=(2,), n_examples=12, n_prompts=5, points=("z",))
+    (row,) = length_gen.run(cfg, [entry_from_run(run, "p")]).rows
+    task = tasks.get_task("addition", n_digits=2)
+    prompts = length_gen.full_length_prompts(task, 12, cfg.seed, run.train_prompts)
+    model, _ = with_context(run.model, run.model_cfg, 40)
+    read = ["\n" + p for p in prompts[:5]]
+    want = analyze_tokens(model, task.prompt_tokens(read), ("z",), forward="hooked").scores["row_mean"]
+    for site, s in row.scores.items():
+        assert s["row_mean"]["mean"] == pytest.approx(want[site]["mean"], abs=1e-9), site
+        assert s["row_mean"]["n"] == 5
+    assert row.exact_match == pytest.approx(
+        exact_match_accuracy(model, task, [task.example(p) for p in prompts], prefix="\n"))
+    assert row.eval_prefix == "\n"
+    paths = length_gen.write(length_gen.LengthGenResult(cfg, (row,), 0.0), tmp_path)
+    assert "eval_prefix" in json.loads(paths[0].read_text())["scored_inputs"]
+    with paths[1].open() as f:
+        assert {r["eval_prefix"] for r in csv.DictReader(f)} == {"\\n"}
+
+
+def test_an_answer_only_models_scores_are_those_of_its_bare_prompts(tiny_run):
+    """An answer-only run reads no prefix: its scores are analyze_model's on the same prompts (unchanged by
+    scoring after the prefix)."""
+    from nope_interp.analysis import analyze_model
+    from nope_interp.jobs import length_gen
+    from nope_interp.jobs.common import entry_from_run
+    from nope_interp.pretrained import load_run
+
+    run = load_run(tiny_run)
+    cfg = length_gen.LengthGenConfig(sizes=(2,), n_examples=12, n_prompts=5, points=("z",))
+    (row,) = length_gen.run(cfg, [entry_from_run(run, "tiny")]).rows
+    want = analyze_model(run.model, run.task, 5, seed=cfg.seed, points=("z",), exclude=run.train_prompts)
+    assert row.eval_prefix == ""
+    assert {s: v["row_mean"] for s, v in row.scores.items()} == want.scores["row_mean"]
+
+
+def test_an_empty_model_list_is_refused_and_none_means_the_defaults(monkeypatch):
+    """Before: ``run(cfg, models=[])`` ran the default (shipped) models, as if no list had been given."""
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs import length_gen
+
+    def defaults(config):
+        raise AssertionError("the default models were run")
+
+    monkeypatch.setattr(length_gen, "default_models", defaults)
+    with pytest.raises(NopeInterpError, match=r"^models must hold at least one model, got an empty list"):
+        length_gen.run(length_gen.LengthGenConfig(sizes=(2,)), [])
+    monkeypatch.setattr(length_gen, "default_models", lambda config: [])
+    with pytest.raises(NopeInterpError, match="no models: none of the shipped reversal and addition models"):
+        length_gen.run(length_gen.LengthGenConfig(sizes=(2,)), None)
+
+
+def test_a_size_past_a_learned_position_models_n_ctx_is_refused_before_any_work(learned_run, tiny_run):
+    """Before: sizes 2 and 3 were scored, then size 4 failed inside with_context with a message naming
+    neither the model nor the size (and nothing was written)."""
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs import length_gen
+    from nope_interp.jobs.common import entry_from_run
+    from nope_interp.pretrained import load_run
+
+    lines = []
+    cfg = length_gen.LengthGenConfig(sizes=(2, 3, 4), n_examples=8, n_prompts=4, points=("z",))
+    nope = entry_from_run(load_run(tiny_run), "tiny")  # first: a NoPE model is not refused, and not run either
+    learned = entry_from_run(load_run(learned_run), "l")
+    with pytest.raises(NopeInterpError, match=r"^l: size 4 of --sizes needs 18 positions \(0 prefix \+ 11 prompt "
+                                              r"\+ 6 answer \+ 1 end of line\), past the model's n_ctx=16: .*"
+                                              r"--sizes up to 3 fit it"):
+        length_gen.run(cfg, [nope, learned], log=lines.append)
+    assert not any("exact match" in line for line in lines), lines  # nothing scored
+    res = length_gen.run(cfg.replace(sizes=(2, 3)), [learned])  # the sizes that fit run
+    assert [r.n_digits for r in res.rows] == [2, 3]
+
+
+def test_a_size_the_task_does_not_allow_names_sizes_and_the_tasks_range(tiny_run, capsys, tmp_path):
+    """Before: ``--sizes 20`` for addition said "n_digits must be an integer in [1, 18]" (a TaskError, after
+    the smaller sizes were scored) and ``--sizes 0`` said "size must be ...": neither named --sizes."""
+    from nope_interp.cli import main
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs import length_gen
+    from nope_interp.jobs.common import entry_from_run
+    from nope_interp.pretrained import load_run
+
+    entry = entry_from_run(load_run(tiny_run), "tiny")
+    with pytest.raises(NopeInterpError, match=r"^sizes must be integers in \[1, 18\] for addition \(model tiny\), "
+                                              r"got 20$"):
+        length_gen.run(length_gen.LengthGenConfig(sizes=(2, 20), n_examples=8, n_prompts=4, points=("z",)), [entry])
+    assert main(["length-gen", "--run", str(tiny_run), "--sizes", "2", "20",
+                 "--out-root", str(tmp_path)]) == 2
+    assert "error: --sizes must be integers in [1, 18] for addition" in capsys.readouterr().err
+    assert main(["length-gen", "--run", str(tiny_run), "--sizes", "0",
+                 "--out-root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "error: --sizes must be integers in [1, 64]" in err and "addition 18" in err
+    assert not any(tmp_path.iterdir())  # nothing written

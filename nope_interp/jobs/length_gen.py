@@ -3,10 +3,13 @@
 Each trained model is asked about operands shorter and longer than it was trained on: for every operand
 size ``n_digits`` of ``sizes`` (default: its training size and the sizes around it), ``n_examples``
 held-out prompts with operands of exactly that many digits (the task's full-length prompts, none of them a
-training prompt), greedy exact match of the whole answer (with the run's own evaluation prefix), and, on
-``n_prompts`` of those prompts, the adjacency score and the lag profile at every requested site. A NoPE
-model runs past its training ``n_ctx`` unchanged (:func:`nope_interp.model.with_context`). Does accuracy
-fall where the adjacency pattern changes? (``docs/method.md``, "Long contexts").
+training prompt), greedy exact match of the whole answer read after the run's own evaluation prefix
+(``"\\n"`` for a model trained on packed windows, none for an answer-only model), and, on the first
+``n_prompts`` of those prompts read after the same prefix (the tokens the accuracy is measured on; the
+prefix's positions are scored too), the adjacency score and the lag profile at every requested site. A NoPE
+model runs past its training ``n_ctx`` unchanged (:func:`nope_interp.model.with_context`); a model with
+learned positions is refused up front for a size its ``n_ctx`` cannot hold. Does accuracy fall where the
+adjacency pattern changes? (``docs/method.md``, "Long contexts").
 
 Default models: the shipped reversal and addition models. Writes
 ``results/length_gen/{length_gen.json, length_gen.csv}`` and ``figures/length_gen/length_gen.html``.
@@ -22,7 +25,7 @@ from plotly.subplots import make_subplots
 
 import tasks as tasks_pkg
 from nope_interp import io
-from nope_interp.analysis import analyze_model
+from nope_interp.analysis import EXAMPLE_MAX_POS, analyze_tokens
 from nope_interp.config import FrozenConfig, check_choices, check_int, opt
 from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import exact_match_accuracy
@@ -41,6 +44,28 @@ DEFAULT_MODELS = "the shipped reversal and addition models"
 #: ordering 5 digits).
 DEFAULT_SIZES: dict[str, tuple[int, ...]] = {"addition": (1, 2, 3, 4, 5, 6), "reversal": (4, 8, 12, 16, 20, 24, 32),
                                              "indexing": (3, 5, 7, 9, 11, 13), "ordering": (3, 4, 5, 6, 7)}
+#: The largest operand size any task allows (reversal); each task allows up to :func:`size_limit`.
+MAX_SIZE = 64
+#: What the adjacency scores of a row were computed on (recorded in ``length_gen.json``).
+SCORED_INPUTS = ("the first n_prompts of the row's exact-match prompts, each read after the row's eval_prefix "
+                 "(the tokens the exact match is measured on; the prefix's positions are scored too)")
+
+
+def size_limit(task_name: str, params: dict[str, Any] | None = None) -> int:
+    """The largest ``n_digits`` in [1, :data:`MAX_SIZE`] that task ``task_name`` allows with its other
+    ``params`` (0 if none): the upper end of the ``sizes`` it can be asked about."""
+    for n in range(MAX_SIZE, 0, -1):
+        try:
+            tasks_pkg.get_task(task_name, **{**(params or {}), "n_digits": n})
+        except tasks_pkg.TaskError:
+            continue
+        return n
+    return 0
+
+
+def _sizes_message(got: Any) -> str:
+    limits = ", ".join(f"{name} {size_limit(name)}" for name in tasks_pkg.TASK_NAMES)
+    return f"sizes must be integers in [1, {MAX_SIZE}] (operand digits; the largest per task: {limits}), got {got!r}"
 
 
 @dataclass(frozen=True)
@@ -48,7 +73,8 @@ class LengthGenConfig(FrozenConfig):
     """Settings of ``length-gen``.
 
     Raises:
-        NopeInterpError: a size outside [1, 64]; ``n_examples`` outside [1, 100000]; ``n_prompts`` outside
+        NopeInterpError: a size outside [1, :data:`MAX_SIZE`] (the message names ``sizes`` and each task's
+            largest size); ``n_examples`` outside [1, 100000]; ``n_prompts`` outside
             [1, 10000] or above ``n_examples``; an unknown point; an empty points list.
     """
 
@@ -62,8 +88,9 @@ class LengthGenConfig(FrozenConfig):
         for name in ("sizes", "points"):
             if isinstance(getattr(self, name), list):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
-        for s in self.sizes:
-            check_int("size", s, 1, 64)
+        for s in self.sizes:  # FrozenConfig has checked the type: integers
+            if not 1 <= s <= MAX_SIZE:
+                raise NopeInterpError(_sizes_message(s))
         object.__setattr__(self, "sizes", tuple(sorted(set(self.sizes))))
         check_int("n_examples", self.n_examples, 1, 100_000)
         check_int("n_prompts", self.n_prompts, 1, 10_000)
@@ -86,7 +113,10 @@ class LengthRow:
     Attributes:
         model: label. task: task name. n_digits: the operand size asked about. trained_n_digits: the size the
             model was trained on. prompt_len: characters of a full-length prompt. exact_match: in [0, 1] over
-            ``n_examples`` prompts. scores: ``scores[site] = {"row_mean": {mean, std, n}, "recency_gap": {...}}``.
+            ``n_examples`` prompts. scores: ``scores[site] = {"row_mean": {mean, std, n}, "recency_gap": {...}}``
+            on the first ``n`` of those prompts, each read after ``eval_prefix`` (:data:`SCORED_INPUTS`).
+            eval_prefix: the text read before every prompt, scored and evaluated alike (the run's; ``""`` for
+            an answer-only model).
     """
 
     model: str
@@ -97,6 +127,7 @@ class LengthRow:
     n_examples: int
     exact_match: float
     scores: dict[str, dict[str, Any]]
+    eval_prefix: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
@@ -105,16 +136,17 @@ class LengthRow:
 
 @dataclass(frozen=True)
 class LengthGenResult:
-    """Every row (model x size) and the wall time in seconds."""
+    """Every row (model x size) and the wall time in seconds; :meth:`to_dict` also says what the scores
+    were computed on (:data:`SCORED_INPUTS`)."""
 
     config: LengthGenConfig
     rows: tuple[LengthRow, ...]
     wall_time_s: float
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"config", "rows", "wall_time_s"}``."""
+        """``{"config", "rows", "scored_inputs", "wall_time_s"}``."""
         return {"config": self.config.to_dict(), "rows": [r.to_dict() for r in self.rows],
-                "wall_time_s": self.wall_time_s}
+                "scored_inputs": SCORED_INPUTS, "wall_time_s": self.wall_time_s}
 
 
 def default_models(config: LengthGenConfig) -> list[ModelEntry]:
@@ -127,44 +159,91 @@ def sizes_for(config: LengthGenConfig, task: tasks_pkg.Task) -> tuple[int, ...]:
     return config.sizes or DEFAULT_SIZES[task.name]
 
 
+def plan(config: LengthGenConfig, entry: ModelEntry) -> list[tuple[tasks_pkg.Task, int]]:
+    """The task at every size ``entry`` is asked about, with the context it needs (its evaluation prefix, a
+    full-length prompt, the longest answer and the end of line: what greedy decoding reaches).
+
+    Raises:
+        NopeInterpError: an initialised model; a task without ``n_digits``; a size the task does not allow
+            (the message names ``sizes`` and the task's range); a model with learned positions whose ``n_ctx``
+            cannot hold a size (the message names the model, the size and ``n_ctx``).
+    """
+    if entry.run is None:
+        raise NopeInterpError(f"{entry.label}: length-gen needs a trained model (--run or --pretrained)")
+    trained = entry.run.task
+    if "n_digits" not in trained.params():
+        raise NopeInterpError(f"{entry.label}: task {trained.name!r} has no n_digits parameter")
+    prefix, cfg = eval_prefix(entry), entry.model_cfg
+    out = []
+    for size in sizes_for(config, trained):
+        try:
+            task = tasks_pkg.get_task(trained.name, **{**trained.params(), "n_digits": size})
+        except tasks_pkg.TaskError:
+            raise NopeInterpError(f"sizes must be integers in [1, {size_limit(trained.name, trained.params())}] for "
+                                  f"{trained.name} (model {entry.label}), got {size}") from None
+        need = len(prefix) + task.max_prompt_len + task.max_answer_len + 1
+        if need > cfg.n_ctx and cfg.positional == "learned":
+            fits = [n for n in range(1, size) if len(prefix) + _context(trained, n) <= cfg.n_ctx]
+            most = f"--sizes up to {fits[-1]} fit it" if fits else "no size fits it"
+            raise NopeInterpError(
+                f"{entry.label}: size {size} of --sizes needs {need} positions ({len(prefix)} prefix + "
+                f"{task.max_prompt_len} prompt + {task.max_answer_len} answer + 1 end of line), past the model's "
+                f"n_ctx={cfg.n_ctx}: it has learned positional embeddings and none past n_ctx ({most})")
+        out.append((task, need))
+    return out
+
+
+def _context(trained: tasks_pkg.Task, n: int) -> int:
+    task = tasks_pkg.get_task(trained.name, **{**trained.params(), "n_digits": n})
+    return task.max_prompt_len + task.max_answer_len + 1
+
+
 def run(config: LengthGenConfig, models: list[ModelEntry] | None = None, *, log: Log = None) -> LengthGenResult:
     """Score every model at every size (see the module docstring).
 
     Raises:
-        NopeInterpError: an initialised model (nothing was trained, so no length was); a task without an
-            ``n_digits`` parameter; a model with learned positions asked past its ``n_ctx``.
+        NopeInterpError: ``models`` an empty list (``None`` means the default models), or no default model
+            found; every model and size is then checked by :func:`plan` before any work: an initialised model
+            (nothing was trained, so no length was); a task without an ``n_digits`` parameter; a size its task
+            does not allow; a model with learned positions asked past its ``n_ctx``.
     """
-    models = models or default_models(config)
+    if models is None:
+        models = default_models(config)
+        if not models:
+            raise NopeInterpError(f"no models: none of {DEFAULT_MODELS} was found; give --run or --pretrained")
+    elif not models:
+        raise NopeInterpError("models must hold at least one model, got an empty list (None means the default "
+                              f"models: {DEFAULT_MODELS})")
+    plans = [(entry, plan(config, entry)) for entry in models]  # every model and size checked before any work
     t0 = time.perf_counter()
     rows = []
-    for entry in progress(models, "length-gen", log):
-        if entry.run is None:
-            raise NopeInterpError(f"{entry.label}: length-gen needs a trained model (--run or --pretrained)")
+    for entry, sized in progress(plans, "length-gen", log):
         trained = entry.run.task
-        if "n_digits" not in trained.params():
-            raise NopeInterpError(f"{entry.label}: task {trained.name!r} has no n_digits parameter")
         prefix = eval_prefix(entry)
-        for size in sizes_for(config, trained):
-            task = tasks_pkg.get_task(trained.name, **{**trained.params(), "n_digits": size})
+        for task, need in sized:
+            size = task.params()["n_digits"]
             exclude = entry.run.train_prompts  # a shorter size's prompts can be training prompts too
             prompts = full_length_prompts(task, config.n_examples, config.seed, exclude)
             examples = [task.example(p) for p in prompts]
             if len(examples) < config.n_examples:   # recorded in the row's n_examples; said here as it happens
                 emit(log, f"  {entry.label}: n_digits={size} has only {len(examples)} full-length prompts outside "
                           f"the training prompts (asked for {config.n_examples}); scored on those")
-            need = len(prefix) + max(len(ex.prompt) + len(ex.answer) + 1 for ex in examples)
             model, _ = with_context(entry.model, entry.model_cfg, need)
             acc = exact_match_accuracy(model, task, examples, prefix=prefix)
-            res = analyze_model(model, task, min(config.n_prompts, len(prompts)), seed=config.seed,
-                                points=tuple(config.points), exclude=exclude)
+            # scored on the tokens the accuracy is measured on: the prompts after the prefix
+            read = [prefix + p for p in prompts[: config.n_prompts]]
+            res = analyze_tokens(model, task.prompt_tokens(read), tuple(config.points), task=task.name,
+                                 example_prompt=read[0], protocol="full",
+                                 forward="hooked" if len(read[0]) <= EXAMPLE_MAX_POS else "auto")
             scores = {site: {"row_mean": res.scores["row_mean"][site],
                              "recency_gap": res.lag_profile[site]["recency_gap"]} for site in res.sites}
             rows.append(LengthRow(model=entry.label, task=task.name, n_digits=size,
                                   trained_n_digits=trained.params()["n_digits"], prompt_len=task.max_prompt_len,
-                                  n_examples=len(examples), exact_match=acc, scores=scores))
+                                  n_examples=len(examples), exact_match=acc, scores=scores, eval_prefix=prefix))
             first = res.sites[0]
+            after = f" (prompts after {prefix!r})" if prefix else ""
             emit(log, f"  {entry.label:24s} n_digits={size:<3d} exact match {acc:.3f}   {short_label(first)} "
-                      f"{scores[first]['row_mean']['mean']:.3f}")
+                      f"{scores[first]['row_mean']['mean']:.3f}{after}")
     return LengthGenResult(config=config, rows=tuple(rows), wall_time_s=round(time.perf_counter() - t0, 1))
 
 
@@ -221,7 +300,8 @@ def write(result: LengthGenResult, out_root: str | Path = ".") -> list[Path]:
     """Write ``results/length_gen/{length_gen.json, length_gen.csv}`` and ``figures/length_gen/length_gen.html``."""
     res_dir, fig_dir = io.job_dirs(out_root, NAME.replace("-", "_"))
     flat = [{"model": r.model, "task": r.task, "n_digits": r.n_digits, "trained_n_digits": r.trained_n_digits,
-             "prompt_len": r.prompt_len, "n_examples": r.n_examples, "exact_match": r.exact_match, "site": site,
+             "prompt_len": r.prompt_len, "eval_prefix": r.eval_prefix.encode("unicode_escape").decode("ascii"),
+             "n_examples": r.n_examples, "exact_match": r.exact_match, "site": site,
              "score_row_mean": s["row_mean"]["mean"], "score_std": s["row_mean"]["std"],
              "recency_gap": s["recency_gap"]["mean"]} for r in result.rows for site, s in r.scores.items()]
     return [io.write_json(res_dir / "length_gen.json", result.to_dict()),
