@@ -52,9 +52,13 @@ def bridge_from_hf(hf_model: torch.nn.Module, architecture: str | None = None) -
     return bridge.eval() if hasattr(bridge, "eval") else bridge
 
 
-def load_hf(path: str | Path) -> Any:
+def load_hf(path: str | Path, what: str = "path (--hf-path)") -> Any:
     """Load a causal LM saved with ``save_pretrained`` in ``path`` (eager attention, CPU, offline) and wrap it
     (:func:`bridge_from_hf`).
+
+    Args:
+        path: the folder (``~`` is expanded). what: how errors name it: by default both the argument and the
+            command-line flag that passes it (``"path (--hf-path)"``); a caller may pass its own name.
 
     Raises:
         NopeInterpError: ``path`` is not a path, or not a folder with a ``config.json``; the weights cannot be
@@ -62,9 +66,9 @@ def load_hf(path: str | Path) -> Any:
     """
     from nope_interp.io import as_path
 
-    path = as_path(path, "--hf-path")
+    path = as_path(path, what)
     if not (path / "config.json").is_file():
-        raise NopeInterpError(f"--hf-path {path} is not a folder saved by save_pretrained (no config.json)")
+        raise NopeInterpError(f"{what} {path} is not a folder saved by save_pretrained (no config.json)")
     from transformers import AutoModelForCausalLM
 
     try:
@@ -137,10 +141,17 @@ def expected_layer_types(hf_model: torch.nn.Module) -> tuple[str, ...]:
     ``rope_parameters`` is RoPE in every layer.
 
     Raises:
-        NopeInterpError: a config that says neither.
+        NopeInterpError: ``hf_model`` has no ``config`` (not a Hugging Face model) or its config no integer
+            ``num_hidden_layers``; a config that says neither.
     """
-    cfg = hf_model.config
-    n = cfg.num_hidden_layers
+    cfg = getattr(hf_model, "config", None)
+    if cfg is None:
+        raise NopeInterpError(f"expected_layer_types needs a Hugging Face model (a transformers PreTrainedModel with "
+                              f"a .config), got {type(hf_model).__name__}")
+    n = getattr(cfg, "num_hidden_layers", None)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise NopeInterpError(f"expected_layer_types: the config of {type(hf_model).__name__} has no integer "
+                              f"num_hidden_layers (got {n!r}); expected a Hugging Face causal LM's config")
     flags = getattr(cfg, "no_rope_layers", None)
     if flags is not None:
         return tuple("rope" if f else "nope" for f in flags[:n])

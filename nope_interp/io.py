@@ -9,7 +9,9 @@ interrupted write never leaves a half-written file; a write that cannot happen (
 should be, a read-only folder, a full disk) raises :class:`~nope_interp.errors.NopeInterpError`.
 Commands check their output folders first (:func:`check_writable_dir`) and hold an exclusive lock on
 the run or output directory they write (:func:`exclusive`); checkpoints are read with
-``weights_only=True`` (:func:`load_checkpoint`), so a planted pickle never runs.
+``weights_only=True`` (:func:`load_checkpoint`), so a planted pickle never runs. Every path a function here
+takes has a leading ``~`` or ``~user`` expanded (:func:`user_path`), as a shell would: ``"~/out"`` is the home
+folder's ``out``, never a folder named ``~`` in the current one.
 """
 
 import contextlib
@@ -39,8 +41,21 @@ SUMMARY_FILE = "summary.json"
 TRAJECTORY_DIR = "checkpoints"
 
 
+def user_path(path: str | os.PathLike[str]) -> Path:
+    """``path`` as a ``Path`` with a leading ``~`` or ``~user`` expanded to that home folder (as a shell does
+    for an unquoted path; a quoted ``'~/x'`` reaches Python unexpanded). Any other path is returned unchanged.
+
+    Raises:
+        NopeInterpError: the home folder cannot be determined (``~`` with no ``HOME``, an unknown ``~user``).
+    """
+    try:
+        return Path(path).expanduser()
+    except RuntimeError as err:  # Path.expanduser: "Could not determine home directory."
+        raise NopeInterpError(f"cannot expand '~' in the path {str(path)!r}: {err}"[:300]) from None
+
+
 def _atomic(path: Path, write: Callable[[str], None]) -> Path:
-    path = Path(path)
+    path = user_path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -60,7 +75,11 @@ def _atomic(path: Path, write: Callable[[str], None]) -> Path:
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically (temporary file + rename). Returns the path."""
+    """Write ``text`` to ``path`` atomically (temporary file + rename). Returns the path (``~`` expanded).
+
+    Raises:
+        NopeInterpError: the file cannot be written; ``~`` in ``path`` cannot be expanded.
+    """
     return _atomic(Path(path), lambda tmp: Path(tmp).write_text(text))
 
 
@@ -97,7 +116,7 @@ def write_json(path: str | Path, data: Any) -> Path:
 
 def read_json(path: str | Path, what: str = "file") -> Any:
     """Read JSON, raising NopeInterpError (naming the path) if it is missing, not a regular file, or corrupt."""
-    path = Path(path)
+    path = user_path(path)
     _regular_or_missing(path)
     if not path.is_file():
         raise NopeInterpError(f"{what} not found: {path}")
@@ -126,7 +145,7 @@ def weights_metadata(path: str | Path) -> dict[str, str]:
     Raises:
         NopeInterpError: the file is missing or not safetensors.
     """
-    path = Path(path)
+    path = user_path(path)
     _regular_or_missing(path)
     if not path.is_file():
         raise NopeInterpError(f"weights not found: {path}")
@@ -145,7 +164,7 @@ def load_weights(path: str | Path) -> dict[str, torch.Tensor]:
             are refused by :func:`nope_interp.model.load_state`, which knows which tensors are parameters:
             TransformerLens's attention buffers hold -inf on purpose).
     """
-    path = Path(path)
+    path = user_path(path)
     if not path.is_file():
         raise NopeInterpError(f"weights not found: {path}")
     try:
@@ -179,7 +198,7 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> dic
             (e.g. a pickled object that would run code), or lacks an entry of :data:`CHECKPOINT_KEYS`
             or has one of the wrong type. One line; the cause is named.
     """
-    path = Path(path)
+    path = user_path(path)
     if not path.is_file():
         raise NopeInterpError(f"checkpoint not found: {path}")
     try:
@@ -214,13 +233,13 @@ def check_writable_dir(path: str | Path, what: str = "output directory") -> Path
         path: the directory. what: how the error names it (e.g. ``"--out-root"``).
 
     Returns:
-        ``path`` as a ``Path``.
+        ``path`` as a ``Path``, ``~`` expanded (:func:`user_path`).
 
     Raises:
         NopeInterpError: ``path`` or an ancestor is an existing non-directory, or the deepest existing
-            ancestor is not writable.
+            ancestor is not writable; ``~`` in ``path`` cannot be expanded.
     """
-    path = Path(path)
+    path = user_path(path)
     probe = path
     while not probe.exists():
         if probe.is_symlink():
@@ -248,12 +267,14 @@ _HELD: dict[str, list[Any]] = {}
 def lock_path(directory: str | Path) -> Path:
     """The lock file of an output directory: the hidden file ``.<name>.lock`` beside it
     (``runs/.<name>.lock`` for ``runs/<name>/``), so that the directory itself holds only outputs. Symlinks
-    are resolved first: two spellings of one directory (a symlinked run folder) take the same lock.
+    are resolved first (and ``~`` expanded): two spellings of one directory (a symlinked run folder) take the
+    same lock.
 
     Raises:
-        NopeInterpError: ``directory`` has no name (``/``, ``.``-only paths that resolve to the root).
+        NopeInterpError: ``directory`` has no name (``/``, ``.``-only paths that resolve to the root); ``~`` in
+            it cannot be expanded.
     """
-    d = Path(os.path.realpath(directory))  # a symlinked run folder and its target share one lock
+    d = Path(os.path.realpath(user_path(directory)))  # a symlinked run folder and its target share one lock
     if not d.name:
         raise NopeInterpError(f"cannot lock {directory}: an output directory needs a name")
     return d.parent / f".{d.name}.lock"
@@ -326,7 +347,7 @@ def exclusive(directory: str | Path, what: str = "output directory") -> Iterator
     finally:
         del _HELD[key]
         try:
-            if not Path(directory).exists():  # nothing was written: leave no trace
+            if not user_path(directory).exists():  # nothing was written: leave no trace
                 lock_file.unlink(missing_ok=True)
                 for p in made:
                     with contextlib.suppress(OSError):
@@ -347,7 +368,7 @@ def append_jsonl(path: str | Path, record: dict[str, Any]) -> None:
     Raises:
         NopeInterpError: ``path`` exists but is not a regular file (a folder, a FIFO, a device).
     """
-    path = Path(path)
+    path = user_path(path)
     _regular_or_missing(path)
     old = path.read_text() if path.exists() else ""
     atomic_write_text(path, old + jsonl_line(record))
@@ -368,7 +389,7 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
         NopeInterpError: a line that is not JSON, or not a JSON object (the message names the file's line);
             ``path`` exists but is not a regular file (a FIFO would block the read).
     """
-    path = Path(path)
+    path = user_path(path)
     if not path.exists():
         return []
     _regular_or_missing(path)
@@ -396,7 +417,7 @@ def read_metrics(path: str | Path, numbers: tuple[str, ...] = ()) -> list[dict[s
     Raises:
         NopeInterpError: one line naming the file's line and the field that is wrong.
     """
-    path = Path(path)
+    path = user_path(path)
     records = read_jsonl(path)
     previous = -1
     lines = [n for n, line in enumerate(path.read_text().splitlines(), start=1) if line.strip()] if records else []
@@ -430,8 +451,13 @@ FRACTION_FIELDS = ("eval_acc", "test_acc")
 
 
 def job_dirs(out_root: str | Path, job: str) -> tuple[Path, Path]:
-    """``(out_root/results/<job>, out_root/figures/<job>)``: where every analysis job writes (not created here)."""
-    root = Path(out_root)
+    """``(out_root/results/<job>, out_root/figures/<job>)``: where every analysis job writes (not created here);
+    ``~`` in ``out_root`` is expanded (:func:`user_path`: ``--out-root '~/x'`` is the home folder's ``x``).
+
+    Raises:
+        NopeInterpError: ``~`` in ``out_root`` cannot be expanded.
+    """
+    root = user_path(out_root)
     return root / "results" / job, root / "figures" / job
 
 
@@ -492,12 +518,13 @@ def not_empty_message(run_dir: Path, ckpt_path: Path) -> str:
 
 def as_path(value: object, name: str = "path") -> Path:
     """``value`` as a ``Path``: a ``str`` or ``os.PathLike`` that is not empty or blank (an empty string would
-    mean the current folder).
+    mean the current folder), with a leading ``~`` expanded (:func:`user_path`).
 
     Raises:
-        NopeInterpError: anything else (a number, None, bytes, an empty string), naming ``name``.
+        NopeInterpError: anything else (a number, None, bytes, an empty string), naming ``name``; ``~`` that
+            cannot be expanded.
     """
     if not isinstance(value, (str, os.PathLike)) or not str(value).strip():
         raise NopeInterpError(f"{name} must be a non-empty path (a str or pathlib.Path), got "
                               f"{type(value).__name__} {value!r}"[:300])
-    return Path(value)
+    return user_path(value)

@@ -6,10 +6,11 @@ the sign of a cosine reads at a glance.
 
 import math
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import plotly.graph_objects as go
 import torch
 from jaxtyping import Float
@@ -23,16 +24,45 @@ from nope_interp.similarity import check_tensor
 
 short_site_label = short_label  # the name used before hooks.py owned it
 
-#: Colours of lines that stand for models, runs or sites: plotly's 24 distinct "Dark24" colours, so up to 24
-#: lines in one figure never share a colour (a palette of 8 made the 9th line repeat the 1st).
+#: Colours of lines that stand for models, runs or sites: plotly's 24 distinct "Dark24" colours. Take them with
+#: :func:`line_colours`, which goes on with distinct hues past 24 lines, so no two lines of a figure share a
+#: colour (indexing this tuple modulo its length makes the 25th line repeat the 1st).
 LINE_COLOURS: tuple[str, ...] = tuple(qualitative.Dark24)
 
 _SCALE = "RdBu_r"
 
 
-def _axis_labels(tokens: str | Sequence[str]) -> list[str]:
+def line_colours(n: int) -> list[str]:
+    """``n`` distinct line colours: the first ``n`` of :data:`LINE_COLOURS` for ``n`` <= 24, else ``n`` hues evenly
+    spaced around the colour wheel (CSS ``hsl``, alternately darker and lighter so neighbours differ).
+
+    Raises:
+        NopeInterpError: ``n`` not an integer >= 0.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise NopeInterpError(f"line_colours: n must be an integer >= 0, got {n!r}"[:200])
+    if n <= len(LINE_COLOURS):
+        return list(LINE_COLOURS[:n])
+    return [f"hsl({360 * k / n:.4f}, 75%, {40 if k % 2 else 55}%)" for k in range(n)]
+
+
+def _axis_labels(tokens: Sequence[str]) -> list[str]:
     # one label per position; repeated characters stay distinct because of the index prefix
     return [f"{i}:{t.replace(chr(10), '␤')}" for i, t in enumerate(tokens)]
+
+
+def _labels(values: object, name: str, fn: str, what: str) -> list[str]:
+    """``values`` (a string: its characters; or an iterable of strings) as a list of strings, else one line."""
+    if isinstance(values, str):
+        return list(values)
+    if isinstance(values, (bytes, bytearray, Mapping)) or not isinstance(values, Iterable):
+        raise NopeInterpError(f"{fn}: {name} must be {what}, got {type(values).__name__} {values!r}"[:300])
+    out = list(values)
+    bad = [v for v in out if not isinstance(v, str)]
+    if bad:
+        raise NopeInterpError(f"{fn}: {name} must be {what}, got {bad[0]!r} ({type(bad[0]).__name__}) among "
+                              f"them; convert them first (e.g. [str(t) for t in {name}])"[:300])
+    return out
 
 
 def plot_cosine_heatmaps(
@@ -44,13 +74,15 @@ def plot_cosine_heatmaps(
         sim: cosine matrices of one prompt at each site, values in [-1, 1].
         site_labels: a name per site (e.g. TransformerLens hook names).
         tokens: the prompt's characters (one per position) for both axes, or one label per position (a
-            sequence of strings, e.g. ``[""] * pos`` for position numbers alone).
+            sequence of strings, e.g. ``[""] * pos`` for position numbers alone; token ids must be made strings
+            first: ``[str(t) for t in ids]``).
         title: figure title.
 
     Raises:
         NopeInterpError: ``sim`` not a real float tensor ``(site, pos, pos)`` of square matrices with at least
             one site, or with a value outside [-1, 1] (NaN is allowed: the cosine of a zero vector); ``site_labels``
-            is a single string or holds a label that is not a string; ``tokens`` is None; the number of labels or
+            is a single string, not a sequence, or holds a label that is not a string; ``tokens`` is None, not a
+            string or sequence, or holds a label that is not a string (None, an int); the number of labels or
             characters does not match ``sim``.
     """
     check_tensor(sim, "sim", "(site, pos, pos)", ndim=3, min_sizes={0: 1, 1: 1}, fn="plot_cosine_heatmaps")
@@ -67,8 +99,11 @@ def plot_cosine_heatmaps(
     if isinstance(site_labels, (str, bytes)):
         raise NopeInterpError(f"site_labels must be a sequence of labels, one per site, got the single string "
                               f"{site_labels!r}")
-    if any(not isinstance(label, str) for label in site_labels):
-        raise NopeInterpError(f"plot_cosine_heatmaps: site_labels must be strings, got {list(site_labels)!r}"[:300])
+    site_labels = list(site_labels) if isinstance(site_labels, Iterable) else site_labels
+    if not isinstance(site_labels, list) or any(not isinstance(label, str) for label in site_labels):
+        raise NopeInterpError(f"plot_cosine_heatmaps: site_labels must be strings, got {site_labels!r}"[:300])
+    tokens = _labels(tokens, "tokens", "plot_cosine_heatmaps", "the prompt's characters (a string) or one label "
+                     "(a string) per position")
     if len(site_labels) != sim.shape[0] or len(tokens) != sim.shape[-1]:
         raise NopeInterpError(
             f"got {len(site_labels)} site labels and {len(tokens)} characters for matrices of shape {tuple(sim.shape)}"
@@ -107,8 +142,12 @@ def plot_adjacency_by_layer(
 
     Raises:
         NopeInterpError: no task; ``results`` not nested mappings of that form (a missing ``"mean"`` or
-            ``"std"`` included); a mean outside [0, 1] (an adjacency score: it would be drawn off the fixed
-            axis, unseen) or a std that is negative; an infinite value (NaN, undefined, is drawn as a gap).
+            ``"std"`` included); a task name, model label or site that is not a string; a mean outside [0, 1] (an
+            adjacency score: it would be drawn off the fixed axis, unseen) or a std that is negative; an infinite
+            value (NaN, undefined, is drawn as a gap).
+
+    Each model label has one colour in every panel (:func:`line_colours`: distinct for any number of labels) and
+    one legend entry.
     """
     if not isinstance(results, Mapping):
         raise NopeInterpError(f"plot_adjacency_by_layer: results must be a mapping task -> model -> site -> "
@@ -117,15 +156,23 @@ def plot_adjacency_by_layer(
     if not task_names:
         raise NopeInterpError("plot_adjacency_by_layer needs at least one task")
     for task, models in results.items():
+        if not isinstance(task, str):
+            raise NopeInterpError(f"plot_adjacency_by_layer: task names must be strings, got {task!r}"[:300])
         if not isinstance(models, Mapping):
             raise NopeInterpError(f"plot_adjacency_by_layer: results[{task!r}] must map model labels to sites, "
                                   f"got {type(models).__name__}")
         for label, sites in models.items():
+            if not isinstance(label, str):
+                raise NopeInterpError(f"plot_adjacency_by_layer: model labels must be strings, got {label!r} in "
+                                      f"results[{task!r}]"[:300])
             if not isinstance(sites, Mapping):
                 raise NopeInterpError(f"plot_adjacency_by_layer: results[{task!r}][{label!r}] must map sites to "
                                       f"{{'mean', 'std'}}, got {type(sites).__name__}")
             for site, v in sites.items():
                 where = f"results[{task!r}][{label!r}][{site!r}]"
+                if not isinstance(site, str):
+                    raise NopeInterpError(f"plot_adjacency_by_layer: sites must be hook names (strings), got "
+                                          f"{site!r} in results[{task!r}][{label!r}]"[:300])
                 if not isinstance(v, Mapping) or "mean" not in v or "std" not in v:
                     raise NopeInterpError(f"plot_adjacency_by_layer: {where} must have 'mean' and 'std', got {v!r}")
                 mean, std = v["mean"], v["std"]
@@ -137,17 +184,20 @@ def plot_adjacency_by_layer(
                                           f"std={std!r}")
     fig = make_subplots(rows=len(task_names), cols=1, subplot_titles=task_names, shared_xaxes=False,
                         vertical_spacing=0.45 / max(2, len(task_names)))
-    colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
+    model_labels = list(dict.fromkeys(label for models in results.values() for label in models))
+    colour = dict(zip(model_labels, line_colours(len(model_labels)), strict=True))  # one per label, every panel
+    shown: set[str] = set()
     for r, task in enumerate(task_names, start=1):
-        for m, (model_label, sites) in enumerate(results[task].items()):
+        for model_label, sites in results[task].items():
             names = list(sites)
             fig.add_trace(go.Scatter(
                 x=[short_label(s) for s in names], y=[sites[s]["mean"] for s in names], mode="lines+markers",
                 customdata=names, hovertemplate="%{customdata}<br>%{y:.3f} ± %{error_y.array:.3f}",
                 error_y={"type": "data", "array": [sites[s]["std"] for s in names], "visible": True},
-                name=model_label, legendgroup=model_label, showlegend=(r == 1),
-                line={"color": colors[m % len(colors)]},
+                name=model_label, legendgroup=model_label, showlegend=model_label not in shown,
+                line={"color": colour[model_label]},
             ), row=r, col=1)
+            shown.add(model_label)
         fig.add_hline(y=0.5, line_dash="dot", line_color="gray", row=r, col=1)
         fig.update_yaxes(title_text="adjacency score", range=[0, 1.05], row=r, col=1)
     fig.update_xaxes(tickangle=-60, tickfont={"size": 10})
@@ -177,8 +227,15 @@ def plot_lag_profile(
         n_pos: positions per sequence the profiles were measured on (``pos``); needed with ``window``, whose
             curve depends on the sequence length, not only on the lags drawn (D may be below pos - 1).
 
+    A NaN or None (JSON's null) in a site's ``mean`` or ``std`` means undefined: drawn as a gap, and left out
+    of the y-range (which is set from the finite values only). Every line has its own colour (a layer's is the
+    same in every panel): the layers in Viridis, the sites outside the blocks in warm colours.
+
     Raises:
-        NopeInterpError: no site; a site's lags or the idealised curve of another length than the first site's;
+        NopeInterpError: no site; ``profiles`` not a mapping of hook names (strings) to mappings; a site without
+            ``"lags"``, ``"mean"`` or ``"std"`` (the message names the key); one of them not a sequence of numbers;
+            a lag that is not finite; a mean outside [-1, 1] or a negative std (NaN / None: undefined); a site's
+            lags or the idealised curve of another length than the first site's, or a non-finite idealised value;
             ``window`` without ``n_pos``, or ``n_pos`` not an integer above the largest lag.
     """
     import math
@@ -188,12 +245,17 @@ def plot_lag_profile(
 
     from nope_interp.similarity import sliding_window_lag_profile
 
+    if not isinstance(profiles, Mapping):
+        raise NopeInterpError(f"plot_lag_profile: profiles must be a mapping site -> {{'lags', 'mean', 'std'}}, got "
+                              f"{type(profiles).__name__}")
     if not profiles:
         raise NopeInterpError("plot_lag_profile needs at least one site")
-    lags = list(next(iter(profiles.values()))["lags"])
-    for site, p in profiles.items():
+    curves = {site: _lag_curves(site, p) for site, p in profiles.items()}
+    lags = curves[next(iter(curves))]["lags"]
+    for site, p in curves.items():
         if len(p["lags"]) != len(lags) or len(p["mean"]) != len(lags) or len(p["std"]) != len(lags):
             raise NopeInterpError(f"site {site!r} has {len(p['mean'])} lags, the first site {len(lags)}")
+    uniform_causal = _numbers(uniform_causal, "plot_lag_profile: uniform_causal", undefined=False)
     if len(uniform_causal) != len(lags):
         raise NopeInterpError(f"the idealised curve has {len(uniform_causal)} lags for profiles of {len(lags)}")
     groups: dict[str, list[tuple[str, str]]] = {}  # kind -> [(layer label, site)]
@@ -203,11 +265,15 @@ def plot_lag_profile(
         groups.setdefault(kind, []).append((layer, site))
     layers = list(dict.fromkeys(layer for g in groups.values() for layer, _ in g))
     numbered = [la for la in layers if re.fullmatch(r"L\d+", la)]
-    shades = plotly.colors.sample_colorscale("Viridis", [0.85 * (1 - k / max(1, len(numbered) - 1))
-                                                         for k in range(len(numbered))])
+    fractions = [k / max(1, len(numbered) - 1) for k in range(len(numbered))]
+    shades = plotly.colors.sample_colorscale("Viridis", [0.85 * (1 - f) for f in fractions])
+    if len(set(shades)) < len(shades):  # hundreds of layers: Viridis's integer rgb repeats; cool hues instead
+        shades = [f"hsl({60 + 220 * f:.4f}, 70%, {65 - 35 * f:.4f}%)" for f in fractions]
     color = dict(zip(numbered, shades, strict=True))
-    others = ["#ff7f0e", "#d62728", "#8c564b", "#e377c2"]  # sites outside the blocks (embed, ...)
-    color |= {la: others[k % len(others)] for k, la in enumerate(la for la in layers if la not in color)}
+    rest = [la for la in layers if la not in color]  # sites outside the blocks (embed, ...): warm colours
+    warm = ["#ff7f0e", "#d62728", "#8c564b", "#e377c2"][:len(rest)] if len(rest) <= 4 else \
+        [f"hsl({(320 + 80 * k / len(rest)) % 360:.4f}, 85%, {40 if k % 2 else 60}%)" for k in range(len(rest))]
+    color |= dict(zip(rest, warm, strict=True))
     cols = min(3, len(groups))
     rows = math.ceil(len(groups) / cols)
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=list(groups), shared_yaxes=True,
@@ -223,7 +289,7 @@ def plot_lag_profile(
     for g, members in enumerate(groups.values()):
         r, c = g // cols + 1, g % cols + 1
         for layer, site in members:
-            p = profiles[site]
+            p = curves[site]
             fig.add_trace(go.Scatter(
                 x=lags, y=list(p["mean"]), mode="lines+markers", name=layer, legendgroup=layer,
                 showlegend=layer not in shown, customdata=list(p["std"]),
@@ -242,13 +308,62 @@ def plot_lag_profile(
                                      line={"color": "gray", "width": 2.5, "dash": "dot"}), row=r, col=c)
         fig.add_hline(y=0, line_color="lightgray", row=r, col=c)
         fig.update_xaxes(title_text="lag d" if r == rows else None, row=r, col=c)
-    low = min(0.0, *(min(m - s for m, s in zip(p["mean"], p["std"], strict=True)) for p in profiles.values()))
+    # NaN-aware: an undefined point (NaN) would make min() NaN and the range the default, hiding points below 0
+    bottoms = np.concatenate([np.asarray(p["mean"]) - np.nan_to_num(np.asarray(p["std"]), nan=0.0)
+                              for p in curves.values()])
+    low = min(0.0, float(np.nanmin(bottoms))) if np.isfinite(bottoms).any() else 0.0
     fig.update_yaxes(range=[max(-1.05, low - 0.05), 1.05])
     for r in range(1, rows + 1):
         fig.update_yaxes(title_text="c(d) = mean cos(x_i, x_i-d)", row=r, col=1)
     fig.update_layout(title=title, width=1150, height=140 + 330 * rows, legend={"title": "layer (light = early)"},
                       margin={"t": 110})
     return fig
+
+
+def _numbers(values: object, where: str, undefined: bool = True) -> list[float]:
+    """``values`` (a list, tuple, array or tensor of real numbers) as floats; None -> NaN when ``undefined``;
+    NaN refused when not, and infinities always."""
+    if isinstance(values, Tensor):
+        values = values.detach().cpu().tolist()
+    elif isinstance(values, np.ndarray):
+        values = values.tolist()
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
+        raise NopeInterpError(f"{where} must be a list of numbers, got {type(values).__name__} {values!r}"[:300])
+    out = []
+    for v in values:
+        if v is None and undefined:
+            out.append(math.nan)
+        elif isinstance(v, bool) or not isinstance(v, numbers.Real) or math.isinf(v) \
+                or (math.isnan(v) and not undefined):
+            allowed = "real numbers (NaN or None: undefined)" if undefined else "finite real numbers"
+            raise NopeInterpError(f"{where} must hold {allowed}, got {v!r}"[:300])
+        else:
+            out.append(float(v))
+    return out
+
+
+def _lag_curves(site: object, p: object) -> dict[str, list[Any]]:
+    """One site's ``{"lags", "mean", "std"}`` of :func:`plot_lag_profile`, checked, as lists of floats."""
+    if not isinstance(site, str):
+        raise NopeInterpError(f"plot_lag_profile: the sites of profiles must be hook names (strings), got {site!r}"
+                              [:300])
+    if not isinstance(p, Mapping):
+        raise NopeInterpError(f"plot_lag_profile: profiles[{site!r}] must be a mapping with 'lags', 'mean' and 'std' "
+                              f"(similarity.lag_summary), got {type(p).__name__}")
+    missing = [k for k in ("lags", "mean", "std") if k not in p]
+    if missing:
+        raise NopeInterpError(f"plot_lag_profile: profiles[{site!r}] has no {' or '.join(map(repr, missing))}; each "
+                              f"site needs 'lags', 'mean' and 'std' (similarity.lag_summary), got keys "
+                              f"{', '.join(map(repr, p)) or 'none'}"[:300])
+    out = {"lags": _numbers(p["lags"], f"plot_lag_profile: profiles[{site!r}]['lags']", undefined=False),
+           "mean": _numbers(p["mean"], f"plot_lag_profile: profiles[{site!r}]['mean']"),
+           "std": _numbers(p["std"], f"plot_lag_profile: profiles[{site!r}]['std']")}
+    out["lags"] = [int(v) if v.is_integer() else v for v in out["lags"]]  # 1, 2, ... as given, not 1.0, 2.0
+    bad = [v for v in out["mean"] if abs(v) > 1 + 1e-6] + [v for v in out["std"] if v < 0]
+    if bad:
+        raise NopeInterpError(f"plot_lag_profile: profiles[{site!r}] must have means in [-1, 1] (cosines) and stds "
+                              f">= 0 (NaN or None: undefined), got {bad[0]!r}")
+    return out
 
 
 #: ``(path, size, mtime_ns)`` of the ``plotly.min.js`` files this process has checked or written.
@@ -270,9 +385,9 @@ def ensure_plotlyjs(folder: str | Path) -> Path:
     """
     from plotly.offline import get_plotlyjs
 
-    from nope_interp.io import _atomic
+    from nope_interp.io import _atomic, user_path
 
-    js = Path(folder) / "plotly.min.js"
+    js = user_path(folder) / "plotly.min.js"
 
     def stamp() -> tuple[str, int, int] | None:
         try:
@@ -302,9 +417,11 @@ def save_figure(fig: go.Figure, path: str | Path) -> Path:
     so no internet is needed and each figure stays small. That file is written by :func:`ensure_plotlyjs`
     (the installed plotly's own version; a stale, empty or foreign file already there is replaced). Atomic.
 
+    ``path`` may start with ``~`` (the home folder; :func:`nope_interp.io.user_path`). Returns the path written.
+
     Raises:
         NopeInterpError: ``fig`` not a plotly Figure; ``path`` not a path or not ending in ``.html``; the
-            folder or a file cannot be written.
+            folder or a file cannot be written; ``~`` in ``path`` cannot be expanded.
     """
     from nope_interp.io import as_path, atomic_write_text
 

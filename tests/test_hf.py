@@ -239,3 +239,26 @@ def test_layer_types_of_16_bit_models_are_not_confused_by_rounding():
     alibi = HookedTransformer(HookedTransformerConfig(n_layers=2, d_model=32, n_ctx=16, d_head=8, n_heads=4,
                                                       d_vocab=20, act_fn="relu", positional_embedding_type="alibi"))
     assert layer_positional_types(alibi.to(torch.bfloat16)) == ("alibi", "alibi")
+
+
+def test_hf_helpers_refuse_what_is_not_a_hf_model_or_path_in_one_line(tmp_path):
+    """Before: expected_layer_types(torch.nn.Linear(2, 2)) raised AttributeError ('Linear' object has no attribute
+    'config'), and load_hf(3) from Python spoke of "--hf-path", a flag the Python caller never gave."""
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.hf import expected_layer_types, load_hf
+
+    with pytest.raises(NopeInterpError, match="^expected_layer_types needs a Hugging Face model .*got Linear$"):
+        expected_layer_types(torch.nn.Linear(2, 2))
+    model = torch.nn.Linear(2, 2)
+    model.config = object()   # a config without num_hidden_layers
+    with pytest.raises(NopeInterpError, match="^expected_layer_types: the config of Linear has no integer "
+                                              "num_hidden_layers"):
+        expected_layer_types(model)
+    with pytest.raises(NopeInterpError, match=r"^path \(--hf-path\) must be a non-empty path .*got int 3"):
+        unhooked(load_hf)(3)
+    with pytest.raises(NopeInterpError, match=r"^path \(--hf-path\) .* is not a folder saved by save_pretrained"):
+        load_hf(tmp_path)
+    with pytest.raises(NopeInterpError, match="^model_dir must be a non-empty path"):
+        unhooked(load_hf)("", what="model_dir")

@@ -364,3 +364,67 @@ def test_read_metrics_refuses_an_accuracy_outside_0_1(tmp_path, value):
     path.write_text('{"step": 0, "eval_acc": 0.5}\n' + f'{{"step": 5, "eval_acc": {value}}}\n')
     with pytest.raises(NopeInterpError, match=f"line 2: eval_acc must be a fraction in \\[0, 1\\], got {value}"):
         io.read_metrics(path)
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """A fake home folder (``HOME``) and a separate current folder, so a literal ``./~`` would show."""
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir()
+    cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    return home
+
+
+def test_a_leading_tilde_is_the_home_folder_in_every_path_io_takes(home):
+    """Before: every function here made Path("~/...") as it was, so writes went to a folder named ``~`` in the
+    current folder (job_dirs("~/x", ...) was ~/x/results/..., relative) and reads of "~/..." found nothing."""
+    from pathlib import Path
+
+    import torch
+
+    from nope_interp import io
+
+    assert io.job_dirs("~/x", "j") == (home / "x" / "results" / "j", home / "x" / "figures" / "j")
+    assert io.as_path("~/p", "p") == home / "p"
+    assert io.check_writable_dir("~/new/deeper") == home / "new" / "deeper"
+    assert io.write_json("~/a/b.json", {"k": 1}) == home / "a" / "b.json"
+    assert io.read_json("~/a/b.json") == {"k": 1}
+    io.atomic_write_text("~/a/t.txt", "x")
+    io.append_jsonl("~/a/m.jsonl", {"step": 0})
+    assert io.read_jsonl("~/a/m.jsonl") == [{"step": 0}] == io.read_metrics("~/a/m.jsonl")
+    io.save_weights("~/w/model.safetensors", {"w": torch.ones(2)})
+    assert torch.equal(io.load_weights("~/w/model.safetensors")["w"], torch.ones(2))
+    assert io.weights_metadata("~/w/model.safetensors") == {}
+    io.save_torch("~/c/checkpoint.pt", {"model": {}, "optimizer": {}, "step": 1, "wall_time_s": 0.5})
+    assert io.load_checkpoint("~/c/checkpoint.pt")["step"] == 1
+    with io.exclusive("~/locked") as lock:
+        assert lock == home / ".locked.lock" == io.lock_path("~/locked")
+    assert sorted(p.name for p in home.iterdir()) == ["a", "c", "w"]   # the lock of a folder never written: gone
+    assert not (home.parent / "cwd" / "~").exists()
+    assert io.user_path("~/a") == home / "a" and io.user_path("rel/~/a") == Path("rel/~/a")   # only a leading ~
+
+
+def test_an_unknown_user_home_is_a_one_line_error(home):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.io import job_dirs, write_json
+
+    for call in (lambda: job_dirs("~no-such-user-nope-interp/x", "j"),
+                 lambda: write_json("~no-such-user-nope-interp/a.json", {})):
+        with pytest.raises(NopeInterpError, match="cannot expand '~' in the path '~no-such-user-nope-interp"):
+            call()
+    assert not list((home.parent / "cwd").iterdir())
+
+
+def test_the_cli_out_root_expands_a_tilde(home, capsys):
+    """Before: ``--out-root '~/x'`` (quoted: the shell leaves it alone) wrote ./~/x/results/... in the current
+    folder. cli.py passes --out-root to io.job_dirs, which now expands it."""
+    from nope_interp.cli import main
+
+    assert main(["analyze", "--init", "--task", "addition", "--preset", "tiny", "--n-prompts", "4",
+                 "--out-root", "~/x"]) == 0
+    assert (home / "x" / "results" / "analyze" / "init-tiny-addition" / "scores.json").is_file()
+    assert (home / "x" / "figures" / "analyze" / "init-tiny-addition" / "cosine.html").is_file()
+    assert not list((home.parent / "cwd").iterdir())
+    assert str(home / "x") in capsys.readouterr().out

@@ -1,3 +1,5 @@
+import math
+
 import plotly.graph_objects as go
 import pytest
 import torch
@@ -169,3 +171,124 @@ def test_figures_refuse_values_they_would_draw_wrong_or_not_at_all():
     with_nan = ok.clone()
     with_nan[0, 0, 1] = math.nan   # the cosine of a zero vector: allowed
     assert plot_cosine_heatmaps(with_nan, ["a"], "abc").data
+
+
+def test_save_figure_expands_a_tilde(tmp_path, monkeypatch):
+    """Before: save_figure(fig, "~/f.html") wrote ./~/f.html (and ./~/plotly.min.js) in the current folder."""
+    from nope_interp.plotting import ensure_plotlyjs, plot_cosine_heatmaps, save_figure
+
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    path = save_figure(plot_cosine_heatmaps(torch.eye(3, dtype=torch.float64)[None], ["x"], "abc"), "~/figs/f.html")
+    assert path == home / "figs" / "f.html" and path.is_file() and (home / "figs" / "plotly.min.js").is_file()
+    assert ensure_plotlyjs("~/figs") == home / "figs" / "plotly.min.js"
+    assert not list(cwd.iterdir())
+
+
+def test_labels_that_are_not_strings_are_refused_in_one_line():
+    """Before: tokens ["a", None, "c"] or [1, 2, 3] failed with AttributeError ('NoneType' / 'int' object has no
+    attribute 'replace'); an int site (or task) key failed in short_label with AttributeError ('split'), and a
+    None model label was drawn as an unnamed line."""
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.plotting import plot_adjacency_by_layer, plot_cosine_heatmaps, plot_lag_profile
+
+    eye = torch.eye(3)[None]
+    for tokens, words in ((["a", None, "c"], r"got None \(NoneType\)"), ([1, 2, 3], r"got 1 \(int\)"),
+                          (torch.arange(3), r"got tensor\(0\)"), (b"abc", "got bytes"), (3, "got int 3")):
+        with pytest.raises(NopeInterpError, match=f"^plot_cosine_heatmaps: tokens must be .*{words}") as err:
+            unhooked(plot_cosine_heatmaps)(eye, ["a"], tokens)
+        assert "\n" not in str(err.value)
+    with pytest.raises(NopeInterpError, match="site_labels must be strings"):
+        unhooked(plot_cosine_heatmaps)(eye, 3, "abc")
+    assert [t.name for t in plot_cosine_heatmaps(eye, ("a",), ("x", "y", "z")).data] == ["a"]  # tuples still fine
+    assert list(unhooked(plot_cosine_heatmaps)(eye, iter(["a"]), ["x", "y", "z"]).data[0].x) == ["0:x", "1:y", "2:z"]
+    ok = {"mean": 0.5, "std": 0.1}
+    for bad, words in (({1: {"m": {"hook_embed": ok}}}, "task names must be strings"),
+                       ({"t": {None: {"hook_embed": ok}}}, "model labels must be strings"),
+                       ({"t": {"m": {3: ok}}}, "sites must be hook names")):
+        with pytest.raises(NopeInterpError, match=f"^plot_adjacency_by_layer: {words}"):
+            unhooked(plot_adjacency_by_layer)(bad)
+    with pytest.raises(NopeInterpError, match="^plot_lag_profile: the sites of profiles must be hook names"):
+        unhooked(plot_lag_profile)({3: {"lags": [1], "mean": [0.5], "std": [0.0]}}, [1.0])
+
+
+def test_lag_profile_names_what_is_missing_or_wrong_in_its_dict():
+    """Before: {"s": {"mean": [1]}} failed with KeyError 'lags'; a list of profiles with AttributeError; a None
+    idealised curve or a string mean with TypeError; a mean of 5 was drawn above the fixed 1.05 axis top."""
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.plotting import plot_lag_profile
+
+    good = {"lags": [1, 2], "mean": [0.5, 0.2], "std": [0.1, 0.1]}
+    for profiles, curve, words in (
+            ({"s": {"mean": [1]}}, [1], r"profiles\['s'\] has no 'lags' or 'std'.*got keys 'mean'"),
+            ({"s": {"lags": [1], "std": [0]}}, [1], r"profiles\['s'\] has no 'mean'"),
+            ([good], [1, 1], "profiles must be a mapping"),
+            ({"s": 3}, [1, 1], r"profiles\['s'\] must be a mapping"),
+            ({"s": {**good, "mean": "ab"}}, [1, 1], r"profiles\['s'\]\['mean'\] must be a list of numbers"),
+            ({"s": {**good, "std": 0.1}}, [1, 1], r"profiles\['s'\]\['std'\] must be a list of numbers"),
+            ({"s": {**good, "lags": [1, None]}}, [1, 1], r"profiles\['s'\]\['lags'\] must hold finite real numbers"),
+            ({"s": {**good, "mean": [5.0, 0.2]}}, [1, 1], r"profiles.*means in \[-1, 1\].*got 5.0"),
+            ({"s": {**good, "std": [0.1, -1.0]}}, [1, 1], "profiles.*stds >= 0"),
+            ({"s": {**good, "mean": [float("inf"), 0.2]}}, [1, 1], "profiles.*got inf"),
+            ({"s": good}, None, "uniform_causal must be a list of numbers")):
+        with pytest.raises(NopeInterpError, match=f"^plot_lag_profile: {words}") as err:
+            unhooked(plot_lag_profile)(profiles, curve)
+        assert "\n" not in str(err.value)
+    # what lag_summary or a strict-JSON result file gives still draws: tensors, and None (null) for undefined
+    fig = unhooked(plot_lag_profile)({"s": {"lags": torch.tensor([1, 2]), "mean": [None, 0.2], "std": [0.1, None]}},
+                                     [1.0, 0.5])
+    assert list(fig.data[0].x) == [1, 2]
+
+
+@pytest.mark.parametrize("undefined", [float("nan"), None])
+def test_lag_profile_y_range_ignores_undefined_points(undefined):
+    """Before: a NaN mean made min() NaN, so the range fell back to (-0.05, 1.05) and -0.9 was drawn off the axis;
+    None (a strict-JSON result file's NaN) failed with TypeError."""
+    from nope_interp.plotting import plot_lag_profile
+
+    profile = {"lags": [1, 2, 3], "mean": [undefined, -0.9, 0.5], "std": [0.0, 0.05, undefined]}
+    fig = unhooked(plot_lag_profile)({"blocks.0.attn.hook_z": profile}, [1.0, 0.9, 0.8])
+    low, high = fig.layout.yaxis.range
+    assert low == pytest.approx(-1.0) and high == 1.05   # -0.9 - 0.05, less the margin
+    everything_undefined = {"lags": [1], "mean": [math.nan], "std": [math.nan]}
+    assert plot_lag_profile({"hook_embed": everything_undefined}, [1.0]).layout.yaxis.range == (-0.05, 1.05)
+
+
+def test_every_line_has_its_own_colour():
+    """Before: plot_adjacency_by_layer cycled 4 colours (a 5th model took the 1st's), coloured a label by its
+    position in each panel (one model, two colours) and showed legend entries of the first panel only; the lag
+    profile cycled 4 colours for the sites outside the blocks."""
+    from nope_interp.plotting import plot_adjacency_by_layer, plot_lag_profile
+
+    site = {"hook_embed": {"mean": 0.5, "std": 0.1}}
+    for n in (5, 30):
+        fig = plot_adjacency_by_layer({"t": {f"m{i}": site for i in range(n)}})
+        assert len({t.line.color for t in fig.data}) == n
+    fig = plot_adjacency_by_layer({"a": {"x": site, "y": site}, "b": {"y": site, "z": site}})
+    by_name: dict[str, set] = {}
+    for t in fig.data:
+        by_name.setdefault(t.name, set()).add(t.line.color)
+    assert all(len(c) == 1 for c in by_name.values()) and len(set.union(*by_name.values())) == 3
+    assert sorted(t.name for t in fig.data if t.showlegend) == ["x", "y", "z"]   # z is only in the 2nd panel
+    prof = {"lags": [1], "mean": [0.5], "std": [0.1]}
+    outside = ["hook_embed", "hook_pos_embed", "hook_tokens", "ln_final.hook_scale", "ln_final.hook_normalized",
+               "unembed.hook_in"]
+    for layers in (2, 300):
+        profiles = {s: prof for s in outside} | {f"blocks.{i}.attn.hook_z": prof for i in range(layers)}
+        lines = [t for t in plot_lag_profile(profiles, [1.0]).data if not t.name.startswith("idealised")]
+        assert len({t.line.color for t in lines}) == len(lines) == len(outside) + layers
+
+
+def test_line_colours_are_distinct_past_the_palette():
+    """The helper the figures (and jobs' figures) take their colours from: LINE_COLOURS first, then distinct hues."""
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.plotting import LINE_COLOURS, line_colours
+
+    for n in (0, 1, 5, 24, 25, 200, 5000):
+        assert len(set(line_colours(n))) == n
+    assert line_colours(24) == list(LINE_COLOURS) and line_colours(3) == list(LINE_COLOURS[:3])
+    for bad in (-1, 2.0, True):
+        with pytest.raises(NopeInterpError, match="line_colours: n must be an integer >= 0"):
+            unhooked(line_colours)(bad)
