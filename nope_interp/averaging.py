@@ -24,7 +24,7 @@ from scipy.stats import spearmanr
 from torch import Tensor
 
 from nope_interp.errors import NopeInterpError
-from nope_interp.similarity import check_tensor
+from nope_interp.similarity import check_tensor, tie_equal_vectors
 
 PATTERN_KINDS = ("uniform", "identity", "random_matched")
 
@@ -133,7 +133,8 @@ def attention_row_cosine(
     a = _checked(pattern, "pattern", "(*batch, query_pos, key_pos)", "attention_row_cosine", min_ndim=2).double()
     gram = a @ a.transpose(-1, -2)
     norm = torch.linalg.vector_norm(a, dim=-1)
-    return (gram / (norm.unsqueeze(-1) * norm.unsqueeze(-2)).clamp_min(1e-300)).clamp(-1.0, 1.0)
+    cos = (gram / (norm.unsqueeze(-1) * norm.unsqueeze(-2)).clamp_min(1e-300)).clamp(-1.0, 1.0)
+    return tie_equal_vectors(cos, a)  # equal rows (collapsed attention) get exactly equal cosines
 
 
 def uniform_causal_pattern(n_pos: int) -> Float[Tensor, "query_pos key_pos"]:

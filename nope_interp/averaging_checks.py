@@ -41,7 +41,7 @@ from nope_interp.evaluate import exact_match_accuracy
 from nope_interp.hooks import hook_name
 from nope_interp.interventions import pattern_kind_unsupported, replaced_pattern
 from nope_interp.model import check_model_for_task, evaluates
-from nope_interp.similarity import adjacency_score, check_finite, cosine_similarity_matrix
+from nope_interp.similarity import adjacency_score, check_finite, cosine_similarity_matrix, tie_equal_vectors
 from tasks import DEFAULT_WINDOW
 
 
@@ -231,7 +231,9 @@ def _heads_summed_cosine(pattern: Float[Tensor, "*batch n_heads query_pos key_po
     spec = "bhqk,bhpk->bqp" if a.ndim == 4 else "hqk,hpk->qp"
     gram = torch.einsum(spec, a, a)
     d = gram.diagonal(dim1=-2, dim2=-1).sqrt()
-    return (gram / (d.unsqueeze(-1) * d.unsqueeze(-2))).clamp(-1, 1)
+    cos = (gram / (d.unsqueeze(-1) * d.unsqueeze(-2))).clamp(-1, 1)
+    rows = a.movedim(-3, -2).flatten(-2)  # each query's rows of all heads, side by side
+    return tie_equal_vectors(cos, rows)  # equal rows (collapsed attention) get exactly equal cosines
 
 
 def _predicted_vs_observed(pattern: Tensor, z: Tensor) -> PredictedVsObserved:

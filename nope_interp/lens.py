@@ -36,6 +36,7 @@ from nope_interp.similarity import (
     degenerate_report,
     lag_summary,
     summarize,
+    tie_equal_vectors,
     uniform_causal_lag_profile,
 )
 from nope_interp.similarity import lag_profile as _lag_profile
@@ -112,6 +113,14 @@ def cached_vector_sites(cache: ActivationCache) -> list[str]:
     return [k for k in cache.cache_dict if k.endswith(VECTOR_SITES)]
 
 
+def _scored(site: object, sites: tuple[str, ...], done: str) -> str:
+    """``site`` if it is one of ``sites`` (the hook names a result holds), else a one-line NopeInterpError naming it
+    and the allowed ones (a list or other unhashable value included: no TypeError)."""
+    if not isinstance(site, str) or site not in sites:
+        raise NopeInterpError(f"site {site!r} was not {done}; {done}: {', '.join(sites)}"[:500])
+    return site
+
+
 def _table(title: str, header: list[str], rows: list[list[str]]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
@@ -135,8 +144,12 @@ class SiteScores:
     n_pos: int
 
     def summary(self, site: str) -> dict[str, float]:
-        """``{"mean", "std", "n"}`` over sequences at ``site``."""
-        return summarize(self.per_sequence[site]).to_dict()
+        """``{"mean", "std", "n"}`` over sequences at ``site`` (one of :attr:`sites`).
+
+        Raises:
+            NopeInterpError: a site that was not scored (the message lists the scored ones).
+        """
+        return summarize(self.per_sequence[_scored(site, self.sites, "scored")]).to_dict()
 
     def to_dict(self) -> dict[str, Any]:
         """``{"reduction", "n_pos", "scores": {site: {"mean", "std", "n"}}}``."""
@@ -235,9 +248,7 @@ class LagProfile:
         Raises:
             NopeInterpError: a site that was not profiled.
         """
-        if site not in self.per_sequence:
-            raise NopeInterpError(f"site {site!r} was not profiled; profiled: {', '.join(self.sites)}")
-        return lag_summary(self.per_sequence[site])
+        return lag_summary(self.per_sequence[_scored(site, self.sites, "profiled")])
 
     def to_dict(self) -> dict[str, Any]:
         """``{"n_pos", "max_lag", "uniform_causal": [...], "sites": {site: summary}}``."""
@@ -443,7 +454,8 @@ def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool | None 
                               f"query positions")
     gram = torch.einsum("bhqk,bhpk->bqp", pattern, pattern)
     d = gram.diagonal(dim1=-2, dim2=-1).sqrt()
-    pred = (gram / (d.unsqueeze(-1) * d.unsqueeze(-2))).clamp(-1, 1)
+    pred = tie_equal_vectors((gram / (d.unsqueeze(-1) * d.unsqueeze(-2))).clamp(-1, 1),
+                             pattern.movedim(1, 2).flatten(2))  # equal rows (collapsed attention): equal cosines
     obs = cosine_similarity_matrix(z)
     rho = [lower_triangle_spearman(pred[b], obs[b]) for b in range(pred.shape[0])]
     return AveragingCheck(

@@ -195,7 +195,10 @@ def cosine_similarity_matrix(
     same for vectors of entries 1e-300 or 1e300 as at scale 1, without overflow or underflow (and bit for
     bit the same for a power-of-two scale). The upper triangle is replaced by the mirror image of the
     strictly lower one (the entries the adjacency score reads), so the matrix is exactly symmetric, and
-    the diagonal is set to exactly 1.
+    the diagonal is set to exactly 1. Vectors that are bit for bit equal after that scaling and
+    normalisation (a repeated token's embedding) get exactly equal rows and columns and cosine exactly 1
+    with each other (a matrix product alone can differ in the last bit there, which would decide their ties
+    at random; ties count as failures).
 
     Args:
         x: activations; any leading batch dimensions.
@@ -232,15 +235,68 @@ def _cosine(x: Tensor, min_norm: float, symmetric: bool) -> Tensor:
     bad = ~finite | (norms < min_norm) | (norms == 0)
     unit = y.div_(torch.where(scaled_norms > 0, scaled_norms, 1.0))
     c = (unit @ unit.transpose(-1, -2)).clamp_(-1.0, 1.0)
+    rep = _first_equal_position(unit)
     del unit, y
+    if rep is not None:  # bit-identical unit vectors (a repeated token's embedding): give them identical cosines
+        symmetric = True
     if symmetric:
         n = c.shape[-1]
         lower = torch.tril(torch.ones(n, n, dtype=torch.bool, device=c.device), diagonal=-1)
         c = torch.where(lower, c, c.transpose(-1, -2))  # upper = mirror of lower: exactly symmetric
         c.diagonal(dim1=-2, dim2=-1).fill_(1.0)
+    if rep is not None:  # C[k, j] = C[rep k, rep j]: equal vectors get equal rows and columns, and cosine 1
+        c = _gather_representatives(c, rep)
     if bool(bad.any()):
         c.masked_fill_(bad.unsqueeze(-1) | bad.unsqueeze(-2), float("nan"))
     return c
+
+
+def _gather_representatives(c: Tensor, rep: Tensor) -> Tensor:
+    """``C'[..., k, j] = C[..., rep k, rep j]`` with the diagonal of C taken as exactly 1 first."""
+    n = c.shape[-1]
+    c = c.clone()
+    c.diagonal(dim1=-2, dim2=-1).fill_(1.0)
+    c = torch.gather(c, -2, rep.unsqueeze(-1).expand(*rep.shape, n))
+    return torch.gather(c, -1, rep.unsqueeze(-2).expand(*rep.shape[:-1], n, n))
+
+
+def tie_equal_vectors(sim: Float[Tensor, "*batch pos pos"], vectors: Float[Tensor, "*batch pos d"],
+                      ) -> Float[Tensor, "*batch pos pos"]:
+    """``sim`` (a cosine-like matrix computed from ``vectors`` by a matrix product) with every position whose
+    vector is bit for bit equal to an earlier one's given that one's row and column, and similarity exactly
+    1 between them. A matrix product can give two equal vectors' similarities to a third that differ in the
+    last bit, which breaks at random the ties that rank-based scores count as failures (or Spearman averages).
+    Returns ``sim`` itself when no sequence repeats a vector. Used by :func:`cosine_similarity_matrix` and the
+    pattern-predicted cosine matrices (collapsed attention gives equal rows).
+
+    Raises:
+        NopeInterpError: ``vectors`` and ``sim`` disagree in their leading or position dimensions.
+    """
+    if tuple(vectors.shape[:-1]) != tuple(sim.shape[:-1]) or sim.shape[-1] != sim.shape[-2]:
+        raise NopeInterpError(f"tie_equal_vectors: sim {tuple(sim.shape)} must be (*batch, pos, pos) for vectors "
+                              f"{tuple(vectors.shape)} (*batch, pos, d)")
+    rep = _first_equal_position(vectors)
+    return sim if rep is None else _gather_representatives(sim, rep)
+
+
+def _first_equal_position(unit: Tensor) -> Tensor | None:
+    """For each position, the first position of its sequence whose vector is bit for bit the same
+    (``(*batch, pos)`` indices), or None when no sequence repeats a vector. A matrix product computes the
+    cosines of two equal vectors with a third along different summation paths, so they can differ in the last
+    bit (a repeated token's embedding: 177 of 200 random trials), which would break the ties that score as
+    failures at random; mapping every repeat to its first occurrence makes them exact."""
+    *batch, n, d = unit.shape
+    if n < 2:
+        return None
+    flat = unit.reshape(-1, n, d)
+    seq = torch.arange(flat.shape[0], dtype=unit.dtype, device=unit.device).repeat_interleave(n).unsqueeze(-1)
+    keys = torch.cat([seq, flat.reshape(-1, d)], dim=-1)  # the sequence index keeps repeats within a sequence
+    _, inverse = torch.unique(keys, dim=0, return_inverse=True)
+    pos = torch.arange(n, device=unit.device).repeat(flat.shape[0])
+    first = torch.full((int(inverse.max()) + 1,), n, dtype=torch.int64, device=unit.device)
+    first.scatter_reduce_(0, inverse, pos, reduce="amin")
+    rep = first[inverse].reshape(*batch, n)
+    return None if bool((rep == torch.arange(n, device=unit.device)).all()) else rep
 
 
 def row_pair_counts(n_pos: int) -> Int[Tensor, " pos"]:

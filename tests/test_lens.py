@@ -270,3 +270,23 @@ def test_averaging_check_on_too_short_sequences_names_itself(tiny_model):
         _, cache = tiny_model.run_with_cache(torch.zeros(2, pos, dtype=torch.long))
         with pytest.raises(NopeInterpError, match=f"averaging_check: the cache holds sequences of {pos} positions"):
             averaging_check(cache, 0)
+
+
+def test_a_site_that_was_not_scored_is_a_one_line_error(tiny_model):
+    """Before: SiteScores.summary("blocks.0.attn.hook_z") of scores at hook_embed only raised a bare KeyError, and
+    summary(["hook_embed"]) (SiteScores or LagProfile) a TypeError (unhashable list); LagProfile named the site."""
+    import torch
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.lens import LagProfile, SiteScores, adjacency_scores, lag_profile
+
+    _, cache = tiny_model.run_with_cache(torch.randint(0, 96, (2, 6), generator=torch.Generator().manual_seed(0)))
+    scores = adjacency_scores(cache, sites=["hook_embed"])
+    lags = lag_profile(cache, sites=["hook_embed", "blocks.0.attn.hook_z"])
+    for result, summary, done, allowed in ((scores, SiteScores.summary, "scored", "hook_embed"),
+                                           (lags, LagProfile.summary, "profiled", "hook_embed, blocks.0.attn.hook_z")):
+        for site in ("blocks.1.attn.hook_z", ["hook_embed"], None):
+            with pytest.raises(NopeInterpError, match=f"^site .* was not {done}; {done}: {allowed}$"):
+                unhooked(summary)(result, site)
+    assert scores.summary("hook_embed")["n"] == 2 and lags.summary("blocks.0.attn.hook_z")["n"] == 2

@@ -636,3 +636,66 @@ def test_idealised_lag_profiles_match_naive_sums_built_in_any_block_of_lags(monk
         want = _naive_window_profile(n_pos, min(window, n_pos), max_lag)
         assert S.sliding_window_lag_profile(n_pos, window, max_lag).tolist() == pytest.approx(want, abs=1e-12)
     assert S.sliding_window_lag_profile(n_pos, 10**30, max_lag).tolist() == pytest.approx(uniform, abs=1e-12)
+
+
+def _naive_row_mean_with_exact_ties(x):
+    """Row-mean adjacency score by loops, each cosine a dot product of unit vectors on its own (equal vectors
+    give bit-equal cosines), ties failing: the independent reference."""
+    u = x.double() / x.double().norm(dim=-1, keepdim=True)
+    n = u.shape[0]
+    rows = []
+    for k in range(2, n):
+        cos = [float(torch.dot(u[k], u[i])) for i in range(k)]
+        ok = sum(cos[i] < cos[j] for i in range(k) for j in range(i + 1, k))
+        rows.append(ok / (k * (k - 1) / 2))
+    return sum(rows) / len(rows)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_repeated_vectors_tie_exactly_and_ties_fail(seed):
+    """A repeated token's embedding is the same vector at two positions: its cosines with a third must be
+    equal, so the pair is a tie and fails. Before, the matrix product gave them values that differ in the last
+    bit in 177 of 200 random trials, deciding the tie at random (hook_embed scores +0.002 to +0.004)."""
+    from nope_interp.similarity import adjacency_score, cosine_similarity_matrix
+
+    gen = torch.Generator().manual_seed(seed)
+    vocab = torch.randn(5, 96, generator=gen)
+    tokens = torch.randint(0, 5, (3, 14), generator=gen)
+    x = vocab[tokens]  # (3, 14, 96): many repeats per sequence
+    c = cosine_similarity_matrix(x)
+    for b in range(3):
+        for i in range(14):
+            for j in range(14):
+                if torch.equal(x[b, i], x[b, j]):
+                    assert torch.equal(c[b, i], c[b, j]) and c[b, i, j] == 1.0
+    got = adjacency_score(c)
+    want = [_naive_row_mean_with_exact_ties(x[b]) for b in range(3)]
+    assert got.tolist() == pytest.approx(want, abs=1e-12)
+    # scaled copies are the same direction: tied too; a sequence without repeats is left as the product gave it
+    assert torch.equal(cosine_similarity_matrix(x * 4.0), c)
+    distinct = torch.randn(2, 9, 16, generator=gen, dtype=torch.float64)
+    u = distinct / distinct.norm(dim=-1, keepdim=True)
+    lower = torch.tril(torch.ones(9, 9, dtype=torch.bool), -1)
+    assert torch.equal(cosine_similarity_matrix(distinct)[:, lower], (u @ u.transpose(-1, -2)).clamp(-1, 1)[:, lower])
+
+
+def test_equal_attention_rows_get_equal_predicted_cosines():
+    """Collapsed attention (several queries putting all weight on one key) gives equal pattern rows: their
+    predicted cosines with any other row must be equal (and 1 with each other)."""
+    from nope_interp.averaging import attention_row_cosine
+    from nope_interp.similarity import tie_equal_vectors
+
+    gen = torch.Generator().manual_seed(5)
+    n = 12
+    a = torch.rand(n, n, generator=gen, dtype=torch.float64).tril()
+    a = a / a.sum(-1, keepdim=True)
+    a[[4, 7, 9]] = 0.0
+    a[[4, 7, 9], 2] = 0.3
+    a[[4, 7, 9], 3] = 0.7
+    cos = attention_row_cosine(a)
+    for i, j in ((4, 7), (4, 9), (7, 9)):
+        assert torch.equal(cos[i], cos[j]) and cos[i, j] == 1.0
+    with pytest.raises(Exception, match="tie_equal_vectors"):
+        from conftest import unhooked
+
+        unhooked(tie_equal_vectors)(cos, a[:5])
