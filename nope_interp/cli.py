@@ -10,6 +10,7 @@ prints; it holds no analysis and writes no file. Bad input prints one line,
 
 import argparse
 import dataclasses
+import os
 import re
 import shlex
 import sys
@@ -46,7 +47,7 @@ def path_arg(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError(f"must be a folder path, got the empty path {text!r} (write . for the "
                                          f"current folder)")
-    return text
+    return os.path.expanduser(text)  # '~/x' quoted, or --out-root=~/x (which the shell leaves alone)
 
 
 def ascii_int(text: str) -> int:

@@ -428,3 +428,11 @@ def test_the_cli_out_root_expands_a_tilde(home, capsys):
     assert (home / "x" / "figures" / "analyze" / "init-tiny-addition" / "cosine.html").is_file()
     assert not list((home.parent / "cwd").iterdir())
     assert str(home / "x") in capsys.readouterr().out
+
+
+def test_every_cli_folder_flag_expands_a_tilde(home):
+    """--out-root=~/x is not expanded by the shell; the CLI's folder flags (also --runs-dir and --out-dir,
+    whose own checks and printed paths read the literal string) expand it themselves."""
+    from nope_interp.cli import path_arg
+
+    assert path_arg("~/x") == str(home / "x") and path_arg("rel/x") == "rel/x"

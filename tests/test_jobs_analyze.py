@@ -53,6 +53,8 @@ def test_label_applies_to_a_single_model(tiny_init_reversal_entry):
 @pytest.mark.parametrize("kwargs,match", [
     ({"n_prompts": 0}, "n_prompts"), ({"points": ("resid_final",)}, "unknown activation point 'resid_final'"),
     ({"prompt_seed": -1}, "prompt_seed"),
+    # before: --text-length without --text-file was silently ignored (exit 0, windows of the default length)
+    ({"text_length": 10}, "text_length=10 is only used with --text-file"),
 ])
 def test_bad_config(kwargs, match):
     from nope_interp.errors import NopeInterpError

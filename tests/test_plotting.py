@@ -292,3 +292,17 @@ def test_line_colours_are_distinct_past_the_palette():
     for bad in (-1, 2.0, True):
         with pytest.raises(NopeInterpError, match="line_colours: n must be an integer >= 0"):
             unhooked(line_colours)(bad)
+
+
+def test_the_jobs_figures_give_every_line_its_own_colour_past_the_palette():
+    """Before: length-gen (sites), long-context (configurations) and trajectory (runs) cycled LINE_COLOURS, so
+    the 25th line took the first one's colour. Each now takes line_colours(n); checked on their source, as the
+    figures need many results to build."""
+    import inspect
+
+    from nope_interp.jobs import length_gen, long_context, trajectory
+
+    for module in (length_gen, long_context, trajectory):
+        source = inspect.getsource(module)
+        assert "% len(palette)" not in source and "% len(LINE_COLOURS)" not in source, module.__name__
+        assert "line_colours(" in source

@@ -67,6 +67,7 @@ class AnalyzeConfig(FrozenConfig):
         check_used("window", self.window, DEFAULT_WINDOW, self.protocol == "window", "with protocol window")
         if self.text_length is not None:
             check_int("text_length", self.text_length, 3, 1_000_000)
+        check_used("text_length", self.text_length, None, self.text_file is not None, "with --text-file")
         if self.text_file is not None and self.protocol != "full":
             raise NopeInterpError(f"--text-file and --protocol {self.protocol} exclude each other: the text file "
                                   "is the input")

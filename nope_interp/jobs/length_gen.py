@@ -32,7 +32,7 @@ from nope_interp.evaluate import exact_match_accuracy
 from nope_interp.hooks import ACTIVATION_POINTS, short_label
 from nope_interp.jobs.common import Log, ModelEntry, emit, eval_prefix, progress, shipped_entries
 from nope_interp.model import with_context
-from nope_interp.plotting import LINE_COLOURS, save_figure
+from nope_interp.plotting import line_colours, save_figure
 
 NAME = "length-gen"
 HELP = "accuracy and adjacency score by operand length, shorter and longer than trained"
@@ -267,9 +267,8 @@ def plot_length_gen(result: LengthGenResult) -> go.Figure:
     """Per model (a row of panels): exact match by operand size (left) and the adjacency score by size at
     every analysed site (right); the training size is marked by a dashed line."""
     labels = list(dict.fromkeys(r.model for r in result.rows))
-    palette = LINE_COLOURS
     sites = list(dict.fromkeys(site for r in result.rows for site in r.scores))
-    colour = {site: palette[i % len(palette)] for i, site in enumerate(sites)}
+    colour = dict(zip(sites, line_colours(len(sites)), strict=True))
     lowest = min((s["row_mean"]["mean"] for r in result.rows for s in r.scores.values()), default=0.5)
     fig = make_subplots(rows=len(labels), cols=2, shared_xaxes=False,
                         vertical_spacing=0.35 / len(labels) if len(labels) > 1 else 0.1,

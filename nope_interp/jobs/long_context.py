@@ -48,7 +48,7 @@ from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, short_label
 from nope_interp.jobs.common import Log, ModelEntry, emit, entry_from_init, progress, random_tokens
 from nope_interp.model import with_context
-from nope_interp.plotting import LINE_COLOURS, save_figure
+from nope_interp.plotting import line_colours, save_figure
 from nope_interp.positional import layer_positional_types
 from nope_interp.similarity import sliding_window_lag_profile, uniform_causal_lag_profile
 from nope_interp.stats import mean_std_ci
@@ -349,7 +349,7 @@ def _metric_vs_n(result: LongContextResult, metric: str, kind: str, title: str, 
                         vertical_spacing=0.3 / max(1, n_rows - 1)
                         if n_rows > 1 else 0.1)
     configs = list(dict.fromkeys(_config_of(r) for r in result.rows))
-    palette = LINE_COLOURS
+    palette = line_colours(len(configs))
     groups: dict[tuple[str, str], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in result.rows:
         if r.input != kind:
@@ -359,7 +359,7 @@ def _metric_vs_n(result: LongContextResult, metric: str, kind: str, title: str, 
                      else r.scores[site]["recency_gap"]["mean"])
             groups[(_config_of(r), site)][r.n].append(value)
     for ci, cfg in enumerate(configs):
-        colour = palette[ci % len(palette)]
+        colour = palette[ci]
         for si, site in enumerate(sites):
             by_n = groups.get((cfg, site))
             if not by_n:
@@ -444,7 +444,7 @@ def plot_lag_profiles(result: LongContextResult, site: str | None = None, kind: 
                               f"{', '.join(dict.fromkeys(s for r in result.rows for s in r.sites))})")
     lengths = sorted({r.n for r in result.rows})
     configs = list(dict.fromkeys(_config_of(r) for r in result.rows))
-    colour = {cfg: LINE_COLOURS[i % len(LINE_COLOURS)] for i, cfg in enumerate(configs)}  # same at every n
+    colour = dict(zip(configs, line_colours(len(configs)), strict=True))  # same at every n
     fig = go.Figure()
     traces_per_n = []
     for n in lengths:

@@ -33,7 +33,7 @@ from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, short_label
 from nope_interp.jobs.common import Log, ModelEntry, emit, progress, protocol_tag, with_protocol
 from nope_interp.model import build_model, load_state
-from nope_interp.plotting import LINE_COLOURS, save_figure
+from nope_interp.plotting import LINE_COLOURS, line_colours, save_figure
 from nope_interp.pretrained import check_settings_stamp
 from nope_interp.train import kept_steps
 from tasks import DEFAULT_WINDOW
@@ -369,10 +369,10 @@ def plot_site_by_objective(runs: list[RunTrajectory] | tuple[RunTrajectory, ...]
                         vertical_spacing=0.08, horizontal_spacing=0.06,
                         subplot_titles=[f"{t}: {short_label(site)} adjacency score" for t in task_names]
                         + [f"{t}: eval exact match" for t in task_names])
-    palette = LINE_COLOURS
+    palette = line_colours(len(runs))
     for i, r in enumerate(runs):
         col = task_names.index(r.task) + 1
-        line = {"color": palette[i % len(palette)], "dash": OBJECTIVE_DASH.get(r.objective, "dot")}
+        line = {"color": palette[i], "dash": OBJECTIVE_DASH.get(r.objective, "dot")}
         name = f"{r.label} ({r.objective})"
         fig.add_trace(go.Scatter(x=[max(1, s) for s in r.steps], y=list(r.scores[site]), mode="lines+markers",
                                  name=name, legendgroup=r.label, line=line, customdata=list(r.steps),
