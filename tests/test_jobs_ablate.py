@@ -628,6 +628,9 @@ def test_too_few_prompts_name_the_setting_that_asks_for_them(AJ):
         AJ.run(AJ.AblateConfig(**base, n_eval=100, protocol="authors"), [entry])
     with pytest.raises(NopeInterpError, match=r"tiny-1digit: the 500 evaluation prompts \(--n-eval\): only 100"):
         AJ.run(AJ.AblateConfig(**base, n_eval=500, protocol="window", window=12), [entry])
+    # before: "... lower n", without the flag
+    with pytest.raises(NopeInterpError, match=r"the 200 prompts for the adjacency scores \(--n-analysis\)"):
+        AJ.run(AJ.AblateConfig(**{**base, "n_analysis": 200}, n_eval=4), [entry])
 
 
 def test_the_content_control_removes_the_top_directions_of_h_minus_mu_on_the_mu_prompts(AJ, tiny_addition_entry):

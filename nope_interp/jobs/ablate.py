@@ -602,7 +602,11 @@ def _measure(model: HookedTransformer, task: tasks_pkg.Task, examples: Sequence[
             batch = task.training_batch([tasks_pkg.Example(prefix + ex.prompt, ex.answer) for ex in examples])
             loss = float(answer_loss(model, batch))
         if with_scores:
-            prompts = protocol_prompts(model, task, n_analysis, ANALYSIS_SEED, exclude, protocol, window)
+            try:
+                prompts = protocol_prompts(model, task, n_analysis, ANALYSIS_SEED, exclude, protocol, window)
+            except NopeInterpError as err:  # too few held-out prompts: name the flag that asks for them
+                raise NopeInterpError(f"the {n_analysis} prompts for the adjacency scores (--n-analysis): {err}") \
+                    from None
             scores = analyze_tokens(model, task.prompt_tokens([prefix + p for p in prompts]), task=task.name,
                                     example_prompt=prefix + prompts[0], protocol=protocol,
                                     forward="hooked").scores["row_mean"]
