@@ -401,6 +401,10 @@ def test_runs_of_one_task_read_after_different_prefixes_are_summarised_apart(AJ)
     assert "| p | s |" not in first and "| x | s |" not in second  # each group lists its own runs
     assert AJ.escaped("\n") == "\\n" and AJ.escaped("") == ""
     assert {row["eval_prefix"] for r in packed for row in r.table_rows()} == {"\\n"}
+    # every CSV row says what its exact_match column holds (a text model's is next-character accuracy)
+    text = dataclasses.replace(packed[0], metric="next_char_accuracy")
+    assert {row["metric"] for row in text.table_rows()} == {"next_char_accuracy"}
+    assert {row["metric"] for row in packed[1].table_rows()} == {"exact_match"}
 
 
 def test_every_exact_match_of_a_packed_run_reads_its_newline(AJ, packed_run, monkeypatch):

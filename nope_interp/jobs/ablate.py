@@ -357,17 +357,18 @@ class RunAblation:
                 "recipe": json.loads(self.recipe) if self.recipe else {}, "draw_seed": self.draw_seed}
 
     def table_rows(self) -> list[dict[str, Any]]:
-        """``ablate.csv`` rows: the clean model, then one per site and ablation (deltas against clean)."""
+        """``ablate.csv`` rows: the clean model, then one per site and ablation (deltas against clean); the
+        last column, ``metric``, says what ``exact_match`` holds (``next_char_accuracy`` for a text model)."""
         clean = self.clean
         rows = [{"run": self.run, "task": self.task, "site": "-", "ablation": "clean",
                  "exact_match": clean.exact_match, "accuracy_loss": 0.0, "answer_loss": clean.answer_loss,
-                 "loss_increase": 0.0, "eval_prefix": escaped(self.eval_prefix)}]
+                 "loss_increase": 0.0, "eval_prefix": escaped(self.eval_prefix), "metric": self.metric}]
         for s in self.sites:
             for kind, m in s.ablations.items():
                 rows.append({"run": self.run, "task": self.task, "site": s.site, "ablation": kind,
                              "exact_match": m.exact_match, "accuracy_loss": clean.exact_match - m.exact_match,
                              "answer_loss": m.answer_loss, "loss_increase": m.answer_loss - clean.answer_loss,
-                             "eval_prefix": escaped(self.eval_prefix)})
+                             "eval_prefix": escaped(self.eval_prefix), "metric": self.metric})
         return rows
 
     def decomposition_rows(self) -> list[dict[str, Any]]:
