@@ -236,7 +236,7 @@ def test_write_files_and_the_seed_figure(AJ, tiny_ablation, tmp_path):
     assert "nope_interp_version" in saved and saved["results"][0]["clean"] == result.runs[0].clean.to_dict()
     csv_text = (res_dir / "ablate.csv").read_text().splitlines()
     assert csv_text[0] == ("protocol,run,task,site,ablation,exact_match,accuracy_loss,answer_loss,loss_increase,"
-                           "eval_prefix")
+                           "eval_prefix,metric")
     assert len(csv_text) == 1 + 1 + 2 * 3
     assert "adjacency_content" in (res_dir / "ablate_decomposition.csv").read_text()
     assert not (fig_dir / "ablations_seeds.html").exists()
