@@ -289,6 +289,12 @@ def _first_equal_position(unit: Tensor) -> Tensor | None:
     if n < 2:
         return None
     flat = unit.reshape(-1, n, d)
+    # fast exact screen: an integer hash of each vector's bits (wrapping integer sums do not depend on the
+    # summation order, so equal vectors hash equal); no equal hashes in any sequence means no repeats
+    coef = torch.randint(-(2**62), 2**62, (d,), generator=torch.Generator().manual_seed(d), dtype=torch.int64)
+    hashes = (flat.contiguous().view(torch.int64) * coef.to(flat.device)).sum(-1).sort(dim=-1).values
+    if not bool((hashes[:, 1:] == hashes[:, :-1]).any()):
+        return None
     seq = torch.arange(flat.shape[0], dtype=unit.dtype, device=unit.device).repeat_interleave(n).unsqueeze(-1)
     keys = torch.cat([seq, flat.reshape(-1, d)], dim=-1)  # the sequence index keeps repeats within a sequence
     _, inverse = torch.unique(keys, dim=0, return_inverse=True)
