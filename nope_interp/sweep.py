@@ -1024,7 +1024,8 @@ class SweepReport:
         group_by: the configuration fields. points: the per-point rows (:func:`read_results`).
         missing, failed: keys of points without a result, and of failed points. unreadable: key -> why its
         ``result.json`` was refused. gaps: key -> the metrics whose value at that point is missing or not a
-        finite number (left out of the aggregates).
+        finite number (left out of the aggregates). points_dir: the absolute sweep folder the points were
+        read from ("" if unknown).
     """
 
     spec: SweepSpec
@@ -1036,6 +1037,7 @@ class SweepReport:
     failed: tuple[str, ...]
     unreadable: dict[str, str] = field(default_factory=dict)
     gaps: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    points_dir: str = ""
 
     def markdown(self) -> str:
         """The table as Markdown: configuration fields, then ``mean ± std (n)`` per metric, n being the number
@@ -1121,7 +1123,8 @@ def report(spec: SweepSpec, out_dir: str | Path) -> SweepReport:
                             f"{m}_ci95_high": st.ci95_high})
         rows.append(row)
     return SweepReport(spec=spec, rows=tuple(rows), metrics=metrics, group_by=group_by, points=tuple(points),
-                       missing=tuple(missing), failed=tuple(failed), unreadable=dict(unreadable), gaps=gaps)
+                       missing=tuple(missing), failed=tuple(failed), unreadable=dict(unreadable), gaps=gaps,
+                       points_dir=str(io.as_path(out_dir).resolve()))
 
 
 def plot_metric_vs_axis(rep: SweepReport, axis: str) -> Any:
@@ -1158,19 +1161,35 @@ def write_report(rep: SweepReport, out_root: str | Path = ".") -> list[Path]:
     ``figures/sweeps/<name>/<axis>.html`` (one per varied field but the seeds) under ``out_root``. Returns the
     paths written.
 
+    The figures of axes that an earlier report of this name had and this one has not (an axis removed from
+    the spec) are removed, so the folder holds this report's figures only. ``report.json`` records the sweep
+    folder the points came from (``points_dir``); a report of the same name read from another sweep folder is
+    overwritten with a :class:`~nope_interp.errors.NopeInterpWarning` naming both.
+
     Raises:
         NopeInterpError: a file cannot be written: checked for both folders and every file before the first
             is written (a folder that is a file, a file name taken by a folder), so a refusal writes nothing."""
     from nope_interp.plotting import save_figure
 
-    res_dir = Path(out_root) / "results" / "sweeps" / rep.spec.name
-    fig_dir = Path(out_root) / "figures" / "sweeps" / rep.spec.name
+    res_dir = io.as_path(out_root) / "results" / "sweeps" / rep.spec.name
+    fig_dir = io.as_path(out_root) / "figures" / "sweeps" / rep.spec.name
     for folder in (res_dir, fig_dir):
         io.check_writable_dir(folder, "sweep report folder")
     targets = [res_dir / n for n in ("report.csv", "report.md", "points.csv", "report.json")]
     for target in [*targets, *(fig_dir / f"{axis}.html" for axis in rep.group_by)]:
         if target.exists() and not target.is_file():
             raise NopeInterpError(f"cannot write the sweep report: {target} exists and is not a file")
+    try:  # the report this one replaces: where its points came from, and which axis figures it wrote
+        before = json.loads((res_dir / "report.json").read_text())
+    except (OSError, ValueError):
+        before = {}
+    before = before if isinstance(before, dict) else {}
+    old_dir = before.get("points_dir")
+    if isinstance(old_dir, str) and old_dir and rep.points_dir and old_dir != rep.points_dir:
+        warnings.warn(NopeInterpWarning(
+            f"sweep report {rep.spec.name!r}: overwriting {res_dir}, the report of the points in {old_dir}, with "
+            f"the one of {rep.points_dir} (give another --out-root to keep both)"), stacklevel=2)
+    old_axes = before.get("group_by") if isinstance(before.get("group_by"), list) else []
     paths = [io.atomic_write_text(res_dir / "report.csv", io.to_csv(list(rep.rows))),
              io.atomic_write_text(res_dir / "report.md", rep.markdown()),
              io.atomic_write_text(res_dir / "points.csv", io.to_csv(list(rep.points))),
@@ -1179,7 +1198,11 @@ def write_report(rep: SweepReport, out_root: str | Path = ".") -> list[Path]:
                                                      "rows": list(rep.rows), "missing": list(rep.missing),
                                                      "failed": list(rep.failed), "unreadable": rep.unreadable,
                                                      "gaps": {k: list(v) for k, v in rep.gaps.items()},
-                                                     "ci95": CI_NOTE})]
+                                                     "ci95": CI_NOTE, "points_dir": rep.points_dir})]
     for axis in rep.group_by:
         paths.append(save_figure(plot_metric_vs_axis(rep, axis), fig_dir / f"{axis}.html"))
+    for axis in old_axes:  # an axis of the earlier report that this one has not: its figure would be stale
+        stale = fig_dir / f"{axis}.html"
+        if isinstance(axis, str) and axis not in rep.group_by and "/" not in axis and stale.is_file():
+            stale.unlink()
     return paths

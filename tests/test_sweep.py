@@ -714,3 +714,30 @@ def test_a_corrupt_result_file_is_not_a_finished_point(tmp_path, content):
     (pdir / "result.json").write_text(json.dumps({"key": pdir.name, "metrics": {"L0_z": 0.9}, "seconds": 1.5,
                                                   "peak_mib": 100}))
     assert finished_result(pdir)["metrics"] == {"L0_z": 0.9}
+
+
+def test_a_rewritten_report_drops_stale_axis_figures_and_warns_about_another_sweep_folder(tmp_path):
+    """Before: an axis removed from the spec left its figure beside the new report, and a sweep of the same name
+    in another --out-dir overwrote the report without a word."""
+    import warnings
+
+    from nope_interp.errors import NopeInterpWarning
+    from nope_interp.sweep import load_spec, report, write_report
+
+    two_axes = SPEC.format(n_prompts=4).replace("seed = [0, 1]", "model_d_model = [16, 32]\nseed = [0, 1]")
+    spec = load_spec(_write(tmp_path, two_axes))
+    _fake_results(spec, tmp_path / "o", {p.key: {"L0_z": 0.5} for p in spec.points})
+    write_report(report(spec, tmp_path / "o"), tmp_path / "out")
+    figs = tmp_path / "out/figures/sweeps/t"
+    assert {p.name for p in figs.iterdir()} >= {"model_n_layers.html", "model_d_model.html"}
+    (tmp_path / "b").mkdir()
+    one_axis = load_spec(_write(tmp_path / "b", SPEC.format(n_prompts=4)))
+    _fake_results(one_axis, tmp_path / "o2", {p.key: {"L0_z": 0.5} for p in one_axis.points})
+    with pytest.warns(NopeInterpWarning, match=r"overwriting .*the report of the points in .*o, with the one of .*o2"):
+        write_report(report(one_axis, tmp_path / "o2"), tmp_path / "out")
+    assert "model_d_model.html" not in {p.name for p in figs.iterdir()} and (figs / "model_n_layers.html").is_file()
+    data = json.loads((tmp_path / "out/results/sweeps/t/report.json").read_text())
+    assert data["points_dir"] == str((tmp_path / "o2").resolve())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same sweep folder again: no warning
+        write_report(report(one_axis, tmp_path / "o2"), tmp_path / "out")
