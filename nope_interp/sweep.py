@@ -466,7 +466,8 @@ def run_point(kind: str, values: dict[str, Any], out_dir: str, threads: int = 1,
         NopeInterpError: ``device`` not ``cpu`` or ``cuda``; ``values`` that do not resolve to a point of
             ``kind`` (:func:`resolve`). A point folder that cannot be locked, created or written (a file in
             its place) is a ``failed`` outcome whose ``error`` says so, with no ``error.json``: it does not
-            stop the other points.
+            stop the other points. A point that ran but whose ``result.json`` cannot be written is ``failed``
+            with an ``error.json`` saying so (where that can be written).
     """
     import torch
 
@@ -506,12 +507,22 @@ def run_point(kind: str, values: dict[str, Any], out_dir: str, threads: int = 1,
                 return {"key": point.key, "status": "failed", "seconds": time.perf_counter() - t0,
                         "error": f"{type(err).__name__}: {err}"}
             seconds = time.perf_counter() - t0
-            io.write_json(pdir / "result.json", {"key": point.key, "fields": point.fields, "metrics": metrics,
-                                                 "seconds": round(seconds, 3),
-                                                 "peak_mib": round(peak_memory_mib(per_point), 1),
-                                                 "peak_scope": "point" if per_point else "process",
-                                                 "pid": os.getpid(), "host": os.uname().nodename,
-                                                 "device": device})
+            try:
+                io.write_json(pdir / "result.json", {"key": point.key, "fields": point.fields, "metrics": metrics,
+                                                     "seconds": round(seconds, 3),
+                                                     "peak_mib": round(peak_memory_mib(per_point), 1),
+                                                     "peak_scope": "point" if per_point else "process",
+                                                     "pid": os.getpid(), "host": os.uname().nodename,
+                                                     "device": device})
+            except Exception as err:  # it ran, but its result could not be kept: recorded like any failure
+                why = f"the point ran ({seconds:.1f} s) but its result.json could not be written: " \
+                      f"{type(err).__name__}: {err}"
+                try:
+                    io.write_json(pdir / "error.json", {"key": point.key, "error": why,
+                                                        "traceback": traceback.format_exc()})
+                except Exception:  # noqa: BLE001 - the outcome still says why
+                    pass
+                return {"key": point.key, "status": "failed", "seconds": seconds, "error": why}
             with open(pdir / "attempts.log", "a") as fh:
                 fh.write(f"done {time.time():.3f} pid {os.getpid()}\n")
             return {"key": point.key, "status": "done", "seconds": seconds}

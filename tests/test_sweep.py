@@ -741,3 +741,19 @@ def test_a_rewritten_report_drops_stale_axis_figures_and_warns_about_another_swe
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the same sweep folder again: no warning
         write_report(report(one_axis, tmp_path / "o2"), tmp_path / "out")
+
+
+def test_a_point_whose_result_cannot_be_written_leaves_an_error_json(tmp_path, monkeypatch):
+    """Before: the point ran, then the failed write of result.json gave a failed outcome with no error.json
+    (or, for metrics JSON cannot hold, a traceback out of the worker)."""
+    import nope_interp.sweep as sweep_mod
+    from nope_interp.sweep import load_spec, run_point
+
+    spec = load_spec(_write(tmp_path, SPEC.format(n_prompts=4)))
+    point = spec.points[0]
+    monkeypatch.setattr(sweep_mod, "_run_init", lambda point, device: {"L0_z": object()})  # not JSON
+    out = run_point(spec.kind, point.fields, str(tmp_path / "o"))
+    assert out["status"] == "failed" and "result.json could not be written" in out["error"]
+    err = json.loads((tmp_path / "o" / "points" / point.key / "error.json").read_text())
+    assert "result.json could not be written" in err["error"] and "Traceback" in err["traceback"]
+    assert not (tmp_path / "o" / "points" / point.key / "result.json").exists()
