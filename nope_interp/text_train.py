@@ -50,6 +50,7 @@ from nope_interp.train import (
     resolve_device,
     resume_metrics,
     resumed_running_loss,
+    seed_step_rng,
     trajectory_path,
     warn_short_schedule,
 )
@@ -306,6 +307,7 @@ def _train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: Path, str
     step, running, bpc = start_step, resumed_loss, float("nan")
     bar = tqdm(total=cfg.steps, initial=start_step, disable=not progress, desc="train-text", unit="step")
     while step < cfg.steps:
+        seed_step_rng(cfg.seed, step)  # dropout masks from (seed, step): reproducible and resumed exactly
         gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
         batch = tasks_pkg.packed_batch(stream, cfg.window, cfg.batch_size, gen)
         loss_value, grad_norm = optimizer_step(model, opt, batch, cfg, step)

@@ -418,6 +418,30 @@ def resume_metrics(run_dir: Path, step: int, steps: int,
     (run_dir / io.SUMMARY_FILE).unlink(missing_ok=True)
 
 
+def seed_step_rng(seed: int, step: int) -> None:
+    """Seed torch's global generator from ``(seed, step)`` before a training step: dropout (the model's
+    permanent hooks and the hook-free forward draw their masks from it) then depends on the run's seed and the
+    step only, so a run is reproducible and ``--resume`` continues it exactly. Before 2026-12-03 the global
+    generator was never seeded (torch seeds it at random in each process) and not checkpointed: runs with
+    dropout were neither reproducible nor resumed exactly. A different stream from the batch's (an offset of
+    2**40)."""
+    torch.manual_seed(2**40 + int(seed) * 1_000_003 + int(step))
+
+
+def early_stop_record(run_dir: Path, step: int, target_acc: float) -> float | None:
+    """The full-test exact match of the evaluation at ``step`` in ``metrics.jsonl`` if it reached
+    ``target_acc`` (the run stopped early there: the trainer checkpoints before it writes the summary), else
+    None. A run killed between the two resumes into its summary instead of training past its target."""
+    path = run_dir / io.METRICS_FILE
+    if not path.exists():
+        return None
+    for r in io.read_metrics(path):
+        acc = r.get("test_acc")
+        if r["step"] == step and isinstance(acc, (int, float)) and not isinstance(acc, bool) and acc >= target_acc:
+            return float(acc)
+    return None
+
+
 def resumed_running_loss(ckpt: dict[str, Any]) -> float | None:
     """The smoothed training loss a checkpoint saved (``running_loss``), so that the loss logged after
     ``--resume`` equals an uninterrupted run's; None for checkpoints written before it was saved."""
@@ -542,7 +566,11 @@ def _train(model_cfg: ModelConfig, cfg: TrainConfig, run_dir: Path, task: tasks_
     stopped_early, step, full_acc = False, start_step, None
     bar = tqdm(total=cfg.steps, initial=start_step, disable=not progress, desc=f"train {task.name}", unit="step")
     running = resumed_loss  # the logged loss is smoothed over steps: a resumed run continues the same average
-    while step < cfg.steps:
+    if resume:  # stopped early at its checkpoint, killed before its summary: write the summary, train no more
+        full_acc = early_stop_record(run_dir, start_step, cfg.target_acc)
+        stopped_early = full_acc is not None
+    while step < cfg.steps and not stopped_early:
+        seed_step_rng(cfg.seed, step)  # dropout masks from (seed, step): reproducible and resumed exactly
         gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
         if packed:
             batch = tasks_pkg.packed_batch(stream, cfg.window, cfg.batch_size, gen)
@@ -656,11 +684,14 @@ def _finalize(run_dir: Path, device: str) -> dict[str, Any]:
     task = cfg.make_task()
     splits = task.splits(cfg.n_train, cfg.n_test, cfg.data_seed)
     test_acc = exact_match_accuracy(model, task, splits.test, prefix=cfg.eval_prefix)
+    early = early_stop_record(run_dir, ckpt["step"], cfg.target_acc) is not None  # it had stopped at its target
     summary = {
         "task": task.name, "steps": ckpt["step"], "test_acc": test_acc, "n_test": len(splits.test),
-        "target_acc": cfg.target_acc, "reached_target": test_acc >= cfg.target_acc, "stopped_early": False,
+        "target_acc": cfg.target_acc, "reached_target": test_acc >= cfg.target_acc, "stopped_early": early,
         "finished_schedule": ckpt["step"] >= cfg.steps,
-        "note": f"stopped by hand at step {ckpt['step']} of {cfg.steps}; summary written by finalize()",
+        "note": (f"stopped early at its target at step {ckpt['step']} of {cfg.steps}, killed before its summary; "
+                 "summary written by finalize()") if early else
+                f"stopped by hand at step {ckpt['step']} of {cfg.steps}; summary written by finalize()",
         "train_wall_time_s": round(ckpt["wall_time_s"], 1), "device": device, **io.provenance(),
     }
     io.write_json(run_dir / io.SUMMARY_FILE, summary)

@@ -611,3 +611,70 @@ def test_a_warmup_as_long_as_the_schedule_is_warned(tmp_path):
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "nope-interp: warning: warmup_steps=400 >= steps=4" in out.stderr and "cli.py" not in out.stderr
+
+
+@pytest.mark.parametrize("objective", ["answer_only", "packed"])
+def test_runs_with_dropout_are_reproducible_and_resume_exactly(tiny_train, tmp_path, monkeypatch, objective):
+    """Before: dropout drew its masks from torch's global generator, which the trainer never seeded (torch seeds
+    it at random in each process) nor checkpointed: two runs of one seed differed (loss 4.4320 vs 4.4309 at
+    step 20) and a resumed run did not continue the interrupted one. Each process here starts its global
+    generator elsewhere, as separate processes would."""
+    import nope_interp.train as T
+
+    model_cfg, cfg = tiny_train
+    model_cfg = model_cfg.replace(dropout=0.2)
+    cfg = cfg.replace(objective=objective, **({"window": 12} if objective == "packed" else {}))
+    torch.set_num_threads(1)
+    torch.manual_seed(123)
+    a = T.train(model_cfg, cfg, tmp_path / "a", progress=False, command="x")
+    torch.manual_seed(456)
+    b = T.train(model_cfg, cfg, tmp_path / "b", progress=False, command="x")
+    wa, wb = _weights(a.run_dir), _weights(b.run_dir)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    real_step = torch.optim.AdamW.step
+    crash_at_step(monkeypatch, 9)  # crash during step 9, after the step-8 checkpoint
+    torch.manual_seed(789)
+    with pytest.raises(Interrupt):
+        T.train(model_cfg, cfg, tmp_path / "part", progress=False, command="x")
+    monkeypatch.setattr(torch.optim.AdamW, "step", real_step)
+    torch.manual_seed(1011)
+    resumed = T.train(model_cfg, cfg, tmp_path / "part", resume=True, progress=False)
+    wr = _weights(resumed.run_dir)
+    assert all(torch.equal(wa[k], wr[k]) for k in wa)
+    losses = [json.loads(x)["loss"] for x in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
+    assert losses == [json.loads(x)["loss"] for x in (tmp_path / "part" / "metrics.jsonl").read_text().splitlines()]
+    # and dropout did act: without it the weights differ
+    c = T.train(model_cfg.replace(dropout=0.0), cfg, tmp_path / "c", progress=False, command="x")
+    assert any(not torch.equal(wa[k], _weights(c.run_dir)[k]) for k in wa)
+
+
+def test_a_run_killed_between_its_early_stop_and_its_summary_resumes_into_the_summary(tiny_train, tmp_path,
+                                                                                     monkeypatch):
+    """Before: the checkpoint at the early stop did not say the run had stopped, so --resume trained on past the
+    target (and --finalize wrote stopped_early false)."""
+    import nope_interp.io as io_mod
+    import nope_interp.train as T
+
+    model_cfg, cfg = tiny_train
+    cfg = cfg.replace(target_acc=0.0)  # reached at the first evaluation (step 6)
+    real_write = io_mod.write_json
+
+    def dies_at_summary(path, *a, **k):
+        if str(path).endswith("summary.json"):
+            raise Interrupt
+        return real_write(path, *a, **k)
+
+    monkeypatch.setattr(io_mod, "write_json", dies_at_summary)
+    with pytest.raises(Interrupt):
+        T.train(model_cfg, cfg, tmp_path / "r", progress=False, command="x")
+    monkeypatch.setattr(io_mod, "write_json", real_write)
+    assert torch.load(tmp_path / "r" / "checkpoint.pt", weights_only=False)["step"] == 6
+    import shutil
+
+    shutil.copytree(tmp_path / "r", tmp_path / "f")
+    res = T.train(model_cfg, cfg, tmp_path / "r", resume=True, progress=False)
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert res.steps == 6 and summary["steps"] == 6 and summary["stopped_early"] is True
+    assert torch.load(tmp_path / "r" / "checkpoint.pt", weights_only=False)["step"] == 6
+    fin = T.finalize(tmp_path / "f")
+    assert fin["stopped_early"] is True and fin["steps"] == 6 and "stopped early at its target" in fin["note"]
