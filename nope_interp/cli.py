@@ -301,7 +301,15 @@ def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.name is not None:
         check_name("--name", args.name)
     if args.finalize:
-        name = args.name or f"{args.task}-{args.preset}-s0"
+        model_kw = config_kwargs(args, ModelConfig, prefix="model-")
+        ignored = [f"--model-{k.replace('_', '-')}" for k in model_kw if k != "seed"]
+        ignored += [f"--{k.replace('_', '-')}" for k in config_kwargs(args, TrainConfig) if k not in _TRAIN_SKIP]
+        ignored += ["--resume"] * args.resume + ["--n-digits"] * (args.n_digits is not None)
+        if ignored:  # finalize reads every setting from the run: these would be silently ignored
+            raise NopeInterpError(f"--finalize scores a stopped run with its own settings; {', '.join(ignored)} "
+                                  f"would be ignored: drop {'it' if len(ignored) == 1 else 'them'}")
+        # the name training gives the run by default (its --model-seed included), or --name
+        name = args.name or f"{args.task}-{args.preset}-s{preset(args.preset, **model_kw).seed}"
         check_name("run name", name)
         config_path = Path(args.runs_dir) / name / "config.json"
         if config_path.is_file():  # finalize scores the run's own task: a different --task would be ignored
@@ -313,7 +321,9 @@ def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
             if isinstance(run_task, str) and run_task != args.task:
                 raise NopeInterpError(f"--task {args.task} but run {name} was trained on {run_task}: --finalize scores "
                                       f"a run on its own task (give --task {run_task})")
-        summary = finalize(Path(args.runs_dir) / name)
+        from nope_interp.train import resolve_device
+
+        summary = finalize(Path(args.runs_dir) / name, device=resolve_device(args.device))
         print(f"test exact match {fmt_fraction(summary['test_acc'])} at step {summary['steps']}; "
               f"summary: {Path(args.runs_dir) / name / 'summary.json'}")
         return 0

@@ -642,11 +642,13 @@ def finalize(run_dir: str | Path, device: str = "cpu") -> dict[str, Any]:
     (a stop between an evaluation and the next checkpoint) describe weights the run no longer has.
 
     Raises:
-        NopeInterpError: no checkpoint or config in ``run_dir``; a corrupt, truncated or unsafe checkpoint,
-            or one whose weights do not fit the config; a run directory that is not writable or is being
+        NopeInterpError: an unknown or absent ``device`` (:func:`resolve_device`; ``"auto"`` is allowed); no
+            checkpoint or config in ``run_dir``; a corrupt, truncated or unsafe checkpoint, or one whose weights
+            do not fit the config; a run directory that is not writable or is being
             written by another process; a run that has finished (:func:`finished_summary`), whose summary
             is final; a corrupt summary or ``metrics.jsonl``.
     """
+    device = resolve_device(device)  # a bad device is named as such, not read as a corrupt checkpoint
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise NopeInterpError(f"run directory not found: {run_dir}")

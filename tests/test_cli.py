@@ -585,3 +585,24 @@ def test_a_config_fields_name_in_an_error_becomes_the_flag_that_set_it():
     assert flag_named("window must be an integer >= 1 with attention='sliding', got None", both).startswith(
         "--model-window must be")
     assert flag_named("window must be an integer >= 1, got 4", both).startswith("--window must be")
+
+
+def test_finalize_finds_the_run_its_flags_name_and_refuses_flags_it_would_ignore(main, tiny_run, tmp_path, capsys):
+    """Before: the default name ignored --model-seed (a run trained with --model-seed 3 is <task>-<preset>-s3,
+    --finalize looked for -s0), and --steps, --model-*, --resume or --device were silently ignored."""
+    import shutil
+
+    run = tmp_path / "addition-tiny-s3"
+    shutil.copytree(tiny_run, run)
+    (run / "summary.json").unlink()
+    base = ["train", "--task", "addition", "--preset", "tiny", "--finalize", "--runs-dir", str(tmp_path)]
+    for extra, words in ((["--steps", "99"], "--steps"), (["--model-d-model", "7"], "--model-d-model"),
+                         (["--resume"], "--resume"), (["--n-digits", "3"], "--n-digits")):
+        assert main([*base, "--model-seed", "3", *extra]) == 2
+        err = capsys.readouterr().err
+        assert words in err and "would be ignored" in err and err.count("\n") == 1
+    assert main([*base, "--device", "cuda:7"]) == 2  # a device that is not there, not "a corrupt checkpoint"
+    assert "corrupt" not in capsys.readouterr().err
+    assert main([*base, "--model-seed", "3"]) == 0
+    assert json.loads((run / "summary.json").read_text())["steps"] == 6
+    assert str(run / "summary.json") in capsys.readouterr().out
