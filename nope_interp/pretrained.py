@@ -383,33 +383,65 @@ def available_candidate_runs(task: str) -> list[Path]:
     return found
 
 
-def ship(run_dir: str | Path, task: str | None = None, as_seed: bool = False) -> Path:
+def ship(run_dir: str | Path, task: str | None = None, as_seed: bool = False, overwrite: bool = False) -> Path:
     """Copy a finished run into the package as the shipped model of its task (a maintainer's tool).
 
     Copies config.json, model.safetensors, metrics.jsonl and summary.json (not the optimizer
     checkpoint) to ``nope_interp/pretrained/<task>/``, or with ``as_seed`` to
-    ``nope_interp/pretrained/seeds/<task>-s<model seed>/`` (an extra seed for the seed statistics).
+    ``nope_interp/pretrained/seeds/<task>-s<model seed>/`` (an extra seed for the seed statistics). The files
+    are copied into a new folder that then replaces the destination, so a failure leaves the old one whole.
 
     Raises:
-        NopeInterpError: ``task`` is not a task name (it becomes a folder name); the run is not finished
-            (no summary.json) or cannot be loaded; shipping a run whose weights are not stored at float32 (a
-            run stored at half precision by :func:`halve`) as a task's shipped model, which the demo measures
-            at float32 (as an extra seed it is allowed: seeds are only analysed).
+        NopeInterpError: ``task`` is not a task name (it becomes a folder name) or not the task the run was
+            trained on; the run is not finished (no summary.json, or a summary that ``finalize`` wrote for a
+            run stopped by hand before its schedule's end without reaching its target) or cannot be loaded; one
+            of the four files missing; a destination that exists without ``overwrite``; shipping a run whose
+            weights are not stored at float32 (a run stored at half precision by :func:`halve`) as a task's
+            shipped model, which the demo measures at float32 (as an extra seed it is allowed: seeds are
+            only analysed). Nothing is written then.
     """
     import shutil
+    import tempfile
 
     if task is not None and task not in tasks_pkg.TASK_NAMES:
         raise NopeInterpError(f"task must be one of {', '.join(tasks_pkg.TASK_NAMES)}, got {task!r}")
     run = load_run(run_dir)
+    if task is not None and task != run.task.name:  # load_pretrained(task) would give a model of another task
+        raise NopeInterpError(f"run {run_dir} was trained on {run.task.name}, not {task}: ship it as {run.task.name}")
     if not run.summary:
         raise NopeInterpError(f"run {run_dir} has no summary.json: it has not finished")
+    by_hand = (run.summary.get("finished_schedule") is False and run.summary.get("stopped_early") is not True
+               and run.summary.get("reached_target") is not True)
+    if by_hand:
+        raise NopeInterpError(f"run {run_dir} was stopped by hand at step {run.summary.get('steps')} before its "
+                              "schedule's end and below its target (its summary was written by finalize): not a "
+                              "finished run to ship")
     if not as_seed and run.weights_dtype != "float32":
         raise NopeInterpError(f"run {run_dir} stores its weights at {run.weights_dtype}; a shipped model must be "
                               f"float32 (recover the float32 file from git history, `git log -- "
                               f"{Path(run_dir) / io.WEIGHTS_FILE}`, or retrain)")
+    files = (io.CONFIG_FILE, io.WEIGHTS_FILE, io.METRICS_FILE, io.SUMMARY_FILE)
+    missing = [f for f in files if not (Path(run_dir) / f).is_file()]
+    if missing:
+        raise NopeInterpError(f"run {run_dir} lacks {', '.join(missing)}: a shipped model needs all of "
+                              f"{', '.join(files)}")
     name = task or run.task.name
     dest = SEEDS_DIR / f"{name}-s{run.model_cfg.seed}" if as_seed else PRETRAINED_DIR / name
-    dest.mkdir(parents=True, exist_ok=True)
-    for fname in (io.CONFIG_FILE, io.WEIGHTS_FILE, io.METRICS_FILE, io.SUMMARY_FILE):
-        shutil.copyfile(Path(run_dir) / fname, dest / fname)
+    if dest.exists() and not overwrite:
+        raise NopeInterpError(f"{dest} exists: shipping {run_dir} would replace it; pass overwrite=True to do so")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
+    try:
+        for fname in files:
+            shutil.copyfile(Path(run_dir) / fname, staging / fname)
+        if dest.exists():
+            old = dest.with_name(f".{dest.name}-replaced")
+            shutil.rmtree(old, ignore_errors=True)
+            dest.rename(old)
+            staging.rename(dest)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            staging.rename(dest)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return dest

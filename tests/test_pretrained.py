@@ -584,3 +584,35 @@ def test_a_stamp_from_before_a_config_field_existed_still_loads(tiny_run, tmp_pa
     (run / "config.json").write_text(json.dumps(config))
     with pytest.raises(NopeInterpError, match="model.act_fn \\('gelu' in the weights, 'relu' in the config\\)"):
         load_run(run)
+
+
+def test_ship_refuses_what_would_leave_a_wrong_or_half_shipped_model(tiny_run, tmp_path, monkeypatch):
+    """Before: ship(addition run, task='reversal') made load_pretrained('reversal') an addition model; a run
+    without metrics.jsonl was half copied (config and weights of the new run beside the old summary) with a
+    traceback; a second ship overwrote without a word; a run finalised by hand mid-schedule shipped as finished."""
+    import json
+    import shutil
+
+    from nope_interp import pretrained
+
+    monkeypatch.setattr(pretrained, "PRETRAINED_DIR", tmp_path / "pkg")
+    with pytest.raises(pretrained.NopeInterpError, match="trained on addition, not reversal"):
+        pretrained.ship(tiny_run, task="reversal")
+    dest = pretrained.ship(tiny_run)
+    before = {p.name: p.read_bytes() for p in dest.iterdir()}
+    with pytest.raises(pretrained.NopeInterpError, match="exists: shipping .* would replace it"):
+        pretrained.ship(tiny_run)
+    no_metrics = _copy_run(tiny_run, tmp_path, "no_metrics")
+    (no_metrics / "metrics.jsonl").unlink()
+    with pytest.raises(pretrained.NopeInterpError, match="lacks metrics.jsonl"):
+        pretrained.ship(no_metrics, overwrite=True)
+    assert {p.name: p.read_bytes() for p in dest.iterdir()} == before  # the shipped folder is untouched
+    by_hand = _copy_run(tiny_run, tmp_path, "by_hand")
+    summary = json.loads((by_hand / "summary.json").read_text())
+    summary.update(finished_schedule=False, stopped_early=False, reached_target=False)
+    (by_hand / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(pretrained.NopeInterpError, match="stopped by hand"):
+        pretrained.ship(by_hand, overwrite=True)
+    assert pretrained.ship(tiny_run, overwrite=True) == dest and sorted(p.name for p in dest.parent.iterdir()) == [
+        "addition"]  # replaced whole: no staging or replaced folder left beside it
+    shutil.rmtree(dest)
