@@ -116,7 +116,7 @@ WRONG_TYPES = [
     ("ModelSource", {"run": "runs/x"}, "run must be a list of strings, got the single string 'runs/x'"),
     ("ModelSource", {"pretrained": "reversal"}, "pretrained must be a list of strings, got the single string"),
     ("DemoConfig", {"tasks": "reversal"}, "tasks must be a list of strings, got the single string 'reversal'"),
-    ("InitGridConfig", {"stds": 0.02}, "stds must be a list of numbers, got float 0.02"),
+    ("InitGridConfig", {"stds": 0.02}, "stds must be a list of numbers or null, got float 0.02"),
 ]
 
 

@@ -46,6 +46,10 @@ def test_quick_and_wide_std_fill_unset_fields_and_explicit_values_win(J):
     assert J.InitGridConfig(wide_std=True).stds == (0.0002, 0.002, 0.02, 0.2, 2.0)
     assert J.InitGridConfig(wide_std=True, stds=(0.5,)).stds == (0.5,)
     assert J.InitGridConfig(quick=True, depths=(2,)).depths == (2,)
+    # a value equal to the full grid's is still a value given (before: --quick --depths 6 12 24 ran 6 12)
+    assert J.InitGridConfig(quick=True, depths=(6, 12, 24), widths=(192, 384, 768)).depths == (6, 12, 24)
+    assert J.InitGridConfig(quick=True, depths=(6, 12, 24), widths=(192, 384, 768)).widths == (192, 384, 768)
+    assert J.InitGridConfig(wide_std=True, stds=(0.002, 0.02, 0.2)).stds == (0.002, 0.02, 0.2)
     points = J.grid_points(J.InitGridConfig(quick=True, wide_std=True))
     assert [p.grid for p in points] == ["init"] * 15 + ["size"] * 4
     assert {(p.n_layers, p.d_model) for p in points if p.grid == "init"} == {(6, 384)}

@@ -83,10 +83,10 @@ class InitGridConfig(FrozenConfig):
 
     ``quick`` and ``wide_std`` are resolved by ``__post_init__`` into the effective grid, so that after
     construction every field holds what is run. ``seeds`` and ``n_prompts`` left at None become 2 and 16
-    with ``quick``, else 5 and 32 (a value given explicitly always wins). ``quick`` replaces ``depths`` and
-    ``widths`` by (6, 12) and (192, 384), and ``wide_std`` replaces ``stds`` by :data:`WIDE_STDS`, where
-    those fields are left at the full grid's values (:data:`DEFAULT_DEPTHS`, :data:`DEFAULT_WIDTHS`,
-    :data:`DEFAULT_STDS`).
+    with ``quick``, else 5 and 32; ``depths`` and ``widths`` left at None become (6, 12) and (192, 384) with
+    ``quick``, else :data:`DEFAULT_DEPTHS` and :data:`DEFAULT_WIDTHS`; ``stds`` left at None becomes
+    :data:`WIDE_STDS` with ``wide_std``, else :data:`DEFAULT_STDS`. A value given explicitly always wins,
+    even one equal to a default (before 2026-12-03 ``quick=True, depths=(6, 12, 24)`` ran (6, 12)).
 
     Raises:
         NopeInterpError: an empty grid axis; a mean outside [-1000, 1000]; a std outside (0, 1000] (NaN and
@@ -97,10 +97,11 @@ class InitGridConfig(FrozenConfig):
     """
 
     means: tuple[float, ...] = opt(DEFAULT_MEANS, "init means of the init grid")
-    stds: tuple[float, ...] = opt(DEFAULT_STDS, "init stds of the init grid, > 0 (--wide-std: 0.0002 ... 2)")
-    depths: tuple[int, ...] = opt(DEFAULT_DEPTHS, "layer counts of the size grid (--quick: 6 12)")
-    widths: tuple[int, ...] = opt(DEFAULT_WIDTHS, "d_model values of the size grid, multiples of n_heads "
-                                                  "(--quick: 192 384)")
+    stds: tuple[float, ...] | None = opt(None, "init stds of the init grid, > 0 (unset: 0.002 0.02 0.2; "
+                                               "--wide-std: 0.0002 ... 2)")
+    depths: tuple[int, ...] | None = opt(None, "layer counts of the size grid (unset: 6 12 24; --quick: 6 12)")
+    widths: tuple[int, ...] | None = opt(None, "d_model values of the size grid, multiples of n_heads "
+                                               "(unset: 192 384 768; --quick: 192 384)")
     n_heads: int = opt(6, "attention heads of every model (d_head = d_model / n_heads)")
     tasks: tuple[str, ...] = opt(tasks_pkg.TASK_NAMES, "tasks (default all four)")
     seeds: int | None = opt(None, "seeds per grid point (unset: 5; --quick 2)")
@@ -121,10 +122,10 @@ class InitGridConfig(FrozenConfig):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, grid[name])
         for name in ("depths", "widths"):
-            if getattr(self, name) == FULL_GRID[name]:
+            if getattr(self, name) is None:
                 object.__setattr__(self, name, grid[name])
-        if self.wide_std and self.stds == DEFAULT_STDS:
-            object.__setattr__(self, "stds", WIDE_STDS)
+        if self.stds is None:
+            object.__setattr__(self, "stds", WIDE_STDS if self.wide_std else DEFAULT_STDS)
         for name in ("means", "stds", "depths", "widths", "tasks"):
             value = getattr(self, name)
             if not isinstance(value, tuple) or not value:
