@@ -394,13 +394,17 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
         return []
     _regular_or_missing(path)
     records = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    lines = path.read_text().splitlines()
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
         except json.JSONDecodeError as err:
-            raise NopeInterpError(f"metrics file is corrupt: {path}, line {number}: {err.msg}") from None
+            last = ("; it is the last line, cut short as an interrupted write leaves it: delete that line to keep "
+                    "the rest" if number == len(lines) else "")
+            raise NopeInterpError(f"metrics file is corrupt: {path}, line {number}, column {err.colno}: "
+                                  f"{err.msg}{last}") from None
         if not isinstance(record, dict):
             raise NopeInterpError(f"metrics file is corrupt: {path}, line {number}: a JSON "
                                   f"{type(record).__name__}, not an object")

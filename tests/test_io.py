@@ -436,3 +436,18 @@ def test_every_cli_folder_flag_expands_a_tilde(home):
     from nope_interp.cli import path_arg
 
     assert path_arg("~/x") == str(home / "x") and path_arg("rel/x") == "rel/x"
+
+
+def test_a_metrics_file_cut_short_says_where_and_how_to_recover(tmp_path):
+    """Before: 'line 4: Unterminated string starting at', with no column and no hint."""
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.io import read_jsonl
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "loss": 1.0}\n{"step": 2, "lo')
+    with pytest.raises(NopeInterpError, match=r"line 2, column 13: Unterminated string.*last line, cut short.*"
+                                              r"delete that line"):
+        read_jsonl(path)
+    path.write_text('{"step": 1, "lo\n{"step": 2, "loss": 1.0}\n')
+    with pytest.raises(NopeInterpError, match=r"line 1, column 13: Unterminated string starting at$"):
+        read_jsonl(path)
