@@ -99,7 +99,9 @@ def kept_steps(run_dir: str | Path) -> dict[int, Path]:
 
 
 def lr_at(step: int, cfg: TrainConfig | TextTrainConfig) -> float:
-    """Learning rate at ``step`` (0-based): linear warmup, then cosine decay to ``lr * min_lr_ratio``."""
+    """Learning rate at ``step`` (0-based): linear warmup over ``warmup_steps`` (step 0 at lr / warmup_steps),
+    then cosine decay that reaches ``lr * min_lr_ratio`` at ``step == steps``; the last update taken, step
+    ``steps - 1``, runs just above that floor (nanoGPT's schedule, evaluated per 0-based step)."""
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
     progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps))
