@@ -577,8 +577,9 @@ class TextTrainConfig(FrozenConfig):
 def check_train_fits(model_cfg: "ModelConfig", task: tasks_pkg.Task, cfg: "TrainConfig") -> None:
     """What a training of ``model_cfg`` on ``task`` with ``cfg`` needs before it starts (checked by ``train``
     and when a sweep spec loads): ``n_ctx`` holds the longest example (prefix, prompt, answer, newline) and,
-    for the packed objective, the window; ``d_vocab`` is the task vocabulary's; the task has ``n_train +
-    n_test`` distinct prompts.
+    for the packed objective, the window, which holds that example too (a shorter one never shows the model a
+    whole example: 1- or 2-token windows trained silently before 2026-12-03); ``d_vocab`` is the task
+    vocabulary's; the task has ``n_train + n_test`` distinct prompts.
 
     Raises:
         NopeInterpError: the first of these that fails, naming the value and what it needs.
@@ -591,6 +592,9 @@ def check_train_fits(model_cfg: "ModelConfig", task: tasks_pkg.Task, cfg: "Train
         raise NopeInterpError(
             f"n_ctx={model_cfg.n_ctx} is too small for task {task.name!r}: its examples need n_ctx >= {need}"
         )
+    if cfg.objective == "packed" and cfg.window < need:  # no window would ever hold a whole example
+        raise NopeInterpError(f"window={cfg.window} cannot hold one whole {task.name} example with the newlines "
+                              f"around it ({need} tokens: newline, prompt, answer, newline): use --window >= {need}")
     if model_cfg.d_vocab != tasks_pkg.D_VOCAB:
         raise NopeInterpError(f"d_vocab must be {tasks_pkg.D_VOCAB} (the task vocabulary), got {model_cfg.d_vocab}")
     space = task.n_distinct_prompts()

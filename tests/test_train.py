@@ -59,7 +59,7 @@ def test_resume_continues_from_checkpoint_to_identical_weights(tiny_train, tmp_p
     import nope_interp.train as T
 
     model_cfg, cfg = tiny_train
-    cfg = cfg.replace(objective=objective, **({"window": 12} if objective == "packed" else {}))
+    cfg = cfg.replace(objective=objective, **({"window": 16} if objective == "packed" else {}))
     torch.set_num_threads(1)
     full = T.train(model_cfg, cfg, tmp_path / "full", progress=False, command="x")
 
@@ -216,6 +216,12 @@ def test_packed_training_records_its_objective_and_refuses_a_window_longer_than_
     model_cfg, cfg = tiny_train
     with pytest.raises(NopeInterpError, match="window=32 is longer than the model's n_ctx=16"):
         train(model_cfg, cfg.replace(objective="packed", window=32), tmp_path / "x", progress=False)
+    # a window too short to hold one whole example (before: 1- and 2-token windows trained silently)
+    for short in (1, 2, 12):
+        with pytest.raises(NopeInterpError, match=rf"window={short} cannot hold one whole addition example .*"
+                                                  r"--window >= 13"):
+            train(model_cfg, cfg.replace(objective="packed", window=short), tmp_path / "s", progress=False)
+    assert not (tmp_path / "s").exists()
     assert not (tmp_path / "x").exists()
     r = train(model_cfg, cfg.replace(objective="packed", window=16, steps=4), tmp_path / "p", progress=False)
     summary = json.loads((r.run_dir / "summary.json").read_text())
@@ -623,7 +629,7 @@ def test_runs_with_dropout_are_reproducible_and_resume_exactly(tiny_train, tmp_p
 
     model_cfg, cfg = tiny_train
     model_cfg = model_cfg.replace(dropout=0.2)
-    cfg = cfg.replace(objective=objective, **({"window": 12} if objective == "packed" else {}))
+    cfg = cfg.replace(objective=objective, **({"window": 16} if objective == "packed" else {}))
     torch.set_num_threads(1)
     torch.manual_seed(123)
     a = T.train(model_cfg, cfg, tmp_path / "a", progress=False, command="x")
