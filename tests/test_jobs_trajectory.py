@@ -200,7 +200,7 @@ def test_bad_trajectory_files_and_missing_sites_are_one_clear_error(tmp_path):
     ('{"step": 70, "eval_acc": "high"}', "line 4: eval_acc must be a number or null, got 'high'"),
     ('{"step": 70, "eval_acc": true}', "line 4: eval_acc must be a number or null"),
     ('{"step": 10, "eval_acc": 0.5}', "line 4: steps must increase, got 10 after 60"),
-    ('not json', "line 4: Expecting value"),
+    ('not json', "line 4, column 1: Expecting value"),
     ('[1, 2]', "line 4: a JSON list, not an object"),
 ])
 def test_a_corrupt_metrics_line_is_one_error_naming_the_files_line(tiny_addition_run_with_kept_steps, tmp_path,
