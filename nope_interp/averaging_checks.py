@@ -171,6 +171,7 @@ class CounterfactualReport:
         eval_prefix: the text read before every evaluation example's prompt for exact match (``"\\n"`` for a
             model trained on packed windows).
         n_eval: the evaluation examples each exact match is over (None when none was measured).
+        pattern_seed: the seed of the random replacement patterns (``random_matched``).
     """
 
     task: str
@@ -180,6 +181,7 @@ class CounterfactualReport:
     protocol: str = "full"
     eval_prefix: str = ""
     n_eval: int | None = None
+    pattern_seed: int | None = None
 
     def condition(self, kind: str) -> Condition:
         """The condition ``kind``.
@@ -194,10 +196,10 @@ class CounterfactualReport:
 
     def to_dict(self) -> dict[str, Any]:
         """``{"task", "protocol", "layer", "n_prompts", "conditions": {kind: {"scores", "exact_match"}},
-        "eval_prefix", "n_eval"}``."""
+        "eval_prefix", "n_eval", "pattern_seed"}``."""
         return {"task": self.task, "protocol": self.protocol, "layer": self.layer, "n_prompts": self.n_prompts,
                 "conditions": {c.kind: c.to_dict() for c in self.conditions}, "eval_prefix": self.eval_prefix,
-                "n_eval": self.n_eval}
+                "n_eval": self.n_eval, "pattern_seed": self.pattern_seed}
 
 
 @dataclass(frozen=True)
@@ -316,7 +318,7 @@ def counterfactual_report(
     model: HookedTransformer, task: tasks_pkg.Task, layer: int = 0, kinds: Sequence[str] = PATTERN_KINDS,
     n_prompts: int = 64, seed: int = 1, eval_examples: Sequence[tasks_pkg.Example] | None = None,
     exclude: frozenset[str] = frozenset(), protocol: str = "full", window: int = DEFAULT_WINDOW,
-    prefix: str = "",
+    prefix: str = "", pattern_seed: int | None = None,
 ) -> CounterfactualReport:
     """Adjacency scores at every site (and exact match) with layer ``layer``'s attention pattern left
     alone (``"clean"``) or replaced by each of ``kinds`` (:func:`nope_interp.interventions.replaced_pattern`).
@@ -326,7 +328,10 @@ def counterfactual_report(
         task: the task analysed (:func:`~nope_interp.analysis.analyze_model` on ``n_prompts`` inputs of
             ``protocol``, default hook sites).
         layer: the layer whose ``hook_pattern`` is replaced. kinds: replacement kinds (``PATTERN_KINDS``).
-        seed: seed of the prompts and of the random replacement.
+        seed: seed of the prompts (and of the random replacement when ``pattern_seed`` is None).
+        pattern_seed: seed of the random replacement patterns, an integer in [0, 2**63); None: ``seed``. Give
+            each model its own (e.g. :func:`nope_interp.jobs.common.draw_seed` of its label) when a statistic
+            over models should also vary over the draw.
         eval_examples: if given (not None), greedy exact match on them under each condition (an empty sequence
             is refused); else ``exact_match`` is None.
         protocol, window: the input protocol of the scored prompts (as :func:`averaging_report`); exact match
@@ -342,11 +347,14 @@ def counterfactual_report(
             that does not apply to the layer's attention (:func:`~nope_interp.interventions.pattern_kind_unsupported`:
             ``uniform`` or ``random_matched`` on bidirectional or sliding-window attention); a
             model that cannot read the task's inputs (:func:`nope_interp.model.check_model_for_task`); an
-            unknown protocol or a bad ``window``; ``prefix`` not a string.
+            unknown protocol or a bad ``window``; ``prefix`` not a string; ``pattern_seed`` not None nor an
+            integer in [0, 2**63).
     """
     check_model_for_task(model, task, None, "counterfactual_report")  # n_ctx: checked for the protocol's inputs
     if not isinstance(prefix, str):
         raise NopeInterpError(f"counterfactual_report: prefix must be a string, got {type(prefix).__name__}")
+    pattern_seed = seed if pattern_seed is None else pattern_seed
+    check_int("pattern_seed", pattern_seed, 0, 2**63 - 1)
     for kind in kinds:  # before any work: a causal replacement on a bidirectional or sliding-window layer
         why = pattern_kind_unsupported(model, layer, kind) if kind in PATTERN_KINDS else None
         if why is not None:
@@ -358,14 +366,15 @@ def counterfactual_report(
             res = analyze_model(model, task, n_prompts, seed, exclude=exclude, protocol=protocol, window=window)
             acc = None if eval_examples is None else exact_match_accuracy(model, task, eval_examples, prefix=prefix)
         else:
-            with replaced_pattern(model, layer, kind, seed=seed):
+            with replaced_pattern(model, layer, kind, seed=pattern_seed):
                 res = analyze_model(model, task, n_prompts, seed, exclude=exclude, protocol=protocol, window=window)
                 acc = None if eval_examples is None else exact_match_accuracy(model, task, eval_examples, prefix=prefix)
         conditions.append(Condition(kind=kind, scores={s: v["mean"] for s, v in res.scores["row_mean"].items()},
                                     exact_match=acc))
     return CounterfactualReport(task=task.name, layer=layer, n_prompts=n_prompts, conditions=tuple(conditions),
                                 protocol=protocol, eval_prefix=prefix,
-                                n_eval=None if eval_examples is None else len(eval_examples))
+                                n_eval=None if eval_examples is None else len(eval_examples),
+                                pattern_seed=pattern_seed)
 
 
 @evaluates

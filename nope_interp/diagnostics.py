@@ -402,13 +402,16 @@ def _layer0_interventions(model: HookedTransformer, tokens: Tensor, content_ids:
     return {k: out[k] for k in INTERVENTIONS}
 
 
-def diagnose(model: HookedTransformer, task: tasks_pkg.Task, tokens: Int[Tensor, "batch pos"]) -> dict[str, Any]:
+def diagnose(model: HookedTransformer, task: tasks_pkg.Task, tokens: Int[Tensor, "batch pos"],
+             seed: int = 0) -> dict[str, Any]:
     """All diagnostics on ``tokens`` (``Int[Tensor, "batch pos"]``, batch >= 2, pos >= 3): ``l0_attention_entropy``,
     ``l0_z_positional_share`` (at ``blocks.0.attn.hook_z``), ``digit_value_spread``,
     ``delimiter_value_norm_ratio``, ``digit_value_participation_ratio`` (:func:`value_geometry`), and, where
     :func:`layer0_interventions` applies (causal attention without a sliding window),
     ``l0_z_score_<intervention>`` for each of :data:`INTERVENTIONS` (content = the digits). Measured in eval
-    mode (the model's mode is restored after).
+    mode (the model's mode is restored after). ``seed``: the seed of the interventions' random draws
+    (:func:`layer0_interventions`), an integer in [0, 2**63); jobs give each model its own
+    (:func:`nope_interp.jobs.common.draw_seed`).
 
     ``tokens`` must be prompts of ``task`` (``task.analysis_tokens(n)``): the delimiter measurements
     (:func:`value_geometry`) come from the task's prompts, the others from ``tokens``, and the two must
@@ -420,11 +423,13 @@ def diagnose(model: HookedTransformer, task: tasks_pkg.Task, tokens: Int[Tensor,
             (:func:`~nope_interp.model.check_tokens`) or longer than ``n_ctx``; a row of ``tokens`` that is not
             a prompt of ``task``; ``task`` not a :class:`tasks.Task`; fewer than 2 prompts; a model with
             positional embeddings (:func:`value_geometry`), or whose parameters are not of ``model.cfg.dtype``
-            (after ``model.half()``: convert with ``model.to(dtype)``); non-finite activations or weights.
+            (after ``model.half()``: convert with ``model.to(dtype)``); non-finite activations or weights;
+            ``seed`` not an integer in [0, 2**63).
 
     Warns:
         DegenerateInputWarning: once, when an intervention leaves sequences with parallel vectors.
     """
+    check_int("seed", seed, 0, 2**63 - 1)
     _check_model_dtype(model, "diagnose")
     _check_task(task, "diagnose")
     tokens = _checked_tokens(model, tokens)
@@ -439,5 +444,5 @@ def diagnose(model: HookedTransformer, task: tasks_pkg.Task, tokens: Int[Tensor,
            "digit_value_participation_ratio": geo.digit_participation_ratio}
     if layer0_interventions_unsupported(model) is None:
         with degenerate_report("diagnose", stacklevel=4):
-            out.update({f"l0_z_score_{k}": v for k, v in layer0_interventions(model, tokens).items()})
+            out.update({f"l0_z_score_{k}": v for k, v in layer0_interventions(model, tokens, seed=seed).items()})
     return out

@@ -89,6 +89,29 @@ def test_counterfactual_report_conditions(checks, tiny_model, addition_task):
         no_eval.condition("identity")
 
 
+def test_the_random_replacement_follows_pattern_seed_and_the_prompts_follow_seed(checks, tiny_model, addition_task):
+    """``pattern_seed`` (default: ``seed``) draws the random patterns, ``seed`` the prompts; the report records
+    the pattern seed. Jobs give each model its own (before, every model of a job drew the same patterns)."""
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+
+    def cf(**kw):
+        return checks.counterfactual_report(tiny_model, addition_task, n_prompts=4, kinds=("random_matched",), **kw)
+
+    default = cf(seed=2)
+    assert default.pattern_seed == 2 and default.to_dict()["pattern_seed"] == 2
+    assert cf(seed=2, pattern_seed=2) == default
+    other_draw = cf(seed=2, pattern_seed=7)
+    assert other_draw.pattern_seed == 7
+    assert other_draw.condition("clean") == default.condition("clean")   # the same prompts
+    assert other_draw.condition("random_matched").scores != default.condition("random_matched").scores
+    assert cf(seed=3, pattern_seed=7).condition("clean") != default.condition("clean")   # other prompts
+    for bad in (-1, 2**63, 1.5, True, "7"):
+        with pytest.raises(NopeInterpError, match="pattern_seed"):
+            unhooked(checks.counterfactual_report)(tiny_model, addition_task, n_prompts=4, pattern_seed=bad)
+
+
 @pytest.mark.parametrize("prefix", ["", "\n", "\n\n"])
 def test_counterfactual_exact_match_reads_every_prompt_after_the_prefix(checks, tiny_model, addition_task, prefix,
                                                                          monkeypatch):

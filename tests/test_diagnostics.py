@@ -584,3 +584,30 @@ def test_diagnose_refuses_tokens_that_are_not_the_tasks_prompts(tiny_model):
         for bad in ("addition", None, tasks.AdditionTask):
             with pytest.raises(NopeInterpError, match=rf"{fn}: task must be a tasks.Task"):
                 call(bad)
+
+
+def test_diagnose_draws_with_its_seed(tiny_model):
+    """diagnose's resampled delimiters follow ``seed`` (jobs give each model its own; before, every model of a
+    job drew with seed 0): the same seed repeats the interventions' scores, another moves them, and the
+    deterministic diagnostics never move; a bad seed is refused before any work."""
+    from conftest import unhooked
+
+    import tasks
+    from nope_interp import diagnostics
+    from nope_interp.errors import NopeInterpError
+
+    addition = tasks.get_task("addition")
+    tokens = addition.analysis_tokens(6)
+    a, b = (diagnostics.diagnose(tiny_model, addition, tokens, seed=s) for s in (3, 4))
+    assert diagnostics.diagnose(tiny_model, addition, tokens, seed=3) == a
+    assert diagnostics.diagnose(tiny_model, addition, tokens) == diagnostics.diagnose(tiny_model, addition, tokens,
+                                                                                     seed=0)
+    assert a["l0_z_score_neutral_delimiters"] != b["l0_z_score_neutral_delimiters"]
+    direct = diagnostics.layer0_interventions(tiny_model, tokens, seed=4)
+    assert b["l0_z_score_neutral_delimiters"] == direct["neutral_delimiters"] and b["l0_z_score_both"] == direct["both"]
+    for key in ("l0_attention_entropy", "l0_z_positional_share", "digit_value_spread", "l0_z_score_none",
+                "l0_z_score_uniform_attention"):
+        assert a[key] == b[key]
+    for bad in (-1, 2**63, 1.0, True, "0", None):
+        with pytest.raises(NopeInterpError, match="seed"):
+            unhooked(diagnostics.diagnose)(tiny_model, addition, tokens, seed=bad)

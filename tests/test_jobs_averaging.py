@@ -258,3 +258,38 @@ def test_exact_match_counts_the_examples_it_read_not_the_ones_asked_for(job, tin
     assert lines == [f"{entry.task.name} tiny-run: exact match on all {len(examples)} test examples (--eval-n "
                      f"1000000000 asked for more)"]
     assert job._eval_examples(entry, 3, lines.append) == list(entry.run.splits.test[:3]) and len(lines) == 1
+
+
+def test_each_model_draws_its_own_random_patterns_the_same_in_any_company(job, tiny_entries):
+    """Before: every model drew its random_matched patterns with the prompts' seed, so models measured
+    together (seeds of one recipe) shared one draw. Now the seed is draw_seed("<task>/<label>")."""
+    import dataclasses
+
+    from nope_interp.jobs.common import draw_seed
+
+    cfg = job.AveragingConfig(tasks=("addition",), n_prompts=4, eval_n=5)
+    trained = tiny_entries[2]
+    twin = dataclasses.replace(trained, label="trained-2")   # the same weights under another label
+    together = job.run(cfg, [trained, twin]).task("addition")
+    seeds = [m.counterfactual.pattern_seed for m in together.models]
+    assert seeds == [draw_seed("addition/trained"), draw_seed("addition/trained-2")] and seeds[0] != seeds[1]
+    a, b = (m.counterfactual for m in together.models)
+    assert a.condition("clean") == b.condition("clean")   # same model, same prompts
+    assert a.condition("random_matched").scores != b.condition("random_matched").scores   # other draws
+    alone = job.run(cfg, [twin]).task("addition").models[0].counterfactual
+    assert alone == b
+
+
+def test_draw_seed():
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.common import draw_seed
+
+    labels = ["pretrained-addition", "addition-s1", "addition-s2", "a", ""]
+    seeds = [draw_seed(label) for label in labels]
+    assert len(set(seeds)) == len(seeds) and all(0 <= s < 2**32 for s in seeds)
+    assert draw_seed("addition-s1") == seeds[1]
+    for bad in (1, None, b"addition"):
+        with pytest.raises(NopeInterpError, match="label must be a string"):
+            unhooked(draw_seed)(bad)

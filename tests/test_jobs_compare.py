@@ -107,6 +107,16 @@ def test_groups_statistics_and_verdicts(tiny_runs, tmp_path):
     # the causal test: per seed, the diagnostics' own numbers; one row per trained model in the per-seed table
     s0 = group.seeds[0]
     assert s0.diagnostics["trained"]["l0_z_score_none"] == pytest.approx(s0.scores["full"]["trained"][z], abs=1e-12)
+    # each seed draws its own resampled delimiters (before: seed 0 for every model), shared by its two models
+    from nope_interp.diagnostics import diagnose
+    from nope_interp.jobs.common import draw_seed
+
+    assert [s.draw_seed for s in group.seeds] == [draw_seed(s.label) for s in group.seeds]
+    assert group.seeds[0].draw_seed != group.seeds[1].draw_seed
+    e0 = next(e for e in entries if e.label == s0.label)
+    tokens = e0.task.analysis_tokens(6, 1, e0.train_prompts)
+    assert s0.diagnostics["trained"] == diagnose(e0.model, e0.task, tokens, seed=draw_seed(s0.label))
+    assert s0.diagnostics["initialised"] == diagnose(build_model(e0.model_cfg), e0.task, tokens, seed=s0.draw_seed)
     per_seed_rows = [line for line in md.splitlines() if line.startswith("| ") and f"| {s0.label} |" in line]
     assert len(per_seed_rows) == 1 and f"{s0.diagnostics['trained']['l0_z_score_both']:.3f}" in per_seed_rows[0]
 

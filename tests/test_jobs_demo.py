@@ -26,6 +26,17 @@ def test_claims_follow_the_scores(reversal_demo_result):
     # exact match on the analysed inputs, every protocol: the shipped reversal model reads its own prompts
     assert set(t.exact_match_on_inputs) == set(reversal_demo_result.config.protocols)
     assert t.exact_match_on_inputs["full"] >= 0.9
+    # the diagnostics draw with the shipped model's own seed (before: seed 0 for every task), all three models
+    import tasks as tasks_pkg
+    from nope_interp.diagnostics import diagnose
+    from nope_interp.jobs.common import draw_seed
+    from nope_interp.pretrained import load_pretrained
+
+    assert t.diagnostics_draw_seed == draw_seed("pretrained-reversal") == t.to_dict()["diagnostics_draw_seed"]
+    run = load_pretrained("reversal")
+    task = tasks_pkg.get_task("reversal")
+    tokens = task.analysis_tokens(12, 1, run.train_prompts)
+    assert t.diagnostics["trained"] == diagnose(run.model, task, tokens, seed=t.diagnostics_draw_seed)
 
 
 def test_write_and_summary(reversal_demo_result, tmp_path):

@@ -52,8 +52,11 @@ def test_scores_equal_analysing_each_kept_checkpoint(tiny_addition_run_with_kept
     tokens = task.prompt_tokens([task.example(p).prompt for p in task.analysis_prompts(8, 1, entries[0].train_prompts)])
     assert set(r.mechanisms) == set(trajectory.MECHANISMS) and all(len(v) == 4 for v in r.mechanisms.values())
     assert r.mechanisms["l0_attention_entropy"][1] == layer0_attention_entropy(model, tokens)
-    for kind, value in layer0_interventions(model, tokens).items():
+    from nope_interp.jobs.common import draw_seed
+
+    for kind, value in layer0_interventions(model, tokens, seed=draw_seed(r.label)).items():  # the run's own draws
         assert r.mechanisms[f"l0_z_score_{kind}"][1] == value
+    assert r.to_dict()["mechanisms_draw_seed"] == draw_seed("tiny-addition")
     assert r.mechanisms["l0_z_score_none"][1] == r.scores["blocks.0.attn.hook_z"][1]  # full protocol: the same
     assert "l0_z_score_both" in r.rows()[1]
     fig = trajectory.plot_trajectory(r)

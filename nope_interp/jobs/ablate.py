@@ -40,7 +40,6 @@ some task has two or more runs); under a protocol other than ``full`` every name
 import json
 import math
 import time
-import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +73,7 @@ from nope_interp.hooks import hook_name, short_label
 from nope_interp.jobs.common import (
     Log,
     ModelEntry,
+    draw_seed,
     emit,
     entry_tokens,
     eval_prefix,
@@ -626,10 +626,10 @@ def _decompose(site: str, acts: Float[Tensor, "batch pos d_model"]) -> Decomposi
 
 
 def model_draw_seed(entry: ModelEntry) -> int:
-    """The seed of a model's random draws (permutations, random subspaces and directions, prompt swaps): the
-    CRC-32 of its label, so every model of a call gets its own draws and a model the same ones in any company
-    (before 2026-12-03 every model used seed 0: the random-subspace control of three seeds was one subspace)."""
-    return zlib.crc32(entry.label.encode())
+    """The seed of a model's random draws (permutations, random subspaces and directions, prompt swaps):
+    :func:`~nope_interp.jobs.common.draw_seed` of its label (before 2026-12-03 every model used seed 0: the
+    random-subspace control of three seeds was one subspace)."""
+    return draw_seed(entry.label)
 
 
 def _check_ranks(entry: ModelEntry, config: AblateConfig, n_prompt: int) -> None:

@@ -7,8 +7,9 @@ the ``authors``' or ``window`` inputs of ``tasks.protocol_inputs``; a trained mo
 excluded). Each is measured with :func:`~nope_interp.averaging_checks.averaging_report` (pattern-predicted vs
 observed cosines, attention entropy, the sqrt(i/k) closed form, the 1/k variance of Chi et al., ACL
 2023) and :func:`~nope_interp.averaging_checks.counterfactual_report` (layer 0's pattern replaced by
-uniform, identity or entropy-matched random attention; exact match on ``eval_n`` test examples for the
-trained model). Method: ``docs/method.md`` ("The averaging effect"). Writes
+uniform, identity or entropy-matched random attention, the random draws seeded per model by
+:func:`~nope_interp.jobs.common.draw_seed` of ``"<task>/<label>"``; exact match on ``eval_n`` test examples for
+the trained model). Method: ``docs/method.md`` ("The averaging effect"). Writes
 ``results/averaging/averaging.{json,csv}`` and ``figures/averaging/*.html`` (every name suffixed ``_authors`` or
 ``_window<window>`` under a protocol other than ``full``).
 """
@@ -39,6 +40,7 @@ from nope_interp.interventions import pattern_kind_unsupported
 from nope_interp.jobs.common import (
     Log,
     ModelEntry,
+    draw_seed,
     emit,
     entry_from_init,
     entry_from_run,
@@ -240,7 +242,7 @@ def run(config: AveragingConfig, models: list[ModelEntry] | None = None, *, log:
                               f"{pattern_kind_unsupported(model, LAYER, k)}")
             cf = counterfactual_report(model, task, LAYER, kinds=kinds, n_prompts=config.n_prompts,
                                        eval_examples=_eval_examples(entry, config.eval_n, log),
-                                       prefix=eval_prefix(entry),
+                                       prefix=eval_prefix(entry), pattern_seed=draw_seed(f"{name}/{entry.label}"),
                                        **inputs)
             measured.append(ModelAveraging(label=entry.label, kind=entry.kind,
                                            causal=entry.model_cfg.attention == "causal", averaging=rep,

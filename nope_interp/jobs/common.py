@@ -19,6 +19,7 @@ The contract of a job module ``nope_interp/jobs/<job>.py`` (see the README, "Add
 
 import os
 import warnings
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,6 +150,21 @@ class ModelEntry:
     def __post_init__(self) -> None:
         # jobs write files named after the label: it must be one safe path component
         check_name("model label", self.label)
+
+
+def draw_seed(label: str) -> int:
+    """The seed of one model's random draws in a job (ablations' subspaces and swaps, averaging's random
+    attention patterns, the diagnostics' resampled delimiters): the CRC-32 of its ``label``, an integer in
+    [0, 2**32). Every model of a call gets its own draws, and a model the same ones in any company, so a
+    statistic over seeds also varies over draws (one seed shared by all models made the spread over seeds
+    blind to the draw; until 2026-12-03 every job drew with one seed for all its models).
+
+    Raises:
+        NopeInterpError: ``label`` not a string.
+    """
+    if not isinstance(label, str):
+        raise NopeInterpError(f"draw_seed: label must be a string, got {type(label).__name__}")
+    return zlib.crc32(label.encode())
 
 
 def entry_from_run(run: LoadedRun, label: str, kind: str = "run", task: tasks_pkg.Task | None = None) -> ModelEntry:

@@ -31,7 +31,7 @@ from nope_interp.config import FrozenConfig, check_choices, check_int, check_use
 from nope_interp.diagnostics import INTERVENTIONS, diagnose, position_in_values
 from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import exact_match_on_inputs
-from nope_interp.jobs.common import Log, ModelEntry, emit, progress, protocol_window, shipped_entries
+from nope_interp.jobs.common import Log, ModelEntry, draw_seed, emit, progress, protocol_window, shipped_entries
 from nope_interp.jobs.demo import CLAIMS, FIRST_ATTENTION_SITES, in_claimed_range
 from nope_interp.model import build_model
 from nope_interp.plotting import plot_adjacency_by_layer, save_figure
@@ -136,7 +136,9 @@ class SeedRecord:
     ``diagnostics[kind]`` (full protocol), ``authors[protocol][kind][site]``: the authors' statistics
     (:data:`AUTHORS_STATISTICS`: their rounded pooled score, mean and std over prompts, and the score of the
     prompt-averaged cosine matrix) and ``exact_match_on_inputs[protocol]``: the trained model's exact match
-    on the analysed inputs (:class:`~nope_interp.evaluate.InputsExactMatch` as a dict)."""
+    on the analysed inputs (:class:`~nope_interp.evaluate.InputsExactMatch` as a dict); ``draw_seed``: the seed
+    of the diagnostics' random draws (:func:`~nope_interp.jobs.common.draw_seed` of the label; None in files
+    written before it was recorded, whose models all drew with seed 0)."""
 
     label: str
     seed: int
@@ -146,6 +148,7 @@ class SeedRecord:
     diagnostics: dict[str, dict[str, float]]
     authors: dict[str, dict[str, dict[str, dict[str, float]]]] = field(default_factory=dict)
     exact_match_on_inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    draw_seed: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
@@ -255,11 +258,12 @@ def _seed_record(entry: ModelEntry, config: CompareConfig) -> SeedRecord:
                                            protocol_window(protocol, config.window))
         on_inputs[protocol] = exact_match_on_inputs(entry.model, task, inputs).to_dict()
     tokens = task.analysis_tokens(n, config.prompt_seed, entry.train_prompts)
-    diagnostics = {kind: diagnose(model, task, tokens) for kind, model in models.items()}
+    draws = draw_seed(entry.label)  # one draw per seed, shared by its initialised and trained model (paired)
+    diagnostics = {kind: diagnose(model, task, tokens, seed=draws) for kind, model in models.items()}
     summary = entry.run.summary if entry.run is not None else {}
     return SeedRecord(label=entry.label, seed=entry.model_cfg.seed, test_acc=summary.get("test_acc"),
                       steps=summary.get("steps"), scores=scores, diagnostics=diagnostics, authors=authors,
-                      exact_match_on_inputs=on_inputs)
+                      exact_match_on_inputs=on_inputs, draw_seed=draws)
 
 
 def _group(task: str, recipe: str, seeds: list[SeedRecord], protocols: tuple[str, ...]) -> GroupComparison:

@@ -33,7 +33,16 @@ from nope_interp.config import (
 from nope_interp.diagnostics import INTERVENTIONS, diagnose
 from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import exact_match_accuracy, exact_match_on_inputs
-from nope_interp.jobs.common import Log, ModelEntry, emit, entry_from_run, eval_examples, progress, protocol_window
+from nope_interp.jobs.common import (
+    Log,
+    ModelEntry,
+    draw_seed,
+    emit,
+    entry_from_run,
+    eval_examples,
+    progress,
+    protocol_window,
+)
 from nope_interp.model import build_model
 from nope_interp.plotting import plot_adjacency_by_layer, plot_cosine_heatmaps, save_figure
 from nope_interp.pretrained import available_pretrained, load_pretrained, load_run
@@ -135,6 +144,8 @@ class TaskDemo:
             input, with what precedes it; None when no input holds one), every protocol.
         diagnostics: ``{kind: nope_interp.diagnostics.diagnose(...)}`` on the analysed full-length prompts:
             which mechanism is at work (attention entropy, positional share, value geometry).
+        diagnostics_draw_seed: the seed of the diagnostics' random draws (:func:`nope_interp.jobs.common.draw_seed`
+            of the trained model's label), shared by the task's three models.
         labels: the legend label of each analysed model (shape included).
         trained_model: the trained model's config. objective: its training objective (``answer_only`` or
             ``packed``). train_command, model_source: provenance.
@@ -158,6 +169,7 @@ class TaskDemo:
     other_protocols: dict[str, dict[str, AnalysisResult]]
     exact_match_on_inputs: dict[str, float | None]
     diagnostics: dict[str, dict[str, float]]
+    diagnostics_draw_seed: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The task's entry of ``summary.json``."""
@@ -165,6 +177,7 @@ class TaskDemo:
                 "other_protocols": {p: {k: r.to_dict() for k, r in by.items()}
                                     for p, by in self.other_protocols.items()},
                 "exact_match_on_inputs": self.exact_match_on_inputs, "diagnostics": self.diagnostics,
+                "diagnostics_draw_seed": self.diagnostics_draw_seed,
                 "trained_model": self.trained_model.to_dict(), "objective": self.objective,
                 "train_command": self.train_command,
                 "test_acc_shipped": self.test_acc_shipped, "n_test_shipped": self.n_test_shipped,
@@ -302,7 +315,8 @@ def run(config: DemoConfig, models: list[ModelEntry] | None = None, *, log: Log 
             task, p, n, 1, entry.train_prompts, protocol_window(p, config.window))).exact_match
             for p in config.protocols}
         tokens = task.prompt_tokens([ex.prompt for ex in analysed])
-        diagnostics = {kind: diagnose(model, task, tokens) for kind, model in
+        draws = draw_seed(entry.label)  # one draw for the task's three models (paired)
+        diagnostics = {kind: diagnose(model, task, tokens, seed=draws) for kind, model in
                        (("initialised", build_model(init_cfg)), ("step0", build_model(entry.model_cfg)),
                         ("trained", entry.model))} if len(analysed) > 1 else {}
         m = entry.model_cfg
@@ -317,7 +331,7 @@ def run(config: DemoConfig, models: list[ModelEntry] | None = None, *, log: Log 
             test_acc_shipped=run_.summary.get("test_acc"), n_test_shipped=run_.summary.get("n_test"),
             train_steps=run_.summary.get("steps"), train_wall_time_s=run_.summary.get("train_wall_time_s"),
             test_acc_remeasured=acc, n_test_remeasured=len(test), other_protocols=others,
-            exact_match_on_inputs=on_inputs, diagnostics=diagnostics))
+            exact_match_on_inputs=on_inputs, diagnostics=diagnostics, diagnostics_draw_seed=draws))
         for kind in MODEL_KINDS:
             claims += _claims(task.name, kind, analyses[kind])
         z = "blocks.0.attn.hook_z"

@@ -31,7 +31,7 @@ from nope_interp.diagnostics import (
 )
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, short_label
-from nope_interp.jobs.common import Log, ModelEntry, emit, progress, protocol_tag, with_protocol
+from nope_interp.jobs.common import Log, ModelEntry, draw_seed, emit, progress, protocol_tag, with_protocol
 from nope_interp.model import build_model, load_state
 from nope_interp.plotting import LINE_COLOURS, line_colours, save_figure
 from nope_interp.pretrained import check_settings_stamp
@@ -89,7 +89,9 @@ class RunTrajectory:
         eval_steps, eval_acc: the run's evaluation accuracy (exact match in [0, 1]) by step.
         mechanisms: ``{name: (value at each step)}`` for the names of :data:`MECHANISMS` (layer-0 attention
             entropy relative to uniform, and the row-mean score at ``blocks.0.attn.hook_z`` as is and with
-            each explanation undone, on full-length prompts), all in [0, 1]; empty when not measured.
+            each explanation undone, on full-length prompts), all in [0, 1]; empty when not measured. The
+            interventions' random draws are seeded by :func:`~nope_interp.jobs.common.draw_seed` of ``label``:
+            the same draws at every step (``to_dict`` records the seed as ``mechanisms_draw_seed``).
     """
 
     label: str
@@ -107,7 +109,8 @@ class RunTrajectory:
         return {"label": self.label, "task": self.task, "objective": self.objective, "steps": list(self.steps),
                 "sites": list(self.sites), "scores": {s: list(v) for s, v in self.scores.items()},
                 "eval_steps": list(self.eval_steps), "eval_acc": list(self.eval_acc),
-                "mechanisms": {k: list(v) for k, v in self.mechanisms.items()}}
+                "mechanisms": {k: list(v) for k, v in self.mechanisms.items()},
+                "mechanisms_draw_seed": draw_seed(self.label) if self.mechanisms else None}
 
     @classmethod
     def from_dict(cls, data: Any) -> "RunTrajectory":
@@ -265,7 +268,7 @@ def run(config: TrajectoryConfig, models: list[ModelEntry] | None = None, *, log
             line = ", ".join(f"{short_label(s)} {v[-1]:.3f}" for s, v in scores.items())
             if tokens is not None:
                 mechanisms.setdefault(MECHANISMS[0], []).append(layer0_attention_entropy(model, tokens))
-                for k, v in layer0_interventions(model, tokens).items():
+                for k, v in layer0_interventions(model, tokens, seed=draw_seed(entry.label)).items():
                     mechanisms.setdefault(f"l0_z_score_{k}", []).append(v)
                 line += "; L0 entropy {:.3f}, L0 z with uniform attention / neutral delimiters / both {}".format(
                     mechanisms[MECHANISMS[0]][-1],
