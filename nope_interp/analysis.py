@@ -181,8 +181,10 @@ def protocol_prompts(model: HookedTransformer, task: tasks_pkg.Task, n: int, see
     try:
         length = tasks_pkg.protocol_length(task, protocol, window)
         if length > model.cfg.n_ctx:
+            n_ctx = model.cfg.n_ctx
+            fix = f": a window of {n_ctx} tokens or less fits" if protocol == "window" and n_ctx >= 3 else ""
             raise NopeInterpError(
-                f"n_ctx={model.cfg.n_ctx} is too small for {task.name!r} {protocol} inputs of {length} tokens"
+                f"n_ctx={n_ctx} is too small for {task.name!r} {protocol} inputs of {length} tokens{fix}"
             )
         return tasks_pkg.protocol_inputs(task, protocol, n, seed, exclude, window)
     except tasks_pkg.TaskError as err:  # a window that is no length, too few held-out prompts, a bad seed

@@ -195,8 +195,10 @@ def test_bad_protocols_and_windows_are_refused_with_the_parameter_named(checks, 
     f = getattr(checks, fn)
     with pytest.raises(NopeInterpError, match="unknown protocol 'padded'; allowed: full, authors, window"):
         f(tiny_model, addition_task, protocol="padded")
-    with pytest.raises(NopeInterpError, match="n_ctx=48 is too small for 'addition' window inputs of 60 tokens"):
+    with pytest.raises(NopeInterpError, match="n_ctx=48 is too small for 'addition' window inputs of 60 tokens: a "
+                                              "window of 48 tokens or less fits$"):
         f(tiny_model, addition_task, protocol="window", window=60)
+
     for protocol in ("full", "authors"):  # a window these protocols would ignore
         with pytest.raises(NopeInterpError, match=f"window=20 is only used with protocol 'window'; with protocol "
                                                   f"'{protocol}' it would be ignored"):
@@ -274,3 +276,20 @@ def test_models_that_mix_global_and_local_layers_get_each_layer_s_own_keys(kinds
         p = pattern[:, :, q, list(keys)]
         ents.append((-(p * p.clamp_min(1e-300).log()).sum(-1) / math.log(len(keys))).mean())
     assert layer0_attention_entropy(model, tokens) == pytest.approx(float(torch.stack(ents).mean()), abs=1e-5)
+
+
+def test_a_window_too_long_for_n_ctx_says_which_window_fits(tiny_cfg, addition_task):
+    """Only the window protocol's length is the user's to change: its error names a window that fits; the
+    authors' fixed-length inputs get no such hint."""
+    from nope_interp.analysis import protocol_prompts
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.model import build_model
+
+    for n_ctx in (8, 20):
+        model = build_model(tiny_cfg.replace(n_ctx=n_ctx))
+        with pytest.raises(NopeInterpError, match=f"window inputs of 30 tokens: a window of {n_ctx} tokens or less "
+                                                  f"fits$"):
+            protocol_prompts(model, addition_task, 2, 1, frozenset(), "window", 30)
+        assert len(protocol_prompts(model, addition_task, 2, 1, frozenset(), "window", n_ctx)[0]) == n_ctx
+    with pytest.raises(NopeInterpError, match="'addition' authors inputs of 9 tokens$"):
+        protocol_prompts(build_model(tiny_cfg.replace(n_ctx=8)), addition_task, 2, 1, frozenset(), "authors", 64)
