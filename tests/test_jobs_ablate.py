@@ -719,3 +719,106 @@ def test_swap_prompts_needs_two_prompts(AJ):
     with pytest.raises(NopeInterpError, match="--n-analysis"):
         AJ.AblateConfig(n_analysis=1, kinds=("swap_prompts",))
     AJ.AblateConfig(n_eval=1, kinds=("shuffle_positional",))  # fine without swap_prompts
+
+
+@pytest.fixture(scope="module")
+def text_run(tmp_path_factory):
+    """A finished 2-step character-level language model of ``train-text`` (tiny preset, window 24), named lm."""
+    from nope_interp.cli import main
+
+    root = tmp_path_factory.mktemp("text_runs")
+    assert main(["train-text", "--preset", "tiny", "--steps", "2", "--batch-size", "4", "--window", "24",
+                 "--eval-every", "2", "--eval-windows", "4", "--checkpoint-every", "2", "--warmup-steps", "1",
+                 "--no-progress", "--runs-dir", str(root), "--name", "lm"]) == 0
+    return root / "lm"
+
+
+@pytest.fixture(scope="module")
+def text_config(AJ):
+    """Small counts and no project-out kind (so no ``rank`` applies)."""
+    return AJ.AblateConfig(kinds=("shuffle_positional",), ranks=(0, 1), n_random=1, n_eval=6, n_mu=16, n_analysis=4,
+                           layers=(1,))
+
+
+@pytest.fixture(scope="module")
+def mixed_ablation(AJ, text_config, text_run, packed_run):
+    """``ablate.run`` on a text run and a task run (the packed one), both given as paths relative to the working
+    folder, as ``--run runs/lm runs/p`` would."""
+    import os
+
+    from nope_interp.jobs.common import ModelSource, load_models
+
+    text_rel, task_rel = os.path.relpath(text_run), os.path.relpath(packed_run)
+    assert not os.path.isabs(text_rel) and not os.path.isabs(task_rel)
+    entries = load_models(ModelSource(run=(text_rel, task_rel)))
+    assert [e.kind for e in entries] == ["text", "run"]
+    return AJ.run(text_config, entries)
+
+
+def test_task_and_text_runs_write_one_run_path_convention(AJ, mixed_ablation, text_run, packed_run,
+                                                        tiny_addition_entry, tmp_path):
+    """Before: a text run's ``run`` was the path as given (relative for ``--run runs/lm``) while a task run's was
+    its loaded path (absolute for a shipped model), in the JSON and every CSV. Now both kinds write the absolute
+    resolved directory, and the CSVs the same string as the JSON."""
+    import csv
+    from pathlib import Path
+
+    want = {"text-nope": str(Path(text_run).resolve()), "addition": str(Path(packed_run).resolve())}
+    assert all(Path(p).is_absolute() for p in want.values())
+    assert {r.task: r.run for r in mixed_ablation.runs} == want
+    AJ.write(mixed_ablation, tmp_path)
+    res_dir = tmp_path / "results" / "ablate"
+    data = json.loads((res_dir / "ablate.json").read_text())
+    assert {r["task"]: r["run"] for r in data["results"]} == want
+    assert {g: s["runs"] for g, s in data["seed_summary"].items()} == {
+        "text-nope": [want["text-nope"]], "addition (prompts after '\\n')": [want["addition"]]}
+    for name in ("ablate.csv", "ablate_decomposition.csv"):
+        with (res_dir / name).open() as f:
+            rows = list(csv.DictReader(f))
+        assert {row["task"] for row in rows} == set(want)
+        for row in rows:
+            assert row["run"] == want[row["task"]], (name, row)
+    # an initialised model has no directory: no path at all
+    assert AJ.run_path(tiny_addition_entry) is None
+
+
+def test_a_text_only_ablate_json_names_text_inputs_not_a_task_protocol(AJ, mixed_ablation, text_config, text_run,
+                                                                       tmp_path):
+    """Before: ``ablate.json`` of text models alone said ``"protocol": "full"``, a task protocol that applies to no
+    model there; now ``text``, as each text result says. With a task model the task models' protocol stays."""
+    from nope_interp.jobs.common import ModelSource, load_models
+
+    assert mixed_ablation.to_dict()["protocol"] == "full"  # the task model read full prompts
+    assert [r["protocol"] for r in mixed_ablation.to_dict()["results"]] == ["text", "full"]
+    (entry,) = load_models(ModelSource(run=(str(text_run),)))
+    text_only = AJ.run(text_config, [entry])
+    AJ.write(text_only, tmp_path)  # plain file names: the config's protocol is still full
+    data = json.loads((tmp_path / "results" / "ablate" / "ablate.json").read_text())
+    assert data["protocol"] == "text" and "window" not in data
+    assert [r["protocol"] for r in data["results"]] == ["text"]
+    assert [s["protocol"] for s in data["seed_summary"].values()] == ["text"]
+    with (tmp_path / "results" / "ablate" / "ablate.csv").open() as f:
+        assert {row.split(",", 1)[0] for row in f.read().splitlines()[1:]} == {"text"}
+    assert text_only.protocol == "text" and text_only.config.protocol == "full"
+
+
+def test_rank_is_written_only_when_a_project_out_kind_ran(AJ, tiny_ablation, mixed_ablation, tmp_path):
+    """Before: ``"rank": 4`` (the default) was written for every run, also when no ``project_out*`` kind ran and
+    the rank applied to nothing; now it is null then, and the rank of the kinds when one ran."""
+    # applies: tiny_config runs project_out at rank 0
+    result, _ = tiny_ablation
+    assert result.runs[0].rank == 0 and result.to_dict()["results"][0]["rank"] == 0
+    # does not apply: shuffle_positional alone, for a text and a task model alike
+    assert [r.rank for r in mixed_ablation.runs] == [None, None]
+    AJ.write(mixed_ablation, tmp_path)
+    res_dir = tmp_path / "results" / "ablate"
+    data = json.loads((res_dir / "ablate.json").read_text())
+    assert [r["rank"] for r in data["results"]] == [None, None]
+    assert list(data["results"][0])[:4] == ["task", "n_eval", "n_mu", "rank"]  # the key stays: older readers work
+    for name in ("ablate.csv", "ablate_seeds.csv", "ablate_decomposition.csv"):
+        assert "rank" not in (res_dir / name).read_text().splitlines()[0].split(","), name
+    # which kinds use the rank: those whose name starts with project_out
+    assert AJ.AblateConfig().rank_used == 4  # every kind, project_out among them
+    assert AJ.AblateConfig(rank=2, kinds=("project_out_random",)).rank_used == 2
+    assert AJ.AblateConfig(rank=2, kinds=("project_out_content", "shuffle_vectors")).rank_used == 2
+    assert AJ.AblateConfig(rank=2, kinds=("shuffle_positional", "mean_positional", "swap_prompts")).rank_used is None

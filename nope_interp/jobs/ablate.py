@@ -177,6 +177,12 @@ class AblateConfig(FrozenConfig):
         """The ablations run: ``kinds``, or all of :data:`KINDS` when it is None."""
         return KINDS if self.kinds is None else tuple(self.kinds)
 
+    @property
+    def rank_used(self) -> int | None:
+        """``rank`` when an ablation run projects out a subspace (a kind named ``project_out*``), else
+        None: the rank then applies to nothing (the rank curve has its own ``ranks``)."""
+        return self.rank if any(k.startswith("project_out") for k in self.kinds_used) else None
+
 
 CONFIG = AblateConfig
 
@@ -300,10 +306,12 @@ class RunAblation:
 
     Attributes:
         label: the model's label (:attr:`ModelEntry.label`). run: its directory (a task run's or a
-            ``train-text`` run's; None for an initialised model). run_name: the name in tables (``shipped``
-            for a shipped model, else the directory name).
+            ``train-text`` run's) as an absolute path, symlinks resolved (:func:`run_path`), for every kind of
+            model alike; None for an initialised model. run_name: the name in tables (``shipped`` for a shipped
+            model, else the directory name).
         model_seed: the model's init seed. task: task name. n_eval, n_mu: prompts evaluated and used for mu.
-        rank: rank of ``project_out`` in the site table. clean: the unablated model.
+        rank: rank of the ``project_out*`` kinds in the site table; None when no such kind ran (it applies to
+            nothing then). clean: the unablated model.
         sites: the ablated sites in order. rank_curve: the rank curve at the first site.
         metric: what ``exact_match`` measures: ``exact_match`` (task answers) or ``next_char_accuracy``
             (a ``train-text`` language model, task ``text``).
@@ -323,7 +331,7 @@ class RunAblation:
     task: str
     n_eval: int
     n_mu: int
-    rank: int
+    rank: int | None
     clean: Measurement
     sites: tuple[SiteAblation, ...]
     rank_curve: RankCurve
@@ -346,7 +354,8 @@ class RunAblation:
         return self.clean.exact_match - self.site(site).ablations[kind].exact_match
 
     def to_dict(self) -> dict[str, Any]:
-        """The run's entry of ``ablate.json`` (``results[i]``)."""
+        """The run's entry of ``ablate.json`` (``results[i]``); ``rank`` is null when no ``project_out*`` kind
+        ran."""
         return {"task": self.task, "n_eval": self.n_eval, "n_mu": self.n_mu, "rank": self.rank,
                 "clean": self.clean.to_dict(),
                 "sites": {s.site: {k: m.to_dict() for k, m in s.ablations.items()} for s in self.sites},
@@ -473,13 +482,23 @@ class AblateResult:
     seed_summary: tuple[TaskSeedSummary, ...]
     wall_time_s: float
 
+    @property
+    def protocol(self) -> str:
+        """The inputs named at the top of ``ablate.json``: the task models' protocol (``config.protocol``), or
+        ``text`` when every model is a ``train-text`` model (no task protocol applies; each result also names
+        its own inputs, a text model's as ``text``)."""
+        if self.runs and all(r.protocol == "text" for r in self.runs):
+            return "text"
+        return self.config.protocol
+
     def to_dict(self) -> dict[str, Any]:
         """The contents of ``ablate.json`` (without provenance): ``{"results": [...], "seed_summary": {group:
-        ...}, "protocol", ["window"]}`` (:attr:`TaskSeedSummary.group`; ``protocol`` is the task models' inputs,
-        each result also names its own)."""
+        ...}, "protocol", ["window"]}`` (:attr:`TaskSeedSummary.group`; ``protocol`` is :attr:`protocol`: the task
+        models' inputs, ``text`` without task models; each result also names its own)."""
+        protocol = self.protocol
         return {"results": [r.to_dict() for r in self.runs],
-                "seed_summary": {s.group: s.to_dict() for s in self.seed_summary}, "protocol": self.config.protocol,
-                **({"window": self.config.window} if self.config.protocol == "window" else {})}
+                "seed_summary": {s.group: s.to_dict() for s in self.seed_summary}, "protocol": protocol,
+                **({"window": self.config.window} if protocol == "window" else {})}
 
 
 def escaped(prefix: str) -> str:
@@ -636,7 +655,7 @@ def _check_ranks(entry: ModelEntry, config: AblateConfig, n_prompt: int) -> None
     """Refuse ``rank`` (with a project-out kind) or ``ranks`` (all of them) above what ``n_prompt`` positions
     and ``d_model`` allow: the centred positional means span at most min(n_prompt - 1, d_model) directions."""
     max_rank = min(n_prompt - 1, int(entry.model.cfg.d_model))
-    if config.rank > max_rank and any(k.startswith("project_out") for k in config.kinds_used):
+    if config.rank_used is not None and config.rank_used > max_rank:
         raise NopeInterpError(f"{entry.label}: --rank {config.rank} is above the {max_rank} positional directions "
                               f"its {n_prompt}-position inputs can span (min(positions - 1, d_model)): "
                               f"--rank {max_rank} or less")
@@ -725,14 +744,26 @@ def ablate_model(entry: ModelEntry, config: AblateConfig, *, seed: int | None = 
                       skipped_ranks=tuple(r for r in config.ranks if r > max_rank))
     emit(log, f"{name} rank curve at {rank_site}: " + ", ".join(
         f"r={p.rank}: {p.positional:.3f} vs random {p.random_mean:.3f}, content {p.content:.3f}" for p in points))
-    run_dir = (str(entry.run.path) if entry.run is not None
-               else str(entry.source["model_source"]) if entry.kind == "text" else None)
-    return RunAblation(label=entry.label, run=run_dir,
+    return RunAblation(label=entry.label, run=run_path(entry),
                        run_name=entry.label if entry.run is None else entry.run.name,
                        model_seed=entry.model_cfg.seed, task=name, n_eval=inputs.n_eval,
-                       n_mu=inputs.mu_tokens.shape[0], rank=config.rank, clean=clean, sites=tuple(site_results),
+                       n_mu=inputs.mu_tokens.shape[0], rank=config.rank_used, clean=clean, sites=tuple(site_results),
                        rank_curve=curve, metric=inputs.metric, eval_prefix=inputs.prefix, protocol=inputs.protocol,
                        window=config.window_used, recipe=_recipe(entry), draw_seed=seed)
+
+
+def run_path(entry: ModelEntry) -> str | None:
+    """The directory of ``entry``'s model as written in every output (``run`` of ``ablate.json``, its seed
+    summaries and the CSVs): an absolute path with symlinks resolved (a leading ``~`` expanded), the same
+    convention for a task run (shipped or given with ``--run``, relative or not) and a ``train-text`` run;
+    None for a model without a directory (an initialised or a Hugging Face model)."""
+    if entry.run is not None:
+        path = entry.run.path
+    elif entry.kind == "text":
+        path = entry.source["model_source"]
+    else:
+        return None
+    return str(io.as_path(path, "run directory").resolve())
 
 
 def _recipe(entry: ModelEntry) -> str:
@@ -1028,7 +1059,8 @@ def write(result: AblateResult, out_root: str | Path = ".") -> list[Path]:
     ``ablations_seeds.html`` (else an older one is removed); returns the paths. Under a protocol other than
     ``full`` every name ends in ``_<protocol_tag>`` (``ablate_authors.json``, ``ablations_seeds_window48.html``),
     so the outputs of two protocols or window lengths never overwrite each other; every CSV row starts with
-    the inputs its model read (``protocol``, and ``window`` under the window protocol)."""
+    the inputs its model read (``protocol``, and ``window`` under the window protocol), and its ``run`` is the
+    model's directory as the JSON writes it (:func:`run_path`: absolute, for task and text runs alike)."""
     res_dir, fig_dir = io.job_dirs(out_root, NAME)
     window = result.config.window_used
     tag = protocol_tag(result.config.protocol, window)
