@@ -46,6 +46,7 @@ from nope_interp.train import (
     log_spaced_steps,
     lr_at,
     make_optimizer,
+    not_empty_message,
     optimizer_step,
     resolve_device,
     resume_metrics,
@@ -264,6 +265,30 @@ def ship_text(run_dir: str | Path, name: str | None = None) -> Path:
     return dest
 
 
+def check_same_text_settings(old_model: ModelConfig, old_cfg: TextTrainConfig, model_cfg: ModelConfig,
+                             cfg: TextTrainConfig, run_dir: Path) -> None:
+    """:func:`~nope_interp.train.check_same_settings` for ``train-text --resume``, naming the flag to change for
+    the context length: ``train-text`` sets ``model.n_ctx`` to twice ``--window`` unless ``--model-n-ctx`` is
+    given. When both runs' n_ctx are twice their windows, a differing n_ctx only follows the differing window: it
+    is not listed on its own, and the window's entry says so; when only the stored one is not, the entry of
+    n_ctx says to give ``--model-n-ctx``. (Before 2026-12-03 the message named ``model.n_ctx`` alone, a setting
+    the user had not set.)
+
+    Raises:
+        NopeInterpError: the differing settings, with both values.
+    """
+    stored, given = run_settings(old_model, old_cfg), run_settings(model_cfg, cfg)
+    notes: dict[str, str] = {}
+    if old_model.n_ctx != model_cfg.n_ctx and model_cfg.n_ctx == 2 * cfg.window:  # given: the default, 2 x --window
+        if old_model.n_ctx == 2 * old_cfg.window:  # stored: also twice its window, so the window is what differs
+            del stored["model.n_ctx"], given["model.n_ctx"]
+            notes["train.window"] = f": give --window {old_cfg.window}; model.n_ctx follows it, 2 x the window"
+        else:
+            notes["model.n_ctx"] = (f": --window {cfg.window} sets it to 2 x the window unless --model-n-ctx is "
+                                    f"given; give --model-n-ctx {old_model.n_ctx}")
+    check_same_settings(stored, given, run_dir, notes)
+
+
 def _train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: Path, stream: Tensor, *, resume: bool,
                 device: str, command: str | None, progress: bool) -> TextTrainResult:
     warn_short_schedule(cfg)  # under the lock: a refused run says nothing more
@@ -281,7 +306,7 @@ def _train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: Path, str
             raise NopeInterpError(io.no_checkpoint_message(run_dir, ckpt_path))
         old_model, old_cfg = parse_text_run_config(io.read_json(run_dir / io.CONFIG_FILE, "run config"),
                                                    run_dir / io.CONFIG_FILE)
-        check_same_settings(run_settings(old_model, old_cfg), run_settings(model_cfg, cfg), run_dir)
+        check_same_text_settings(old_model, old_cfg, model_cfg, cfg, run_dir)
         ckpt = io.load_checkpoint(ckpt_path, device)
         load_state(model, ckpt["model"], f"the weights of checkpoint {ckpt_path}")
         load_optimizer_state(opt, ckpt["optimizer"], ckpt_path)
@@ -289,7 +314,7 @@ def _train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: Path, str
         resumed_loss = resumed_running_loss(ckpt)
         resume_metrics(run_dir, start_step, cfg.steps, fields=())  # a text summary has no exact match
     elif run_dir.exists() and any(run_dir.iterdir()):
-        raise NopeInterpError(io.not_empty_message(run_dir, ckpt_path))
+        raise NopeInterpError(not_empty_message(run_dir, ckpt_path, "text_train", fields=()))  # no exact match
     else:
         io.write_json(run_dir / io.CONFIG_FILE, config)
     held_out = eval_tokens(cfg.eval_windows, cfg.window)

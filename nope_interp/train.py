@@ -384,6 +384,44 @@ def finished_summary(run_dir: Path, steps: int, step: int | None = None,
     return summary
 
 
+def _how_it_finished(summary: dict[str, Any], steps: int) -> str:
+    """How a finished run (its :func:`finished_summary`, of a schedule of ``steps``) ended, for messages:
+    ``stopped early at its target at step 840 (test exact match 0.99)``."""
+    early = summary.get("stopped_early") is True
+    why = "stopped early at its target" if early else f"trained its whole schedule ({steps})"
+    acc = f" (test exact match {summary['test_acc']})" if "test_acc" in summary else ""
+    return f"{why} at step {summary['steps']}{acc}"
+
+
+def not_empty_message(run_dir: Path, ckpt_path: Path, section: str = "train",
+                      fields: tuple[tuple[str, tuple[type, ...]], ...] = TASK_SUMMARY_FIELDS) -> str:
+    """The error of a new run (no ``--resume``) into a non-empty ``run_dir``: for a run that has finished
+    (:func:`finished_summary` of the schedule stored in its ``config.json`` under ``section``: ``"train"``, or
+    ``"text_train"`` for a ``train-text`` run, with ``fields``), what works: ``--resume`` and ``--finalize``
+    (``train`` only) refuse a finished run, so another ``--name``, or removing the folder to train it again.
+    Otherwise :func:`nope_interp.io.not_empty_message` (``--resume`` for a run with a checkpoint, removal for
+    one killed before it, another name for a folder that is not a run). Before 2026-12-03 a finished run was
+    also told to use ``--resume``, which then refused it.
+
+    The schedule is the stored one, not the one given now: ``--name`` of a finished 6-step run with the
+    default ``--steps`` is still a finished run. A config or summary that cannot be read gives the general
+    message (``--resume`` then names what is wrong).
+    """
+    try:
+        stored = io.read_json(run_dir / io.CONFIG_FILE, "run config")
+        steps = (stored.get(section) or {}).get("steps") if isinstance(stored, dict) else None
+        ok = isinstance(steps, int) and not isinstance(steps, bool)
+        summary = finished_summary(run_dir, steps, fields=fields) if ok else None
+    except (NopeInterpError, OSError, AttributeError):  # unreadable, or a section that is not an object
+        summary = None
+    if summary is None:
+        return io.not_empty_message(run_dir, ckpt_path)
+    refused = "--resume and --finalize refuse it" if section == "train" else "--resume refuses it"  # no text --finalize
+    return (f"run directory {run_dir} holds a finished run: it {_how_it_finished(summary, steps)}, so there is "
+            f"nothing to resume ({refused}); analyse it, or train a new run under another --name (or remove the "
+            f"folder, rm -r {run_dir}, to train this one again)")
+
+
 def resume_metrics(run_dir: Path, step: int, steps: int,
                    fields: tuple[tuple[str, tuple[type, ...]], ...] = TASK_SUMMARY_FIELDS) -> None:
     """Check that a run can resume from its checkpoint at ``step`` (of ``steps``), then cut its
@@ -402,11 +440,8 @@ def resume_metrics(run_dir: Path, step: int, steps: int,
     """
     summary = finished_summary(run_dir, steps, step, fields)
     if summary is not None:
-        early = summary.get("stopped_early") is True
-        why = "stopped early at its target" if early else f"trained its whole schedule ({steps})"
-        acc = f" (test exact match {summary['test_acc']})" if "test_acc" in summary else ""
-        raise NopeInterpError(f"--resume: {run_dir} has finished: it {why} at step {step}{acc}, so there is "
-                              f"nothing to resume and its files are left as they are; analyse it, or train a new "
+        raise NopeInterpError(f"--resume: {run_dir} has finished: it {_how_it_finished(summary, steps)}, so there "
+                              f"is nothing to resume and its files are left as they are; analyse it, or train a new "
                               f"run under another --name")
     metrics_path = run_dir / io.METRICS_FILE
     if step > 0 and not metrics_path.exists():  # resuming would write a history that starts here
@@ -476,14 +511,17 @@ def check_trainable_attention(model_cfg: Any) -> None:
                               "control is for initialised models: --init)")
 
 
-def check_same_settings(stored: dict[str, Any], given: dict[str, Any], run_dir: Path) -> None:
+def check_same_settings(stored: dict[str, Any], given: dict[str, Any], run_dir: Path,
+                        notes: dict[str, str] | None = None) -> None:
     """Refuse ``--resume`` when the given settings differ from those stored in the run (dicts of
-    :func:`run_settings`).
+    :func:`run_settings`). ``notes``: words to add to a field's entry (which flag sets it, what to give).
 
     Raises:
         NopeInterpError: the differing fields, with both values.
     """
-    differ = [f"{k} (stored {stored[k]!r}, given {given[k]!r})" for k in given if stored.get(k) != given[k]]
+    notes = notes or {}
+    differ = [f"{k} (stored {stored[k]!r}, given {given[k]!r}{notes.get(k, '')})" for k in given
+              if stored.get(k) != given[k]]
     if differ:
         raise NopeInterpError(f"--resume: settings differ from those stored in {run_dir}: {', '.join(differ)}")
 
@@ -524,7 +562,7 @@ def _train(model_cfg: ModelConfig, cfg: TrainConfig, run_dir: Path, task: tasks_
         check_same_settings(run_settings(old_model, old_train), run_settings(model_cfg, cfg), run_dir)
         config["command"] = old.get("command", config["command"])
     elif run_dir.exists() and any(run_dir.iterdir()):
-        raise NopeInterpError(io.not_empty_message(run_dir, ckpt_path))
+        raise NopeInterpError(not_empty_message(run_dir, ckpt_path))
 
     splits = task.splits(cfg.n_train, cfg.n_test, cfg.data_seed)
     packed = cfg.objective == "packed"

@@ -160,7 +160,17 @@ def test_resume_without_checkpoint_and_nonempty_run_dir(main, tiny_run, tmp_path
     base = ["train", "--task", "addition", "--runs-dir", str(tiny_run.parent), "--no-progress"]
     assert main(base + ["--name", "fresh", "--resume"]) == 2
     assert "no checkpoint" in capsys.readouterr().err
-    assert main(base + ["--name", "t"]) == 2
+    assert main(base + ["--name", "t"]) == 2  # finished: before, "use --resume", which then refused it
+    err = capsys.readouterr().err
+    assert f"run directory {tiny_run} holds a finished run: it " in err and "use --resume" not in err, err
+    assert "another --name" in err and f"rm -r {tiny_run}" in err and len(err.strip().splitlines()) == 1, err
+    import shutil
+
+    unfinished = tmp_path / "unfinished"  # stopped while scoring the test set: --resume writes its summary
+    shutil.copytree(tiny_run, unfinished)
+    (unfinished / "summary.json").unlink()
+    assert main([*base[:base.index("--runs-dir")], "--runs-dir", str(tmp_path), "--no-progress", "--name",
+                 "unfinished"]) == 2
     assert "not empty; use --resume" in capsys.readouterr().err
     # a run killed before its first checkpoint: a config and nothing to resume; both messages say to remove it
     killed = tmp_path / "killed"

@@ -60,9 +60,21 @@ def test_config_round_trips_and_the_written_grid_reproduces_it(J):
     cfg = J.InitGridConfig(quick=True, wide_std=True, tasks=("reversal",), seeds=3)
     assert J.InitGridConfig.from_dict(cfg.to_dict()) == cfg
     again = J.InitGridConfig.from_dict(cfg.grid_dict())
-    assert not again.quick and J.grid_points(again) == J.grid_points(cfg)
+    assert again == cfg and J.grid_points(again) == J.grid_points(cfg)
     assert (again.seeds, again.n_prompts, again.tasks) == (3, 16, ("reversal",))
-    assert set(cfg.grid_dict()) == {"means", "stds", "depths", "widths", "n_heads", "tasks", "seeds", "n_prompts"}
+    assert set(cfg.grid_dict()) == {"means", "stds", "depths", "widths", "n_heads", "tasks", "seeds", "n_prompts",
+                                    "quick", "wide_std"}
+
+
+def test_the_grid_records_wide_std_and_quick_even_when_explicit_values_win(J):
+    """Before: ``--wide-std --stds 0.5`` ran 0.5 (explicit wins, as documented) and the JSON did not say that
+    ``wide_std`` had been asked for (``grid_dict`` left it and ``quick`` out)."""
+    cfg = J.InitGridConfig(wide_std=True, stds=(0.5,), quick=True, depths=(6,), widths=(192,), seeds=3, n_prompts=8)
+    d = json.loads(json.dumps(cfg.grid_dict()))
+    assert d["wide_std"] is True and d["quick"] is True and d["stds"] == [0.5]
+    assert (d["depths"], d["widths"], d["seeds"], d["n_prompts"]) == ([6], [192], 3, 8)  # what ran
+    assert J.InitGridConfig.from_dict(d) == cfg  # the flags fill nothing more: the same grid
+    assert J.InitGridConfig().grid_dict()["wide_std"] is False
 
 
 @pytest.mark.parametrize("field, value", [
@@ -76,6 +88,19 @@ def test_bad_config_names_the_field(J, field, value):
     word = {"tasks": "task", "n_heads": "n_heads"}.get(field, field)
     with pytest.raises(NopeInterpError, match=word):
         J.InitGridConfig(**{field: value})
+
+
+def test_an_n_heads_error_names_each_width_once(J):
+    """Before: ``--n-heads 5`` said ``got [192, 384, 768, 384]`` (384, the init grid's width, also a default
+    size width, was listed twice)."""
+    from nope_interp.errors import NopeInterpError
+
+    with pytest.raises(NopeInterpError) as info:
+        J.InitGridConfig(n_heads=5)
+    assert str(info.value).endswith("n_heads=5, got [192, 384, 768]"), str(info.value)
+    with pytest.raises(NopeInterpError) as info:
+        J.InitGridConfig(n_heads=5, widths=(200, 384))
+    assert str(info.value).endswith("n_heads=5, got [384]"), str(info.value)
 
 
 def test_run_rejects_models(J, tiny_cfg):
@@ -175,7 +200,7 @@ def test_summary_is_mean_and_sample_std_over_seeds(J, small_grid_result):
 def test_to_dict_is_json_with_full_hook_name_keys(J, small_grid_result):
     d = json.loads(json.dumps(small_grid_result.to_dict()))
     assert set(d) >= {"config", "summary", "rows", "wall_time_s", "git_commit", "nope_interp_version"}
-    assert d["config"]["tasks"] == ["addition"] and "quick" not in d["config"]
+    assert d["config"]["tasks"] == ["addition"] and d["config"]["quick"] is False
     assert d["rows"][0]["blocks.0.attn.hook_z"] == small_grid_result.rows[0].score("blocks.0.attn.hook_z")
     summary_keys = list(d["summary"][-1])
     assert summary_keys[:9] == ["grid", "task", "n_layers", "d_model", "init_mean", "init_std", "n_seeds",
@@ -190,8 +215,10 @@ def test_write_produces_the_result_files_and_figures(J, small_grid_result, tmp_p
     res, figs = tmp_path / "results" / "init_grid", tmp_path / "figures" / "init_grid"
     expected = [res / "init_grid.json", res / "init_grid.csv", res / "init_grid_summary.csv",
                 *(figs / f"{g}_grid_{s}.html" for g in ("init", "size") for s in ("z_L0", "resid_post_L0")),
-                figs / "entropy_vs_score.html"]
+                figs / "entropy_vs_score.html", figs / "plotly.min.js"]
+    # every file written is listed (before: the plotly.min.js the figures load was left out of the outputs)
     assert paths == expected and all(p.exists() for p in expected)
+    assert sorted(p for p in tmp_path.rglob("*") if p.is_file()) == sorted(expected)
     header = (res / "init_grid.csv").read_text().splitlines()[0].split(",")
     assert header[:10] == ["grid", "task", "n_layers", "d_model", "init_mean", "init_std", "seed",
                            "l0_relative_entropy", "blocks.0.attn.hook_z", "blocks.0.hook_resid_post"]
@@ -215,6 +242,27 @@ def test_plots_take_the_result(J, small_grid_result):
     scatter = J.plot_entropy_vs_score(small_grid_result, "blocks.1.attn.hook_z")
     assert [len(t.x) for t in scatter.data] == [4, 2]
     assert all(math.isfinite(v) for t in scatter.data for v in t.y)
+
+
+def test_one_seed_shows_the_mean_alone(J, small_grid_result):
+    """Before: a one-seed grid showed every cell as ``0.97±0.00`` and titled it "mean ± std over seeds"; with
+    one seed the spread is undefined, so the mean alone is shown (as ``compare``'s tables do)."""
+    res = small_grid_result
+    rows = tuple(r for r in res.rows if r.seed == 0)
+    one = J.InitGridResult(config=res.config, rows=rows, summary=J.summarize(rows), provenance=res.provenance,
+                           wall_time_s=0.0)
+    fig = J.plot_grid(one, "init")
+    want = [f"{r.score('blocks.0.attn.hook_z'):.2f}" for r in rows if r.grid == "init"]
+    assert [row[0] for row in fig.data[0].text] == want
+    assert "±" not in fig.layout.title.text and "one seed" in fig.layout.title.text
+    two = J.plot_grid(res, "init")  # two seeds: mean±std
+    st = [s.stats("blocks.0.attn.hook_z") for s in res.summary if s.grid == "init"]
+    assert [row[0] for row in two.data[0].text] == [f"{s.mean:.2f}±{s.std:.2f}" for s in st]
+    assert "mean ± std over seeds" in two.layout.title.text
+    from nope_interp.stats import mean_std_ci
+
+    assert J.fmt_seed_stats(mean_std_ci([0.5])) == "0.50" and J.fmt_seed_stats(mean_std_ci([0.5, 0.7]), 3) == \
+        "0.600±0.141"
 
 
 def test_cli_flags_build_the_config_as_the_old_command_did(J):

@@ -139,8 +139,16 @@ def test_resume_with_other_settings_or_a_task_run_is_refused(tmp_path, capsys, t
     assert "settings differ" in capsys.readouterr().err
     assert main(["train-text", *TINY, "--runs-dir", str(tmp_path), "--name", "r", "--resume", "--model-seed", "7"]) == 2
     assert "model.seed (stored 0, given 7)" in capsys.readouterr().err   # before: hidden behind the training seed
+    # --window sets model.n_ctx (2 x the window): before, the message named model.n_ctx, which the user never set
+    window_32 = [*TINY[:TINY.index("--window")], "--window", "32", *TINY[TINY.index("--window") + 2:]]
+    assert main(["train-text", *window_32, "--runs-dir", str(tmp_path), "--name", "r", "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "train.window (stored 24, given 32: give --window 24; model.n_ctx follows it" in err, err
+    assert "model.n_ctx (stored" not in err, err
     assert main(["train-text", *TINY, "--runs-dir", str(tmp_path), "--name", "r"]) == 2
-    assert "not empty" in capsys.readouterr().err
+    err = capsys.readouterr().err  # finished: before, "use --resume", which then refused it
+    assert "holds a finished run: it trained its whole schedule (8) at step 8" in err and "use --resume" not in err
+    assert "(--resume refuses it)" in err and "another --name" in err and "--finalize" not in err, err
     before = {f: f.read_bytes() for f in (tmp_path / "r").rglob("*") if f.is_file()}
     assert main(["train-text", *TINY, "--runs-dir", str(tmp_path), "--name", "r", "--resume"]) == 2  # finished
     err = capsys.readouterr().err.strip()
@@ -158,6 +166,32 @@ def test_resume_with_other_settings_or_a_task_run_is_refused(tmp_path, capsys, t
 
     with pytest.raises(NopeInterpError, match="is a language model run \\(nope-interp train-text\\), not a task"):
         load_run(tmp_path / "r")
+
+
+def test_a_resume_with_another_context_names_the_flag_that_sets_it(tmp_path):
+    """``train-text`` sets n_ctx to 2 x ``--window`` unless ``--model-n-ctx`` is given: a run trained with an
+    explicit n_ctx and resumed without it is told to give ``--model-n-ctx`` (before: ``model.n_ctx`` alone); an
+    explicit n_ctx given now is named as it is."""
+    from nope_interp.config import TextTrainConfig
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.model import preset
+    from nope_interp.text_train import check_same_text_settings
+
+    cfg = TextTrainConfig(window=24)
+    stored = preset("tiny", n_ctx=60)
+    with pytest.raises(NopeInterpError) as info:
+        check_same_text_settings(stored, cfg, preset("tiny", n_ctx=48), cfg, tmp_path)
+    assert str(info.value).endswith("model.n_ctx (stored 60, given 48: --window 24 sets it to 2 x the window unless "
+                                    "--model-n-ctx is given; give --model-n-ctx 60)")
+    with pytest.raises(NopeInterpError) as info:
+        check_same_text_settings(stored, cfg, preset("tiny", n_ctx=50), cfg, tmp_path)
+    assert str(info.value).endswith("model.n_ctx (stored 60, given 50)")
+    with pytest.raises(NopeInterpError) as info:  # both 2 x their window: the window is named, with its flag
+        check_same_text_settings(preset("tiny", n_ctx=48), cfg, preset("tiny", n_ctx=64), cfg.replace(window=32),
+                                 tmp_path)
+    assert str(info.value).endswith("train.window (stored 24, given 32: give --window 24; model.n_ctx follows "
+                                    "it, 2 x the window)")
+    check_same_text_settings(stored, cfg, stored, cfg, tmp_path)  # the same settings pass
 
 
 def test_long_context_takes_text_runs_and_other_jobs_refuse_them(tmp_path, capsys):

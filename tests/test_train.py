@@ -383,12 +383,22 @@ def test_resume_of_a_finished_run_is_refused_and_writes_nothing(tiny_train, tmp_
         before = {f.name: f.read_bytes() for f in run.rglob("*") if f.is_file()}
         with pytest.raises(NopeInterpError, match=match):
             train(model_cfg, cfg, run, resume=True, progress=False)
+        # a new run under its name (before: "use --resume", which then refused it), also with another schedule
+        for given in (cfg, cfg.replace(steps=20)):
+            with pytest.raises(NopeInterpError, match=match.replace("has finished: it", "holds a finished run: it")) \
+                    as info:
+                train(model_cfg, given, run, progress=False)
+            msg = str(info.value)
+            assert "use --resume" not in msg and "(--resume and --finalize refuse it)" in msg, msg
+            assert "another --name" in msg and f"rm -r {run}" in msg, msg
         assert {f.name: f.read_bytes() for f in run.rglob("*") if f.is_file()} == before
-    # finalised by hand at step 8 (stopped_early false): resumes to the end
+    # finalised by hand at step 8 (stopped_early false): resumes to the end, and a new run is told so
     hand = tmp_path / "hand"
     shutil.copytree(early, hand)
     (hand / "summary.json").unlink()
     assert finalize(hand)["stopped_early"] is False
+    with pytest.raises(NopeInterpError, match="is not empty; use --resume or choose another --name"):
+        train(model_cfg, cfg, hand, progress=False)
     assert train(model_cfg, cfg, hand, resume=True, progress=False).steps == 12
     # finalize cannot turn a finished run into one "stopped by hand" that --resume would train on
     with pytest.raises(NopeInterpError, match="--finalize: .*early has finished \\(step 8, .*stopped early: True"):
@@ -410,6 +420,8 @@ def test_resume_of_a_finished_run_is_refused_and_writes_nothing(tiny_train, tmp_
         for call in (lambda: train(model_cfg, cfg, scoring, resume=True, progress=False), lambda: finalize(scoring)):
             with pytest.raises(NopeInterpError, match=match):
                 call()
+        with pytest.raises(NopeInterpError, match="is not empty; use --resume"):  # which then names the fault
+            train(model_cfg, cfg, scoring, progress=False)
 
 
 def test_resume_refuses_a_lost_or_hollow_training_history(tiny_train, tmp_path):

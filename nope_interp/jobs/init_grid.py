@@ -13,7 +13,8 @@ Each row records the adjacency score (row mean, averaged over prompts; ``docs/me
 and the first layer's attention entropy relative to uniform (the proposed cause; ``docs/method.md``).
 The summary gives mean, std and 95% CI over seeds (:func:`nope_interp.stats.mean_std_ci`) per grid point
 and task. Writes ``results/init_grid/{init_grid.json, init_grid.csv, init_grid_summary.csv}`` and
-``figures/init_grid/{init,size}_grid_{z,resid_post}_L0.html`` and ``entropy_vs_score.html``.
+``figures/init_grid/{init,size}_grid_{z,resid_post}_L0.html``, ``entropy_vs_score.html`` and the
+``plotly.min.js`` they load.
 """
 
 import itertools
@@ -47,7 +48,7 @@ from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import hook_name
 from nope_interp.jobs.common import Log, ModelEntry, emit, progress
 from nope_interp.model import build_model, check_model_fits
-from nope_interp.plotting import save_figure
+from nope_interp.plotting import ensure_plotlyjs, save_figure
 from nope_interp.similarity import adjacency_score_of_activations
 from nope_interp.stats import SeedStats, mean_std_ci
 
@@ -82,18 +83,19 @@ class InitGridConfig(FrozenConfig):
     """Settings of ``init-grid``: which grid points, tasks, seeds and prompts.
 
     ``quick`` and ``wide_std`` are resolved by ``__post_init__`` into the effective grid, so that after
-    construction every field holds what is run. ``seeds`` and ``n_prompts`` left at None become 2 and 16
-    with ``quick``, else 5 and 32; ``depths`` and ``widths`` left at None become (6, 12) and (192, 384) with
-    ``quick``, else :data:`DEFAULT_DEPTHS` and :data:`DEFAULT_WIDTHS`; ``stds`` left at None becomes
-    :data:`WIDE_STDS` with ``wide_std``, else :data:`DEFAULT_STDS`. A value given explicitly always wins,
-    even one equal to a default (before 2026-12-03 ``quick=True, depths=(6, 12, 24)`` ran (6, 12)).
+    construction every other field holds what is run (the two keep what was asked for, and the result records
+    it: :meth:`grid_dict`). ``seeds`` and ``n_prompts`` left at None become 2 and 16 with ``quick``, else 5 and
+    32; ``depths`` and ``widths`` left at None become (6, 12) and (192, 384) with ``quick``, else
+    :data:`DEFAULT_DEPTHS` and :data:`DEFAULT_WIDTHS`; ``stds`` left at None becomes :data:`WIDE_STDS` with
+    ``wide_std``, else :data:`DEFAULT_STDS`. A value given explicitly always wins, even one equal to a default
+    (before 2026-12-03 ``quick=True, depths=(6, 12, 24)`` ran (6, 12)).
 
     Raises:
         NopeInterpError: an empty grid axis; a mean outside [-1000, 1000]; a std outside (0, 1000] (NaN and
             inf never pass);
             a depth outside [1, 1000]; a width that is not a positive multiple of ``n_heads`` (384, the init
-            grid's width, must be one too); an unknown task; ``seeds`` outside [1, 1000]; ``n_prompts``
-            outside [1, 100000]; ``quick`` or ``wide_std`` not a bool.
+            grid's width, must be one too; the message names each such width once); an unknown task; ``seeds``
+            outside [1, 1000]; ``n_prompts`` outside [1, 100000]; ``quick`` or ``wide_std`` not a bool.
     """
 
     means: tuple[float, ...] = opt(DEFAULT_MEANS, "init means of the init grid")
@@ -142,15 +144,17 @@ class InitGridConfig(FrozenConfig):
             check_int("depths", d, 1, 1000)
         for w in self.widths:
             check_int("widths", w, 1, 1_000_000)
-        bad = [w for w in (*self.widths, INIT_GRID_SHAPE[1]) if w % self.n_heads]
+        bad = list(dict.fromkeys(w for w in (*self.widths, INIT_GRID_SHAPE[1]) if w % self.n_heads))
         if bad:
             raise NopeInterpError(f"widths (and {INIT_GRID_SHAPE[1]}, the init grid's width) must be multiples of "
                                   f"n_heads={self.n_heads}, got {bad}")
 
     def grid_dict(self) -> dict[str, Any]:
-        """The effective grid as JSON (``quick`` and ``wide_std`` already resolved into it):
-        :meth:`from_dict` of it gives the same grid."""
-        return {k: v for k, v in self.to_dict().items() if k not in ("quick", "wide_std")}
+        """The effective grid as JSON, with ``quick`` and ``wide_std`` as asked for: every field they fill is
+        filled already, so they record the request (``--wide-std --stds 0.5`` ran 0.5) and change nothing;
+        :meth:`from_dict` of it gives the same config. (Before 2026-12-03 the two were left out, so a run
+        with ``--wide-std`` overridden by ``--stds`` did not say it had been asked for.)"""
+        return self.to_dict()
 
 
 CONFIG = InitGridConfig
@@ -311,7 +315,7 @@ class InitGridResult:
     wall_time_s: float
 
     def to_dict(self) -> dict[str, Any]:
-        """The contents of ``init_grid.json``: ``{"config" (the effective grid), "summary", "rows",
+        """The contents of ``init_grid.json``: ``{"config" (:meth:`InitGridConfig.grid_dict`), "summary", "rows",
         provenance keys, "wall_time_s"}``."""
         return {"config": self.config.grid_dict(), "summary": [s.to_dict() for s in self.summary],
                 "rows": [r.to_dict() for r in self.rows], **self.provenance, "wall_time_s": self.wall_time_s}
@@ -405,12 +409,19 @@ def run(config: InitGridConfig, models: list[ModelEntry] | None = None, *, log: 
                           wall_time_s=round(time.perf_counter() - t0, 1))
 
 
+def fmt_seed_stats(st: SeedStats, digits: int = 2) -> str:
+    """``mean±std`` over seeds with ``digits`` decimals; the mean alone for one seed, whose spread is undefined
+    (``mean_std_ci`` gives 0.0 for it), as ``compare``'s tables show it (before 2026-12-03 one seed read
+    ``±0.00``)."""
+    return f"{st.mean:.{digits}f}" if st.n_seeds == 1 else f"{st.mean:.{digits}f}±{st.std:.{digits}f}"
+
+
 def plot_grid(result: InitGridResult, grid: str, site: str = hook_name("z", 0)) -> go.Figure:
     """Heatmaps of the mean adjacency score at ``site`` over one grid, one panel per task.
 
     ``grid="init"``: rows init std, columns init mean. ``grid="size"``: rows depth, columns width. Cells
-    show mean ± std over seeds; a cell whose models have no such layer is empty. Colour scale fixed to
-    [0, 1] (0.5 = chance).
+    show mean ± std over seeds (:func:`fmt_seed_stats`: the mean alone for one seed); a cell whose models have
+    no such layer is empty. Colour scale fixed to [0, 1] (0.5 = chance).
 
     Raises:
         NopeInterpError: ``grid`` not ``"init"`` or ``"size"``, or no row of that grid in the result.
@@ -427,13 +438,14 @@ def plot_grid(result: InitGridResult, grid: str, site: str = hook_name("z", 0)) 
     for c, t in enumerate(task_names, start=1):
         cell = {(getattr(r, ykey), getattr(r, xkey)): r.stats(site) for r in rows if r.task == t}
         z = [[None if cell.get((y, x)) is None else cell[(y, x)].mean for x in xs] for y in ys]
-        text = [["" if (st := cell.get((y, x))) is None else f"{st.mean:.2f}±{st.std:.2f}" for x in xs] for y in ys]
+        text = [["" if (st := cell.get((y, x))) is None else fmt_seed_stats(st) for x in xs] for y in ys]
         fig.add_trace(go.Heatmap(z=z, x=[str(x) for x in xs], y=[str(y) for y in ys], zmin=0, zmax=1,
                                  colorscale="Viridis", text=text, texttemplate="%{text}", showscale=(c == 1),
                                  colorbar={"title": "adjacency"}), row=1, col=c)
         fig.update_xaxes(title_text=xkey, type="category", row=1, col=c)
         fig.update_yaxes(title_text=ykey if c == 1 else None, type="category", row=1, col=c)
-    fig.update_layout(title=f"{grid} grid: adjacency score at {site} (mean ± std over seeds; 0.5 = chance)",
+    spread = "one seed" if {r.n_seeds for r in rows} == {1} else "mean ± std over seeds"
+    fig.update_layout(title=f"{grid} grid: adjacency score at {site} ({spread}; 0.5 = chance)",
                       width=380 * len(task_names), height=460)
     return fig
 
@@ -457,7 +469,8 @@ def plot_entropy_vs_score(result: InitGridResult, site: str = hook_name("z", 0))
 def write(result: InitGridResult, out_root: str | Path = ".") -> list[Path]:
     """Write ``results/init_grid/init_grid.json`` (:meth:`InitGridResult.to_dict`), ``init_grid.csv`` (the
     rows), ``init_grid_summary.csv`` (the summary) and ``figures/init_grid/``: a heatmap of each grid at
-    ``blocks.0.attn.hook_z`` and ``blocks.0.hook_resid_post`` and ``entropy_vs_score.html``. Returns the paths.
+    ``blocks.0.attn.hook_z`` and ``blocks.0.hook_resid_post``, ``entropy_vs_score.html`` and the ``plotly.min.js``
+    the figures load (:func:`~nope_interp.plotting.save_figure`). Returns every path written, that file last.
 
     Raises:
         NopeInterpError: a grid with no rows.
@@ -471,4 +484,5 @@ def write(result: InitGridResult, out_root: str | Path = ".") -> list[Path]:
         for site, label in FIGURE_SITES.items():
             paths.append(save_figure(plot_grid(result, grid, site), fig_dir / f"{grid}_grid_{label}.html"))
     paths.append(save_figure(plot_entropy_vs_score(result), fig_dir / "entropy_vs_score.html"))
+    paths.append(ensure_plotlyjs(fig_dir))  # written by save_figure beside the figures; checked once, not again
     return paths
