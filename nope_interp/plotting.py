@@ -437,3 +437,33 @@ def save_figure(fig: go.Figure, path: str | Path) -> Path:
     ensure_plotlyjs(path.parent)
     atomic_write_text(path, fig.to_html(include_plotlyjs="directory", full_html=True))
     return path
+
+
+def with_plotlyjs(paths: Iterable[str | Path]) -> list[Path]:
+    """The paths a job wrote, followed by the ``plotly.min.js`` that :func:`save_figure` wrote beside its figures.
+
+    :func:`save_figure` returns the figure's path only, but also writes (or checks) ``plotly.min.js`` in the
+    figure's folder; a job's ``write`` passes its paths through this helper so that what it returns (and the
+    CLI prints under ``outputs:``) lists every file it wrote. The shared file is added once per folder that
+    holds an ``.html`` path (in the order of each folder's first figure), after all of ``paths``, and only when
+    it exists and ``paths`` does not already list it.
+
+    Args:
+        paths: the files written, in order (str or Path).
+
+    Returns:
+        ``paths`` as ``Path`` objects, then the ``plotly.min.js`` files not already among them.
+
+    Raises:
+        NopeInterpError: ``paths`` is a single path (a str or Path) rather than a collection of them.
+    """
+    if isinstance(paths, (str, Path)):
+        raise NopeInterpError(f"with_plotlyjs needs a list of paths, got the single path {paths!r}")
+    out = [Path(p) for p in paths]
+    listed = set(out)
+    for folder in dict.fromkeys(p.parent for p in out if p.suffix == ".html"):
+        js = folder / "plotly.min.js"
+        if js not in listed and js.is_file():
+            out.append(js)
+            listed.add(js)
+    return out

@@ -6,6 +6,7 @@ the sample standard deviation (n - 1 in the denominator). With 3 seeds it is wid
 """
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -85,6 +86,49 @@ def mean_std_ci(values: Sequence[float]) -> SeedStats:
     if any(math.isinf(x) for x in (mean, std, half, mean - half, mean + half)):
         raise too_large
     return SeedStats(mean=mean, std=std, ci95_low=mean - half, ci95_high=mean + half, n_seeds=n)
+
+
+def fmt_mean_std(mean: Any, std: Any, n: Any, digits: Any = 3, sep: str = " ± ") -> str:
+    """``mean ± std`` of ``n`` values (seeds, random draws) as text, or the mean alone when the spread is undefined.
+
+    The sample std of one value is undefined (:func:`mean_std_ci` gives 0.0 for it), so with ``n == 1`` the
+    mean is shown alone: ``fmt_mean_std(0.5, 0.0, 1)`` is ``"0.500"``, not ``"0.500 ± 0.000"``. So is it when
+    ``std`` is NaN or None (undefined; result JSON writes NaN as ``null``). One rule for every report of a spread
+    over seeds or draws (a spread over prompts of one model is its own matter).
+
+    Args:
+        mean: the mean of the values, a real number (NaN, undefined, is written ``nan``).
+        std: their sample standard deviation, a real number >= 0, or NaN or None (undefined).
+        n: the number of values aggregated, an int >= 1, or None when not known (the spread is then shown).
+        digits: decimals of the mean and the std, an int in [0, 10] (default 3).
+        sep: the text between mean and std (default ``" ± "``; init-grid's heatmap cells use ``"±"``).
+
+    Returns:
+        ``f"{mean:.{digits}f}{sep}{std:.{digits}f}"``, or ``f"{mean:.{digits}f}"`` when ``n == 1`` or ``std`` is
+        NaN or None. For example ``fmt_mean_std(0.6, 0.1414, 2, 2)`` is ``"0.60 ± 0.14"``.
+
+    Raises:
+        NopeInterpError: ``mean`` not a real number (None, a bool, a string); ``std`` neither a real number nor
+            None, or negative; ``n`` not an int >= 1 or None; ``digits`` not an int in [0, 10]; ``sep`` not a str.
+    """
+
+    def real(x: Any) -> bool:
+        return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+    if not real(mean):
+        raise NopeInterpError(f"fmt_mean_std needs a real number for the mean, got {mean!r}"[:300])
+    if std is not None and (not real(std) or std < 0):
+        raise NopeInterpError(f"fmt_mean_std needs a std >= 0 (NaN or None: undefined), got {std!r}"[:300])
+    if n is not None and (isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1):
+        raise NopeInterpError(f"fmt_mean_std needs n, the number of values, as an int >= 1 (or None), got {n!r}"[:300])
+    if isinstance(digits, bool) or not isinstance(digits, int) or not 0 <= digits <= 10:
+        raise NopeInterpError(f"digits must be an integer in [0, 10], got {digits!r}")
+    if not isinstance(sep, str):
+        raise NopeInterpError(f"fmt_mean_std: sep must be a str, got {type(sep).__name__}")
+    head = f"{float(mean):.{digits}f}"
+    if n == 1 or std is None or math.isnan(std):
+        return head
+    return f"{head}{sep}{float(std):.{digits}f}"
 
 
 def fmt_fraction(x: Any, digits: Any = 4) -> str:

@@ -1052,7 +1052,10 @@ class SweepReport:
 
     def markdown(self) -> str:
         """The table as Markdown: configuration fields, then ``mean ± std (n)`` per metric, n being the number
-        of values aggregated (``- (0)``: none)."""
+        of values aggregated (``mean (1)``: one value, whose spread is undefined; ``- (0)``: none;
+        :func:`~nope_interp.stats.fmt_mean_std`)."""
+        from nope_interp.stats import fmt_mean_std
+
         head = [*self.group_by, *self.metrics]
         extra = "".join(f", {n} {what}" for n, what in ((len(self.unreadable), "with an unreadable result.json"),
                                                         (len(self.gaps), "with missing or non-finite values"))
@@ -1060,12 +1063,12 @@ class SweepReport:
         lines = [f"# Sweep {self.spec.name} ({self.spec.kind}): {len(self.points)} of {len(self.spec.points)} points "
                  f"finished, {len(self.failed)} failed{extra}", "",
                  "Each metric: mean ± std over seeds (n: the number of values aggregated, the finished points "
-                 f"with a finite value). {CI_NOTE}.", "",
+                 f"with a finite value; the mean alone when n = 1). {CI_NOTE}.", "",
                  "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in self.rows:
             cells = [str(r[g]) for g in self.group_by]
-            cells += [f"{r[m + '_mean']:.3f} ± {r[m + '_std']:.3f} ({r[m + '_n']})" if r[m + "_n"] else "- (0)"
-                      for m in self.metrics]
+            cells += [f"{fmt_mean_std(r[m + '_mean'], r[m + '_std'], r[m + '_n'])} ({r[m + '_n']})"
+                      if r[m + "_n"] else "- (0)" for m in self.metrics]
             lines.append("| " + " | ".join(cells) + " |")
         return "\n".join(lines) + "\n"
 
@@ -1169,8 +1172,8 @@ def plot_metric_vs_axis(rep: SweepReport, axis: str) -> Any:
 
 def write_report(rep: SweepReport, out_root: str | Path = ".") -> list[Path]:
     """Write ``results/sweeps/<name>/{report.csv, report.md, points.csv, report.json}`` and
-    ``figures/sweeps/<name>/<axis>.html`` (one per varied field but the seeds) under ``out_root``. Returns the
-    paths written.
+    ``figures/sweeps/<name>/<axis>.html`` (one per varied field but the seeds, with the ``plotly.min.js`` they
+    load) under ``out_root``. Returns the paths written, that file last.
 
     The figures of axes that an earlier report of this name had and this one has not (an axis removed from
     the spec) are removed, so the folder holds this report's figures only. ``report.json`` records the sweep
@@ -1180,14 +1183,15 @@ def write_report(rep: SweepReport, out_root: str | Path = ".") -> list[Path]:
     Raises:
         NopeInterpError: a file cannot be written: checked for both folders and every file before the first
             is written (a folder that is a file, a file name taken by a folder), so a refusal writes nothing."""
-    from nope_interp.plotting import save_figure
+    from nope_interp.plotting import save_figure, with_plotlyjs
 
     res_dir = io.as_path(out_root) / "results" / "sweeps" / rep.spec.name
     fig_dir = io.as_path(out_root) / "figures" / "sweeps" / rep.spec.name
     for folder in (res_dir, fig_dir):
         io.check_writable_dir(folder, "sweep report folder")
     targets = [res_dir / n for n in ("report.csv", "report.md", "points.csv", "report.json")]
-    for target in [*targets, *(fig_dir / f"{axis}.html" for axis in rep.group_by)]:
+    figures = [fig_dir / f"{axis}.html" for axis in rep.group_by]
+    for target in [*targets, *figures, *([fig_dir / "plotly.min.js"] if figures else [])]:  # the js the figures load
         if target.exists() and not target.is_file():
             raise NopeInterpError(f"cannot write the sweep report: {target} exists and is not a file")
     try:  # the report this one replaces: where its points came from, and which axis figures it wrote
@@ -1216,4 +1220,4 @@ def write_report(rep: SweepReport, out_root: str | Path = ".") -> list[Path]:
         stale = fig_dir / f"{axis}.html"
         if isinstance(axis, str) and axis not in rep.group_by and "/" not in axis and stale.is_file():
             stale.unlink()
-    return paths
+    return with_plotlyjs(paths)

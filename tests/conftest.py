@@ -59,6 +59,18 @@ def _refuse_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
 
 
+def assert_lists_every_file(paths, root) -> None:
+    """``paths`` (what a job's ``write`` returned) are exactly the files under ``root``, each once: no file
+    written and left unlisted (before: the ``plotly.min.js`` beside the figures), none listed and not there."""
+    from pathlib import Path
+
+    paths = [Path(p) for p in paths]
+    assert len(paths) == len(set(paths)), f"a path listed twice: {paths}"
+    on_disk = sorted(p for p in Path(root).rglob("*") if p.is_file())
+    assert sorted(paths) == on_disk, (f"listed but not there: {sorted(set(paths) - set(on_disk))}; "
+                                      f"there but not listed: {sorted(set(on_disk) - set(paths))}")
+
+
 def assert_strict_json_files(root, minimum: int = 1) -> list:
     """Every ``*.json`` and ``*.jsonl`` file under ``root`` parses as strict JSON (a bare NaN, Infinity or
     -Infinity fails); at least ``minimum`` such files exist. Returns the files checked."""

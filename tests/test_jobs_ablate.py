@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from conftest import assert_no_hooks, assert_strict_json_files
+from conftest import assert_lists_every_file, assert_no_hooks, assert_strict_json_files
 
 KEYS = ("positional_variance_fraction", "adjacency_full", "adjacency_positional", "adjacency_content")
 SITES = ["blocks.1.hook_resid_pre", "blocks.1.hook_resid_post"]
@@ -230,7 +230,8 @@ def test_write_files_and_the_seed_figure(AJ, tiny_ablation, tmp_path):
     assert one_seed["clean_exact_match"]["ci95_low"] is None and one_seed["clean_exact_match"]["n_seeds"] == 1
     res_dir, fig_dir = tmp_path / "results" / "ablate", tmp_path / "figures" / "ablate"
     names = ("ablate.json", "ablate.csv", "ablate_seeds.csv", "ablate_seeds.md", "ablate_decomposition.csv")
-    assert paths == [res_dir / n for n in names] + [fig_dir / "ablations.html"]
+    assert paths == [res_dir / n for n in names] + [fig_dir / "ablations.html", fig_dir / "plotly.min.js"]
+    assert_lists_every_file(paths, tmp_path)  # before: the plotly.min.js the figures load was left out
     assert all(p.stat().st_size > 0 for p in paths)
     saved = json.loads((res_dir / "ablate.json").read_text())
     assert "nope_interp_version" in saved and saved["results"][0]["clean"] == result.runs[0].clean.to_dict()
@@ -246,6 +247,7 @@ def test_write_files_and_the_seed_figure(AJ, tiny_ablation, tmp_path):
     paths = AJ.write(twice, tmp_path)
     assert_strict_json_files(tmp_path)  # result JSON is strict: NaN/inf written as null
     assert fig_dir / "ablations_seeds.html" in paths and (fig_dir / "ablations_seeds.html").exists()
+    assert_lists_every_file(paths, tmp_path)
     (summary,) = twice.seed_summary
     assert summary.n_seeds == 2 and summary.clean_exact_match.std == 0.0
     assert {d.site for d in summary.decomposition} == set(SITES)
@@ -538,9 +540,11 @@ def test_protocol_outputs_never_overwrite_the_full_ones(AJ, tiny_ablation, windo
 
     full = {p.name for p in AJ.write(tiny_ablation[0], tmp_path)}
     window = {p.name for p in AJ.write(window_ablation[1], tmp_path)}
-    assert "ablate.json" in full and not full & window
+    # only the plotly.min.js the figures load is shared (the installed plotly's own file, the same for both)
+    assert "ablate.json" in full and full & window == {"plotly.min.js"}
     assert window == {"ablate_window12.json", "ablate_window12.csv", "ablate_seeds_window12.csv",
-                      "ablate_seeds_window12.md", "ablate_decomposition_window12.csv", "ablations_window12.html"}
+                      "ablate_seeds_window12.md", "ablate_decomposition_window12.csv", "ablations_window12.html",
+                      "plotly.min.js"}
     with open(tmp_path / "results" / "ablate" / "ablate_window12.csv") as f:
         rows = list(csv.DictReader(f))
     assert {(row["protocol"], row["window"]) for row in rows} == {("window", "12")}

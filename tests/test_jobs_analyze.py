@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from conftest import assert_strict_json_files
+from conftest import assert_lists_every_file, assert_strict_json_files
 
 
 @pytest.fixture
@@ -28,7 +28,9 @@ def test_run_equals_analyze_model_and_writes_files(tiny_init_reversal_entry, tmp
     assert_strict_json_files(tmp_path)  # result JSON is strict: NaN/inf written as null
     assert sorted(p.relative_to(tmp_path).as_posix() for p in paths) == [
         "figures/analyze/tiny-reversal/adjacency.html", "figures/analyze/tiny-reversal/cosine.html",
-        "figures/analyze/tiny-reversal/lag_profile.html", "results/analyze/tiny-reversal/scores.json"]
+        "figures/analyze/tiny-reversal/lag_profile.html", "figures/analyze/tiny-reversal/plotly.min.js",
+        "results/analyze/tiny-reversal/scores.json"]
+    assert_lists_every_file(paths, tmp_path)  # before: the plotly.min.js the figures load was left out
     scores = json.loads((tmp_path / "results/analyze/tiny-reversal/scores.json").read_text())
     assert scores["sites"] == ["hook_embed", "blocks.0.attn.hook_z", "blocks.1.attn.hook_z"]
     assert scores["init"]["seed"] == 2 and "git_commit" in scores

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import assert_strict_json_files
+from conftest import assert_lists_every_file, assert_strict_json_files
 
 
 @pytest.fixture
@@ -79,6 +79,7 @@ def test_run_and_write_on_tiny_models(job, tiny_entries, tmp_path):
     paths = job.write(result, tmp_path)
     assert_strict_json_files(tmp_path)  # result JSON is strict: NaN/inf written as null
     assert all(p.exists() for p in paths)
+    assert_lists_every_file(paths, tmp_path)  # before: the plotly.min.js the figures load was left out
     res_dir, fig_dir = tmp_path / "results" / "averaging", tmp_path / "figures" / "averaging"
     assert sorted(p.name for p in res_dir.iterdir()) == ["averaging.csv", "averaging.json"]
     assert sorted(p.name for p in fig_dir.glob("*.html")) == [

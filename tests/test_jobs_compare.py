@@ -4,7 +4,7 @@ import json
 import statistics
 
 import pytest
-from conftest import assert_strict_json_files
+from conftest import assert_lists_every_file, assert_strict_json_files
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +76,9 @@ def test_groups_statistics_and_verdicts(tiny_runs, tmp_path):
     paths = compare.write(result, tmp_path)
     assert_strict_json_files(tmp_path)  # result JSON is strict: NaN/inf written as null
     assert {p.name for p in paths} == {"compare.json", "compare.md", "compare.csv", "compare_full.html",
-                                       "compare_authors.html", "compare_l0_z_full.html", "compare_l0_z_authors.html"}
+                                       "compare_authors.html", "compare_l0_z_full.html", "compare_l0_z_authors.html",
+                                       "plotly.min.js"}
+    assert_lists_every_file(paths, tmp_path)  # before: the plotly.min.js the figures load was left out
     data = json.loads((tmp_path / "results" / "compare" / "compare.json").read_text())
     assert len(data["groups"]) == 2 and data["config"]["protocols"] == ["full", "authors"]
     md = (tmp_path / "results" / "compare" / "compare.md").read_text()

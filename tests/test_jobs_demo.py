@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from conftest import assert_strict_json_files
+from conftest import assert_lists_every_file, assert_strict_json_files
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,9 @@ def test_write_and_summary(reversal_demo_result, tmp_path):
     assert_strict_json_files(tmp_path)  # result JSON is strict: NaN/inf written as null
     summary = json.loads((tmp_path / "results" / "demo" / "summary.json").read_text())
     assert list(summary["tasks"]) == ["reversal"] and summary["n_prompts"] == 12
-    assert summary["figures"] == [str(p) for p in paths[2:]]
+    assert summary["figures"] == [str(p) for p in paths[2:-1]]  # the figures, not the plotly.min.js they load
+    assert paths[-1] == tmp_path / "figures" / "demo" / "plotly.min.js"
+    assert_lists_every_file(paths, tmp_path)  # before: the plotly.min.js the figures load was left out
     md = (tmp_path / "results" / "demo" / "summary.md").read_text()
     assert "| reversal | answer_only | 3x128 |" in md and "about 0.5 (chance)" in md
     assert summary["tasks"]["reversal"]["objective"] == "answer_only"

@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from conftest import assert_strict_json_files, build_unhooked
+from conftest import assert_lists_every_file, assert_strict_json_files, build_unhooked
 
 
 def test_rows_match_an_independent_evaluation_and_run_past_n_ctx(tiny_run, tmp_path):
@@ -32,7 +32,8 @@ def test_rows_match_an_independent_evaluation_and_run_past_n_ctx(tiny_run, tmp_p
         assert 0 <= row.scores["blocks.0.attn.hook_z"]["row_mean"]["mean"] <= 1
     assert res.rows[-1].prompt_len + 6 > run.model_cfg.n_ctx  # size 4 needs more than the trained n_ctx
     paths = length_gen.write(res, tmp_path)
-    assert {p.name for p in paths} == {"length_gen.json", "length_gen.csv", "length_gen.html"}
+    assert {p.name for p in paths} == {"length_gen.json", "length_gen.csv", "length_gen.html", "plotly.min.js"}
+    assert_lists_every_file(paths, tmp_path)  # before: the plotly.min.js the figures load was left out
     assert_strict_json_files(tmp_path / "results")
     assert len(json.loads(paths[0].read_text())["rows"]) == 3
 

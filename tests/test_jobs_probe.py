@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import assert_strict_json_files
+from conftest import assert_lists_every_file, assert_strict_json_files
 
 
 @pytest.fixture
@@ -116,7 +116,9 @@ def test_run_matches_the_pure_probing_functions_and_writes_files(probe_job, smal
     paths = probe_job.write(result, tmp_path)
     assert_strict_json_files(tmp_path)  # result JSON is strict: NaN/inf written as null
     names = sorted(str(p.relative_to(tmp_path)) for p in paths)
-    assert names == ["figures/probe/nrmse_by_site_ridge.html", "results/probe/probe.csv", "results/probe/probe.json"]
+    assert names == ["figures/probe/nrmse_by_site_ridge.html", "figures/probe/plotly.min.js", "results/probe/probe.csv",
+                     "results/probe/probe.json"]
+    assert_lists_every_file(paths, tmp_path)  # before: the plotly.min.js the figures load was left out
     assert all(p.exists() for p in paths)
     assert (tmp_path / "results/probe/probe.csv").read_text().splitlines()[0].startswith(
         "protocol,task,model,inputs,site,feature,probe,seed,probe_nrmse,probe_pearson_r,probe_mae,mean_baseline_nrmse")
@@ -218,7 +220,7 @@ def test_a_protocol_probes_its_inputs_and_names_its_files(probe_job, small_confi
     paths = probe_job.write(result, tmp_path)
     tag = "window30" if protocol == "window" else protocol  # two window lengths never share a file either
     assert sorted(p.name for p in paths) == sorted([f"probe_{tag}.json", f"probe_{tag}.csv",
-                                                    f"nrmse_by_site_ridge_{tag}.html"])
+                                                    f"nrmse_by_site_ridge_{tag}.html", "plotly.min.js"])
     header = next(p for p in paths if p.suffix == ".csv").read_text().splitlines()[0]
     assert header.startswith("protocol,window,task," if protocol == "window" else "protocol,task,")
     assert f"{protocol} inputs" in probe_job.plot_probe_nrmse(result, "ridge").layout.title.text

@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from conftest import assert_strict_json_files
+from conftest import assert_lists_every_file, assert_strict_json_files
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +68,9 @@ def test_scores_equal_analysing_each_kept_checkpoint(tiny_addition_run_with_kept
     paths = trajectory.write(result, tmp_path)
     assert trajectory.load_trajectory(tmp_path / "results" / "trajectory" / "tiny-addition.json") == r
     assert_strict_json_files(tmp_path)  # result JSON is strict: NaN/inf written as null
-    assert {p.name for p in paths} == {"tiny-addition.json", "tiny-addition.csv", "tiny-addition.html"}
+    assert {p.name for p in paths} == {"tiny-addition.json", "tiny-addition.csv", "tiny-addition.html",
+                                       "plotly.min.js"}
+    assert_lists_every_file(paths, tmp_path)  # before: the plotly.min.js the figures load was left out
     assert (tmp_path / "results" / "trajectory" / "tiny-addition.csv").read_text().startswith("protocol,step,")
     data = json.loads((tmp_path / "results" / "trajectory" / "tiny-addition.json").read_text())
     assert data["steps"] == [0, 25, 50, 60] and len(data["scores"]["blocks.1.attn.hook_z"]) == 4
@@ -91,7 +93,7 @@ def test_the_window_protocol_scores_windows_of_the_given_length(tiny_addition_ru
                         protocol="window", window=12)
     assert result.runs[0].scores["blocks.0.attn.hook_z"][2] == ref.scores["row_mean"]["blocks.0.attn.hook_z"]["mean"]
     assert {p.name for p in trajectory.write(result, tmp_path)} == {
-        "tiny-addition_window12.json", "tiny-addition_window12.csv", "tiny-addition_window12.html"}
+        "tiny-addition_window12.json", "tiny-addition_window12.csv", "tiny-addition_window12.html", "plotly.min.js"}
     rows = (tmp_path / "results" / "trajectory" / "tiny-addition_window12.csv").read_text().splitlines()
     assert rows[0].startswith("protocol,window,step,") and rows[1].startswith("window,12,0,")
 
@@ -138,6 +140,7 @@ def test_saved_trajectories_load_back_and_plot_side_by_side(tmp_path):
     result = trajectory.TrajectoryResult(config=trajectory.TrajectoryConfig(), runs=runs, wall_time_s=0.0)
     paths = trajectory.write(result, tmp_path)
     assert tmp_path / "figures" / "trajectory" / "compare_blocks.0.attn.hook_z.html" in paths
+    assert_lists_every_file(paths, tmp_path)  # before: the plotly.min.js the figures load was left out
     for r in runs:
         assert trajectory.load_trajectory(tmp_path / "results" / "trajectory" / f"{r.label}.json") == r
     fig = trajectory.plot_site_by_objective(runs)
@@ -155,7 +158,7 @@ def test_saved_trajectories_load_back_and_plot_side_by_side(tmp_path):
     new = trajectory.write(authors, tmp_path)
     assert sorted(p.name for p in new) == sorted(
         [f"{r.label}_authors.{ext}" for r in runs[:2] for ext in ("json", "csv", "html")]
-        + ["compare_blocks.0.attn.hook_z_authors.html"])
+        + ["compare_blocks.0.attn.hook_z_authors.html", "plotly.min.js"])
     assert all((tmp_path / "results" / "trajectory" / f"{r.label}.json").exists() for r in runs)
 
 

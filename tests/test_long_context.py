@@ -6,7 +6,7 @@ import re
 
 import pytest
 import torch
-from conftest import assert_strict_json_files, build_unhooked, unhooked
+from conftest import assert_lists_every_file, assert_strict_json_files, build_unhooked, unhooked
 from conftest import perturbed_model as _perturbed
 
 ARCHS = [{}, {"normalization": "RMS"}, {"normalization": "none"}, {"attention": "sliding", "window": 3},
@@ -182,7 +182,8 @@ def test_long_context_job_runs_the_grid_and_writes_strict_files(tmp_path):
     paths = long_context.write(res, tmp_path)
     names = {p.name for p in paths}
     assert {"long_context.json", "long_context.csv", "summary.csv", "score_vs_n_random.html", "grid_task.html",
-            "lag_profile_task.html", "recency_gap_vs_n_random.html"} <= names
+            "lag_profile_task.html", "recency_gap_vs_n_random.html", "plotly.min.js"} <= names
+    assert_lists_every_file(paths, tmp_path)  # before: the plotly.min.js the figures load was left out
     assert_strict_json_files(tmp_path / "results")
     data = json.loads((tmp_path / "results/long_context/long_context.json").read_text())
     assert data["config"]["lengths"] == [8, 40] and len(data["rows"]) == 32
@@ -358,3 +359,28 @@ def test_lag_profile_colours_stay_with_a_model_and_absent_inputs_are_refused():
                         (lambda: plot_gap_vs_n(result, "text"), "no row has text inputs")):
         with pytest.raises(NopeInterpError, match=match):
             call()
+
+
+def test_the_grid_heatmap_shows_the_mean_alone_for_one_seed():
+    """The spread over seeds of one seed is undefined: its cells read the mean alone (before: ``0.500 ± 0.000``);
+    two seeds read mean ± std."""
+    from nope_interp.jobs import long_context
+
+    site = "blocks.0.attn.hook_z"
+
+    def row(norm: str, seed: int, score: float) -> "long_context.LongContextRow":
+        one = {"mean": score, "std": 0.01, "n": 2}
+        return long_context.LongContextRow(
+            model=f"{norm}-s{seed}", arch={"normalization": norm, "attention": "causal", "window": None}, seed=seed,
+            input="random", n=8, sites=(site,), scores={site: {"row_mean": one, "pooled": one, "recency_gap": one,
+                                                                "lag_mean": [0.5]}}, seconds=0.0)
+
+    cfg = long_context.LongContextConfig(lengths=(8,), n_sequences=2, max_lag=1)
+    single = long_context.LongContextResult(cfg, (row("LN", 0, 0.5), row("none", 0, 0.25)), 0.0)
+    fig = long_context.plot_grid(single)
+    assert [list(r) for r in fig.data[0].text] == [["0.500"], ["0.250"]]
+    assert "±" not in fig.layout.title.text and "one seed" in fig.layout.title.text
+    two = long_context.LongContextResult(cfg, (row("LN", 0, 0.5), row("LN", 1, 0.7), row("none", 0, 0.25)), 0.0)
+    fig = long_context.plot_grid(two)
+    assert [list(r) for r in fig.data[0].text] == [["0.600 ± 0.141"], ["0.250"]]
+    assert "mean ± std over seeds" in fig.layout.title.text

@@ -306,3 +306,25 @@ def test_the_jobs_figures_give_every_line_its_own_colour_past_the_palette():
         source = inspect.getsource(module)
         assert "% len(palette)" not in source and "% len(LINE_COLOURS)" not in source, module.__name__
         assert "line_colours(" in source
+
+
+def test_with_plotlyjs_lists_the_shared_file_of_each_figure_folder_once(tmp_path):
+    """save_figure returns the figure only; with_plotlyjs adds the plotly.min.js it wrote beside it, once per
+    folder, after the given paths (not again when listed, not for a folder whose file is not there)."""
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.plotting import plot_cosine_heatmaps, save_figure, with_plotlyjs
+
+    fig = plot_cosine_heatmaps(torch.eye(3, dtype=torch.float64)[None], ["s"], "abc")
+    a1, a2 = save_figure(fig, tmp_path / "a" / "1.html"), save_figure(fig, tmp_path / "a" / "2.html")
+    b1 = save_figure(fig, tmp_path / "b" / "1.html")
+    data = tmp_path / "r.json"
+    data.write_text("{}")
+    got = with_plotlyjs([data, a1, b1, str(a2)])
+    assert got == [data, a1, b1, a2, tmp_path / "a" / "plotly.min.js", tmp_path / "b" / "plotly.min.js"]
+    assert with_plotlyjs(got) == got  # already listed: not twice
+    assert with_plotlyjs([data]) == [data] and with_plotlyjs([]) == []
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "x.html").write_text("<html></html>")  # not written by save_figure: no plotly.min.js there
+    assert with_plotlyjs([tmp_path / "c" / "x.html"]) == [tmp_path / "c" / "x.html"]
+    with pytest.raises(NopeInterpError, match="single path"):
+        with_plotlyjs(str(a1))

@@ -158,3 +158,29 @@ def test_mean_std_ci_of_ordinary_scores_is_the_plain_formula_bit_for_bit():
         std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1)) if values[0] < 1 else 0.0
         s = mean_std_ci(values)
         assert (s.mean, s.std) == (mean, std)
+
+
+def test_fmt_mean_std_shows_the_mean_alone_when_the_spread_is_undefined():
+    """One value (or a NaN/None std) has no spread: the mean alone, not ``± 0.000``; n >= 2 gives mean ± std."""
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.stats import fmt_mean_std, mean_std_ci
+
+    assert fmt_mean_std(0.5, 0.0, 1) == "0.500"  # one seed
+    assert fmt_mean_std(0.6, 0.1414213562, 2) == "0.600 ± 0.141"  # two seeds
+    assert fmt_mean_std(0.6, 0.1414213562, 2, 2) == "0.60 ± 0.14"  # decimals as an argument
+    assert fmt_mean_std(0.6, 0.1414213562, 2, digits=3, sep="±") == "0.600±0.141"  # init-grid's cells
+    assert fmt_mean_std(0.6, 0.1414213562, 2, 0) == "1 ± 0"
+    assert fmt_mean_std(0.6, float("nan"), 3) == "0.600"  # NaN std: undefined
+    assert fmt_mean_std(0.6, None, 3) == "0.600"  # None: NaN as result JSON writes it
+    assert fmt_mean_std(float("nan"), float("nan"), 2) == "nan"
+    assert fmt_mean_std(0.6, 0.1, None) == "0.600 ± 0.100"  # count not known: the spread is shown
+    assert fmt_mean_std(1, 0, 2) == "1.000 ± 0.000"  # two equal values: a spread of 0, which is defined
+    one, two = mean_std_ci([0.5]), mean_std_ci([0.5, 0.7])
+    assert fmt_mean_std(one.mean, one.std, one.n_seeds) == "0.500"
+    assert fmt_mean_std(two.mean, two.std, two.n_seeds) == "0.600 ± 0.141"
+    for args, match in [((None, 0.1, 2), "mean"), (("0.5", 0.1, 2), "mean"), ((True, 0.1, 2), "mean"),
+                        ((0.5, -0.1, 2), "std"), ((0.5, "0.1", 2), "std"), ((0.5, 0.1, 0), "n"),
+                        ((0.5, 0.1, 2.0), "n"), ((0.5, 0.1, True), "n"), ((0.5, 0.1, 2, 11), "digits"),
+                        ((0.5, 0.1, 2, 2.0), "digits")]:
+        with pytest.raises(NopeInterpError, match=match):
+            fmt_mean_std(*args)

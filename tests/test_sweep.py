@@ -383,7 +383,7 @@ def test_a_failed_point_is_recorded_and_the_others_finish(tmp_path):
 def test_report_aggregates_over_seeds_with_an_independent_mean(tmp_path):
     import statistics
 
-    from conftest import assert_strict_json_files
+    from conftest import assert_lists_every_file, assert_strict_json_files
 
     from nope_interp.sweep import load_spec, report, run_sweep, write_report
 
@@ -400,7 +400,9 @@ def test_report_aggregates_over_seeds_with_an_independent_mean(tmp_path):
         assert row["L0_z_mean"] == pytest.approx(statistics.mean(vals))
         assert row["L0_z_std"] == pytest.approx(statistics.stdev(vals))
     paths = write_report(rep, tmp_path / "out")
-    assert {p.name for p in paths} == {"report.csv", "report.md", "points.csv", "report.json", "model_n_layers.html"}
+    assert {p.name for p in paths} == {"report.csv", "report.md", "points.csv", "report.json", "model_n_layers.html",
+                                       "plotly.min.js"}
+    assert_lists_every_file(paths, tmp_path / "out")  # before: the plotly.min.js the figures load was left out
     assert_strict_json_files(tmp_path / "out" / "results")
     assert "| model_n_layers |" in (tmp_path / "out/results/sweeps/t/report.md").read_text()
 
@@ -429,9 +431,28 @@ def test_report_counts_the_values_it_aggregates_and_names_the_gaps(tmp_path):
     assert (two["n_seeds"], two["L0_z_n"], two["last_z_n"]) == (2, 2, 1)
     assert one["L0_z_mean"] == 0.75 and two["L0_z_mean"] == pytest.approx(statistics.mean([0.25, 0.75]))
     md = rep.markdown()
-    assert "| 1 | 0.750 ± 0.000 (1) | 0.375 ± 0.177 (2) |" in md
-    assert "| 2 | 0.500 ± 0.354 (2) | 0.500 ± 0.000 (1) |" in md
+    # one value: the mean alone, its spread undefined (before: "0.750 ± 0.000 (1)")
+    assert "| 1 | 0.750 (1) | 0.375 ± 0.177 (2) |" in md
+    assert "| 2 | 0.500 ± 0.354 (2) | 0.500 (1) |" in md
     assert "not clipped" in md  # the CI is a t-interval on few seeds: said in the table's header
+
+
+def test_a_one_seed_report_shows_the_mean_alone_and_lists_every_file_it_wrote(tmp_path):
+    """One seed per configuration: each cell reads ``mean (1)`` (before: ``mean ± 0.000 (1)``, a spread one value
+    does not have); the paths returned are every file written, the figures' plotly.min.js too (before: left out)."""
+    from conftest import assert_lists_every_file
+
+    from nope_interp.sweep import load_spec, report, write_report
+
+    spec = load_spec(_write(tmp_path, SPEC.format(n_prompts=4).replace("seed = [0, 1]", "seed = [0]")))
+    k = [p.key for p in spec.points]  # layers 1, layers 2
+    _fake_results(spec, tmp_path / "o", {k[0]: {"L0_z": 0.75}, k[1]: {"L0_z": 0.5}})
+    paths = write_report(report(spec, tmp_path / "o"), tmp_path / "out")
+    assert_lists_every_file(paths, tmp_path / "out")
+    assert paths[-1] == tmp_path / "out" / "figures" / "sweeps" / "t" / "plotly.min.js"
+    md = (tmp_path / "out" / "results" / "sweeps" / "t" / "report.md").read_text()
+    assert "| 1 | 0.750 (1) | 1.000 (1) | 100.000 (1) |" in md and "| 2 | 0.500 (1) |" in md
+    assert "± 0.000" not in md
 
 
 def test_a_point_whose_folder_cannot_be_made_fails_alone_and_a_blocked_points_folder_stops_first(tmp_path):
@@ -474,7 +495,7 @@ def test_a_train_point_cut_short_before_its_first_checkpoint_starts_again(tmp_pa
 
 
 @pytest.mark.parametrize("blocked", ["figures/sweeps/t", "results/sweeps/t", "figures/sweeps/t/model_n_layers.html",
-                                     "results/sweeps/t/report.json"])
+                                     "results/sweeps/t/report.json", "figures/sweeps/t/plotly.min.js"])
 def test_a_report_that_cannot_be_written_writes_nothing(tmp_path, blocked):
     """A file where a report folder goes, or a folder where a report file goes: refused before the first file
     (the results were written before the figures' folder failed)."""
@@ -485,7 +506,7 @@ def test_a_report_that_cannot_be_written_writes_nothing(tmp_path, blocked):
     _fake_results(spec, tmp_path / "o", {p.key: {"L0_z": 0.5} for p in spec.points})
     rep = report(spec, tmp_path / "o")
     target = tmp_path / "out" / blocked
-    if blocked.endswith((".html", ".json")):
+    if blocked.endswith((".html", ".json", ".js")):
         target.mkdir(parents=True)
     else:
         target.parent.mkdir(parents=True)

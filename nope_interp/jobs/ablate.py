@@ -85,8 +85,8 @@ from nope_interp.jobs.common import (
     with_protocol,
 )
 from nope_interp.model import evaluates
-from nope_interp.plotting import save_figure
-from nope_interp.stats import SeedStats, mean_std_ci
+from nope_interp.plotting import save_figure, with_plotlyjs
+from nope_interp.stats import SeedStats, fmt_mean_std, mean_std_ci
 from tasks import DEFAULT_WINDOW
 
 NAME = "ablate"
@@ -949,9 +949,8 @@ def _metric_words(metric: str) -> str:
 def _fmt(st: SeedStats) -> str:
     if st.mean != st.mean:  # NaN: not measured in some run (e.g. a rank the content part does not span)
         return "n/a"
-    if st.n_seeds < 2:
-        return f"{st.mean:.3f}"
-    return f"{st.mean:.3f} ± {st.std:.3f} [{st.ci95_low:.2f}, {st.ci95_high:.2f}]"
+    text = fmt_mean_std(st.mean, st.std, st.n_seeds)  # the mean alone for one run: no spread, no interval
+    return text if st.n_seeds < 2 else f"{text} [{st.ci95_low:.2f}, {st.ci95_high:.2f}]"
 
 
 def seed_markdown(summaries: Sequence[TaskSeedSummary], runs: Sequence[RunAblation] = ()) -> str:
@@ -1054,13 +1053,14 @@ def plot_seed_summary(summaries: Sequence[TaskSeedSummary]) -> go.Figure:
 
 
 def write(result: AblateResult, out_root: str | Path = ".") -> list[Path]:
-    """Write ``results/ablate/{ablate.json, ablate.csv, ablate_seeds.csv, ablate_seeds.md,
-    ablate_decomposition.csv}``, ``figures/ablate/ablations.html`` and (when some task has 2 or more runs)
-    ``ablations_seeds.html`` (else an older one is removed); returns the paths. Under a protocol other than
-    ``full`` every name ends in ``_<protocol_tag>`` (``ablate_authors.json``, ``ablations_seeds_window48.html``),
-    so the outputs of two protocols or window lengths never overwrite each other; every CSV row starts with
-    the inputs its model read (``protocol``, and ``window`` under the window protocol), and its ``run`` is the
-    model's directory as the JSON writes it (:func:`run_path`: absolute, for task and text runs alike)."""
+    """Write ``results/ablate/{ablate.json, ablate.csv, ablate_seeds.csv, ablate_seeds.md, ablate_decomposition.csv}``,
+    ``figures/ablate/ablations.html`` and (when some task has 2 or more runs) ``ablations_seeds.html`` (else an older
+    one is removed), with the ``plotly.min.js`` the figures load (:func:`~nope_interp.plotting.with_plotlyjs`); returns
+    the paths. Under a protocol other than ``full`` every name ends in ``_<protocol_tag>`` (``ablate_authors.json``,
+    ``ablations_seeds_window48.html``), so the outputs of two protocols or window lengths never overwrite each other;
+    every CSV row starts with the inputs its model read (``protocol``, and ``window`` under the window protocol), and
+    its ``run`` is the model's directory as the JSON writes it (:func:`run_path`: absolute, for task and text runs
+    alike)."""
     res_dir, fig_dir = io.job_dirs(out_root, NAME)
     window = result.config.window_used
     tag = protocol_tag(result.config.protocol, window)
@@ -1090,4 +1090,4 @@ def write(result: AblateResult, out_root: str | Path = ".") -> list[Path]:
         paths.append(save_figure(plot_seed_summary(multi), seeds_fig))
     else:
         seeds_fig.unlink(missing_ok=True)  # never leave a figure from an earlier call beside these results
-    return paths
+    return with_plotlyjs(paths)

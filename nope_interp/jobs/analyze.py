@@ -27,7 +27,13 @@ from nope_interp.config import FrozenConfig, check_choice, check_choices, check_
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names
 from nope_interp.jobs.common import Log, ModelEntry, emit, entry_tokens, progress, protocol_tag
-from nope_interp.plotting import plot_adjacency_by_layer, plot_cosine_heatmaps, plot_lag_profile, save_figure
+from nope_interp.plotting import (
+    plot_adjacency_by_layer,
+    plot_cosine_heatmaps,
+    plot_lag_profile,
+    save_figure,
+    with_plotlyjs,
+)
 from nope_interp.positional import layer_positional_types
 from tasks import DEFAULT_WINDOW
 
@@ -270,9 +276,10 @@ def plot_lags(scores: ModelScores) -> go.Figure:
 
 
 def write(result: AnalyzeResult, out_root: str | Path = ".") -> list[Path]:
-    """Write ``results/analyze/<label>/scores.json`` and
-    ``figures/analyze/<label>/{cosine,adjacency,lag_profile}.html`` for every model (no ``cosine.html`` for
-    inputs longer than :data:`~nope_interp.analysis.EXAMPLE_MAX_POS` tokens); returns the paths."""
+    """Write ``results/analyze/<label>/scores.json`` and ``figures/analyze/<label>/{cosine,adjacency,lag_profile}.html``
+    for every model (no ``cosine.html`` for inputs longer than :data:`~nope_interp.analysis.EXAMPLE_MAX_POS` tokens),
+    with the ``plotly.min.js`` the figures load (:func:`~nope_interp.plotting.with_plotlyjs`) in each model's folder;
+    returns the paths."""
     res_dir, fig_dir = io.job_dirs(out_root, NAME)
     paths = []
     for m in result.models:
@@ -281,4 +288,4 @@ def write(result: AnalyzeResult, out_root: str | Path = ".") -> list[Path]:
             paths.append(save_figure(plot_cosine(m), fig_dir / m.label / "cosine.html"))
         paths += [save_figure(plot_scores(m), fig_dir / m.label / "adjacency.html"),
                   save_figure(plot_lags(m), fig_dir / m.label / "lag_profile.html")]
-    return paths
+    return with_plotlyjs(paths)

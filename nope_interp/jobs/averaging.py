@@ -49,7 +49,7 @@ from nope_interp.jobs.common import (
     protocol_tag,
     with_protocol,
 )
-from nope_interp.plotting import save_figure
+from nope_interp.plotting import save_figure, with_plotlyjs
 from nope_interp.pretrained import available_pretrained, load_pretrained
 from tasks import DEFAULT_WINDOW
 
@@ -303,10 +303,10 @@ def plot_counterfactuals(result: AveragingResult) -> go.Figure:
 
 def write(result: AveragingResult, out_root: str | Path = ".") -> list[Path]:
     """Write ``results/averaging/averaging.{json,csv}``, ``figures/averaging/predicted_vs_observed_<task>_<label>.html``
-    for every causal model and ``figures/averaging/counterfactual_attention.html`` (when a trained model was
-    measured); returns the paths. Under a protocol other than ``full`` every name ends in
-    ``_<protocol_tag>`` (``averaging_authors.json``, ``averaging_window64.json``), so the outputs of two
-    protocols or window lengths never overwrite each other."""
+    for every causal model and ``figures/averaging/counterfactual_attention.html`` (when a trained model was measured),
+    with the ``plotly.min.js`` the figures load (:func:`~nope_interp.plotting.with_plotlyjs`); returns the paths. Under
+    a protocol other than ``full`` every name ends in ``_<protocol_tag>`` (``averaging_authors.json``,
+    ``averaging_window64.json``), so the outputs of two protocols or window lengths never overwrite each other."""
     res_dir, fig_dir = io.job_dirs(out_root, NAME)
     tag = protocol_tag(result.config.protocol, result.config.window)
     sfx = f"_{tag}" if tag else ""
@@ -321,4 +321,4 @@ def write(result: AveragingResult, out_root: str | Path = ".") -> list[Path]:
                                          fig_dir / f"predicted_vs_observed_{t.task}_{m.label}{sfx}.html"))
     if any(m.kind != "init" for t in result.tasks for m in t.models):
         paths.append(save_figure(plot_counterfactuals(result), fig_dir / f"counterfactual_attention{sfx}.html"))
-    return paths
+    return with_plotlyjs(paths)

@@ -13,7 +13,8 @@ The contract of a job module ``nope_interp/jobs/<job>.py`` (see the README, "Add
 * ``run(config, models=None, *, log=None) -> <Job>Result``: a frozen, typed result with ``to_dict()``;
   ``log`` receives one line per step, and progress bars are shown when ``log`` is given;
 * ``write(result, out_root) -> list[Path]``: files under ``results/<job>/`` and ``figures/<job>/``
-  (:func:`nope_interp.io.job_dirs`);
+  (:func:`nope_interp.io.job_dirs`); returns every file written (what the CLI prints under ``outputs:``), the
+  ``plotly.min.js`` beside the figures too: pass the paths through :func:`nope_interp.plotting.with_plotlyjs`;
 * plot functions that take the result, never a model.
 """
 

@@ -34,8 +34,8 @@ from nope_interp.evaluate import exact_match_on_inputs
 from nope_interp.jobs.common import Log, ModelEntry, draw_seed, emit, progress, protocol_window, shipped_entries
 from nope_interp.jobs.demo import CLAIMS, FIRST_ATTENTION_SITES, in_claimed_range
 from nope_interp.model import build_model
-from nope_interp.plotting import plot_adjacency_by_layer, save_figure
-from nope_interp.stats import fmt_fraction, mean_std_ci
+from nope_interp.plotting import plot_adjacency_by_layer, save_figure, with_plotlyjs
+from nope_interp.stats import fmt_fraction, fmt_mean_std, mean_std_ci
 from tasks import DEFAULT_WINDOW
 
 NAME = "compare"
@@ -335,8 +335,8 @@ def run(config: CompareConfig, models: list[ModelEntry] | None = None, *, log: L
 
 def _fmt(st: dict[str, Any]) -> str:
     """``mean ± std`` over seeds (a stats or verdict dict); the mean alone for one seed, whose spread is
-    undefined (not 0)."""
-    return f"{st['mean']:.3f}" if st.get("n_seeds") == 1 else f"{st['mean']:.3f} ± {st['std']:.3f}"
+    undefined (not 0): :func:`~nope_interp.stats.fmt_mean_std`."""
+    return fmt_mean_std(st["mean"], st["std"], st.get("n_seeds"))
 
 
 def render_markdown(result: dict[str, Any]) -> str:
@@ -555,13 +555,14 @@ def plot_site_summary(result: CompareResult, protocol: str = "full", site: str =
 
 
 def write(result: CompareResult, out_root: str | Path = ".") -> list[Path]:
-    """Write ``results/compare/compare.{json,md,csv}``, ``figures/compare/compare_<protocol>.html`` (every
-    site, a panel per group) and ``figures/compare/compare_l0_z_<protocol>.html`` (:func:`plot_site_summary`)."""
+    """Write ``results/compare/compare.{json,md,csv}``, ``figures/compare/compare_<protocol>.html`` (every site, a panel
+    per group) and ``figures/compare/compare_l0_z_<protocol>.html`` (:func:`plot_site_summary`), with the
+    ``plotly.min.js`` the figures load (:func:`~nope_interp.plotting.with_plotlyjs`); returns the paths."""
     res_dir, fig_dir = io.job_dirs(out_root, NAME)
     figures = [save_figure(plot_compare(result, p), fig_dir / f"compare_{p}.html") for p in result.config.protocols]
     figures += [save_figure(plot_site_summary(result, p), fig_dir / f"compare_l0_z_{p}.html")
                 for p in result.config.protocols]
     data = {**result.to_dict(), "figures": [str(p) for p in figures]}
-    return [io.write_json(res_dir / "compare.json", data),
-            io.atomic_write_text(res_dir / "compare.md", render_markdown(data)),
-            io.atomic_write_text(res_dir / "compare.csv", io.to_csv(csv_rows(result))), *figures]
+    return with_plotlyjs([io.write_json(res_dir / "compare.json", data),
+                          io.atomic_write_text(res_dir / "compare.md", render_markdown(data)),
+                          io.atomic_write_text(res_dir / "compare.csv", io.to_csv(csv_rows(result))), *figures])

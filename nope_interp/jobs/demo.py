@@ -44,7 +44,7 @@ from nope_interp.jobs.common import (
     protocol_window,
 )
 from nope_interp.model import build_model
-from nope_interp.plotting import plot_adjacency_by_layer, plot_cosine_heatmaps, save_figure
+from nope_interp.plotting import plot_adjacency_by_layer, plot_cosine_heatmaps, save_figure, with_plotlyjs
 from nope_interp.pretrained import available_pretrained, load_pretrained, load_run
 from nope_interp.stats import fmt_fraction
 from nope_interp.train import resolve_device, train
@@ -453,8 +453,9 @@ def render_summary(summary: dict[str, Any]) -> str:
 
 def write(result: DemoResult, out_root: str | Path = ".") -> list[Path]:
     """Write ``figures/demo/`` (cosine heatmaps per task and model, the adjacency-by-layer chart) and
-    ``results/demo/summary.{json,md}``; returns the paths. ``figures/demo/`` belongs to the demo: heatmaps
-    of an earlier run are removed so that the folder matches the summary."""
+    ``results/demo/summary.{json,md}``, with the ``plotly.min.js`` the figures load
+    (:func:`~nope_interp.plotting.with_plotlyjs`); returns the paths. ``figures/demo/`` belongs to the demo: heatmaps of
+    an earlier run are removed so that the folder matches the summary."""
     res_dir, fig_dir = io.job_dirs(out_root, NAME)
     for old in fig_dir.glob("cosine_*.html") if fig_dir.is_dir() else []:
         old.unlink()
@@ -462,5 +463,5 @@ def write(result: DemoResult, out_root: str | Path = ".") -> list[Path]:
                for t in result.tasks for kind in MODEL_KINDS]
     figures.append(save_figure(plot_adjacency(result), fig_dir / "adjacency_by_layer.html"))
     summary = result.to_dict([str(p) for p in figures])
-    return [io.write_json(res_dir / "summary.json", summary),
-            io.atomic_write_text(res_dir / "summary.md", render_summary(summary)), *figures]
+    return with_plotlyjs([io.write_json(res_dir / "summary.json", summary),
+                          io.atomic_write_text(res_dir / "summary.md", render_summary(summary)), *figures])

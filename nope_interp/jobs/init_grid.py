@@ -48,9 +48,9 @@ from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import hook_name
 from nope_interp.jobs.common import Log, ModelEntry, emit, progress
 from nope_interp.model import build_model, check_model_fits
-from nope_interp.plotting import ensure_plotlyjs, save_figure
+from nope_interp.plotting import save_figure, with_plotlyjs
 from nope_interp.similarity import adjacency_score_of_activations
-from nope_interp.stats import SeedStats, mean_std_ci
+from nope_interp.stats import SeedStats, fmt_mean_std, mean_std_ci
 
 NAME = "init-grid"
 HELP = "adjacency score over init mean x std and depth x width (no training)"
@@ -410,10 +410,10 @@ def run(config: InitGridConfig, models: list[ModelEntry] | None = None, *, log: 
 
 
 def fmt_seed_stats(st: SeedStats, digits: int = 2) -> str:
-    """``mean±std`` over seeds with ``digits`` decimals; the mean alone for one seed, whose spread is undefined
-    (``mean_std_ci`` gives 0.0 for it), as ``compare``'s tables show it (before 2026-12-03 one seed read
-    ``±0.00``)."""
-    return f"{st.mean:.{digits}f}" if st.n_seeds == 1 else f"{st.mean:.{digits}f}±{st.std:.{digits}f}"
+    """``mean±std`` over seeds with ``digits`` decimals (no spaces: a heatmap cell); the mean alone for one seed,
+    whose spread is undefined (``mean_std_ci`` gives 0.0 for it): :func:`~nope_interp.stats.fmt_mean_std`, as
+    ``compare``'s tables show it (before 2026-12-03 one seed read ``±0.00``)."""
+    return fmt_mean_std(st.mean, st.std, st.n_seeds, digits, sep="±")
 
 
 def plot_grid(result: InitGridResult, grid: str, site: str = hook_name("z", 0)) -> go.Figure:
@@ -470,7 +470,7 @@ def write(result: InitGridResult, out_root: str | Path = ".") -> list[Path]:
     """Write ``results/init_grid/init_grid.json`` (:meth:`InitGridResult.to_dict`), ``init_grid.csv`` (the
     rows), ``init_grid_summary.csv`` (the summary) and ``figures/init_grid/``: a heatmap of each grid at
     ``blocks.0.attn.hook_z`` and ``blocks.0.hook_resid_post``, ``entropy_vs_score.html`` and the ``plotly.min.js``
-    the figures load (:func:`~nope_interp.plotting.save_figure`). Returns every path written, that file last.
+    the figures load (:func:`~nope_interp.plotting.with_plotlyjs`). Returns every path written, that file last.
 
     Raises:
         NopeInterpError: a grid with no rows.
@@ -484,5 +484,4 @@ def write(result: InitGridResult, out_root: str | Path = ".") -> list[Path]:
         for site, label in FIGURE_SITES.items():
             paths.append(save_figure(plot_grid(result, grid, site), fig_dir / f"{grid}_grid_{label}.html"))
     paths.append(save_figure(plot_entropy_vs_score(result), fig_dir / "entropy_vs_score.html"))
-    paths.append(ensure_plotlyjs(fig_dir))  # written by save_figure beside the figures; checked once, not again
-    return paths
+    return with_plotlyjs(paths)

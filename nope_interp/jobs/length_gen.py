@@ -32,7 +32,7 @@ from nope_interp.evaluate import exact_match_accuracy
 from nope_interp.hooks import ACTIVATION_POINTS, short_label
 from nope_interp.jobs.common import Log, ModelEntry, emit, eval_prefix, progress, shipped_entries
 from nope_interp.model import with_context
-from nope_interp.plotting import line_colours, save_figure
+from nope_interp.plotting import line_colours, save_figure, with_plotlyjs
 
 NAME = "length-gen"
 HELP = "accuracy and adjacency score by operand length, shorter and longer than trained"
@@ -296,13 +296,14 @@ def plot_length_gen(result: LengthGenResult) -> go.Figure:
 
 
 def write(result: LengthGenResult, out_root: str | Path = ".") -> list[Path]:
-    """Write ``results/length_gen/{length_gen.json, length_gen.csv}`` and ``figures/length_gen/length_gen.html``."""
+    """Write ``results/length_gen/{length_gen.json, length_gen.csv}`` and ``figures/length_gen/length_gen.html``, with
+    the ``plotly.min.js`` the figures load (:func:`~nope_interp.plotting.with_plotlyjs`); returns the paths."""
     res_dir, fig_dir = io.job_dirs(out_root, NAME.replace("-", "_"))
     flat = [{"model": r.model, "task": r.task, "n_digits": r.n_digits, "trained_n_digits": r.trained_n_digits,
              "prompt_len": r.prompt_len, "eval_prefix": r.eval_prefix.encode("unicode_escape").decode("ascii"),
              "n_examples": r.n_examples, "exact_match": r.exact_match, "site": site,
              "score_row_mean": s["row_mean"]["mean"], "score_std": s["row_mean"]["std"],
              "recency_gap": s["recency_gap"]["mean"]} for r in result.rows for site, s in r.scores.items()]
-    return [io.write_json(res_dir / "length_gen.json", result.to_dict()),
-            io.atomic_write_text(res_dir / "length_gen.csv", io.to_csv(flat)),
-            save_figure(plot_length_gen(result), fig_dir / "length_gen.html")]
+    return with_plotlyjs([io.write_json(res_dir / "length_gen.json", result.to_dict()),
+                          io.atomic_write_text(res_dir / "length_gen.csv", io.to_csv(flat)),
+                          save_figure(plot_length_gen(result), fig_dir / "length_gen.html")])

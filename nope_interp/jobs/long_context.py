@@ -48,10 +48,10 @@ from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, short_label
 from nope_interp.jobs.common import Log, ModelEntry, emit, entry_from_init, progress, random_tokens
 from nope_interp.model import with_context
-from nope_interp.plotting import line_colours, save_figure
+from nope_interp.plotting import line_colours, save_figure, with_plotlyjs
 from nope_interp.positional import layer_positional_types
 from nope_interp.similarity import sliding_window_lag_profile, uniform_causal_lag_profile
-from nope_interp.stats import mean_std_ci
+from nope_interp.stats import fmt_mean_std, mean_std_ci
 
 NAME = "long-context"
 HELP = "adjacency score and lag profile against sequence length (random tokens and task text)"
@@ -480,7 +480,8 @@ def plot_lag_profiles(result: LongContextResult, site: str | None = None, kind: 
 
 
 def plot_grid(result: LongContextResult, site: str | None = None, kind: str | None = None) -> go.Figure:
-    """Normalisation x attention heatmap of the score (mean over seeds) at one site and the longest length.
+    """Normalisation x attention heatmap of the score (mean over seeds) at one site and the longest length; each
+    cell reads mean ± std over seeds, the mean alone for one seed (:func:`~nope_interp.stats.fmt_mean_std`).
 
     Raises:
         NopeInterpError: the result has no rows of the default grid (given models only).
@@ -493,7 +494,7 @@ def plot_grid(result: LongContextResult, site: str | None = None, kind: str | No
     n = max(r.n for r in grid_rows)
     norms = list(dict.fromkeys(r.arch["normalization"] for r in grid_rows))
     attns = list(dict.fromkeys(r.arch["attention"] for r in grid_rows))
-    z, text = [], []
+    z, text, seeds = [], [], set()
     for norm in norms:
         zr, tr = [], []
         for attn in attns:
@@ -501,18 +502,21 @@ def plot_grid(result: LongContextResult, site: str | None = None, kind: str | No
                     if r.n == n and r.input == kind and r.arch["normalization"] == norm and r.arch["attention"] == attn]
             s = mean_std_ci(vals) if vals else None
             zr.append(None if s is None else s.mean)
-            tr.append("" if s is None else f"{s.mean:.3f} ± {s.std:.3f}")
+            tr.append("" if s is None else fmt_mean_std(s.mean, s.std, s.n_seeds))  # mean alone: one seed
+            seeds.add(None if s is None else s.n_seeds)
         z.append(zr)
         text.append(tr)
     fig = go.Figure(go.Heatmap(z=z, x=attns, y=norms, text=text, texttemplate="%{text}", zmin=0, zmax=1,
                                colorscale="Viridis", colorbar={"title": "score"}))
-    fig.update_layout(title=f"Adjacency score at {site}, n = {n}, {kind} inputs (mean ± std over seeds)",
+    spread = "one seed" if seeds - {None} == {1} else "mean ± std over seeds"
+    fig.update_layout(title=f"Adjacency score at {site}, n = {n}, {kind} inputs ({spread})",
                       xaxis_title="attention", yaxis_title="normalisation", height=480, width=720)
     return fig
 
 
 def write(result: LongContextResult, out_root: str | Path = ".") -> list[Path]:
-    """Write the result JSON, the row and summary CSVs and the figures; returns the paths."""
+    """Write the result JSON, the row and summary CSVs and the figures, with the ``plotly.min.js`` the figures load
+    (:func:`~nope_interp.plotting.with_plotlyjs`); returns the paths."""
     res_dir, fig_dir = io.job_dirs(out_root, NAME.replace("-", "_"))
     flat = []
     for r in result.rows:
@@ -536,4 +540,4 @@ def write(result: LongContextResult, out_root: str | Path = ".") -> list[Path]:
                   save_figure(plot_lag_profiles(result, kind=kind), fig_dir / f"lag_profile_{kind}.html")]
         if any(r.seed is not None for r in result.rows):
             paths.append(save_figure(plot_grid(result, kind=kind), fig_dir / f"grid_{kind}.html"))
-    return paths
+    return with_plotlyjs(paths)

@@ -59,7 +59,7 @@ from nope_interp.jobs.common import (
     shipped_entries,
     with_protocol,
 )
-from nope_interp.plotting import save_figure
+from nope_interp.plotting import save_figure, with_plotlyjs
 from nope_interp.probing import (
     FEATURES,
     NOISE_MAX_NRMSE,
@@ -434,10 +434,11 @@ def plot_probe_nrmse(result: ProbeResult, probe: str = "mlp") -> go.Figure:
 
 
 def write(result: ProbeResult, out_root: str | Path = ".") -> list[Path]:
-    """Write ``results/probe/probe.json``, ``results/probe/probe.csv`` and
-    ``figures/probe/nrmse_by_site_<probe>.html`` for every probe kind; returns the paths. Under a protocol
-    other than ``full`` every name ends in ``_<protocol_tag>`` (``probe_authors.json``, ``probe_window64.json``),
-    so the outputs of two protocols or window lengths never overwrite each other."""
+    """Write ``results/probe/probe.json``, ``results/probe/probe.csv`` and ``figures/probe/nrmse_by_site_<probe>.html``
+    for every probe kind, with the ``plotly.min.js`` the figures load (:func:`~nope_interp.plotting.with_plotlyjs`);
+    returns the paths. Under a protocol other than ``full`` every name ends in ``_<protocol_tag>``
+    (``probe_authors.json``, ``probe_window64.json``), so the outputs of two protocols or window lengths never overwrite
+    each other."""
     res_dir, fig_dir = io.job_dirs(out_root, NAME)
     tag = protocol_tag(result.config.protocol, result.config.window)
     sfx = f"_{tag}" if tag else ""
@@ -447,4 +448,4 @@ def write(result: ProbeResult, out_root: str | Path = ".") -> list[Path]:
              io.atomic_write_text(res_dir / f"probe{sfx}.csv", io.to_csv(rows))]
     for probe in result.probes:
         paths.append(save_figure(plot_probe_nrmse(result, probe), fig_dir / f"nrmse_by_site_{probe}{sfx}.html"))
-    return paths
+    return with_plotlyjs(paths)

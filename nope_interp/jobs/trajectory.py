@@ -33,7 +33,7 @@ from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, short_label
 from nope_interp.jobs.common import Log, ModelEntry, draw_seed, emit, progress, protocol_tag, with_protocol
 from nope_interp.model import build_model, load_state
-from nope_interp.plotting import LINE_COLOURS, line_colours, save_figure
+from nope_interp.plotting import LINE_COLOURS, line_colours, save_figure, with_plotlyjs
 from nope_interp.pretrained import check_settings_stamp
 from nope_interp.train import kept_steps
 from tasks import DEFAULT_WINDOW
@@ -401,10 +401,11 @@ def plot_site_by_objective(runs: list[RunTrajectory] | tuple[RunTrajectory, ...]
 
 
 def write(result: TrajectoryResult, out_root: str | Path = ".") -> list[Path]:
-    """Write ``results/trajectory/<run>.json`` and ``.csv`` and ``figures/trajectory/<run>.html``; with more
-    than one run also ``figures/trajectory/compare_<site>.html`` (:func:`plot_site_by_objective`) for layer 0's
-    ``hook_z``, when every run has it. Under a protocol other than ``full`` every name ends in
-    ``_<protocol_tag>`` (``<run>_authors.json``), so the outputs of two protocols never overwrite each other."""
+    """Write ``results/trajectory/<run>.json`` and ``.csv`` and ``figures/trajectory/<run>.html``; with more than one
+    run also ``figures/trajectory/compare_<site>.html`` (:func:`plot_site_by_objective`) for layer 0's ``hook_z``, when
+    every run has it; also the ``plotly.min.js`` the figures load (:func:`~nope_interp.plotting.with_plotlyjs`). Under a
+    protocol other than ``full`` every name ends in ``_<protocol_tag>`` (``<run>_authors.json``), so the outputs of two
+    protocols never overwrite each other."""
     res_dir, fig_dir = io.job_dirs(out_root, NAME)
     tag = protocol_tag(result.config.protocol, result.config.window)
     sfx = f"_{tag}" if tag else ""
@@ -418,4 +419,4 @@ def write(result: TrajectoryResult, out_root: str | Path = ".") -> list[Path]:
     site = "blocks.0.attn.hook_z"
     if len(result.runs) > 1 and all(site in r.scores for r in result.runs):
         paths.append(save_figure(plot_site_by_objective(result.runs, site), fig_dir / f"compare_{site}{sfx}.html"))
-    return paths
+    return with_plotlyjs(paths)
