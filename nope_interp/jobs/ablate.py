@@ -961,9 +961,9 @@ def seed_markdown(summaries: Sequence[TaskSeedSummary], runs: Sequence[RunAblati
     in some run) is written ``n/a``."""
     lines = ["# Ablations over seeds", "",
              "mean ± sample std [95% Student-t CI of the mean] over the runs of each task (with one run the "
-             "std is written as 0.0 and the CI as nan: one value has no spread to estimate); accuracy lost = clean "
-             "exact match - ablated exact match (for a train-text language model, task text-*, next-character "
-             "accuracy instead of exact match).", ""]
+             "mean alone: one value has no spread to estimate; the JSON keeps std 0.0 and CI nan); accuracy "
+             "lost = clean exact match - ablated exact match (for a train-text language model, task text-*, "
+             "next-character accuracy instead of exact match).", ""]
     for e in summaries:
         n = e.n_seeds
         metric = "next-character accuracy" if e.task.startswith("text-") else "exact match"
