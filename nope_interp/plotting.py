@@ -190,10 +190,13 @@ def plot_adjacency_by_layer(
     for r, task in enumerate(task_names, start=1):
         for model_label, sites in results[task].items():
             names = list(sites)
+            stds = [None if math.isnan(sites[s]["std"]) else sites[s]["std"] for s in names]  # NaN: no bar
+            hover = [f"{s}<br>{sites[s]['mean']:.3f}" + ("" if sd is None else f" ± {sd:.3f}")
+                     for s, sd in zip(names, stds, strict=True)]
             fig.add_trace(go.Scatter(
                 x=[short_label(s) for s in names], y=[sites[s]["mean"] for s in names], mode="lines+markers",
-                customdata=names, hovertemplate="%{customdata}<br>%{y:.3f} ± %{error_y.array:.3f}",
-                error_y={"type": "data", "array": [sites[s]["std"] for s in names], "visible": True},
+                customdata=hover, hovertemplate="%{customdata}<extra></extra>",
+                error_y={"type": "data", "array": stds, "visible": True},
                 name=model_label, legendgroup=model_label, showlegend=model_label not in shown,
                 line={"color": colour[model_label]},
             ), row=r, col=1)

@@ -36,6 +36,24 @@ class SeedStats:
         return asdict(self)
 
 
+def error_bar(stats: SeedStats, half: str = "std") -> float | None:
+    """The error bar to draw for ``stats`` (a :class:`SeedStats`): its ``std`` (``half="std"``) or the upper half
+    of its 95% CI (``half="ci"``), in the values' unit; None (plotly draws no bar) for one value, whose spread is
+    undefined: a bar of 0 would read as a measured certainty.
+
+    Raises:
+        NopeInterpError: ``stats`` not a :class:`SeedStats`; ``half`` not ``"std"`` or ``"ci"``.
+    """
+    if not isinstance(stats, SeedStats):
+        raise NopeInterpError(f"error_bar: stats must be a SeedStats, got {type(stats).__name__}")
+    if half not in ("std", "ci"):
+        raise NopeInterpError(f"error_bar: half must be 'std' or 'ci', got {half!r}")
+    if stats.n_seeds < 2:
+        return None
+    value = stats.std if half == "std" else stats.ci95_high - stats.mean
+    return None if math.isnan(value) else value
+
+
 def mean_std_ci(values: Sequence[float]) -> SeedStats:
     """Mean, sample std and the 95% Student-t confidence interval of the mean of ``values``.
 

@@ -1147,7 +1147,7 @@ def plot_metric_vs_axis(rep: SweepReport, axis: str) -> Any:
     one trace per metric (click the legend to show one). Returns a plotly Figure."""
     import plotly.graph_objects as go
 
-    from nope_interp.stats import mean_std_ci
+    from nope_interp.stats import error_bar, mean_std_ci
 
     values = list(dict.fromkeys(json.dumps(r.get(axis), sort_keys=True) for r in rep.points))
     fig = go.Figure()
@@ -1158,7 +1158,7 @@ def plot_metric_vs_axis(rep: SweepReport, axis: str) -> Any:
                     if json.dumps(r.get(axis), sort_keys=True) == v and _is_finite_number(r.get(m))]
             st = mean_std_ci(vals) if vals else None
             ys.append(None if st is None else st.mean)
-            errs.append(None if st is None else st.std)
+            errs.append(None if st is None else error_bar(st))  # one value: no bar
         fig.add_trace(go.Scatter(x=[json.loads(v) if not v.startswith(("[", "{")) else v for v in values], y=ys,
                                  mode="lines+markers", name=m, error_y={"type": "data", "array": errs},
                                  visible=True if i < 4 and m not in ("seconds", "peak_mib") else "legendonly"))

@@ -168,7 +168,13 @@ def test_figure_has_a_panel_per_recipe_and_one_legend_for_all(tiny_runs):
     assert {t.name for t in fig.data} == {"initialised (step 0)", "trained"}
     # each panel's trained line is its own group's mean, in site order
     for g, trace in zip(result.groups, [t for t in fig.data if t.name == "trained"], strict=True):
-        assert list(trace.y) == [g.stats["full"]["trained"][s]["mean"] for s in trace.customdata]
+        stats = g.stats["full"]["trained"]
+        assert list(trace.y) == [st["mean"] for st in stats.values()]
+        assert [c.split("<br>")[0] for c in trace.customdata] == list(stats)
+        # a one-seed group's spread is undefined: no error bars (before: bars of 0 over "one seed")
+        want = [None] * len(stats) if len(g.seeds) == 1 else [st["std"] for st in stats.values()]
+        assert list(trace.error_y.array) == want
+    assert {len(g.seeds) for g in result.groups} == {1, 2}   # both kinds of panel checked
 
 
 def test_reading_names_the_interventions_that_lift_the_score():

@@ -323,6 +323,8 @@ def test_figure_of_one_hybrid_model_keeps_types_in_the_titles():
                                                                      max_lag=2), rows=rows, wall_time_s=0.0))
     assert [ann.text for ann in fig.layout.annotations] == ["L0 z (RoPE)", "L1 z (NoPE)"]
     assert [t.name for t in fig.data] == ["hybrid", "hybrid"]
+    # one seed per length: no error bars (before: bars of 0, a certainty nobody measured)
+    assert all(list(t.error_y.array) == [None, None] for t in fig.data)
 
 
 def test_up_to_24_models_get_distinct_line_colours():

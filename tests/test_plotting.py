@@ -39,6 +39,12 @@ def test_adjacency_by_layer_panels_and_error_bars():
     assert len(fig.data) == 3
     assert list(fig.data[0].y) == [0.5, 0.95] and list(fig.data[0].error_y.array) == [0.1, 0.02]
     assert [a.text for a in fig.layout.annotations if a.text in ("addition", "reversal")] == ["addition", "reversal"]
+    assert list(fig.data[0].customdata) == ["hook_embed<br>0.500 ± 0.100", "blocks.0.attn.hook_z<br>0.950 ± 0.020"]
+    # an undefined spread (NaN, e.g. one seed) has no error bar and no "± 0", not a bar of 0
+    one = {"hook_embed": {"mean": 0.5, "std": float("nan")}, "blocks.0.attn.hook_z": {"mean": 0.95, "std": 0.02}}
+    fig = plot_adjacency_by_layer({"addition": {"trained": one}})
+    assert list(fig.data[0].error_y.array) == [None, 0.02]
+    assert list(fig.data[0].customdata) == ["hook_embed<br>0.500", "blocks.0.attn.hook_z<br>0.950 ± 0.020"]
 
 
 def test_lag_profile_panels_per_kind_lines_per_layer_and_the_idealised_curve():

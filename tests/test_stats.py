@@ -184,3 +184,23 @@ def test_fmt_mean_std_shows_the_mean_alone_when_the_spread_is_undefined():
                         ((0.5, 0.1, 2, 2.0), "digits")]:
         with pytest.raises(NopeInterpError, match=match):
             fmt_mean_std(*args)
+
+
+def test_error_bar_is_none_for_one_value_and_the_std_or_ci_half_otherwise():
+    import math
+
+    import pytest
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.stats import error_bar, mean_std_ci
+
+    assert error_bar(mean_std_ci([0.5])) is None and error_bar(mean_std_ci([0.5]), "ci") is None
+    two = mean_std_ci([0.4, 0.6])
+    assert error_bar(two) == pytest.approx(math.sqrt(0.02))   # sample std of 0.4, 0.6
+    assert error_bar(two, "ci") == pytest.approx(12.706204736 * math.sqrt(0.02) / math.sqrt(2), rel=1e-6)
+    for bad in ((0.5, 0.1), None):
+        with pytest.raises(NopeInterpError, match="stats must be a SeedStats"):
+            unhooked(error_bar)(bad)
+    with pytest.raises(NopeInterpError, match="half must be 'std' or 'ci'"):
+        error_bar(two, "sem")

@@ -86,7 +86,7 @@ from nope_interp.jobs.common import (
 )
 from nope_interp.model import evaluates
 from nope_interp.plotting import save_figure, with_plotlyjs
-from nope_interp.stats import SeedStats, fmt_mean_std, mean_std_ci
+from nope_interp.stats import SeedStats, error_bar, fmt_mean_std, mean_std_ci
 from tasks import DEFAULT_WINDOW
 
 NAME = "ablate"
@@ -1014,8 +1014,7 @@ def plot_seed_summary(summaries: Sequence[TaskSeedSummary]) -> go.Figure:
     shown: set[str] = set()
 
     def bar(x: list[str], st: list[SeedStats], name: str, color: str, half: str, row: int, col: int) -> None:
-        err = [(s.ci95_high - s.mean) if half == "ci" else s.std for s in st]
-        err = [0.0 if e != e else e for e in err]  # one seed: no interval
+        err = [error_bar(s, half) for s in st]  # one seed: no bar
         fig.add_trace(go.Bar(x=x, y=[s.mean for s in st], name=name, legendgroup=name,
                              showlegend=name not in shown, marker_color=color,
                              error_y={"type": "data", "array": err, "visible": True}), row=row, col=col)
@@ -1034,7 +1033,8 @@ def plot_seed_summary(summaries: Sequence[TaskSeedSummary]) -> go.Figure:
             fig.add_trace(go.Scatter(x=ranks, y=[s.mean for s in st], mode="lines+markers", name=name,
                                      legendgroup=which, showlegend=name not in shown,
                                      line={"color": color, "dash": dash},
-                                     error_y={"type": "data", "array": [s.std for s in st], "visible": True}),
+                                     error_y={"type": "data", "array": [error_bar(s) for s in st],
+                                              "visible": True}),
                           row=i, col=2)
             shown.add(name)
         for key in DECOMPOSITION_KEYS if e.decomposition else ():

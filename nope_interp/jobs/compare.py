@@ -16,6 +16,7 @@ the claimed range. Writes ``results/compare/compare.{json,md,csv}`` and ``figure
 """
 
 import json
+import math
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -482,15 +483,20 @@ def csv_rows(result: CompareResult) -> list[dict[str, Any]]:
 def plot_compare(result: CompareResult, protocol: str = "full") -> go.Figure:
     """Adjacency score by site, mean ± std over seeds: a panel per (task, recipe), titled with the recipe
     and the number of seeds, and one line per model (initialised = step 0, trained), so the legend holds
-    for every panel.
+    for every panel; a one-seed panel has no error bars (its spread is undefined).
 
     Raises:
         NopeInterpError: ``protocol`` was not measured.
     """
     if protocol not in result.config.protocols:
         raise NopeInterpError(f"protocol {protocol!r} was not measured; measured: {', '.join(result.config.protocols)}")
+    def by_site(stats: dict[str, dict[str, float]], n: int) -> dict[str, dict[str, float]]:
+        # one seed: the spread is undefined, drawn without an error bar (not as a bar of 0)
+        return stats if n > 1 else {site: {**st, "std": math.nan} for site, st in stats.items()}
+
     panels = {f"{g.task}: {g.recipe} ({len(g.seeds)} seed{'s' if len(g.seeds) != 1 else ''})":
-              {("initialised (step 0)" if k == "initialised" else k): g.stats[protocol][k] for k in KINDS}
+              {("initialised (step 0)" if k == "initialised" else k): by_site(g.stats[protocol][k], len(g.seeds))
+               for k in KINDS}
               for g in result.groups}
     return plot_adjacency_by_layer(panels, f"Adjacency score by site over seeds ({protocol} inputs): "
                                            "initialised (step 0) vs trained, mean ± std over seeds")

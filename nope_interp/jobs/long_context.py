@@ -51,7 +51,7 @@ from nope_interp.model import with_context
 from nope_interp.plotting import line_colours, save_figure, with_plotlyjs
 from nope_interp.positional import layer_positional_types
 from nope_interp.similarity import sliding_window_lag_profile, uniform_causal_lag_profile
-from nope_interp.stats import fmt_mean_std, mean_std_ci
+from nope_interp.stats import error_bar, fmt_mean_std, mean_std_ci
 
 NAME = "long-context"
 HELP = "adjacency score and lag profile against sequence length (random tokens and task text)"
@@ -372,7 +372,7 @@ def _metric_vs_n(result: LongContextResult, metric: str, kind: str, title: str, 
                 x=ns, y=[s.mean for s in stats], mode="lines+markers", name=name, legendgroup=cfg,
                 showlegend=not any(t.legendgroup == cfg for t in fig.data),
                 line={"color": colour, "dash": "dot" if "sliding" in cfg else "solid"},
-                error_y={"type": "data", "array": [s.std for s in stats], "visible": True},
+                error_y={"type": "data", "array": [error_bar(s) for s in stats], "visible": True},
                 hovertemplate=f"{cfg}<br>{where}<br>n=%{{x}}<br>{y_title} %{{y:.3f}}<extra></extra>"),
                 row=si // cols + 1, col=si % cols + 1)
     fig.update_xaxes(type="log", title_text="sequence length n (tokens)")
