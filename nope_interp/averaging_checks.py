@@ -171,7 +171,8 @@ class CounterfactualReport:
         eval_prefix: the text read before every evaluation example's prompt for exact match (``"\\n"`` for a
             model trained on packed windows).
         n_eval: the evaluation examples each exact match is over (None when none was measured).
-        pattern_seed: the seed of the random replacement patterns (``random_matched``).
+        pattern_seed: the seed of the random replacement patterns; None when no random kind
+            (``random_matched``) was measured.
     """
 
     task: str
@@ -347,14 +348,16 @@ def counterfactual_report(
             that does not apply to the layer's attention (:func:`~nope_interp.interventions.pattern_kind_unsupported`:
             ``uniform`` or ``random_matched`` on bidirectional or sliding-window attention); a
             model that cannot read the task's inputs (:func:`nope_interp.model.check_model_for_task`); an
-            unknown protocol or a bad ``window``; ``prefix`` not a string; ``pattern_seed`` not None nor an
-            integer in [0, 2**63).
+            unknown protocol or a bad ``window``; ``prefix`` not a string; ``seed`` not an integer in
+            [0, 2**63), ``pattern_seed`` not None nor one.
     """
     check_model_for_task(model, task, None, "counterfactual_report")  # n_ctx: checked for the protocol's inputs
     if not isinstance(prefix, str):
         raise NopeInterpError(f"counterfactual_report: prefix must be a string, got {type(prefix).__name__}")
+    check_int("seed", seed, 0, 2**63 - 1)
+    if pattern_seed is not None:
+        check_int("pattern_seed", pattern_seed, 0, 2**63 - 1)
     pattern_seed = seed if pattern_seed is None else pattern_seed
-    check_int("pattern_seed", pattern_seed, 0, 2**63 - 1)
     for kind in kinds:  # before any work: a causal replacement on a bidirectional or sliding-window layer
         why = pattern_kind_unsupported(model, layer, kind) if kind in PATTERN_KINDS else None
         if why is not None:
@@ -374,7 +377,7 @@ def counterfactual_report(
     return CounterfactualReport(task=task.name, layer=layer, n_prompts=n_prompts, conditions=tuple(conditions),
                                 protocol=protocol, eval_prefix=prefix,
                                 n_eval=None if eval_examples is None else len(eval_examples),
-                                pattern_seed=pattern_seed)
+                                pattern_seed=pattern_seed if "random_matched" in kinds else None)
 
 
 @evaluates

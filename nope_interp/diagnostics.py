@@ -410,8 +410,8 @@ def diagnose(model: HookedTransformer, task: tasks_pkg.Task, tokens: Int[Tensor,
     :func:`layer0_interventions` applies (causal attention without a sliding window),
     ``l0_z_score_<intervention>`` for each of :data:`INTERVENTIONS` (content = the digits). Measured in eval
     mode (the model's mode is restored after). ``seed``: the seed of the interventions' random draws
-    (:func:`layer0_interventions`), an integer in [0, 2**63); jobs give each model its own
-    (:func:`nope_interp.jobs.common.draw_seed`).
+    (:func:`layer0_interventions`), an integer in [0, 2**63); jobs seed it by the model's label
+    (:func:`nope_interp.jobs.common.draw_seed`; paired models share one).
 
     ``tokens`` must be prompts of ``task`` (``task.analysis_tokens(n)``): the delimiter measurements
     (:func:`value_geometry`) come from the task's prompts, the others from ``tokens``, and the two must

@@ -110,6 +110,10 @@ def test_the_random_replacement_follows_pattern_seed_and_the_prompts_follow_seed
     for bad in (-1, 2**63, 1.5, True, "7"):
         with pytest.raises(NopeInterpError, match="pattern_seed"):
             unhooked(checks.counterfactual_report)(tiny_model, addition_task, n_prompts=4, pattern_seed=bad)
+        with pytest.raises(NopeInterpError, match="^seed must be"):   # the argument given, not pattern_seed
+            unhooked(checks.counterfactual_report)(tiny_model, addition_task, n_prompts=4, seed=bad)
+    # nothing random measured: no seed claimed
+    assert checks.counterfactual_report(tiny_model, addition_task, n_prompts=4, kinds=("uniform",)).pattern_seed is None
 
 
 @pytest.mark.parametrize("prefix", ["", "\n", "\n\n"])

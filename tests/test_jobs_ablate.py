@@ -826,3 +826,19 @@ def test_rank_is_written_only_when_a_project_out_kind_ran(AJ, tiny_ablation, mix
     assert AJ.AblateConfig(rank=2, kinds=("project_out_random",)).rank_used == 2
     assert AJ.AblateConfig(rank=2, kinds=("project_out_content", "shuffle_vectors")).rank_used == 2
     assert AJ.AblateConfig(rank=2, kinds=("shuffle_positional", "mean_positional", "swap_prompts")).rank_used is None
+
+
+def test_a_bad_draw_seed_is_refused_before_any_work(AJ, tiny_addition_entry, monkeypatch):
+    """ablate_model(seed=) went straight into torch.Generator: bool/str/float/huge gave raw torch errors and -1
+    was written to ablate.json as a seed."""
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+
+    called = []
+    monkeypatch.setattr(AJ, "_task_inputs", lambda *a, **k: called.append(1))
+    cfg = AJ.AblateConfig(layers=(1,), kinds=("shuffle_positional",), n_eval=4, n_mu=8, n_analysis=2)
+    for bad in (True, "5", 5.0, 2**64, -1):
+        with pytest.raises(NopeInterpError, match="seed must be an integer"):
+            unhooked(AJ.ablate_model)(tiny_addition_entry, cfg, seed=bad)
+    assert called == []

@@ -295,3 +295,8 @@ def test_draw_seed():
     for bad in (1, None, b"addition"):
         with pytest.raises(NopeInterpError, match="label must be a string"):
             unhooked(draw_seed)(bad)
+    import os
+    import zlib
+
+    odd = os.fsdecode(b"run-\xff")   # an undecodable file name: a lone surrogate, which strict UTF-8 refuses
+    assert draw_seed(odd) == zlib.crc32(b"run-\xed\xb3\xbf") and draw_seed("\ud800") != draw_seed("\ud801")

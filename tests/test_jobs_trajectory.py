@@ -56,7 +56,16 @@ def test_scores_equal_analysing_each_kept_checkpoint(tiny_addition_run_with_kept
 
     for kind, value in layer0_interventions(model, tokens, seed=draw_seed(r.label)).items():  # the run's own draws
         assert r.mechanisms[f"l0_z_score_{kind}"][1] == value
-    assert r.to_dict()["mechanisms_draw_seed"] == draw_seed("tiny-addition")
+    assert r.to_dict()["mechanisms_draw_seed"] == draw_seed("tiny-addition") == r.mechanisms_draw_seed
+    # the seed is what the run used, read back as written; a file from before it was recorded reads as None
+    assert trajectory.RunTrajectory.from_dict(r.to_dict()) == r
+    old = {k: v for k, v in r.to_dict().items() if k != "mechanisms_draw_seed"}
+    assert trajectory.RunTrajectory.from_dict(old).mechanisms_draw_seed is None
+    from nope_interp.errors import NopeInterpError
+
+    for bad in ("not a seed", -1, True, 2**63, 1.5):
+        with pytest.raises(NopeInterpError, match="mechanisms_draw_seed must be null or an integer"):
+            trajectory.RunTrajectory.from_dict({**old, "mechanisms_draw_seed": bad})
     assert r.mechanisms["l0_z_score_none"][1] == r.scores["blocks.0.attn.hook_z"][1]  # full protocol: the same
     assert "l0_z_score_both" in r.rows()[1]
     fig = trajectory.plot_trajectory(r)
@@ -65,6 +74,7 @@ def test_scores_equal_analysing_each_kept_checkpoint(tiny_addition_run_with_kept
     assert [t.name for t in fig.data if t.xaxis == "x4"] == ["L0 attention entropy"]
     skipped = trajectory.run(trajectory.TrajectoryConfig(n_prompts=8, points=("z",), no_mechanisms=True), entries)
     assert skipped.runs[0].mechanisms == {} and len(trajectory.plot_trajectory(skipped.runs[0]).data) == 3
+    assert skipped.runs[0].mechanisms_draw_seed is None   # nothing drawn, no seed claimed
     paths = trajectory.write(result, tmp_path)
     assert trajectory.load_trajectory(tmp_path / "results" / "trajectory" / "tiny-addition.json") == r
     assert_strict_json_files(tmp_path)  # result JSON is strict: NaN/inf written as null

@@ -679,8 +679,10 @@ def ablate_model(entry: ModelEntry, config: AblateConfig, *, seed: int | None = 
         NopeInterpError: a layer outside the model; ``rank`` (with a project-out kind) or every ``ranks`` value
             above min(pos - 1, d_model), checked before any measurement; too few distinct
             held-out prompts; inputs longer than the model's ``n_ctx``; a ``window`` too short to hold a
-            prompt.
+            prompt; ``seed`` not None nor an integer in [0, 2**63), checked before any work.
     """
+    if seed is not None:
+        check_int("seed", seed, 0, 2**63 - 1)
     model = entry.model
     sites = ablation_sites(config, model.cfg.n_layers)
     rank_site = sites[0]

@@ -155,17 +155,21 @@ class ModelEntry:
 
 def draw_seed(label: str) -> int:
     """The seed of one model's random draws in a job (ablations' subspaces and swaps, averaging's random
-    attention patterns, the diagnostics' resampled delimiters): the CRC-32 of its ``label``, an integer in
-    [0, 2**32). Every model of a call gets its own draws, and a model the same ones in any company, so a
-    statistic over seeds also varies over draws (one seed shared by all models made the spread over seeds
-    blind to the draw; until 2026-12-03 every job drew with one seed for all its models).
+    attention patterns, the diagnostics' resampled delimiters): the CRC-32 of ``label`` (UTF-8; lone surrogates
+    from undecodable file names kept), an integer in [0, 2**32). Jobs key it by the model's label (``averaging``
+    by ``"<task>/<label>"``), so every model of a call gets its own draws and a label the same ones in any
+    company, and a statistic over seeds also varies over draws (until 2026-12-03 every job drew with one seed
+    for all its models, so the spread over seeds was blind to the draw). Paired models share their seed's draw
+    on purpose: in ``compare`` a seed's initialised and trained models, in ``demo`` a task's three. The draws
+    follow the label, not the weights: the same weights under another label (a renamed run folder, a shipped
+    model given with ``--run`` instead of ``--pretrained``) get other draws.
 
     Raises:
         NopeInterpError: ``label`` not a string.
     """
     if not isinstance(label, str):
         raise NopeInterpError(f"draw_seed: label must be a string, got {type(label).__name__}")
-    return zlib.crc32(label.encode())
+    return zlib.crc32(label.encode("utf-8", "surrogatepass"))
 
 
 def entry_from_run(run: LoadedRun, label: str, kind: str = "run", task: tasks_pkg.Task | None = None) -> ModelEntry:

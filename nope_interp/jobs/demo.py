@@ -145,7 +145,7 @@ class TaskDemo:
         diagnostics: ``{kind: nope_interp.diagnostics.diagnose(...)}`` on the analysed full-length prompts:
             which mechanism is at work (attention entropy, positional share, value geometry).
         diagnostics_draw_seed: the seed of the diagnostics' random draws (:func:`nope_interp.jobs.common.draw_seed`
-            of the trained model's label), shared by the task's three models.
+            of the trained model's label), shared by the task's three models; None when no diagnostic ran.
         labels: the legend label of each analysed model (shape included).
         trained_model: the trained model's config. objective: its training objective (``answer_only`` or
             ``packed``). train_command, model_source: provenance.
@@ -331,7 +331,8 @@ def run(config: DemoConfig, models: list[ModelEntry] | None = None, *, log: Log 
             test_acc_shipped=run_.summary.get("test_acc"), n_test_shipped=run_.summary.get("n_test"),
             train_steps=run_.summary.get("steps"), train_wall_time_s=run_.summary.get("train_wall_time_s"),
             test_acc_remeasured=acc, n_test_remeasured=len(test), other_protocols=others,
-            exact_match_on_inputs=on_inputs, diagnostics=diagnostics, diagnostics_draw_seed=draws))
+            exact_match_on_inputs=on_inputs, diagnostics=diagnostics,
+            diagnostics_draw_seed=draws if diagnostics else None))
         for kind in MODEL_KINDS:
             claims += _claims(task.name, kind, analyses[kind])
         z = "blocks.0.attn.hook_z"

@@ -89,9 +89,10 @@ class RunTrajectory:
         eval_steps, eval_acc: the run's evaluation accuracy (exact match in [0, 1]) by step.
         mechanisms: ``{name: (value at each step)}`` for the names of :data:`MECHANISMS` (layer-0 attention
             entropy relative to uniform, and the row-mean score at ``blocks.0.attn.hook_z`` as is and with
-            each explanation undone, on full-length prompts), all in [0, 1]; empty when not measured. The
-            interventions' random draws are seeded by :func:`~nope_interp.jobs.common.draw_seed` of ``label``:
-            the same draws at every step (``to_dict`` records the seed as ``mechanisms_draw_seed``).
+            each explanation undone, on full-length prompts), all in [0, 1]; empty when not measured.
+        mechanisms_draw_seed: the seed of the interventions' random draws, the same at every step
+            (:func:`~nope_interp.jobs.common.draw_seed` of ``label``); None when no mechanism was measured, or
+            read from a file written before it was recorded (whose draws used seed 0).
     """
 
     label: str
@@ -103,6 +104,7 @@ class RunTrajectory:
     eval_steps: tuple[int, ...]
     eval_acc: tuple[float, ...]
     mechanisms: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    mechanisms_draw_seed: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
@@ -110,7 +112,7 @@ class RunTrajectory:
                 "sites": list(self.sites), "scores": {s: list(v) for s, v in self.scores.items()},
                 "eval_steps": list(self.eval_steps), "eval_acc": list(self.eval_acc),
                 "mechanisms": {k: list(v) for k, v in self.mechanisms.items()},
-                "mechanisms_draw_seed": draw_seed(self.label) if self.mechanisms else None}
+                "mechanisms_draw_seed": self.mechanisms_draw_seed}
 
     @classmethod
     def from_dict(cls, data: Any) -> "RunTrajectory":
@@ -121,7 +123,8 @@ class RunTrajectory:
                 integers >= 0; sites that differ from the keys of ``scores``; lists of different lengths; a
                 score or accuracy that is not a number in [0, 1] (NaN included); ``mechanisms`` (optional:
                 files written before it existed have none) that is not ``{name of MECHANISMS: [value in
-                [0, 1] at each step]}``.
+                [0, 1] at each step]}``; ``mechanisms_draw_seed`` (optional) not null nor an integer in
+                [0, 2**63).
         """
         def bad(what: str) -> NopeInterpError:
             return NopeInterpError(f"not a trajectory result (as `nope-interp trajectory` writes): {what}")
@@ -171,8 +174,12 @@ class RunTrajectory:
         mechanisms = {k: fractions(raw[k], f"mechanisms[{k!r}]") for k in MECHANISMS if k in raw}
         if any(len(v) != len(steps) for v in mechanisms.values()):
             raise bad(f"{data['label']}: mechanisms and steps differ in length")
+        seed = data.get("mechanisms_draw_seed")
+        if seed is not None and not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2**63):
+            raise bad(f"mechanisms_draw_seed must be null or an integer in [0, 2**63), got {seed!r}"[:200])
         return cls(label=data["label"], task=data["task"], objective=data["objective"], steps=steps, sites=sites,
-                   scores=scores, eval_steps=eval_steps, eval_acc=eval_acc, mechanisms=mechanisms)
+                   scores=scores, eval_steps=eval_steps, eval_acc=eval_acc, mechanisms=mechanisms,
+                   mechanisms_draw_seed=seed)
 
     def rows(self) -> list[dict[str, Any]]:
         """CSV rows: one per kept step, a column per site, then a column per measured mechanism."""
@@ -278,7 +285,8 @@ def run(config: TrajectoryConfig, models: list[ModelEntry] | None = None, *, log
             label=entry.label, task=entry.task.name, objective=entry.run.train_cfg.objective, steps=tuple(steps),
             sites=tuple(scores), scores={s: tuple(v) for s, v in scores.items()},
             eval_steps=tuple(r["step"] for r in metrics), eval_acc=tuple(r["eval_acc"] for r in metrics),
-            mechanisms={k: tuple(v) for k, v in mechanisms.items()}))
+            mechanisms={k: tuple(v) for k, v in mechanisms.items()},
+            mechanisms_draw_seed=draw_seed(entry.label) if mechanisms else None))
     return TrajectoryResult(config=config, runs=tuple(out), wall_time_s=round(time.perf_counter() - t0, 1))
 
 
