@@ -187,6 +187,11 @@ def test_long_context_job_runs_the_grid_and_writes_strict_files(tmp_path):
     assert_strict_json_files(tmp_path / "results")
     data = json.loads((tmp_path / "results/long_context/long_context.json").read_text())
     assert data["config"]["lengths"] == [8, 40] and len(data["rows"]) == 32
+    # each row records the seed its inputs were drawn with: the grid seed (both seeds appear)
+    assert [r["input_seed"] for r in data["rows"]] == [r["seed"] for r in data["rows"]]
+    assert {r["input_seed"] for r in data["rows"]} == {0, 1}
+    csv_rows = list(__import__("csv").DictReader((tmp_path / "results/long_context/long_context.csv").open()))
+    assert {r["input_seed"] for r in csv_rows} == {"0", "1"}
 
 
 def test_long_context_on_a_given_model_runs_it_past_its_context(tiny_run):
@@ -200,6 +205,8 @@ def test_long_context_on_a_given_model_runs_it_past_its_context(tiny_run):
     res = long_context.run(long_context.LongContextConfig(lengths=(n,), n_sequences=1, max_lag=4),
                            [entry])
     assert [r.n for r in res.rows] == [n, n] and res.rows[0].seed is None and res.rows[0].model == "tiny-run"
+    # a given model has no grid seed, but its inputs were drawn with seed 0: recorded (before: only seed null)
+    assert [r.input_seed for r in res.rows] == [0, 0] and res.to_dict()["rows"][0]["input_seed"] == 0
     assert {r.input for r in res.rows} == {"random", "task"}
     assert entry.model.cfg.n_ctx < n  # the given model itself is untouched
     assert isinstance(entry.task, tasks.Task)

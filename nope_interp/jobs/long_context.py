@@ -138,6 +138,8 @@ class LongContextRow:
     Attributes:
         model: label. arch: ``{"normalization", "attention", "window"}`` of the model. seed: its grid seed
             (None for a given model). input: ``random`` or ``task``. n: tokens per sequence.
+        input_seed: the seed the input sequences were drawn with (the grid seed; 0 for a given model), so a
+            row can be redrawn; None in rows built before it was recorded.
         sites: hook names. scores: ``scores[site] = {"row_mean": {mean, std, n}, "pooled": {...},
         "recency_gap": {...}, "lag_mean": [c(1..D)]}``; scores in [0, 1], cosines in [-1, 1].
         seconds: wall time of this row's analysis.
@@ -152,10 +154,12 @@ class LongContextRow:
     scores: dict[str, dict[str, Any]]
     seconds: float
     layer_types: tuple[str, ...] = ()
+    input_seed: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
-        return {"model": self.model, "arch": self.arch, "seed": self.seed, "input": self.input, "n": self.n,
+        return {"model": self.model, "arch": self.arch, "seed": self.seed, "input_seed": self.input_seed,
+                "input": self.input, "n": self.n,
                 "sites": list(self.sites), "layer_types": list(self.layer_types), "scores": self.scores,
                 "seconds": self.seconds}
 
@@ -321,7 +325,7 @@ def run(config: LongContextConfig, models: list[ModelEntry] | None = None, *, lo
                                  "lag_mean": res.lag_profile[site]["mean"]} for site in res.sites}
                 rows.append(LongContextRow(model=entry.label, arch=_arch(cfg), seed=seed, input=kind, n=n,
                                            sites=res.sites, scores=scores, seconds=round(time.perf_counter() - t1, 2),
-                                           layer_types=types))
+                                           layer_types=types, input_seed=in_seed))
                 first = res.sites[0]
                 emit(log, f"  {entry.label:34s} {kind:6s} n={n:<6d} {short_label(first)} "
                           f"{scores[first]['row_mean']['mean']:.3f}  gap {scores[first]['recency_gap']['mean']:+.3f}"
@@ -525,7 +529,8 @@ def write(result: LongContextResult, out_root: str | Path = ".") -> list[Path]:
             parts = site.split(".")
             layer_type = (r.layer_types[int(parts[1])] if r.layer_types and parts[0] == "blocks" else "")
             flat.append({"model": r.model, "normalization": r.arch["normalization"], "attention": r.arch["attention"],
-                         "window": r.arch["window"], "seed": r.seed, "input": r.input, "n": r.n, "site": site,
+                         "window": r.arch["window"], "seed": r.seed, "input_seed": r.input_seed, "input": r.input,
+                         "n": r.n, "site": site,
                          "layer_type": layer_type,
                          "score_row_mean": s["row_mean"]["mean"], "score_row_mean_std": s["row_mean"]["std"],
                          "score_pooled": s["pooled"]["mean"], "recency_gap": s["recency_gap"]["mean"],
