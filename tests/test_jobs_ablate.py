@@ -237,9 +237,14 @@ def test_write_files_and_the_seed_figure(AJ, tiny_ablation, tmp_path):
     assert "nope_interp_version" in saved and saved["results"][0]["clean"] == result.runs[0].clean.to_dict()
     csv_text = (res_dir / "ablate.csv").read_text().splitlines()
     assert csv_text[0] == ("protocol,run,task,site,ablation,exact_match,accuracy_loss,answer_loss,loss_increase,"
-                           "eval_prefix,metric")
+                           "eval_prefix,metric,draw_seed")
     assert len(csv_text) == 1 + 1 + 2 * 3
-    assert "adjacency_content" in (res_dir / "ablate_decomposition.csv").read_text()
+    # every row names the seed of its run's random draws (before: only the JSON did)
+    assert {line.rsplit(",", 1)[1] for line in csv_text[1:]} == {str(result.runs[0].draw_seed)}
+    assert result.runs[0].draw_seed == AJ.draw_seed(result.runs[0].label)
+    dec = (res_dir / "ablate_decomposition.csv").read_text().splitlines()
+    assert "adjacency_content" in dec[0] and dec[0].endswith(",draw_seed")
+    assert {line.rsplit(",", 1)[1] for line in dec[1:]} == {str(result.runs[0].draw_seed)}
     assert not (fig_dir / "ablations_seeds.html").exists()
     # the same run twice counts as two seeds (zero spread): seed figure, ± in the Markdown, one row per run
     runs = result.runs * 2
@@ -780,8 +785,11 @@ def test_task_and_text_runs_write_one_run_path_convention(AJ, mixed_ablation, te
         with (res_dir / name).open() as f:
             rows = list(csv.DictReader(f))
         assert {row["task"] for row in rows} == set(want)
+        seeds = {r.task: str(r.draw_seed) for r in mixed_ablation.runs}
+        assert len(set(seeds.values())) == 2  # two models, two draws: each row names its own
         for row in rows:
             assert row["run"] == want[row["task"]], (name, row)
+            assert row["draw_seed"] == seeds[row["task"]], (name, row)
     # an initialised model has no directory: no path at all
     assert AJ.run_path(tiny_addition_entry) is None
 

@@ -94,6 +94,12 @@ def test_run_and_write_on_tiny_models(job, tiny_entries, tmp_path):
     first = t.model("initialised").averaging.layers[0]
     assert rows[0]["layer"] == "0" and float(rows[0]["closed_form_mae"]) == pytest.approx(first.closed_form_mae)
     assert rows[2]["condition"] == "clean" and rows[2]["adjacency@blocks.0.attn.hook_z"]
+    # condition rows name the seed of the random replacement patterns: the model's own, empty for the control,
+    # which runs no random kind (before: only the JSON said)
+    by_model = {r["model"]: r["pattern_seed"] for r in rows if r.get("condition")}
+    assert by_model == {m.label: ("" if m.counterfactual.pattern_seed is None else str(m.counterfactual.pattern_seed))
+                        for m in t.models}
+    assert by_model["bidirectional_control"] == "" and by_model["initialised"] != by_model["trained"]
 
 
 def test_plots_take_results(job, tiny_entries):

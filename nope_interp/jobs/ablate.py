@@ -367,24 +367,29 @@ class RunAblation:
 
     def table_rows(self) -> list[dict[str, Any]]:
         """``ablate.csv`` rows: the clean model, then one per site and ablation (deltas against clean); the
-        last column, ``metric``, says what ``exact_match`` holds (``next_char_accuracy`` for a text model)."""
+        last columns say what ``exact_match`` holds (``metric``: ``next_char_accuracy`` for a text model) and the
+        seed of the run's random draws (``draw_seed``), so a row can be redrawn."""
         clean = self.clean
         rows = [{"run": self.run, "task": self.task, "site": "-", "ablation": "clean",
                  "exact_match": clean.exact_match, "accuracy_loss": 0.0, "answer_loss": clean.answer_loss,
-                 "loss_increase": 0.0, "eval_prefix": escaped(self.eval_prefix), "metric": self.metric}]
+                 "loss_increase": 0.0, "eval_prefix": escaped(self.eval_prefix), "metric": self.metric,
+                 "draw_seed": self.draw_seed}]
         for s in self.sites:
             for kind, m in s.ablations.items():
                 rows.append({"run": self.run, "task": self.task, "site": s.site, "ablation": kind,
                              "exact_match": m.exact_match, "accuracy_loss": clean.exact_match - m.exact_match,
                              "answer_loss": m.answer_loss, "loss_increase": m.answer_loss - clean.answer_loss,
-                             "eval_prefix": escaped(self.eval_prefix), "metric": self.metric})
+                             "eval_prefix": escaped(self.eval_prefix), "metric": self.metric,
+                             "draw_seed": self.draw_seed})
         return rows
 
     def decomposition_rows(self) -> list[dict[str, Any]]:
-        """``ablate_decomposition.csv`` rows: one per site (its scores, or its ``error``)."""
+        """``ablate_decomposition.csv`` rows: one per site (its scores, or its ``error``), with the seed of the
+        run's random draws (``draw_seed``)."""
         return [{"run": self.run, "task": self.task, "site": s.site,
                  **{k: (" ".join(map(str, v)) if isinstance(v, list) else v)
-                    for k, v in s.decomposition.to_dict().items()}, "eval_prefix": escaped(self.eval_prefix)}
+                    for k, v in s.decomposition.to_dict().items()}, "eval_prefix": escaped(self.eval_prefix),
+                 "draw_seed": self.draw_seed}
                 for s in self.sites]
 
 

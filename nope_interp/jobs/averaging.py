@@ -158,7 +158,8 @@ class AveragingResult:
 
     def csv_rows(self) -> list[dict[str, Any]]:
         """The rows of ``averaging.csv``: per task and model, one row per layer (heads concatenated), then
-        one row per counterfactual condition (``adjacency@<hook>`` columns)."""
+        one row per counterfactual condition (``adjacency@<hook>`` columns, and ``pattern_seed``, the seed of its
+        random replacement patterns: empty where no random kind ran)."""
         rows: list[dict[str, Any]] = []
         for t in self.tasks:
             for m in t.models:
@@ -173,7 +174,8 @@ class AveragingResult:
                 for cond in m.counterfactual.conditions:
                     rows.append({"task": t.task, "model": m.label, "condition": cond.kind,
                                  "exact_match": cond.exact_match,
-                                 **{f"adjacency@{s}": v for s, v in cond.scores.items()}})
+                                 **{f"adjacency@{s}": v for s, v in cond.scores.items()},
+                                 "pattern_seed": m.counterfactual.pattern_seed})
         return rows
 
 
