@@ -121,3 +121,22 @@ def test_shipped_entries_refuses_a_single_string():
         with pytest.raises(NopeInterpError, match="single string"):
             shipped_entries(bad)
     assert [e.task.name for e in shipped_entries(["reversal"])] == ["reversal"]
+
+
+@pytest.mark.parametrize("n_prompts", [1, 3])
+def test_the_log_shows_a_spread_over_prompts_only_where_there_is_one(tiny_init_reversal_entry, n_prompts):
+    """One prompt has no spread: the log shows the score alone (before: ``0.981 ± 0.000``, a certainty nobody
+    measured); three prompts show mean ± std, the std the result holds."""
+    from nope_interp.jobs import analyze
+
+    lines: list[str] = []
+    result = analyze.run(analyze.AnalyzeConfig(n_prompts=n_prompts, points=("embed", "z")), [tiny_init_reversal_entry],
+                         log=lines.append)
+    row = result.models[0].analysis.scores["row_mean"]
+    site_lines = [line for line in lines if "recency gap" in line]
+    assert len(site_lines) == len(row) >= 2
+    for line, (site, st) in zip(site_lines, row.items(), strict=True):
+        assert site in line and f"{st['mean']:.3f}" in line and st["n"] == n_prompts
+        assert ("±" in line) == (n_prompts > 1)
+        if n_prompts > 1:
+            assert f"{st['mean']:.3f} ± {st['std']:.3f}" in line

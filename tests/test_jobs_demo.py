@@ -137,3 +137,28 @@ def test_a_demo_claim_on_its_range_boundary_is_decided_on_the_values_not_their_r
     assert ("agrees" if in_claimed_range(mean, low, high) else "DISAGREES") == want
     if scores == [0.35] * 3:
         assert mean < low  # the plain comparison would have said DISAGREES
+
+
+def test_the_summary_shows_a_spread_over_prompts_only_where_there_is_one(reversal_demo_result):
+    """Claims and site tables of ``summary.md`` read ``mean ± std`` over prompts, the mean alone for one prompt
+    (before: ``± 0.000``)."""
+    import copy
+
+    from nope_interp.jobs.demo import MODEL_KINDS, render_summary
+
+    summary = json.loads(json.dumps(reversal_demo_result.to_dict([])))
+    some = render_summary(summary)
+    claim_rows = [line for line in some.splitlines() if line.startswith("| reversal | ") and "`" in line]
+    site_rows = [line for line in some.splitlines() if line.startswith("| `")]
+    assert claim_rows and site_rows and all("±" in line for line in claim_rows + site_rows)
+    one = copy.deepcopy(summary)
+    one["n_prompts"] = 1
+    for kind in MODEL_KINDS:
+        for st in one["tasks"]["reversal"][kind]["scores"]["row_mean"].values():
+            st["n"] = 1
+    text = render_summary(one)
+    claim_rows = [line for line in text.splitlines() if line.startswith("| reversal | ") and "`" in line]
+    site_rows = [line for line in text.splitlines() if line.startswith("| `")]
+    assert claim_rows and site_rows and not any("±" in line for line in claim_rows + site_rows)
+    c = summary["claims"][0]
+    assert f"| {c['score']:.3f} | {c['verdict']} |" in text

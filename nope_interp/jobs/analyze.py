@@ -35,6 +35,7 @@ from nope_interp.plotting import (
     with_plotlyjs,
 )
 from nope_interp.positional import layer_positional_types
+from nope_interp.stats import fmt_mean_std
 from tasks import DEFAULT_WINDOW
 
 NAME = "analyze"
@@ -198,7 +199,8 @@ def run(config: AnalyzeConfig, models: list[ModelEntry] | None = None, *, log: L
             parts = site.split(".")
             kind = f" ({types[int(parts[1])]})" if types and parts[0] == "blocks" else ""
             degenerate = res.meta.get("degenerate_sequences", {}).get(site)
-            emit(log, f"  {site + kind:34s} {row[site]['mean']:.3f} ± {row[site]['std']:.3f}   "
+            score = fmt_mean_std(row[site]["mean"], row[site]["std"], row[site]["n"])  # one prompt: the mean alone
+            emit(log, f"  {site + kind:34s} {score:13s}   "
                       f"recency gap c(1) - c({max_lag}) {gap['mean']:+.3f}"
                       + (f"   ({degenerate}/{res.n_prompts} degenerate inputs: rounding, not position)"
                          if degenerate else ""))

@@ -46,7 +46,7 @@ from nope_interp.jobs.common import (
 from nope_interp.model import build_model
 from nope_interp.plotting import plot_adjacency_by_layer, plot_cosine_heatmaps, save_figure, with_plotlyjs
 from nope_interp.pretrained import available_pretrained, load_pretrained, load_run
-from nope_interp.stats import fmt_fraction
+from nope_interp.stats import fmt_fraction, fmt_mean_std
 from nope_interp.train import resolve_device, train
 from tasks import DEFAULT_WINDOW
 
@@ -381,7 +381,7 @@ def render_summary(summary: dict[str, Any]) -> str:
               "| task | model | hook | paper claims | ours (mean ± std) | verdict |", "|---|---|---|---|---|---|"]
     for c in summary["claims"]:
         lines.append(f"| {c['task']} | {c['model']} | `{c['site']}` | {c['claim']} | "
-                     f"{c['score']:.3f} ± {c['std']:.3f} | {c['verdict']} |")
+                     f"{fmt_mean_std(c['score'], c['std'], summary['n_prompts'])} | {c['verdict']} |")
     lines += ["", "Paper's claim 3 (the pattern holds before and after training on all four tasks) is the "
               "conjunction of the rows above.", "", "## Adjacency score at every hook site", ""]
     for name, t in summary["tasks"].items():
@@ -389,7 +389,8 @@ def render_summary(summary: dict[str, Any]) -> str:
                   "|---|---|---|---|"]
         cols = [t[k]["scores"]["row_mean"] for k in MODEL_KINDS]
         for site in t["initialised"]["sites"]:
-            cells = [f"{c[site]['mean']:.3f} ± {c[site]['std']:.3f}" if site in c else "-" for c in cols]
+            # one prompt: its spread is undefined, the mean alone (not "± 0.000")
+            cells = [fmt_mean_std(c[site]["mean"], c[site]["std"], c[site]["n"]) if site in c else "-" for c in cols]
             lines.append(f"| `{site}` | " + " | ".join(cells) + " |")
         lines += ["", f"Trained with: `{t['train_command']}`", ""]
     others = [(name, t) for name, t in summary["tasks"].items() if t.get("other_protocols")]
