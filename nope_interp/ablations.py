@@ -27,7 +27,6 @@ through unchanged, for every ablation alike.
 """
 
 import math
-import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +35,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens.hook_points import HookPoint
 
+from nope_interp.checks import is_int, is_real
 from nope_interp.errors import NopeInterpError
 from nope_interp.similarity import check_tensor
 
@@ -45,7 +45,7 @@ ORTHONORMAL_TOL = 1e-4
 
 
 def _check_rank(rank: object, high: int, fn: str) -> int:
-    if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or not 0 <= rank <= high:
+    if not is_int(rank) or not 0 <= rank <= high:
         raise NopeInterpError(f"{fn}: rank must be an integer in [0, {high}], got {rank!r}")
     return int(rank)
 
@@ -127,8 +127,7 @@ def positional_decomposition(
     acts = _check_acts(acts, "positional_decomposition")
     if acts.shape[0] < 2:
         raise NopeInterpError(f"positional_decomposition needs (batch >= 2, pos, d_model), got {tuple(acts.shape)}")
-    if (isinstance(rel_zero, bool) or not isinstance(rel_zero, numbers.Real) or not math.isfinite(rel_zero)
-            or not 0 <= rel_zero < 1):
+    if not is_real(rel_zero) or not math.isfinite(rel_zero) or not 0 <= rel_zero < 1:
         raise NopeInterpError(f"positional_decomposition: rel_zero must be a finite number in [0, 1), got {rel_zero!r}")
     h = acts.double()
     content = h - h.mean(0)
@@ -208,7 +207,7 @@ def random_subspace(d_model: int, rank: int, generator: torch.Generator) -> Floa
         NopeInterpError: ``d_model`` not an integer >= 1; ``rank`` not an integer in [0, d_model]; ``generator``
             not a ``torch.Generator``.
     """
-    if isinstance(d_model, bool) or not isinstance(d_model, numbers.Integral) or d_model < 1:
+    if not is_int(d_model) or d_model < 1:
         raise NopeInterpError(f"random_subspace: d_model must be an integer >= 1, got {d_model!r}")
     d_model = int(d_model)
     rank = _check_rank(rank, d_model, "random_subspace")
@@ -237,7 +236,7 @@ def derangement(n: int, generator: torch.Generator) -> Int[Tensor, " n"]:
         NopeInterpError: ``n`` not an integer >= 2 (one element cannot be moved); ``generator`` not a
             ``torch.Generator``.
     """
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 2:
+    if not is_int(n) or n < 2:
         raise NopeInterpError(f"derangement: n must be an integer >= 2, got {n!r}")
     if not isinstance(generator, torch.Generator):
         raise NopeInterpError(f"derangement: generator must be a torch.Generator, got {type(generator).__name__}")

@@ -5,7 +5,6 @@ prompt length (no padding), eval mode, every hook site of :data:`~nope_interp.ho
 both reductions of the adjacency score and the lag profile, mean and spread over sequences.
 """
 
-import numbers
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from transformer_lens import HookedTransformer
 
 import tasks as tasks_pkg
 from nope_interp.activations import check_site_widths, iter_activations
+from nope_interp.checks import is_int
 from nope_interp.config import check_int
 from nope_interp.errors import DegenerateInputWarning, NopeInterpError
 from nope_interp.fast_forward import attached_hooks, fast_activations, fast_activations_unsupported
@@ -175,9 +175,11 @@ def protocol_prompts(model: HookedTransformer, task: tasks_pkg.Task, n: int, see
     check_model(model)
     if protocol not in tasks_pkg.PROTOCOLS:
         raise NopeInterpError(f"unknown protocol {protocol!r}; allowed: {', '.join(tasks_pkg.PROTOCOLS)}")
-    if protocol == "window" and isinstance(window, int) and not isinstance(window, bool) and window < 3:
+    if protocol == "window" and is_int(window) and window < 3:
         raise NopeInterpError(f"window must be an integer >= 3 (the adjacency score needs at least 3 positions), "
                               f"got {window}")
+    # numpy integers as ints: the tasks package (and random.Random) takes Python ints only; tasks checks the rest
+    n, seed, window = (int(v) if is_int(v) else v for v in (n, seed, window))
     try:
         length = tasks_pkg.protocol_length(task, protocol, window)
         if length > model.cfg.n_ctx:
@@ -233,8 +235,8 @@ def analyze_model(
     if not isinstance(task, tasks_pkg.Task):
         raise NopeInterpError(f"task must be a tasks.Task (e.g. tasks.get_task('reversal')), got "
                               f"{type(task).__name__} {task!r}"[:200])
-    check_int("n_prompts", n_prompts, 1, 10**7)
-    check_int("seed", seed, 0, 2**63 - 1)
+    n_prompts = check_int("n_prompts", n_prompts, 1, 10**7)
+    seed = check_int("seed", seed, 0, 2**63 - 1)
     prompts = protocol_prompts(model, task, n_prompts, seed, exclude, protocol, window)
     length = len(prompts[0])
     return analyze_tokens(model, task.prompt_tokens(prompts), points, task=task.name, example_prompt=prompts[0],
@@ -299,7 +301,7 @@ def analyze_tokens(
     """
     if forward not in FORWARDS:
         raise NopeInterpError(f"unknown forward {forward!r}; allowed: {', '.join(FORWARDS)}")
-    check_int("max_bytes", max_bytes, 1, 2**62)
+    max_bytes = check_int("max_bytes", max_bytes, 1, 2**62)
     if meta is not None and not isinstance(meta, dict):
         raise NopeInterpError(f"meta must be a dict of extra result fields or None, got {type(meta).__name__}")
     for name, value in (("task", task), ("example_prompt", example_prompt), ("protocol", protocol)):
@@ -450,7 +452,7 @@ def _encode(tokenizer: Tokenizer, text: str) -> list[int]:
                               f"{type(ids).__name__}")
     out = []
     for i in ids:
-        if isinstance(i, bool) or not isinstance(i, numbers.Integral):
+        if not is_int(i):
             raise NopeInterpError(f"the tokenizer must return a flat sequence of integer token ids, got an element "
                                   f"of type {type(i).__name__}")
         if not 0 <= int(i) < 2**62:
@@ -483,10 +485,9 @@ def text_windows_of(texts: str | list[str] | tuple[str, ...], length: int, n_win
         texts = [texts]
     if not isinstance(texts, list | tuple) or not texts or not all(isinstance(t, str) for t in texts):
         raise NopeInterpError("texts must be a string or a non-empty list or tuple of strings (documents, in order)")
-    if isinstance(length, bool) or not isinstance(length, numbers.Integral) or length < 3:
+    if not is_int(length) or length < 3:
         raise NopeInterpError(f"length must be an integer >= 3 (tokens per window), got {length!r}")
-    if n_windows is not None and (isinstance(n_windows, bool) or not isinstance(n_windows, numbers.Integral)
-                                  or n_windows < 1):
+    if n_windows is not None and (not is_int(n_windows) or n_windows < 1):
         raise NopeInterpError(f"n_windows must be an integer >= 1 or None, got {n_windows!r}")
     length, n_windows = int(length), None if n_windows is None else int(n_windows)
     windows: list[list[int]] = []

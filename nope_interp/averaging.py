@@ -14,7 +14,6 @@ The measurements that use these functions on models are in :mod:`nope_interp.ave
 """
 
 import math
-import numbers
 from typing import Any
 
 import numpy as np
@@ -23,6 +22,7 @@ from jaxtyping import Float
 from scipy.stats import spearmanr
 from torch import Tensor
 
+from nope_interp.checks import is_int
 from nope_interp.errors import NopeInterpError
 from nope_interp.similarity import check_tensor, tie_equal_vectors
 
@@ -48,7 +48,7 @@ def check_size(name: str, value: object, low: int = 1) -> int:
     Raises:
         NopeInterpError: not an integer, a bool, or below ``low``.
     """
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < low:
+    if not is_int(value) or value < low:
         raise NopeInterpError(f"{name} must be an integer >= {low}, got {value!r}")
     return int(value)
 
@@ -197,11 +197,11 @@ def relative_entropy_to_uniform(
             pattern of that kind (:func:`check_pattern`: with ``causal=True`` a weight on a later key, as a
             bidirectional model's pattern has, would give values above 1).
     """
-    if window is not None and (isinstance(window, bool) or not isinstance(window, numbers.Integral) or window < 1
-                               or causal is not True):
+    if window is not None and (not is_int(window) or window < 1 or causal is not True):
         raise NopeInterpError(f"window must be an integer >= 1 with causal attention, got {window!r} "
                               f"(causal={causal})")
-    pattern = check_pattern(pattern, causal, None if window is None else int(window), fn="relative_entropy_to_uniform")
+    window = None if window is None else int(window)
+    pattern = check_pattern(pattern, causal, window, fn="relative_entropy_to_uniform")
     n = pattern.shape[-1]
     h = attention_entropy(pattern)
     if not causal:
@@ -226,7 +226,7 @@ def attention_window(cfg: Any, layer: int) -> int | None:
         return None
     kinds = getattr(cfg, "attn_types", None)
     if kinds:
-        if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < len(kinds):
+        if not is_int(layer) or not 0 <= layer < len(kinds):
             raise NopeInterpError(f"layer must be an integer in [0, {len(kinds)}) for this model's attn_types, "
                                   f"got {layer!r}")
         if kinds[layer] != "local":

@@ -35,6 +35,7 @@ from nope_interp.averaging import (
     relative_entropy_to_uniform,
     vector_spearman,
 )
+from nope_interp.checks import is_int
 from nope_interp.config import check_int
 from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import exact_match_accuracy
@@ -354,10 +355,12 @@ def counterfactual_report(
     check_model_for_task(model, task, None, "counterfactual_report")  # n_ctx: checked for the protocol's inputs
     if not isinstance(prefix, str):
         raise NopeInterpError(f"counterfactual_report: prefix must be a string, got {type(prefix).__name__}")
-    check_int("seed", seed, 0, 2**63 - 1)
+    seed = check_int("seed", seed, 0, 2**63 - 1)  # a Python int: torch refuses numpy seeds
     if pattern_seed is not None:
-        check_int("pattern_seed", pattern_seed, 0, 2**63 - 1)
+        pattern_seed = check_int("pattern_seed", pattern_seed, 0, 2**63 - 1)
     pattern_seed = seed if pattern_seed is None else pattern_seed
+    # numpy integers (np.arange) as the Python ints the analysis takes; their values are checked where used
+    layer, n_prompts, window = (int(v) if is_int(v) else v for v in (layer, n_prompts, window))
     for kind in kinds:  # before any work: a causal replacement on a bidirectional or sliding-window layer
         why = pattern_kind_unsupported(model, layer, kind) if kind in PATTERN_KINDS else None
         if why is not None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 import tasks as tasks_pkg
+from nope_interp.checks import is_int, is_real
 from nope_interp.errors import NopeInterpError
 
 
@@ -30,10 +31,12 @@ def opt(default: Any, help: str) -> Any:  # noqa: A002 - "help" is the argparse 
     return field(default=default, metadata={"help": help})
 
 
-def check_int(name: str, value: Any, low: int = 1, high: int = 10**9) -> None:
-    """Raise NopeInterpError unless ``value`` is an ``int`` (not a bool) in ``[low, high]``."""
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+def check_int(name: str, value: Any, low: int = 1, high: int = 10**9) -> int:
+    """``value`` as an ``int``; raise NopeInterpError unless it is an integer in ``[low, high]``: a Python or
+    numpy integer, not a bool (:func:`~nope_interp.checks.is_int`)."""
+    if not is_int(value) or not low <= value <= high:
         raise NopeInterpError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
+    return int(value)
 
 
 def check_threads(name: str, value: Any) -> int:
@@ -44,10 +47,10 @@ def check_threads(name: str, value: Any) -> int:
         NopeInterpError: not an integer in that range; the message gives this machine's CPU count.
     """
     cores = os.cpu_count() or 1
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= cores:
+    if not is_int(value) or not 1 <= value <= cores:
         raise NopeInterpError(f"{name} must be an integer in [1, {cores}] (this machine has {cores} CPU cores), "
                               f"got {value!r}")
-    return value
+    return int(value)
 
 
 def check_used(name: str, value: Any, default: Any, used: bool, when: str) -> None:
@@ -64,8 +67,9 @@ def check_used(name: str, value: Any, default: Any, used: bool, when: str) -> No
 def check_float(name: str, value: Any, low: float = -math.inf, high: float = math.inf, *,
                 low_open: bool = False, high_open: bool = False) -> None:
     """Raise NopeInterpError unless ``value`` is a finite real number in ``[low, high]`` (``(low, ...`` with
-    ``low_open``, ``..., high)`` with ``high_open``). NaN and infinities are always refused."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ``low_open``, ``..., high)`` with ``high_open``): a Python or numpy real, not a bool
+    (:func:`~nope_interp.checks.is_real`). NaN and infinities are always refused."""
+    ok = is_real(value) and math.isfinite(value)
     ok = ok and (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
     if not ok:
         left, right = "(" if low_open else "[", ")" if high_open else "]"
@@ -136,11 +140,23 @@ def _type_words(tp: Any) -> str:
     return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(tp, str(tp))
 
 
+def _python_number(value: Any) -> Any:
+    """``value`` with a numpy (or other non-builtin) integer as an ``int`` and real as a ``float``, so that a
+    config stays JSON-serialisable and equal to the one built from Python numbers; a Python ``int`` or
+    ``float``, a bool and anything that is not a number unchanged."""
+    if is_int(value):
+        return value if type(value) is int else int(value)
+    if is_real(value):
+        return value if type(value) is float else float(value)
+    return value
+
+
 def _conform(tp: Any, value: Any) -> tuple[bool, Any]:
-    """``(ok, value)``: whether ``value`` fits the annotation ``tp``; lists become tuples for tuple types."""
+    """``(ok, value)``: whether ``value`` fits the annotation ``tp``; lists become tuples for tuple types,
+    numpy numbers Python ones (:func:`_python_number`; an ``int`` given for a ``float`` field stays an ``int``)."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is Any:
-        return True, value
+        return True, _python_number(value)
     if origin in (types.UnionType, typing.Union):
         for a in args:
             ok, conformed = (value is None, None) if a is type(None) else _conform(a, value)
@@ -155,13 +171,18 @@ def _conform(tp: Any, value: Any) -> tuple[bool, Any]:
     if origin is dict:
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             return False, value
-        return all(_conform(args[1], v)[0] for v in value.values()) if len(args) == 2 else True, value
+        if len(args) != 2:
+            return True, value
+        entries = {k: _conform(args[1], v) for k, v in value.items()}
+        conformed = {k: c for k, (_, c) in entries.items()}
+        same = all(conformed[k] is value[k] for k in value)
+        return all(ok for ok, _ in entries.values()), value if same else conformed
     if tp is bool:
         return isinstance(value, bool), value
     if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool), value
+        return (True, _python_number(value)) if is_int(value) else (False, value)
     if tp is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool), value
+        return (True, _python_number(value)) if is_real(value) else (False, value)
     if isinstance(tp, type):
         return isinstance(value, tp), value
     return True, value
@@ -214,8 +235,11 @@ class FrozenConfig:
     Every field's value is checked against its annotation before the config's own ``__post_init__``
     runs (``beta1="0.9"``, ``biases="no"`` or a single string where a list is expected raise
     :class:`~nope_interp.errors.NopeInterpError` naming the field and the expected type; an ``int`` is
-    accepted for a ``float`` field). Tuple-typed fields accept lists (JSON has no tuples), stored as
-    tuples, and are written as lists.
+    accepted for a ``float`` field). Numpy scalars are accepted too (``np.int64`` from ``np.arange`` or an
+    array's shape, ``np.float32``) and stored as Python numbers (a numpy integer as ``int``, another numpy
+    real as ``float``; also as values of ``Any`` or ``dict`` fields), so the config equals the one built from
+    Python numbers and stays JSON-serialisable. Tuple-typed fields accept lists (JSON has no tuples), stored
+    as tuples, and are written as lists.
     """
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -359,8 +359,8 @@ def layer0_interventions(model: HookedTransformer, tokens: Int[Tensor, "batch po
     why = layer0_interventions_unsupported(model)
     if why is not None:
         raise NopeInterpError(f"layer0_interventions does not apply to this model: {why}")
-    check_int("seed", seed, 0, 2**63 - 1)
-    check_int("n_draws", n_draws, 1, 1000)
+    seed = check_int("seed", seed, 0, 2**63 - 1)  # a Python int: torch refuses numpy seeds
+    n_draws = check_int("n_draws", n_draws, 1, 1000)
     tokens = _checked_tokens(model, tokens).to(model.cfg.device)
     if not isinstance(content, str) or not content:
         raise NopeInterpError(f"content must be a non-empty string of characters, got {content!r}")
@@ -429,7 +429,7 @@ def diagnose(model: HookedTransformer, task: tasks_pkg.Task, tokens: Int[Tensor,
     Warns:
         DegenerateInputWarning: once, when an intervention leaves sequences with parallel vectors.
     """
-    check_int("seed", seed, 0, 2**63 - 1)
+    seed = check_int("seed", seed, 0, 2**63 - 1)  # a Python int: torch refuses numpy seeds
     _check_model_dtype(model, "diagnose")
     _check_task(task, "diagnose")
     tokens = _checked_tokens(model, tokens)

@@ -17,6 +17,7 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 
+from nope_interp.checks import is_int
 from nope_interp.errors import NopeInterpError
 from nope_interp.fast_forward import attached_hooks, fast_logits, unsupported_reason
 from nope_interp.model import check_model_dtype, check_model_for_task, check_tokens, evaluates
@@ -37,8 +38,9 @@ def greedy_decode(
     """
     check_model_dtype(model, "greedy_decode")
     prompt_tokens = check_tokens(model, prompt_tokens, "prompt_tokens")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+    if not is_int(max_new_tokens) or max_new_tokens < 0:
         raise NopeInterpError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+    max_new_tokens = int(max_new_tokens)
     n_ctx = model.cfg.n_ctx
     if prompt_tokens.shape[1] + max_new_tokens > n_ctx:
         raise NopeInterpError(
@@ -113,8 +115,9 @@ def predict(model: HookedTransformer, task: Task, prompts: Sequence[str], batch_
     if isinstance(prompts, (str, bytes)):
         raise NopeInterpError(f"prompts must be a sequence of prompt strings, got the single string {prompts!r} "
                               f"(write [{prompts!r}] for one prompt)")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+    if not is_int(batch_size) or batch_size < 1:
         raise NopeInterpError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    batch_size = int(batch_size)
     if not isinstance(prefix, str):
         raise NopeInterpError(f"prefix must be a string, got {type(prefix).__name__} {prefix!r}")
     encoded: list[list[int]] = []
@@ -263,8 +266,9 @@ def answer_token_loss(
     """
     check_model_for_task(model, task, None, "answer_token_loss")
     examples = _checked_examples(examples, "answer_token_loss")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+    if not is_int(batch_size) or batch_size < 1:
         raise NopeInterpError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    batch_size = int(batch_size)
     if not isinstance(prefix, str):
         raise NopeInterpError(f"prefix must be a string, got {type(prefix).__name__} {prefix!r}")
     groups: dict[tuple[int, int], list[list[int]]] = defaultdict(list)  # (length, first answer index) -> ids
@@ -328,8 +332,7 @@ def prompt_in_input(task: Task, text: str, max_context: int | None = None) -> tu
                               f"{type(task).__name__} {task!r}"[:200])
     if not isinstance(text, str):
         raise NopeInterpError(f"text must be a string (one analysis input), got {type(text).__name__}")
-    if max_context is not None and (isinstance(max_context, bool) or not isinstance(max_context, int)
-                                    or max_context < 1):
+    if max_context is not None and (not is_int(max_context) or max_context < 1):
         raise NopeInterpError(f"max_context must be None or an integer >= 1, got {max_context!r}")
     end = len(text) if max_context is None else min(len(text), max_context)
     while (end := text.rfind("=", 0, end)) >= 0:
@@ -368,8 +371,9 @@ def exact_match_on_inputs(model: HookedTransformer, task: Task, inputs: Sequence
     bad = next((i for i, t in enumerate(inputs) if not isinstance(t, str)), None)
     if bad is not None:
         raise NopeInterpError(f"inputs[{bad}] must be a string, got {type(inputs[bad]).__name__}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+    if not is_int(batch_size) or batch_size < 1:
         raise NopeInterpError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    batch_size = int(batch_size)
     room = model.cfg.n_ctx - task.max_answer_len - 1
     scored: list[tuple[str, str]] = []
     for i, text in enumerate(inputs):

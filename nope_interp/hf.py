@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from nope_interp.checks import is_int
 from nope_interp.config import check_int
 from nope_interp.errors import NopeInterpError
 
@@ -115,12 +116,14 @@ def tiny_hf_model(kind: str = "smollm3-mixed", seed: int = 0, n_layers: int = 4,
     """
     if kind not in TINY_KINDS:
         raise NopeInterpError(f"unknown tiny model {kind!r}; allowed: {', '.join(TINY_KINDS)}")
+    # as ints (a numpy integer is accepted): the transformers config is written as JSON
+    seed, n_layers, vocab, n_ctx, d_model = (
+        check_int(name, value, low, 2**63 - 1)
+        for name, value, low in (("seed", seed, 0), ("n_layers", n_layers, 1), ("vocab", vocab, 3),
+                                 ("n_ctx", n_ctx, 1), ("d_model", d_model, 8)))
     common = dict(vocab_size=vocab, hidden_size=d_model, intermediate_size=2 * d_model, num_hidden_layers=n_layers,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=n_ctx, pad_token_id=0,
                   bos_token_id=1, eos_token_id=2, attn_implementation="eager")
-    for name, value, low in (("seed", seed, 0), ("n_layers", n_layers, 1), ("vocab", vocab, 3), ("n_ctx", n_ctx, 1),
-                             ("d_model", d_model, 8)):
-        check_int(name, value, low, 2**63 - 1)
     if d_model % 8:
         raise NopeInterpError(f"d_model must be a multiple of 8 (4 heads of an even width), got {d_model}")
     with torch.random.fork_rng(devices=[]):
@@ -149,7 +152,7 @@ def expected_layer_types(hf_model: torch.nn.Module) -> tuple[str, ...]:
         raise NopeInterpError(f"expected_layer_types needs a Hugging Face model (a transformers PreTrainedModel with "
                               f"a .config), got {type(hf_model).__name__}")
     n = getattr(cfg, "num_hidden_layers", None)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+    if not is_int(n) or n < 0:
         raise NopeInterpError(f"expected_layer_types: the config of {type(hf_model).__name__} has no integer "
                               f"num_hidden_layers (got {n!r}); expected a Hugging Face causal LM's config")
     flags = getattr(cfg, "no_rope_layers", None)

@@ -6,8 +6,7 @@ attention output before the output projection with heads concatenated (``blocks.
 what the authors' code analysed). ``pattern``, ``attn_out`` and ``mlp_out`` are named for hooks too.
 """
 
-import numbers
-
+from nope_interp.checks import is_int
 from nope_interp.errors import NopeInterpError
 
 #: Points collected by :func:`nope_interp.activations.collect_activations` (all have width d_model).
@@ -44,7 +43,7 @@ def hook_name(point: str, layer: int | None = None, n_layers: int | None = None)
         return _GLOBAL_HOOKS[point]
     if point not in _LAYER_HOOKS:
         raise NopeInterpError(f"unknown hook point {point!r}; allowed: {', '.join(POINTS)}")
-    if layer is None or isinstance(layer, bool) or not isinstance(layer, numbers.Integral) or layer < 0:
+    if not is_int(layer) or layer < 0:
         raise NopeInterpError(f"hook point {point!r} needs a layer >= 0, got {layer!r}")
     if n_layers is not None and layer >= n_layers:
         raise NopeInterpError(f"layer {layer} is out of range for a model with n_layers={n_layers} (0..{n_layers - 1})")
@@ -58,7 +57,7 @@ def activation_hook_names(n_layers: int, points: tuple[str, ...] = ACTIVATION_PO
         NopeInterpError: ``n_layers`` not an integer >= 1; ``points`` is a single string rather than a sequence
             of names, is empty, or holds a point that is not in :data:`ACTIVATION_POINTS`.
     """
-    if isinstance(n_layers, bool) or not isinstance(n_layers, numbers.Integral) or n_layers < 1:
+    if not is_int(n_layers) or n_layers < 1:
         raise NopeInterpError(f"n_layers must be an integer >= 1, got {n_layers!r}")
     if isinstance(points, (str, bytes)):
         raise NopeInterpError(f"points must be a sequence of point names (e.g. ({points!r},)), got the single "

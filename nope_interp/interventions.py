@@ -96,7 +96,7 @@ def replaced_pattern(model: HookedTransformer, layer: int, kind: str, seed: int 
         why = pattern_kind_unsupported(model, layer, kind)
         if why is not None:
             raise NopeInterpError(f"pattern kind {kind!r} does not apply to layer {layer}: {why}")
-    check_int("seed", seed, 0, 2**63 - 1)
+    seed = check_int("seed", seed, 0, 2**63 - 1)  # a Python int: torch refuses numpy seeds
     gen = torch.Generator().manual_seed(seed)
     with model.hooks(fwd_hooks=[(name, pattern_replacement_hook(kind, gen))]):
         yield model

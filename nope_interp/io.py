@@ -26,10 +26,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from nope_interp.checks import is_int, is_real
 from nope_interp.errors import NopeInterpError
 
 CONFIG_FILE = "config.json"
@@ -85,17 +87,27 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 
 def json_safe(data: Any) -> Any:
     """A copy of ``data`` (dicts, lists, tuples, numbers, strings, None) in which every float NaN or
-    infinity is replaced by None, so that it serialises as strict JSON.
+    infinity is replaced by None and every numpy scalar by the Python number it holds, so that it
+    serialises as strict JSON.
 
     NaN and infinities are not JSON (RFC 8259); Python writes them as bare ``NaN`` / ``Infinity``, which
     strict parsers (browsers, ``jq``, most languages) refuse. In every result file ``null`` therefore
     means "undefined": a confidence interval from a single seed, a correlation or NRMSE of a constant, a
-    cosine with a near-zero vector. Tuples become lists.
+    cosine with a near-zero vector. Tuples become lists. Numpy scalars (a count from an array's shape, a
+    mean from ``np.mean``, an integer argument the checks accept: :func:`~nope_interp.checks.is_int`) would
+    make ``json.dumps`` fail: an ``np.integer`` becomes an ``int``, an ``np.floating`` a ``float`` (NaN and
+    infinities None, as above), an ``np.bool_`` a ``bool``; numpy scalar dict keys become Python ones too.
+    Arrays are left as they are (``json.dumps`` refuses them).
     """
-    if isinstance(data, float):
+    if isinstance(data, (bool, np.bool_)):
+        return bool(data)
+    if isinstance(data, np.integer):
+        return int(data)
+    if isinstance(data, (float, np.floating)):
+        data = float(data)
         return data if math.isfinite(data) else None
     if isinstance(data, dict):
-        return {k: json_safe(v) for k, v in data.items()}
+        return {k.item() if isinstance(k, np.generic) else k: json_safe(v) for k, v in data.items()}
     if isinstance(data, (list, tuple)):
         return [json_safe(v) for v in data]
     return data
@@ -104,11 +116,12 @@ def json_safe(data: Any) -> Any:
 def write_json(path: str | Path, data: Any) -> Path:
     """Write ``data`` as indented, strict JSON, atomically.
 
-    NaN and infinities are written as ``null`` (see :func:`json_safe`): every file this writes parses with
-    any JSON parser, including ones that refuse Python's ``NaN``.
+    NaN and infinities are written as ``null`` and numpy scalars as the Python numbers they hold (see
+    :func:`json_safe`): every file this writes parses with any JSON parser, including ones that refuse
+    Python's ``NaN``, and a numpy integer or float that reached ``data`` is written as a number.
 
     Raises:
-        TypeError: ``data`` holds a value JSON cannot represent (an object, a tensor, a numpy scalar).
+        TypeError: ``data`` holds a value JSON cannot represent (an object, a tensor, a numpy array).
         NopeInterpError: the file cannot be written.
     """
     return atomic_write_text(path, json.dumps(json_safe(data), indent=2, sort_keys=False, allow_nan=False) + "\n")
@@ -430,7 +443,7 @@ def read_metrics(path: str | Path, numbers: tuple[str, ...] = ()) -> list[dict[s
             return NopeInterpError(f"metrics file is corrupt: {path}, line {n}: {what}")
 
         step = record.get("step")
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        if not is_int(step) or step < 0:
             raise bad(f"step must be an integer >= 0, got {step!r}")
         if step <= previous:
             raise bad(f"steps must increase, got {step} after {previous}")
@@ -439,13 +452,11 @@ def read_metrics(path: str | Path, numbers: tuple[str, ...] = ()) -> list[dict[s
             if key not in record:
                 raise bad(f"no {key!r}")
             value = record[key]
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
-                                      or not math.isfinite(value)):
+            if value is not None and (not is_real(value) or not math.isfinite(value)):
                 raise bad(f"{key} must be a number or null, got {value!r}")
         for key in FRACTION_FIELDS:  # accuracies, whichever fields the caller asked for
             value = record.get(key)
-            if value is not None and not isinstance(value, bool) and isinstance(value, int | float) \
-                    and not 0.0 <= value <= 1.0:
+            if value is not None and is_real(value) and not 0.0 <= value <= 1.0:
                 raise bad(f"{key} must be a fraction in [0, 1], got {value!r}")
     return records
 

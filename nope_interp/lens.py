@@ -24,6 +24,7 @@ from torch import Tensor
 from transformer_lens import ActivationCache
 
 from nope_interp.averaging import attention_window, check_pattern, lower_triangle_spearman, relative_entropy_to_uniform
+from nope_interp.checks import is_int
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import hook_name, short_label
 from nope_interp.plotting import plot_adjacency_by_layer, plot_cosine_heatmaps, plot_lag_profile
@@ -298,6 +299,7 @@ def lag_profile(cache: ActivationCache, sites: list[str] | None = None, max_lag:
             batch.
     """
     sites = _sites(cache, sites, "lag_profile")
+    max_lag = int(max_lag) if is_int(max_lag) else max_lag  # similarity.lag_profile checks for a Python int
     per = {s: _lag_profile(site_activations(cache, s), max_lag, what=f"activations at {s}") for s in sites}
     n_pos = site_activations(cache, sites[0]).shape[1]
     d_max = per[sites[0]].shape[-1]
@@ -352,8 +354,9 @@ def cosine_heatmap(cache: ActivationCache, site: str, batch_index: int = 0,
             a cache holding meta-device tensors or an empty batch.
     """
     acts = site_activations(cache, site)
-    if isinstance(batch_index, bool) or not isinstance(batch_index, int) or not 0 <= batch_index < acts.shape[0]:
+    if not is_int(batch_index) or not 0 <= batch_index < acts.shape[0]:
         raise NopeInterpError(f"batch_index must be an integer in [0, {acts.shape[0] - 1}], got {batch_index!r}")
+    batch_index = int(batch_index)  # stored in the CosineView
     if tokens is not None and (not isinstance(tokens, str | list | tuple)
                                or not all(isinstance(t, str) for t in tokens)):
         raise NopeInterpError(f"tokens must be a string or a list of strings (one per position), got {tokens!r}"[:200])
@@ -431,7 +434,8 @@ def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool | None 
             meta-device tensors or an empty batch.
     """
     _check_cache(cache, "averaging_check")
-    p_name, z_name = hook_name("pattern", layer), hook_name("z", layer)
+    layer = int(layer) if is_int(layer) else layer  # a numpy integer as an int (stored in the AveragingCheck)
+    p_name, z_name = hook_name("pattern", layer), hook_name("z", layer)  # checks layer: an integer >= 0
     for n in (p_name, z_name):
         if n not in cache.cache_dict:
             raise NopeInterpError(f"averaging_check needs {n!r} in the cache; cached: {', '.join(cache.cache_dict)}")

@@ -32,6 +32,7 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 from transformer_lens.hook_points import HookPoint
 from transformer_lens.model_bridge import TransformerBridge
 
+from nope_interp.checks import is_int
 from nope_interp.config import (
     ACT_FN_CHOICES,
     ATTENTION_CHOICES,
@@ -454,8 +455,9 @@ def with_context(model: HookedTransformer, cfg: ModelConfig, n_ctx: int) -> tupl
             has none past its own ``n_ctx``); a new config that does not fit memory (:func:`check_model_fits`).
     """
     check_model_config(model, cfg)
-    if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 1:
+    if not is_int(n_ctx) or n_ctx < 1:
         raise NopeInterpError(f"n_ctx must be an integer >= 1, got {n_ctx!r}")
+    n_ctx = int(n_ctx)
     if n_ctx <= cfg.n_ctx:
         return model, cfg
     if cfg.positional == "learned":

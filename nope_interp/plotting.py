@@ -5,7 +5,6 @@ the sign of a cosine reads at a glance.
 """
 
 import math
-import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 from torch import Tensor
 
+from nope_interp.checks import is_int, is_real
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import short_label
 from nope_interp.similarity import check_tensor
@@ -39,8 +39,9 @@ def line_colours(n: int) -> list[str]:
     Raises:
         NopeInterpError: ``n`` not an integer >= 0.
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+    if not is_int(n) or n < 0:
         raise NopeInterpError(f"line_colours: n must be an integer >= 0, got {n!r}"[:200])
+    n = int(n)
     if n <= len(LINE_COLOURS):
         return list(LINE_COLOURS[:n])
     return [f"hsl({360 * k / n:.4f}, 75%, {40 if k % 2 else 55}%)" for k in range(n)]
@@ -137,7 +138,9 @@ def plot_adjacency_by_layer(
 
     Args:
         results: ``results[task][model_label][site] = {"mean": m, "std": s}``, e.g. model labels
-            ``"initialised"`` and ``"trained"``; sites in forward order.
+            ``"initialised"`` and ``"trained"``; sites in forward order. An optional ``"n"`` (the sequences
+            averaged, as analysis results carry it) of 1, or a NaN std, draws the point without an error bar
+            and its hover text without ``±``: the spread of one value is undefined.
         title: figure title.
 
     Raises:
@@ -176,8 +179,7 @@ def plot_adjacency_by_layer(
                 if not isinstance(v, Mapping) or "mean" not in v or "std" not in v:
                     raise NopeInterpError(f"plot_adjacency_by_layer: {where} must have 'mean' and 'std', got {v!r}")
                 mean, std = v["mean"], v["std"]
-                ok = all(isinstance(x, numbers.Real) and not isinstance(x, bool) and not math.isinf(x)
-                         for x in (mean, std))   # NaN (undefined) is drawn as a gap
+                ok = all(is_real(x) and not math.isinf(x) for x in (mean, std))   # NaN (undefined) is drawn as a gap
                 if not ok or not (math.isnan(mean) or 0.0 <= mean <= 1.0) or std < 0:
                     raise NopeInterpError(f"plot_adjacency_by_layer: {where} must have a mean in [0, 1] (an "
                                           f"adjacency score) and a std >= 0 (NaN: undefined), got mean={mean!r}, "
@@ -190,7 +192,8 @@ def plot_adjacency_by_layer(
     for r, task in enumerate(task_names, start=1):
         for model_label, sites in results[task].items():
             names = list(sites)
-            stds = [None if math.isnan(sites[s]["std"]) else sites[s]["std"] for s in names]  # NaN: no bar
+            # NaN std, or a mean of one sequence ("n": 1): the spread is undefined, no bar (not a bar of 0)
+            stds = [None if math.isnan(sites[s]["std"]) or sites[s].get("n") == 1 else sites[s]["std"] for s in names]
             hover = [f"{s}<br>{sites[s]['mean']:.3f}" + ("" if sd is None else f" ± {sd:.3f}")
                      for s, sd in zip(names, stds, strict=True)]
             fig.add_trace(go.Scatter(
@@ -284,9 +287,11 @@ def plot_lag_profile(
     if window is not None and n_pos is None:
         raise NopeInterpError("plot_lag_profile: window needs n_pos (positions per sequence): the sliding-window "
                               "curve depends on the sequence length, not only on the lags drawn")
-    if n_pos is not None and (isinstance(n_pos, bool) or not isinstance(n_pos, int) or n_pos <= len(lags)):
+    if n_pos is not None and (not is_int(n_pos) or n_pos <= len(lags)):
         raise NopeInterpError(f"plot_lag_profile: n_pos must be an integer above the largest lag {len(lags)}, "
                               f"got {n_pos!r}")
+    # ints for sliding_window_lag_profile (its checks take Python ints only)
+    n_pos, window = (int(v) if is_int(v) else v for v in (n_pos, window))
     sw = sliding_window_lag_profile(n_pos, window, len(lags)).tolist() if window is not None else None
     shown: set[str] = set()
     for g, members in enumerate(groups.values()):
@@ -336,7 +341,7 @@ def _numbers(values: object, where: str, undefined: bool = True) -> list[float]:
     for v in values:
         if v is None and undefined:
             out.append(math.nan)
-        elif isinstance(v, bool) or not isinstance(v, numbers.Real) or math.isinf(v) \
+        elif not is_real(v) or math.isinf(v) \
                 or (math.isnan(v) and not undefined):
             allowed = "real numbers (NaN or None: undefined)" if undefined else "finite real numbers"
             raise NopeInterpError(f"{where} must hold {allowed}, got {v!r}"[:300])

@@ -16,6 +16,7 @@ from transformer_lens import HookedTransformer
 
 import tasks as tasks_pkg
 from nope_interp import io
+from nope_interp.checks import is_int, is_real
 from nope_interp.config import ModelConfig, TrainConfig
 from nope_interp.errors import NopeInterpError
 from nope_interp.model import build_model, check_nope, load_state
@@ -210,14 +211,13 @@ def _checked_summary(path: Path) -> dict[str, Any]:
     if not isinstance(summary, dict):
         raise NopeInterpError(f"run summary is corrupt: {summary_path} holds {_json_kind(summary)}, not an object")
     acc, steps = summary.get("test_acc"), summary.get("steps")
-    if "test_acc" in summary and (isinstance(acc, bool) or not isinstance(acc, int | float)
-                                  or not 0.0 <= acc <= 1.0):
+    if "test_acc" in summary and (not is_real(acc) or not 0.0 <= acc <= 1.0):
         raise NopeInterpError(f"run summary is corrupt: {summary_path}: test_acc must be a fraction in [0, 1], "
                               f"got {_json_kind(acc)}")
-    if "steps" in summary and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 0):
+    if "steps" in summary and (not is_int(steps) or steps < 0):
         raise NopeInterpError(f"run summary is corrupt: {summary_path}: steps must be an integer >= 0, got "
                               f"{_json_kind(steps)}")
-    metrics = io.read_metrics(path / io.METRICS_FILE) if isinstance(steps, int) else []
+    metrics = io.read_metrics(path / io.METRICS_FILE) if is_int(steps) else []
     if metrics and metrics[-1]["step"] > steps:
         raise NopeInterpError(f"run summary is stale: {summary_path} is for step {steps}, but the run trained to step "
                               f"{metrics[-1]['step']} ({io.METRICS_FILE}): its weights are not the ones scored; "

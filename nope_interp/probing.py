@@ -39,7 +39,6 @@ training mean, and the same probe trained on targets shuffled across training ro
 
 import dataclasses
 import math
-import numbers
 import warnings
 from collections.abc import Sequence
 
@@ -53,6 +52,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from torch import Tensor
 
+from nope_interp.checks import is_int, is_real
 from nope_interp.errors import NopeInterpError
 from nope_interp.similarity import check_finite, check_tensor, cosine_similarity_matrix, near_zero_positions
 
@@ -70,8 +70,7 @@ MLP_PATIENCE = 30
 
 
 def _check_integer(fn: str, name: str, value: object, low: int, high: int | None = None) -> None:
-    if (isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < low
-            or (high is not None and value > high)):
+    if not is_int(value) or value < low or (high is not None and value > high):
         bound = f"in [{low}, {high}]" if high is not None else f">= {low}"
         raise NopeInterpError(f"{fn}: {name} must be an integer {bound}, got {value!r}")
 
@@ -241,8 +240,7 @@ def fit_position_probe(
         raise NopeInterpError(f"fit_position_probe: X, y and groups must have one row each, got {X.shape[0]}, "
                               f"{len(y)} and {len(groups)}")
     _check_integer("fit_position_probe", "seed", seed, 0, 2**32 - 1)
-    if (isinstance(test_fraction, bool) or not isinstance(test_fraction, numbers.Real)
-            or not 0 < test_fraction < 1):
+    if not is_real(test_fraction) or not 0 < test_fraction < 1:
         raise NopeInterpError(f"fit_position_probe: test_fraction must be a number in (0, 1), got {test_fraction!r}")
     rng = np.random.default_rng(int(seed))
     seqs = np.unique(groups)
@@ -303,6 +301,7 @@ def probe_sites(
     if len(labels) != acts.shape[0]:
         raise NopeInterpError(f"probe_sites: labels must name each of the {acts.shape[0]} sites in acts, got "
                               f"{len(labels)} labels")
+    seeds = [int(v) if is_int(v) else v for v in seeds]  # numpy seeds as ints (recorded in the rows); checked below
     rows: list[dict[str, object]] = []
     for s, label in enumerate(labels):
         for feature in features:

@@ -27,6 +27,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from nope_interp import ckernel
+from nope_interp.checks import is_int, is_real
 from nope_interp.config import check_int
 from nope_interp.errors import DegenerateInputWarning, NopeInterpError
 
@@ -92,7 +93,7 @@ def check_tensor(x: object, name: str, shape: str, *, ndim: int | None = None, m
 
 
 def _check_min_norm(min_norm: object, fn: str) -> None:
-    if isinstance(min_norm, bool) or not isinstance(min_norm, int | float) or not 0 <= min_norm < math.inf:
+    if not is_real(min_norm) or not 0 <= min_norm < math.inf:
         raise NopeInterpError(f"{fn}: min_norm must be a finite number >= 0, got {min_norm!r}")
 
 
@@ -311,9 +312,9 @@ def row_pair_counts(n_pos: int) -> Int[Tensor, " pos"]:
     Raises:
         NopeInterpError: ``n_pos`` is not an integer >= 0.
     """
-    if isinstance(n_pos, bool) or not isinstance(n_pos, int) or n_pos < 0:
+    if not is_int(n_pos) or n_pos < 0:
         raise NopeInterpError(f"row_pair_counts: n_pos must be an integer >= 0, got {n_pos!r}")
-    k = torch.arange(n_pos, dtype=torch.int64)
+    k = torch.arange(int(n_pos), dtype=torch.int64)
     return k * (k - 1) // 2
 
 
@@ -541,7 +542,7 @@ def degenerate_sequences(sim: Float[Tensor, "*batch pos pos"],
     _check_square(sim, "degenerate_sequences", min_pos=2)
     if tol is None:
         tol = degenerate_tolerance(sim.dtype, cosines=True)
-    if isinstance(tol, bool) or not isinstance(tol, int | float) or not tol >= 0:
+    if not is_real(tol) or not tol >= 0:
         raise NopeInterpError(f"tol must be a number >= 0 or None, got {tol!r}")
     return cosine_spread(sim) < tol  # NaN compares False
 
@@ -828,9 +829,9 @@ def _check_lag(n_pos: int, max_lag: object) -> int:
         raise NopeInterpError(f"the lag profile needs at least 2 positions, got pos={n_pos}")
     if max_lag is None:
         return n_pos - 1
-    if isinstance(max_lag, bool) or not isinstance(max_lag, int) or not 1 <= max_lag <= n_pos - 1:
+    if not is_int(max_lag) or not 1 <= max_lag <= n_pos - 1:
         raise NopeInterpError(f"max_lag must be an integer in [1, {n_pos - 1}] (pos - 1) or None, got {max_lag!r}")
-    return max_lag
+    return int(max_lag)
 
 
 def _unit_vectors(x: Tensor) -> Tensor:
@@ -941,12 +942,13 @@ def sliding_window_lag_profile(n_pos: int, window: int, max_lag: int | None = No
     Raises:
         NopeInterpError: ``n_pos`` < 2; ``window`` not an integer >= 1; ``max_lag`` not in [1, n_pos - 1].
     """
-    if isinstance(n_pos, bool) or not isinstance(n_pos, int):
+    if not is_int(n_pos):
         raise NopeInterpError(f"n_pos must be an integer >= 2, got {n_pos!r}")
+    n_pos = int(n_pos)
     d_max = _check_lag(n_pos, max_lag)
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+    if not is_int(window) or window < 1:
         raise NopeInterpError(f"window must be an integer >= 1, got {window!r}")
-    window = min(window, n_pos)  # a window of n_pos or more keys is uniform causal attention
+    window = min(int(window), n_pos)  # a window of n_pos or more keys is uniform causal attention
 
     def terms(i: Tensor, d: Tensor) -> Tensor:
         j = i - d  # key positions
@@ -973,8 +975,9 @@ def uniform_causal_lag_profile(n_pos: int, max_lag: int | None = None) -> Float[
     Raises:
         NopeInterpError: ``n_pos`` < 2 or not an integer; ``max_lag`` not in [1, n_pos - 1].
     """
-    if isinstance(n_pos, bool) or not isinstance(n_pos, int):
+    if not is_int(n_pos):
         raise NopeInterpError(f"n_pos must be an integer >= 2, got {n_pos!r}")
+    n_pos = int(n_pos)
     d_max = _check_lag(n_pos, max_lag)
     return _lag_means(n_pos, d_max,
                       lambda i, d: torch.where(i >= d, torch.sqrt(torch.clamp(i - d + 1, min=0) / (i + 1)), 0.0))

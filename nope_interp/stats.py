@@ -6,11 +6,11 @@ the sample standard deviation (n - 1 in the denominator). With 3 seeds it is wid
 """
 
 import math
-import numbers
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from nope_interp.checks import is_int, is_real
 from nope_interp.errors import NopeInterpError
 
 
@@ -130,17 +130,15 @@ def fmt_mean_std(mean: Any, std: Any, n: Any, digits: Any = 3, sep: str = " ± "
             None, or negative; ``n`` not an int >= 1 or None; ``digits`` not an int in [0, 10]; ``sep`` not a str.
     """
 
-    def real(x: Any) -> bool:
-        return isinstance(x, numbers.Real) and not isinstance(x, bool)
-
-    if not real(mean):
+    if not is_real(mean):
         raise NopeInterpError(f"fmt_mean_std needs a real number for the mean, got {mean!r}"[:300])
-    if std is not None and (not real(std) or std < 0):
+    if std is not None and (not is_real(std) or std < 0):
         raise NopeInterpError(f"fmt_mean_std needs a std >= 0 (NaN or None: undefined), got {std!r}"[:300])
-    if n is not None and (isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1):
+    if n is not None and (not is_int(n) or n < 1):
         raise NopeInterpError(f"fmt_mean_std needs n, the number of values, as an int >= 1 (or None), got {n!r}"[:300])
-    if isinstance(digits, bool) or not isinstance(digits, int) or not 0 <= digits <= 10:
+    if not is_int(digits) or not 0 <= digits <= 10:
         raise NopeInterpError(f"digits must be an integer in [0, 10], got {digits!r}")
+    digits = int(digits)
     if not isinstance(sep, str):
         raise NopeInterpError(f"fmt_mean_std: sep must be a str, got {type(sep).__name__}")
     head = f"{float(mean):.{digits}f}"
@@ -164,8 +162,9 @@ def fmt_fraction(x: Any, digits: Any = 4) -> str:
     """
     from decimal import ROUND_HALF_UP, Decimal
 
-    if isinstance(digits, bool) or not isinstance(digits, int) or not 0 <= digits <= 10:
+    if not is_int(digits) or not 0 <= digits <= 10:
         raise NopeInterpError(f"digits must be an integer in [0, 10], got {digits!r}")
-    if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x):
+    digits = int(digits)  # Decimal.scaleb refuses a numpy integer
+    if not is_real(x) or not math.isfinite(x):
         raise NopeInterpError(f"fmt_fraction needs a finite number, got {x!r}")
     return str(Decimal(repr(float(x))).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP))

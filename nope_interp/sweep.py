@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from nope_interp import io
+from nope_interp.checks import is_int, is_real
 from nope_interp.config import (
     ModelConfig,
     TrainConfig,
@@ -235,7 +236,7 @@ def load_spec(spec: str | Path) -> SweepSpec:
         raise NopeInterpError(f"{path}: [resources] takes num_cpus and num_gpus only")
     num_cpus, num_gpus = res.get("num_cpus", 1), res.get("num_gpus", 0)
     for label, v in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1024:
+        if not is_real(v) or not 0 <= v <= 1024:
             raise NopeInterpError(f"{path}: [resources] {label} must be a number in [0, 1024], got {v!r}")
     spec = SweepSpec(name=name, kind=kind, base=dict(base), axes={k: list(v) for k, v in axes.items()},
                      explicit=tuple(dict(p) for p in explicit), num_cpus=float(num_cpus), num_gpus=float(num_gpus),
@@ -281,7 +282,9 @@ def expand(spec: SweepSpec) -> list[Point]:
 
 def _as_type(tp: Any, value: Any, label: str) -> Any:
     """``value`` with every integer where ``tp`` wants a float as that float (``1`` -> ``1.0``, also in a union
-    or a list); everything else unchanged (the configs' own checks refuse values of the wrong type)."""
+    or a list), a numpy real where ``tp`` wants a float as a float, and any other numpy integer as an int
+    (``np.int64(3)`` -> ``3``: the same point, with the same key, as the Python number); everything else
+    unchanged (the configs' own checks refuse values of the wrong type)."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (types.UnionType, typing.Union):
         if value is None:
@@ -289,14 +292,16 @@ def _as_type(tp: Any, value: Any, label: str) -> Any:
         inner = [a for a in args if a is not type(None)]
         if len(inner) == 1:
             return _as_type(inner[0], value, label)
-        return _as_type(float, value, label) if float in inner and int not in inner else value
+        return _as_type(float if float in inner and int not in inner else None, value, label)
     if origin is tuple and isinstance(value, list | tuple):
         return [_as_type(args[0], v, label) for v in value]
-    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+    if tp is float and is_real(value) and type(value) is not float:
         try:
             return float(value)
         except OverflowError:
             raise NopeInterpError(f"{label} must be a finite number, got {value}") from None
+    if is_int(value) and type(value) is not int:  # a numpy integer, for an int field or one of no known type
+        return int(value)
     return value
 
 
@@ -348,8 +353,9 @@ def resolve(kind: str, values: dict[str, Any]) -> Point:
     if not isinstance(task, str) or task not in tasks_pkg.TASK_NAMES:
         raise NopeInterpError(f"task must be one of {', '.join(tasks_pkg.TASK_NAMES)}, got {task!r}")
     seed = v["seed"]
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
+    if not is_int(seed) or not 0 <= seed < 2**31:
         raise NopeInterpError(f"seed must be an integer in [0, 2**31), got {seed!r}")
+    seed = int(seed)
     task_params = {} if v.get("n_digits") is None else {"n_digits": v["n_digits"]}
     try:
         task_obj = tasks_pkg.get_task(task, **task_params)  # validates n_digits
@@ -371,7 +377,7 @@ def resolve(kind: str, values: dict[str, Any]) -> Point:
         raise NopeInterpError(f"preset must be a preset name, got {v['preset']!r}")
     if "d_model" in model_kw:
         n_heads = model_kw.get("n_heads", preset(v["preset"]).n_heads)
-        if isinstance(model_kw["d_model"], int) and isinstance(n_heads, int) and n_heads > 0:
+        if is_int(model_kw["d_model"]) and is_int(n_heads) and n_heads > 0:
             model_kw.setdefault("d_head", model_kw["d_model"] // n_heads)
             model_kw.setdefault("d_mlp", 4 * model_kw["d_model"])
     model = preset(v["preset"], **model_kw)
@@ -379,8 +385,9 @@ def resolve(kind: str, values: dict[str, Any]) -> Point:
         from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names
 
         n = v["n_prompts"]
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 100_000:
+        if not is_int(n) or not 1 <= n <= 100_000:
             raise NopeInterpError(f"n_prompts must be an integer in [1, 100000], got {n!r}")
+        n = int(n)
         pts = v["points"]
         if not isinstance(pts, list) or not pts:
             raise NopeInterpError(f"points must be a non-empty list of hook points, got {pts!r}")
@@ -393,8 +400,9 @@ def resolve(kind: str, values: dict[str, Any]) -> Point:
         train_kw = {k: val for k, val in v.items() if k in _TRAIN_FIELDS}
         tcfg = TrainConfig(task=task, task_params=task_params, seed=seed, **train_kw)
         n = v["analyze_n_prompts"]
-        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 100_000:
+        if not is_int(n) or not 0 <= n <= 100_000:
             raise NopeInterpError(f"analyze_n_prompts must be an integer in [0, 100000], got {n!r}")
+        n = int(n)
         check_train_fits(model, task_obj, tcfg)  # what train() checks first: n_ctx, d_vocab, window, n_train + n_test
         settings = {"train": tcfg.to_dict(), "analyze_n_prompts": n}
     point = Point(kind=kind, fields=dict(values), model=model, task=task, task_params=task_params, settings=settings)
@@ -644,8 +652,9 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", 
     for label, v in (("workers", workers), ("threads", threads)):
         if label == "workers" and v is None:
             continue
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        if not is_int(v) or v < 1:
             raise NopeInterpError(f"{label} must be an integer >= 1, got {v!r}")
+    workers, threads = None if workers is None else int(workers), int(threads)
     if executor == "local":   # on Ray the workers' machines decide (a point asks Ray for `threads` CPUs)
         check_threads("threads", threads)
     if ray_address is not None:
@@ -904,8 +913,8 @@ def _check_reachable(address: str, timeout: float = 10.0) -> None:
 
 
 def _is_finite_number(value: Any) -> bool:
-    """Whether ``value`` is an int or float (not a bool) and finite: what the report can aggregate."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """Whether ``value`` is a real number (not a bool) and finite: what the report can aggregate."""
+    return is_real(value) and math.isfinite(value)
 
 
 def load_result(point_dir: str | Path) -> dict[str, Any] | None:
@@ -971,7 +980,7 @@ class SweepResults(NamedTuple):
 def _scalar(value: Any) -> bool:
     """Whether a metric value is a scalar (a number, None, a string or a bool): a column of the report;
     objects and lists (such as ``scores``, per hook point) are not."""
-    return value is None or isinstance(value, (int, float, str))
+    return value is None or isinstance(value, (bool, str)) or is_real(value)
 
 
 #: Columns of a report row that are not metrics (:func:`read_results`).
@@ -1109,7 +1118,7 @@ def report(spec: SweepSpec, out_dir: str | Path) -> SweepReport:
     group_by = tuple(k for k in spec.varied if k not in SEED_FIELDS)
     skip = {"key", *spec.varied, "seconds", "peak_mib"}
     def numeric(v: Any) -> bool:
-        return v is None or isinstance(v, (int, float)) and not isinstance(v, bool)
+        return v is None or is_real(v)
 
     # a column for every entry that is a number (or null) somewhere, in the files' order: a null or a string
     # in one point neither drops nor moves a column

@@ -14,6 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import tasks as tasks_pkg
+from nope_interp.checks import is_int
 from nope_interp.errors import NopeInterpError
 
 #: Plays kept out of training (their dialogue is what analyses read by default).
@@ -77,8 +78,9 @@ def text_windows(n: int, length: int, seed: int = 0, split: str = "held_out") ->
             was taken as is), or ``length`` longer than the corpus.
     """
     for label, v, low in (("n", n, 1), ("length", length, 1), ("seed", seed, 0)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+        if not is_int(v) or v < low:
             raise NopeInterpError(f"{label} must be an integer >= {low}, got {v!r}"[:300])
+    n, length, seed = int(n), int(length), int(seed)  # random.Random refuses a numpy integer seed
     text = corpus(split)
     if length >= len(text):
         raise NopeInterpError(f"length {length} exceeds the {split} corpus ({len(text)} characters)")

@@ -3,6 +3,8 @@
 Use :func:`get_task` with a name from :data:`TASK_NAMES`; see :mod:`tasks.base` for the interface.
 """
 
+import numbers
+
 from tasks.addition import AdditionTask
 from tasks.base import (
     AUTHORS_LENGTH,
@@ -50,9 +52,9 @@ def get_task(name: str, **params: object) -> Task:
         if key not in allowed:
             raise TaskError(f"unknown parameter {key!r} for task {name!r}; allowed: {', '.join(allowed)}")
         value = params[key]
-        if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):  # numpy integers too
             raise TaskError(f"{key} must be an integer, got {value!r}")
-    return cls(**params)
+    return cls(**{k: int(v) for k, v in params.items()})
 
 
 __all__ = [

@@ -21,7 +21,7 @@ class AdditionTask(Task):
     name: ClassVar[str] = "addition"
 
     def __post_init__(self) -> None:
-        _check_int("n_digits", self.n_digits, 1, 18)
+        object.__setattr__(self, "n_digits", _check_int("n_digits", self.n_digits, 1, 18))
 
     @property
     def _operand(self) -> str:

@@ -15,6 +15,7 @@ Training batches, two objectives (``docs/method.md``, "Models and training"):
 """
 
 import bisect
+import numbers
 import random
 import re
 from abc import ABC, abstractmethod
@@ -76,9 +77,18 @@ class Batch:
     loss_mask: Bool[Tensor, "batch pos"]
 
 
-def _check_int(name: str, value: object, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+def _check_int(name: str, value: object, low: int, high: int) -> int:
+    """``value`` as a Python ``int`` when it is an integer in [low, high]: any ``numbers.Integral`` (a numpy
+    integer from ``np.arange`` included; ``random.Random`` refuses those, so it is converted) but not a bool."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not low <= value <= high:
         raise TaskError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
+    return int(value)
+
+
+def _seed(seed: object) -> object:
+    """A numpy (or other ``numbers.Integral``) seed as the Python ``int`` ``random.Random`` takes; any other
+    seed unchanged."""
+    return int(seed) if isinstance(seed, numbers.Integral) and not isinstance(seed, bool) else seed
 
 
 def _text(name: str, value: object) -> str:
@@ -203,8 +213,9 @@ class Task(ABC):
         Raises:
             TaskError: if a count is negative or more distinct prompts are asked for than exist.
         """
-        _check_int("n_train", n_train, 0, 10**9)
-        _check_int("n_test", n_test, 0, 10**9)
+        n_train = _check_int("n_train", n_train, 0, 10**9)
+        n_test = _check_int("n_test", n_test, 0, 10**9)
+        seed = _seed(seed)  # a numpy integer seeds (and caches) as the int it equals
         key: tuple | None = None  # the splits of one task, counts and integer seed are built once (immutable)
         if type(seed) is int:  # not a float equal to an int (random.Random seeds them differently), nor None
             try:
@@ -236,7 +247,7 @@ class Task(ABC):
                 f"asked for {n} distinct {self.name} prompts (n_train + n_test) but the parameters "
                 f"{self.params()} allow only {space}"
             )
-        rng = random.Random(seed)
+        rng = random.Random(_seed(seed))
         if 4 * n > space:
             return rng.sample(self.all_prompts(), n)
         seen: dict[str, None] = {}
@@ -256,7 +267,8 @@ class Task(ABC):
             TaskError: if fewer than ``n`` such prompts can be found; ``exclude`` is a single string
                 (``in`` would test substrings) or holds a non-string.
         """
-        _check_int("n", n, 1, 10**7)
+        n = _check_int("n", n, 1, 10**7)
+        seed = _seed(seed)
         exclude = _exclude(exclude)
         space = self.n_distinct_prompts()
         if n > space:  # fail at once, not after 50 n samples
@@ -342,7 +354,7 @@ def packed_stream(examples: "list[Example] | tuple[Example, ...]", seed: int) ->
     if not examples:
         raise TaskError("packed_stream needs at least one example")
     lines = [ex.prompt + ex.answer + EOS for ex in examples]
-    random.Random(seed).shuffle(lines)
+    random.Random(_seed(seed)).shuffle(lines)
     return torch.tensor(encode("".join(lines)), dtype=torch.long)
 
 
@@ -354,7 +366,7 @@ def packed_batch(stream: Int[Tensor, " n"], window: int, batch_size: int, genera
     Raises:
         TaskError: ``window`` < 1, or the stream is not longer than ``window``.
     """
-    _check_int("window", window, 1, 10**7)
+    window = _check_int("window", window, 1, 10**7)
     if stream.numel() <= window:
         raise TaskError(f"the packed stream has {stream.numel()} tokens; a window of {window} needs more")
     starts = torch.randint(0, stream.numel() - window, (batch_size,), generator=generator)
@@ -420,8 +432,8 @@ def authors_inputs(task: Task, n: int, seed: int = 0, exclude: frozenset[str] = 
         TaskError: ``n`` < 1; ``exclude`` is a single string or holds a non-string; no held-out line, or none
             long enough.
     """
-    _check_int("n", n, 1, 10**7)
-    _check_int("seed", seed, 0, 2**63 - 1)
+    n = _check_int("n", n, 1, 10**7)
+    seed = _check_int("seed", seed, 0, 2**63 - 1)
     exclude = _exclude(exclude)
     length = authors_length(task)
     rng = random.Random(seed)
@@ -448,9 +460,9 @@ def window_inputs(task: Task, n: int, window: int, seed: int = 0, exclude: froze
     Raises:
         TaskError: ``n`` or ``window`` < 1; ``exclude`` is a single string or holds a non-string.
     """
-    _check_int("n", n, 1, 10**7)
-    _check_int("window", window, 1, 10**7)
-    _check_int("seed", seed, 0, 2**63 - 1)
+    n = _check_int("n", n, 1, 10**7)
+    window = _check_int("window", window, 1, 10**7)
+    seed = _check_int("seed", seed, 0, 2**63 - 1)
     exclude = _exclude(exclude)
     rng = random.Random(seed)
     lines = held_out_lines(task, max(2 * n, (2 * window) // max(1, task.max_seq_len) + 2), seed, exclude,
@@ -498,8 +510,8 @@ def protocol_examples(task: Task, protocol: str, n: int, seed: int = 0, exclude:
             plus its newline.
     """
     exclude = _exclude(exclude)
-    _check_int("n", n, 1, 10**7)
-    _check_int("seed", seed, 0, 2**63 - 1)
+    n = _check_int("n", n, 1, 10**7)
+    seed = _check_int("seed", seed, 0, 2**63 - 1)
     length = protocol_length(task, protocol, window)
     if protocol == "full":
         return [task.example(p) for p in task.analysis_prompts(n, seed, exclude)]
@@ -549,7 +561,7 @@ def protocol_length(task: Task, protocol: str, window: int = DEFAULT_WINDOW) -> 
         raise TaskError(f"unknown protocol {protocol!r}; allowed: {', '.join(PROTOCOLS)}")
     _check_window_used(protocol, window)
     if protocol == "window":
-        _check_int("window", window, 1, 10**7)
+        window = _check_int("window", window, 1, 10**7)
         return window
     return {"full": task.max_prompt_len, "authors": authors_length(task)}[protocol]
 
@@ -566,7 +578,7 @@ def protocol_inputs(task: Task, protocol: str, n: int, seed: int = 0, exclude: f
             :data:`DEFAULT_WINDOW` with a protocol other than ``window`` (it would be ignored).
     """
     exclude = _exclude(exclude)
-    _check_int("seed", seed, 0, 2**63 - 1)
+    seed = _check_int("seed", seed, 0, 2**63 - 1)
     if protocol in PROTOCOLS:
         _check_window_used(protocol, window)
     if protocol == "full":

@@ -22,7 +22,7 @@ class IndexingTask(Task):
 
     def __post_init__(self) -> None:
         # answers are single characters, so x may have at most 10 digits (indices 0-9)
-        _check_int("n_digits", self.n_digits, 1, 10)
+        object.__setattr__(self, "n_digits", _check_int("n_digits", self.n_digits, 1, 10))
 
     @property
     def _x(self) -> str:

@@ -28,7 +28,7 @@ class OrderingTask(Task):
     name: ClassVar[str] = "ordering"
 
     def __post_init__(self) -> None:
-        _check_int("n_digits", self.n_digits, 1, 10)
+        object.__setattr__(self, "n_digits", _check_int("n_digits", self.n_digits, 1, 10))
 
     @property
     def line_pattern(self) -> str:  # type: ignore[override]

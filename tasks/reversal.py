@@ -20,7 +20,7 @@ class ReversalTask(Task):
     name: ClassVar[str] = "reversal"
 
     def __post_init__(self) -> None:
-        _check_int("n_digits", self.n_digits, 1, 64)
+        object.__setattr__(self, "n_digits", _check_int("n_digits", self.n_digits, 1, 64))
 
     @property
     def _x(self) -> str:

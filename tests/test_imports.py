@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Bottom to top. A module may import modules of its own layer or below, never above.
 LAYERS: list[set[str]] = [
     {"tasks", "tasks.base", "tasks.vocab", "tasks.addition", "tasks.reversal", "tasks.indexing", "tasks.ordering"},
-    {"nope_interp", "nope_interp.errors"},
+    {"nope_interp", "nope_interp.errors", "nope_interp.checks"},
     {"nope_interp.config", "nope_interp.stats", "nope_interp.hooks", "nope_interp.io", "nope_interp.ckernel"},
     {"nope_interp.model", "nope_interp.similarity", "nope_interp.averaging", "nope_interp.ablations",
      "nope_interp.probing", "nope_interp.fast_forward", "nope_interp.positional", "nope_interp.hf",

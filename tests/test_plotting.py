@@ -45,6 +45,11 @@ def test_adjacency_by_layer_panels_and_error_bars():
     fig = plot_adjacency_by_layer({"addition": {"trained": one}})
     assert list(fig.data[0].error_y.array) == [None, 0.02]
     assert list(fig.data[0].customdata) == ["hook_embed<br>0.500", "blocks.0.attn.hook_z<br>0.950 ± 0.020"]
+    # so is a mean over one sequence (analysis results carry "n"; their std of one value is stored as 0.0)
+    one = {"hook_embed": {"mean": 0.5, "std": 0.0, "n": 1}, "blocks.0.attn.hook_z": {"mean": 0.95, "std": 0.0, "n": 2}}
+    fig = plot_adjacency_by_layer({"addition": {"trained": one}})
+    assert list(fig.data[0].error_y.array) == [None, 0.0]
+    assert list(fig.data[0].customdata) == ["hook_embed<br>0.500", "blocks.0.attn.hook_z<br>0.950 ± 0.000"]
 
 
 def test_lag_profile_panels_per_kind_lines_per_layer_and_the_idealised_curve():

@@ -687,7 +687,7 @@ def ablate_model(entry: ModelEntry, config: AblateConfig, *, seed: int | None = 
             prompt; ``seed`` not None nor an integer in [0, 2**63), checked before any work.
     """
     if seed is not None:
-        check_int("seed", seed, 0, 2**63 - 1)
+        seed = check_int("seed", seed, 0, 2**63 - 1)  # a Python int: torch refuses numpy seeds
     model = entry.model
     sites = ablation_sites(config, model.cfg.n_layers)
     rank_site = sites[0]

@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.analysis import protocol_prompts
+from nope_interp.checks import is_int
 from nope_interp.config import FrozenConfig, ModelConfig, check_int, check_name, check_tasks, opt, preset
 from nope_interp.errors import NopeInterpError
 from nope_interp.model import LensModel, build_model
@@ -204,8 +205,9 @@ def eval_examples(entry: ModelEntry, n: int, seed: int = 0) -> list[tasks_pkg.Ex
     Raises:
         NopeInterpError: ``n`` < 1; no prompt of ``entry.task`` outside the run's training prompts.
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+    if not is_int(n) or n < 1:
         raise NopeInterpError(f"n must be an integer >= 1, got {n!r}")
+    n = int(n)
     task = entry.task
     if entry.run is not None and entry.run.task == task:
         return list(entry.run.splits.test[:n])
@@ -414,7 +416,7 @@ def hf_random_length(model: Any) -> int:
     """:data:`HF_RANDOM_LENGTH`, or the model's ``n_ctx`` when that is shorter (a model with a 32-token context
     was given 64-token inputs it could not read)."""
     n_ctx = getattr(getattr(model, "cfg", None), "n_ctx", None)
-    return min(HF_RANDOM_LENGTH, int(n_ctx)) if isinstance(n_ctx, int) and n_ctx >= 2 else HF_RANDOM_LENGTH
+    return min(HF_RANDOM_LENGTH, int(n_ctx)) if is_int(n_ctx) and n_ctx >= 2 else HF_RANDOM_LENGTH
 
 
 def entry_tokens(entry: ModelEntry, n: int, seed: int, protocol: str = "full",
@@ -463,9 +465,8 @@ def random_tokens(model: Any, n: int, length: int, seed: int) -> Int[Tensor, "n 
         NopeInterpError: every token embedding is zero; ``n`` or ``length`` not an integer >= 1; ``seed`` not an
             integer >= 0.
     """
-    check_int("n", n, 1, 10**7)
-    check_int("length", length, 1, 10**7)
-    check_int("seed", seed, 0, 2**63 - 1)
+    n, length = check_int("n", n, 1, 10**7), check_int("length", length, 1, 10**7)
+    seed = check_int("seed", seed, 0, 2**63 - 1)  # an int: torch's manual_seed refuses a numpy integer
     with torch.no_grad():
         ids = torch.nonzero(model.W_E.detach().float().norm(dim=-1) > 0).flatten().cpu()
     if ids.numel() == 0:

@@ -22,6 +22,7 @@ from plotly.subplots import make_subplots
 import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.analysis import analyze_model
+from nope_interp.checks import is_int, is_real
 from nope_interp.config import FrozenConfig, check_choice, check_choices, check_int, check_used, opt
 from nope_interp.diagnostics import (
     INTERVENTIONS,
@@ -146,15 +147,15 @@ class RunTrajectory:
 
         def steps_of(key: str) -> tuple[int, ...]:
             values = data[key]
-            if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+            if not all(is_int(v) and v >= 0 for v in values):
                 raise bad(f"{key} must be integers >= 0")
             if any(b <= a for a, b in zip(values, values[1:], strict=False)):
                 raise bad(f"{key} must be strictly increasing")
-            return tuple(values)
+            return tuple(int(v) for v in values)
 
         def fractions(values: Any, what: str) -> tuple[float, ...]:
             if not isinstance(values, list) or not all(
-                    isinstance(v, int | float) and not isinstance(v, bool) and 0.0 <= v <= 1.0 for v in values):
+                    is_real(v) and 0.0 <= v <= 1.0 for v in values):
                 raise bad(f"{what} must be a list of numbers in [0, 1]")
             return tuple(float(v) for v in values)
 
@@ -175,8 +176,9 @@ class RunTrajectory:
         if any(len(v) != len(steps) for v in mechanisms.values()):
             raise bad(f"{data['label']}: mechanisms and steps differ in length")
         seed = data.get("mechanisms_draw_seed")
-        if seed is not None and not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2**63):
+        if seed is not None and not (is_int(seed) and 0 <= seed < 2**63):
             raise bad(f"mechanisms_draw_seed must be null or an integer in [0, 2**63), got {seed!r}"[:200])
+        seed = None if seed is None else int(seed)
         return cls(label=data["label"], task=data["task"], objective=data["objective"], steps=steps, sites=sites,
                    scores=scores, eval_steps=eval_steps, eval_acc=eval_acc, mechanisms=mechanisms,
                    mechanisms_draw_seed=seed)
