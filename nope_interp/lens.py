@@ -41,6 +41,7 @@ from nope_interp.similarity import (
     uniform_causal_lag_profile,
 )
 from nope_interp.similarity import lag_profile as _lag_profile
+from nope_interp.stats import fmt_mean_std
 
 #: Hook-name endings of the cached activations that are vectors per position (scored by default).
 VECTOR_SITES = ("hook_embed", "hook_resid_pre", "hook_resid_mid", "hook_resid_post", "attn.hook_z",
@@ -157,13 +158,19 @@ class SiteScores:
         return {"reduction": self.reduction, "n_pos": self.n_pos,
                 "scores": {s: self.summary(s) for s in self.sites}}
 
+    def _text(self, site: str) -> str:
+        """``mean ± std`` at ``site``, the mean alone over one sequence (its spread is undefined, not 0)."""
+        st = self.summary(site)
+        return fmt_mean_std(st["mean"], st["std"], st["n"])
+
     def __repr__(self) -> str:
         lines = [f"adjacency score ({self.reduction}, {self.n_pos} positions), mean ± std over sequences:"]
-        lines += [f"  {s:28s} {self.summary(s)['mean']:.3f} ± {self.summary(s)['std']:.3f}" for s in self.sites]
+        lines += [f"  {s:28s} {self._text(s)}" for s in self.sites]
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
-        rows = [[s, f"{self.summary(s)['mean']:.3f}", f"{self.summary(s)['std']:.3f}", str(self.summary(s)["n"])]
+        rows = [[s, f"{self.summary(s)['mean']:.3f}",
+                 "n/a" if self.summary(s)["n"] == 1 else f"{self.summary(s)['std']:.3f}", str(self.summary(s)["n"])]
                 for s in self.sites]
         return _table(f"Adjacency score ({self.reduction}; 0.5 = chance, 1 = nearer is always more similar)",
                       ["site", "mean", "std", "sequences"], rows)
@@ -260,7 +267,8 @@ class LagProfile:
         rows = []
         for s in self.sites:
             m, gap = self.summary(s)["mean"], self.summary(s)["recency_gap"]
-            rows.append([s, f"{m[0]:.3f}", f"{m[-1]:.3f}", f"{gap['mean']:+.3f} ± {gap['std']:.3f}", str(gap["n"])])
+            spread = "" if gap["n"] == 1 else f" ± {gap['std']:.3f}"  # one sequence: no spread, not ± 0
+            rows.append([s, f"{m[0]:.3f}", f"{m[-1]:.3f}", f"{gap['mean']:+.3f}{spread}", str(gap["n"])])
         u = self.uniform_causal
         rows.append(["idealised: uniform causal", f"{float(u[0]):.3f}", f"{float(u[-1]):.3f}",
                      f"{float(u[0] - u[-1]):+.3f}", ""])

@@ -227,6 +227,8 @@ def plot_lag_profile(
     Args:
         profiles: ``profiles[site] = {"lags": [1..D], "mean": [...], "std": [...]}``
             (:func:`~nope_interp.similarity.lag_summary`); full hook names in forward order; cosines in [-1, 1].
+            An optional ``"n"`` (sequences averaged, as :func:`~nope_interp.similarity.lag_summary` gives it) of 1
+            draws that site without error bars: the spread of one value is undefined.
         uniform_causal: the idealised c(d), d = 1..D (:func:`~nope_interp.similarity.uniform_causal_lag_profile`).
         title: figure title.
         window: also draw the idealised sliding-window curve of this width (keys per query), when given.
@@ -298,12 +300,17 @@ def plot_lag_profile(
         r, c = g // cols + 1, g % cols + 1
         for layer, site in members:
             p = curves[site]
+            # a mean over one sequence ("n": 1) or a NaN std: the spread is undefined, no bar and no "±"
+            one = profiles[site].get("n") == 1
+            stds = [None if one or sd is None or math.isnan(sd) else sd for sd in p["std"]]
+            hover = [f"{site}<br>lag {d}: {m:.3f}" + ("" if sd is None else f" ± {sd:.3f}")
+                     for d, m, sd in zip(lags, p["mean"], stds, strict=True)]
             fig.add_trace(go.Scatter(
                 x=lags, y=list(p["mean"]), mode="lines+markers", name=layer, legendgroup=layer,
-                showlegend=layer not in shown, customdata=list(p["std"]),
+                showlegend=layer not in shown, customdata=hover,
                 line={"color": color[layer], "width": 1.5}, marker={"size": 4},
-                hovertemplate=f"{site}<br>lag %{{x}}: %{{y:.3f}} ± %{{customdata:.3f}}<extra></extra>",
-                error_y={"type": "data", "array": list(p["std"]), "visible": True, "thickness": 0.8, "width": 2},
+                hovertemplate="%{customdata}<extra></extra>",
+                error_y={"type": "data", "array": stds, "visible": True, "thickness": 0.8, "width": 2},
             ), row=r, col=c)
             shown.add(layer)
         fig.add_trace(go.Scatter(x=lags, y=list(uniform_causal), mode="lines", name="idealised: uniform causal",

@@ -290,3 +290,30 @@ def test_a_site_that_was_not_scored_is_a_one_line_error(tiny_model):
             with pytest.raises(NopeInterpError, match=f"^site .* was not {done}; {done}: {allowed}$"):
                 unhooked(summary)(result, site)
     assert scores.summary("hook_embed")["n"] == 2 and lags.summary("blocks.0.attn.hook_z")["n"] == 2
+
+
+@pytest.mark.parametrize("n_sequences", [1, 3])
+def test_displays_show_a_spread_over_sequences_only_where_there_is_one(tiny_model, n_sequences):
+    """A cache of one sequence has no spread over sequences: the adjacency and lag-profile displays show the mean
+    alone and the figures draw no error bar (before: ``± 0.000`` and bars of 0, a certainty nobody measured);
+    three sequences show mean ± std."""
+    import tasks
+    from nope_interp.lens import adjacency_scores, lag_profile
+
+    task = tasks.get_task("reversal")
+    _, cache = tiny_model.run_with_cache(task.prompt_tokens(task.analysis_prompts(n_sequences, seed=3)))
+    sites = ["blocks.0.attn.hook_z", "blocks.1.hook_resid_post"]
+    scores, prof = adjacency_scores(cache, sites=sites), lag_profile(cache, sites=sites)
+    many = n_sequences > 1
+    for site in sites:
+        st, gap = scores.summary(site), prof.summary(site)["recency_gap"]
+        line = next(ln for ln in repr(scores).splitlines() if site in ln)
+        assert line.rstrip().endswith(f"{st['mean']:.3f} ± {st['std']:.3f}" if many else f"{st['mean']:.3f}")
+        row = next(ln for ln in repr(prof).splitlines() if site in ln)
+        assert row.rstrip().endswith(f"{gap['mean']:+.3f} ± {gap['std']:.3f}" if many else f"{gap['mean']:+.3f}")
+    assert ("n/a" in scores._repr_html_()) != many
+    for trace in scores.figure().data:
+        assert all((v is not None) == many for v in trace.error_y.array)
+    lines = [t for t in prof.figure().data if t.name.startswith("L")]
+    assert lines and all(all((v is not None) == many for v in t.error_y.array) for t in lines)
+    assert all(("±" in h) == many for t in lines for h in t.customdata)
