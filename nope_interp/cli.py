@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from nope_interp.errors import NopeInterpError, NopeInterpWarning, Terminated
+from nope_interp.errors import NopeInterpError, NopeInterpWarning, Terminated, sigterm_as_exit
 from tasks import TASK_NAMES, TaskError
 
 #: ModelConfig fields offered as ``--model-*`` flags.
@@ -447,24 +447,45 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
         (file or sys.stderr).write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
+#: What a stopped command (Ctrl-C, SIGTERM) kept and how to go on, by command (analysis jobs: the default).
+STOPPED_ADVICE = {
+    "train": "what finished is kept: rerun the same command with --resume (a run stopped before its first "
+             "checkpoint is removed, so rerun that one without --resume)",
+    "sweep": "what finished is kept (each finished point's result.json): rerun the same command to run the rest "
+             "(a point cut short resumes from its last checkpoint)",
+}
+STOPPED_ADVICE["train-text"] = STOPPED_ADVICE["train"]
+STOPPED_JOB_ADVICE = "nothing was written (a job writes its files when it ends): rerun the same command"
+
+
+def _close_progress_bars() -> None:
+    """Close the tqdm bars still open (a command stopped in the middle of one), so what is printed next starts
+    on a line of its own."""
+    from tqdm import tqdm
+
+    for bar in list(getattr(tqdm, "_instances", ())):  # tqdm's own registry of open bars
+        bar.close()
+
+
 def _run_command(args: argparse.Namespace, argv: list[str]) -> int:
     try:
-        if args.command == "train":
-            return _cmd_train(args, argv)
-        if args.command == "train-text":
-            return _cmd_train_text(args, argv)
-        if args.command in ("sweep", "sweep-report"):
-            return _cmd_sweep(args)
-        job = next(j for j in _jobs() if j.NAME == args.command)
-        return _cmd_job(job, args)
+        with sigterm_as_exit():  # every command: a scheduler's or `timeout`'s SIGTERM gets the line below too
+            if args.command == "train":
+                return _cmd_train(args, argv)
+            if args.command == "train-text":
+                return _cmd_train_text(args, argv)
+            if args.command in ("sweep", "sweep-report"):
+                return _cmd_sweep(args)
+            job = next(j for j in _jobs() if j.NAME == args.command)
+            return _cmd_job(job, args)
     except (NopeInterpError, TaskError) as err:
         print(f"nope-interp: error: {flag_named(str(err), args)}", file=sys.stderr)
         return 2
     except (KeyboardInterrupt, Terminated) as stop:  # Ctrl-C or SIGTERM: one line, not a traceback or silence
         how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
-        print(f"nope-interp: {how} ({args.command}); what finished is kept: rerun the same command to "
-              "resume (train and train-text: add --resume; a run stopped before its first checkpoint is removed, "
-              "so rerun that one without --resume)", file=sys.stderr)
+        _close_progress_bars()  # the line below on a line of its own, not after a half-drawn bar
+        print(f"nope-interp: {how} ({args.command}); {STOPPED_ADVICE.get(args.command, STOPPED_JOB_ADVICE)}",
+              file=sys.stderr)
         return int(stop.code) if isinstance(stop, Terminated) else 130
 
 

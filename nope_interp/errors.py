@@ -5,6 +5,12 @@ corrupt run directory) raises :class:`NopeInterpError` with a one-line message t
 and the allowed values. The CLI turns it into exit status 2.
 """
 
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
 
 class NopeInterpError(ValueError):
     """Bad input to the toolkit: the message names the parameter and what is allowed."""
@@ -36,3 +42,23 @@ class DegenerateInputWarning(NopeInterpWarning):
     def __init__(self, message: str, what: str = "", n_degenerate: int = 0, n_sequences: int = 0):
         super().__init__(message)
         self.what, self.n_degenerate, self.n_sequences = what, n_degenerate, n_sequences
+
+
+@contextlib.contextmanager
+def sigterm_as_exit() -> Iterator[None]:
+    """Within the block (main thread only), SIGTERM (``kill``, ``timeout``, a scheduler) raises
+    :class:`Terminated` (a SystemExit) like Ctrl-C raises KeyboardInterrupt, so cleanups run (a training's
+    run directory, a sweep's stopping of its points) and the CLI says in one line what was kept; the old
+    handler is restored after. Off the main thread it does nothing (signals reach that thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise Terminated(128 + signum)
+
+    old = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)

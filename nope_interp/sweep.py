@@ -766,21 +766,28 @@ def _run_local(spec: SweepSpec, todo: list[Point], out: Path, workers: int, thre
     with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=ctx, initializer=_warm_worker,
                              initargs=(threads, os.getpid())) as pool:
         running: dict[Any, Point] = {}
-        while queue or running:
-            while queue and len(running) < workers:
-                p = queue.pop(0)
-                running[pool.submit(run_point, spec.kind, p.fields, str(out), threads, point_device(spec))] = p
-            bar.update(len(running), advance=False)
-            finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
-            for fut in finished:
-                p = running.pop(fut)
-                outcome = fut.result()
-                if outcome["status"] == "busy":  # an orphaned worker of a killed driver still runs it
-                    time.sleep(1.0)
-                    queue.append(p)
-                    continue
-                outcomes.append(outcome)
-                bar.update(len(running), outcome)
+        try:
+            while queue or running:
+                while queue and len(running) < workers:
+                    p = queue.pop(0)
+                    running[pool.submit(run_point, spec.kind, p.fields, str(out), threads, point_device(spec))] = p
+                bar.update(len(running), advance=False)
+                finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    p = running.pop(fut)
+                    outcome = fut.result()
+                    if outcome["status"] == "busy":  # an orphaned worker of a killed driver still runs it
+                        time.sleep(1.0)
+                        queue.append(p)
+                        continue
+                    outcomes.append(outcome)
+                    bar.update(len(running), outcome)
+        except BaseException:  # Ctrl-C, SIGTERM (the CLI's Terminated): stop the points, do not wait for them
+            pool.shutdown(wait=False, cancel_futures=True)
+            for child in multiprocessing.active_children():  # the pool's workers: a training among them stops
+                child.terminate()  # on SIGTERM as from the CLI (its last checkpoint kept, resumed next time)
+            bar.close()
+            raise
     bar.close()
     return outcomes
 

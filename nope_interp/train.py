@@ -9,16 +9,13 @@ is drawn (with replacement) by a generator seeded from ``(seed, s)``, so a resum
 the batches an uninterrupted one would, and the same seed on the same machine gives the same weights.
 """
 
-import contextlib
 import math
 import re
 import shlex
-import signal
 import sys
-import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,7 +27,7 @@ from transformer_lens import HookedTransformer
 import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.config import ModelConfig, TextTrainConfig, TrainConfig, check_train_fits
-from nope_interp.errors import NopeInterpError, ScheduleWarning, Terminated
+from nope_interp.errors import NopeInterpError, ScheduleWarning, sigterm_as_exit
 from nope_interp.evaluate import answer_loss, answer_token_loss, exact_match_accuracy
 from nope_interp.model import build_model, check_device, check_nope, load_state
 from nope_interp.pretrained import parse_run_config, run_settings, settings_stamp
@@ -281,7 +278,7 @@ def locked_run(run_dir: Path, resume: bool, body: Callable[[], T]) -> T:
             whatever ``body`` raises.
     """
     io.check_writable_dir(run_dir, "run directory")
-    with io.exclusive(run_dir, "run directory"), _sigterm_as_exit():
+    with io.exclusive(run_dir, "run directory"), sigterm_as_exit():
         existed = run_dir.is_dir()
         new = not resume and not (existed and any(run_dir.iterdir()))
         try:
@@ -290,25 +287,6 @@ def locked_run(run_dir: Path, resume: bool, body: Callable[[], T]) -> T:
             if new and not (run_dir / io.CHECKPOINT_FILE).exists():
                 _remove_new_run(run_dir, keep_dir=existed)  # nothing to resume: never leave a half-made run
             raise
-
-
-@contextlib.contextmanager
-def _sigterm_as_exit() -> Iterator[None]:
-    """Within the block (main thread only), SIGTERM (``kill``, ``timeout``, a scheduler) raises
-    :class:`~nope_interp.errors.Terminated` (a SystemExit) like Ctrl-C raises KeyboardInterrupt, so the
-    cleanup of :func:`locked_run` runs; the old handler is restored after."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum: int, frame: Any) -> None:
-        raise Terminated(128 + signum)
-
-    old = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 def optimizer_step(model: HookedTransformer, opt: torch.optim.Optimizer, batch: tasks_pkg.Batch,

@@ -616,3 +616,25 @@ def test_finalize_finds_the_run_its_flags_name_and_refuses_flags_it_would_ignore
     assert main([*base, "--model-seed", "3"]) == 0
     assert json.loads((run / "summary.json").read_text())["steps"] == 6
     assert str(run / "summary.json") in capsys.readouterr().out
+
+
+def test_an_analysis_job_stopped_by_sigterm_says_so_in_one_line(tmp_path):
+    """Before: SIGTERM (a scheduler, ``timeout``) ended every command but the trainings silently (exit 143, no
+    word); now every command says what was kept. An analysis job writes its files when it ends: nothing."""
+    import os
+    import signal
+    import time
+
+    cmd = [sys.executable, "-m", "nope_interp.cli", "long-context", "--lengths", "8192", "--n-sequences", "64",
+           "--seeds", "1", "--out-root", str(tmp_path)]
+    proc = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    first = proc.stdout.readline()  # the job's first line: it is running
+    assert first.startswith("long-context:"), (first, proc.stderr.read() if proc.poll() is not None else "")
+    time.sleep(1)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 128 + signal.SIGTERM
+    err = proc.stderr.read().strip().splitlines()
+    assert err[-1] == ("nope-interp: terminated (SIGTERM) (long-context); nothing was written (a job writes its "
+                       "files when it ends): rerun the same command"), err
+    assert not (tmp_path / "results").exists() or not any((tmp_path / "results").rglob("*.json"))

@@ -778,3 +778,36 @@ def test_a_point_whose_result_cannot_be_written_leaves_an_error_json(tmp_path, m
     err = json.loads((tmp_path / "o" / "points" / point.key / "error.json").read_text())
     assert "result.json could not be written" in err["error"] and "Traceback" in err["traceback"]
     assert not (tmp_path / "o" / "points" / point.key / "result.json").exists()
+
+
+@pytest.mark.slow  # about 30 s: two spawned interpreters import torch
+def test_a_sweep_stopped_by_sigterm_stops_its_points_and_says_what_was_kept(tmp_path):
+    """Before: SIGTERM ended the driver silently and its workers only noticed its death (os._exit, no cleanup);
+    now the driver stops its points (a training keeps its last checkpoint), does not wait for them to finish,
+    and says in one line what was kept."""
+    text = ("[sweep]\nname='t'\nkind='train'\n[base]\npreset='tiny'\ntask='addition'\nn_digits=1\nsteps=1000000\n"
+            "batch_size=4\nn_train=60\nn_test=20\neval_every=1000000\neval_n=5\ncheckpoint_every=5\n"
+            "warmup_steps=1\nanalyze_n_prompts=4\n")
+    spec = _write(tmp_path, text)
+    out = tmp_path / "o"
+    driver = subprocess.Popen([sys.executable, "-m", "nope_interp.cli", "sweep", str(spec), "--out-dir", str(out),
+                               "--no-progress", "--workers", "1"], env={**os.environ, "OMP_NUM_THREADS": "1"},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and not list(out.glob("points/*/run/checkpoint.pt")) and driver.poll() is None:
+        time.sleep(0.1)
+    assert driver.poll() is None, driver.stderr.read()
+    workers = [p for p in _children(driver.pid) if "spawn_main" in _cmdline(p)]
+    assert workers
+    t0 = time.time()
+    driver.send_signal(signal.SIGTERM)
+    assert driver.wait(timeout=120) == 128 + signal.SIGTERM
+    assert time.time() - t0 < 60  # it did not wait for the million steps
+    err = driver.stderr.read().strip().splitlines()
+    assert err[-1].startswith("nope-interp: terminated (SIGTERM) (sweep); what finished is kept"), err
+    deadline = time.time() + 30
+    while time.time() < deadline and any(_alive(p) for p in workers):
+        time.sleep(0.2)
+    assert not any(_alive(p) for p in workers)
+    (point,) = [p for p in (out / "points").iterdir() if p.is_dir()]
+    assert (point / "run" / "checkpoint.pt").is_file() and not (point / "result.json").exists()
