@@ -266,13 +266,13 @@ def ship_text(run_dir: str | Path, name: str | None = None) -> Path:
 
 
 def check_same_text_settings(old_model: ModelConfig, old_cfg: TextTrainConfig, model_cfg: ModelConfig,
-                             cfg: TextTrainConfig, run_dir: Path) -> None:
+                             cfg: TextTrainConfig, run_dir: Path, command: Any = None) -> None:
     """:func:`~nope_interp.train.check_same_settings` for ``train-text --resume``, naming the flag to change for
     the context length: ``train-text`` sets ``model.n_ctx`` to twice ``--window`` unless ``--model-n-ctx`` is
     given. When both runs' n_ctx are twice their windows, a differing n_ctx only follows the differing window: it
     is not listed on its own, and the window's entry says so; when only the stored one is not, the entry of
     n_ctx says to give ``--model-n-ctx``. (Before 2026-12-03 the message named ``model.n_ctx`` alone, a setting
-    the user had not set.)
+    the user had not set.) ``command``: the run's recorded command, named as the way to resume it.
 
     Raises:
         NopeInterpError: the differing settings, with both values.
@@ -286,7 +286,7 @@ def check_same_text_settings(old_model: ModelConfig, old_cfg: TextTrainConfig, m
         else:
             notes["model.n_ctx"] = (f": --window {cfg.window} sets it to 2 x the window unless --model-n-ctx is "
                                     f"given; give --model-n-ctx {old_model.n_ctx}")
-    check_same_settings(stored, given, run_dir, notes)
+    check_same_settings(stored, given, run_dir, notes, command)
 
 
 def _train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: Path, stream: Tensor, *, resume: bool,
@@ -304,9 +304,10 @@ def _train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: Path, str
     if resume:
         if not ckpt_path.is_file():
             raise NopeInterpError(io.no_checkpoint_message(run_dir, ckpt_path))
-        old_model, old_cfg = parse_text_run_config(io.read_json(run_dir / io.CONFIG_FILE, "run config"),
-                                                   run_dir / io.CONFIG_FILE)
-        check_same_text_settings(old_model, old_cfg, model_cfg, cfg, run_dir)
+        old = io.read_json(run_dir / io.CONFIG_FILE, "run config")
+        old_model, old_cfg = parse_text_run_config(old, run_dir / io.CONFIG_FILE)
+        check_same_text_settings(old_model, old_cfg, model_cfg, cfg, run_dir,
+                                 old.get("command") if isinstance(old, dict) else None)
         ckpt = io.load_checkpoint(ckpt_path, device)
         load_state(model, ckpt["model"], f"the weights of checkpoint {ckpt_path}")
         load_optimizer_state(opt, ckpt["optimizer"], ckpt_path)

@@ -490,18 +490,28 @@ def check_trainable_attention(model_cfg: Any) -> None:
 
 
 def check_same_settings(stored: dict[str, Any], given: dict[str, Any], run_dir: Path,
-                        notes: dict[str, str] | None = None) -> None:
+                        notes: dict[str, str] | None = None, command: Any = None) -> None:
     """Refuse ``--resume`` when the given settings differ from those stored in the run (dicts of
     :func:`run_settings`). ``notes``: words to add to a field's entry (which flag sets it, what to give).
+    ``command``: the run's recorded command (its ``config.json``), named in the message as the way to resume
+    (a ``--preset`` of another shape differs in half a dozen fields the user never typed).
 
     Raises:
-        NopeInterpError: the differing fields, with both values.
+        NopeInterpError: the differing fields, with both values, then the recorded command.
     """
     notes = notes or {}
     differ = [f"{k} (stored {stored[k]!r}, given {given[k]!r}{notes.get(k, '')})" for k in given
               if stored.get(k) != given[k]]
     if differ:
-        raise NopeInterpError(f"--resume: settings differ from those stored in {run_dir}: {', '.join(differ)}")
+        how = ""
+        if isinstance(command, str) and command.strip():
+            try:
+                words = shlex.split(command)
+            except ValueError:  # a hand-edited command with unbalanced quotes: still shown
+                words = command.split()
+            resume = command if "--resume" in words else f"{command} --resume"
+            how = f"; to resume it, rerun its own command: {resume}"
+        raise NopeInterpError(f"--resume: settings differ from those stored in {run_dir}: {', '.join(differ)}{how}")
 
 
 def _remove_new_run(run_dir: Path, keep_dir: bool) -> None:
@@ -537,7 +547,8 @@ def _train(model_cfg: ModelConfig, cfg: TrainConfig, run_dir: Path, task: tasks_
         old = io.read_json(run_dir / io.CONFIG_FILE, "run config")
         # compare as configs, so a run written before a config gained a field (with its default) resumes
         old_model, old_train = parse_run_config(old, run_dir / io.CONFIG_FILE)
-        check_same_settings(run_settings(old_model, old_train), run_settings(model_cfg, cfg), run_dir)
+        check_same_settings(run_settings(old_model, old_train), run_settings(model_cfg, cfg), run_dir,
+                            command=old.get("command"))
         config["command"] = old.get("command", config["command"])
     elif run_dir.exists() and any(run_dir.iterdir()):
         raise NopeInterpError(not_empty_message(run_dir, ckpt_path))

@@ -136,7 +136,11 @@ def test_resume_with_other_settings_or_a_task_run_is_refused(tmp_path, capsys, t
 
     _train(tmp_path, "r")
     assert main(["train-text", *TINY, "--runs-dir", str(tmp_path), "--name", "r", "--resume", "--lr", "0.5"]) == 2
-    assert "settings differ" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "settings differ" in err and len(err.strip().splitlines()) == 1
+    # the way to resume it: the run's own recorded command, with --resume
+    stored = json.loads((tmp_path / "r" / "config.json").read_text())["command"]
+    assert err.strip().endswith(f"to resume it, rerun its own command: {stored} --resume"), err
     assert main(["train-text", *TINY, "--runs-dir", str(tmp_path), "--name", "r", "--resume", "--model-seed", "7"]) == 2
     assert "model.seed (stored 0, given 7)" in capsys.readouterr().err   # before: hidden behind the training seed
     # --window sets model.n_ctx (2 x the window): before, the message named model.n_ctx, which the user never set

@@ -696,3 +696,27 @@ def test_a_run_killed_between_its_early_stop_and_its_summary_resumes_into_the_su
     assert torch.load(tmp_path / "r" / "checkpoint.pt", weights_only=False)["step"] == 6
     fin = T.finalize(tmp_path / "f")
     assert fin["stopped_early"] is True and fin["steps"] == 6 and "stopped early at its target" in fin["note"]
+
+
+@pytest.mark.parametrize("stored_command,shown", [
+    ("nope-interp train --task reversal --preset tiny --name r", "nope-interp train --task reversal --preset tiny "
+                                                                 "--name r --resume"),
+    ("nope-interp train --preset tiny --name r --resume", "nope-interp train --preset tiny --name r --resume"),
+    ("nope-interp train --name 'unbalanced", "nope-interp train --name 'unbalanced --resume"),
+])
+def test_resume_with_another_preset_names_the_runs_own_command(tiny_train, tmp_path, stored_command, shown):
+    """``--resume`` with another ``--preset`` differs in half a dozen derived fields the user never typed: the
+    message ends with the run's recorded command, the way to resume it (before: the fields alone)."""
+    import json
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.train import train
+
+    model_cfg, cfg = tiny_train
+    train(model_cfg, cfg.replace(steps=4), tmp_path / "r", progress=False, command=stored_command)
+    assert json.loads((tmp_path / "r" / "config.json").read_text())["command"] == stored_command
+    wider = model_cfg.replace(d_model=2 * model_cfg.d_model, d_head=2 * model_cfg.d_head)
+    with pytest.raises(NopeInterpError) as info:
+        train(wider, cfg.replace(steps=8), tmp_path / "r", resume=True, progress=False)
+    msg = str(info.value)
+    assert "model.d_model (stored" in msg and msg.endswith(f"; to resume it, rerun its own command: {shown}")
