@@ -133,6 +133,7 @@ def test_the_log_shows_a_spread_over_prompts_only_where_there_is_one(tiny_init_r
     result = analyze.run(analyze.AnalyzeConfig(n_prompts=n_prompts, points=("embed", "z")), [tiny_init_reversal_entry],
                          log=lines.append)
     row = result.models[0].analysis.scores["row_mean"]
+    assert f"{n_prompts} input{'s' if n_prompts > 1 else ''} (" in lines[0]  # "1 input", not "1 inputs"
     site_lines = [line for line in lines if "recency gap" in line]
     assert len(site_lines) == len(row) >= 2
     for line, (site, st) in zip(site_lines, row.items(), strict=True):

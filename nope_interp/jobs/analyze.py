@@ -178,7 +178,7 @@ def run(config: AnalyzeConfig, models: list[ModelEntry] | None = None, *, log: L
                                       f"{'held-out text windows' if entry.kind == 'text' else 'random tokens'}")
             name, protocol, tokens = entry_tokens(entry, config.n_prompts, config.prompt_seed)
             types = layer_positional_types(entry.model)
-            emit(log, f"analysing {label}: {config.n_prompts} {protocol} inputs of {tokens.shape[1]} tokens ...")
+            emit(log, f"analysing {label}: {_inputs(config.n_prompts)} ({protocol}) of {tokens.shape[1]} tokens ...")
             example = entry.model.to_string(tokens[0]) if entry.kind == "hf" and entry.model.tokenizer else ""
             if entry.kind == "text":
                 example = tasks_pkg.vocab.decode(tokens[0].tolist())
@@ -186,7 +186,7 @@ def run(config: AnalyzeConfig, models: list[ModelEntry] | None = None, *, log: L
                                  example_prompt=example[:200],
                                  meta={**entry.source, "layer_types": list(types), **io.provenance()})
         else:
-            emit(log, f"analysing {label}: {config.n_prompts} {entry.task.name} inputs ({config.protocol} "
+            emit(log, f"analysing {label}: {_inputs(config.n_prompts)} ({entry.task.name}, {config.protocol} "
                       "protocol) ...")
             res = analyze_model(entry.model, entry.task, config.n_prompts, seed=config.prompt_seed,
                                 points=tuple(config.points), exclude=entry.train_prompts,
@@ -269,11 +269,16 @@ def plot_scores(scores: ModelScores) -> go.Figure:
                                    f"Adjacency score by layer ({res.protocol} inputs)")
 
 
+def _inputs(n: int) -> str:
+    """``"1 input"``, ``"12 inputs"``."""
+    return f"{n} input{'' if n == 1 else 's'}"
+
+
 def plot_lags(scores: ModelScores) -> go.Figure:
     """Lag profile (mean ± std over prompts) by site with the idealised uniform-causal curve, from a result."""
     res = scores.analysis
     return plot_lag_profile(res.lag_profile, res.uniform_causal_lag_profile().tolist(),
-                            f"{scores.label}: lag profile on {res.n_prompts} {res.task} inputs of {res.n_pos} "
+                            f"{scores.label}: lag profile on {_inputs(res.n_prompts)} ({res.task}) of {res.n_pos} "
                             f"positions ({res.protocol} protocol)")
 
 
