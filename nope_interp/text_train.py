@@ -46,6 +46,7 @@ from nope_interp.train import (
     log_spaced_steps,
     lr_at,
     make_optimizer,
+    no_checkpoint_message,
     not_empty_message,
     optimizer_step,
     resolve_device,
@@ -303,7 +304,7 @@ def _train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: Path, str
     start_step, wall_before, resumed_loss = 0, 0.0, None
     if resume:
         if not ckpt_path.is_file():
-            raise NopeInterpError(io.no_checkpoint_message(run_dir, ckpt_path))
+            raise NopeInterpError(no_checkpoint_message(run_dir, ckpt_path, "text_train", fields=()))
         old = io.read_json(run_dir / io.CONFIG_FILE, "run config")
         old_model, old_cfg = parse_text_run_config(old, run_dir / io.CONFIG_FILE)
         check_same_text_settings(old_model, old_cfg, model_cfg, cfg, run_dir,

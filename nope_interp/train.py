@@ -385,6 +385,22 @@ def not_empty_message(run_dir: Path, ckpt_path: Path, section: str = "train",
     default ``--steps`` is still a finished run. A config or summary that cannot be read gives the general
     message (``--resume`` then names what is wrong).
     """
+    return finished_run_message(run_dir, section, fields) or io.not_empty_message(run_dir, ckpt_path)
+
+
+def no_checkpoint_message(run_dir: Path, ckpt_path: Path, section: str = "train",
+                          fields: tuple[tuple[str, tuple[type, ...]], ...] = TASK_SUMMARY_FIELDS) -> str:
+    """The error of ``--resume`` on a run directory without a checkpoint: for a finished run (a candidate or
+    seed folder copied to ``runs/`` keeps its weights and summary, never a checkpoint) what
+    :func:`not_empty_message` says of it; otherwise :func:`nope_interp.io.no_checkpoint_message` (before: "no
+    checkpoint" for a finished run too, as if something were missing)."""
+    return finished_run_message(run_dir, section, fields) or io.no_checkpoint_message(run_dir, ckpt_path)
+
+
+def finished_run_message(run_dir: Path, section: str = "train",
+                         fields: tuple[tuple[str, tuple[type, ...]], ...] = TASK_SUMMARY_FIELDS) -> str | None:
+    """What to do with ``run_dir`` when it holds a finished run (:func:`finished_summary` of the schedule stored in
+    its ``config.json`` under ``section``), else None; None too when its config or summary cannot be read."""
     try:
         stored = io.read_json(run_dir / io.CONFIG_FILE, "run config")
         steps = (stored.get(section) or {}).get("steps") if isinstance(stored, dict) else None
@@ -393,7 +409,7 @@ def not_empty_message(run_dir: Path, ckpt_path: Path, section: str = "train",
     except (NopeInterpError, OSError, AttributeError):  # unreadable, or a section that is not an object
         summary = None
     if summary is None:
-        return io.not_empty_message(run_dir, ckpt_path)
+        return None
     refused = "--resume and --finalize refuse it" if section == "train" else "--resume refuses it"  # no text --finalize
     return (f"run directory {run_dir} holds a finished run: it {_how_it_finished(summary, steps)}, so there is "
             f"nothing to resume ({refused}); analyse it, or train a new run under another --name (or remove the "
@@ -543,7 +559,7 @@ def _train(model_cfg: ModelConfig, cfg: TrainConfig, run_dir: Path, task: tasks_
     ckpt_path = run_dir / io.CHECKPOINT_FILE
     if resume:
         if not ckpt_path.is_file():
-            raise NopeInterpError(io.no_checkpoint_message(run_dir, ckpt_path))
+            raise NopeInterpError(no_checkpoint_message(run_dir, ckpt_path))
         old = io.read_json(run_dir / io.CONFIG_FILE, "run config")
         # compare as configs, so a run written before a config gained a field (with its default) resumes
         old_model, old_train = parse_run_config(old, run_dir / io.CONFIG_FILE)

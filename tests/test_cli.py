@@ -182,6 +182,16 @@ def test_resume_without_checkpoint_and_nonempty_run_dir(main, tiny_run, tmp_path
     assert main(base + ["--name", "killed"]) == 2
     assert f"holds no checkpoint (a run stopped before its first one): remove it (rm -r {killed})" in \
         capsys.readouterr().err
+    # a finished run copied without its checkpoint (candidates and seeds keep weights only): --resume says it is
+    # finished and what to do, as without --resume (before: "no checkpoint", as if something were missing)
+    copied = tmp_path / "copied"
+    shutil.copytree(tiny_run, copied)
+    (copied / "checkpoint.pt").unlink()
+    for extra in ([], ["--resume"]):
+        assert main(base + ["--name", "copied", *extra]) == 2
+        err = capsys.readouterr().err
+        assert f"run directory {copied} holds a finished run: it " in err and "no checkpoint" not in err, (extra, err)
+        assert "another --name" in err and len(err.strip().splitlines()) == 1
 
 
 def test_empty_folder_paths_and_a_finalize_on_another_task_are_refused(main, tiny_run, tmp_path, capsys,
