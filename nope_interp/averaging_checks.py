@@ -277,7 +277,7 @@ def averaging_report(
             too small, ``model.half()``); ``n_prompts`` not an integer >= 1.
     """
     check_model_for_task(model, task, None, "averaging_report")  # n_ctx: checked for the protocol's inputs
-    check_int("n_prompts", n_prompts, 1, 10**7)
+    n_prompts = check_int("n_prompts", n_prompts, 1, 10**7)
     tokens = task.prompt_tokens(protocol_prompts(model, task, n_prompts, seed, exclude, protocol, window))
     tokens = tokens.to(model.cfg.device)
     n_layers = model.cfg.n_layers

@@ -151,12 +151,26 @@ def _python_number(value: Any) -> Any:
     return value
 
 
+def _python_numbers(value: Any) -> Any:
+    """:func:`_python_number` through lists, tuples and dict values (the values of ``Any`` fields, such as
+    ``model_overrides={"nope_layers": [np.int64(0)]}``); the same object when nothing changes."""
+    if isinstance(value, (list, tuple)):
+        items = [_python_numbers(v) for v in value]
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return tuple(items) if isinstance(value, tuple) else items
+    if isinstance(value, dict):
+        entries = {k: _python_numbers(v) for k, v in value.items()}
+        return value if all(entries[k] is value[k] for k in value) else entries
+    return _python_number(value)
+
+
 def _conform(tp: Any, value: Any) -> tuple[bool, Any]:
     """``(ok, value)``: whether ``value`` fits the annotation ``tp``; lists become tuples for tuple types,
     numpy numbers Python ones (:func:`_python_number`; an ``int`` given for a ``float`` field stays an ``int``)."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is Any:
-        return True, _python_number(value)
+        return True, _python_numbers(value)
     if origin in (types.UnionType, typing.Union):
         for a in args:
             ok, conformed = (value is None, None) if a is type(None) else _conform(a, value)

@@ -92,9 +92,11 @@ def check_tensor(x: object, name: str, shape: str, *, ndim: int | None = None, m
                                   f"{x.numel()} (first at index {first}: {float(x[first])})")
 
 
-def _check_min_norm(min_norm: object, fn: str) -> None:
+def _check_min_norm(min_norm: object, fn: str) -> float:
+    """``min_norm`` as a float (numpy and ``Fraction`` values compare with tensors only as floats), checked."""
     if not is_real(min_norm) or not 0 <= min_norm < math.inf:
         raise NopeInterpError(f"{fn}: min_norm must be a finite number >= 0, got {min_norm!r}")
+    return float(min_norm)
 
 
 def _pow2_scaled(x64: Tensor) -> tuple[Tensor, Tensor]:
@@ -161,7 +163,7 @@ def near_zero_positions(
         NopeInterpError: ``x`` as :func:`nonfinite_positions`; ``min_norm`` not a finite number >= 0.
     """
     check_activations(x, fn="near_zero_positions")
-    _check_min_norm(min_norm, "near_zero_positions")
+    min_norm = _check_min_norm(min_norm, "near_zero_positions")
     x64 = x.double()
     finite = torch.isfinite(x64).all(dim=-1)
     norms = _safe_norms(torch.where(finite.unsqueeze(-1), x64, 0.0))
@@ -219,7 +221,7 @@ def cosine_similarity_matrix(
             (:func:`check_activations`); ``min_norm`` is not a finite number >= 0.
     """
     check_activations(x, fn="cosine_similarity_matrix")
-    _check_min_norm(min_norm, "cosine_similarity_matrix")
+    min_norm = _check_min_norm(min_norm, "cosine_similarity_matrix")
     return _cosine(x, min_norm, symmetric=True)
 
 
@@ -544,7 +546,7 @@ def degenerate_sequences(sim: Float[Tensor, "*batch pos pos"],
         tol = degenerate_tolerance(sim.dtype, cosines=True)
     if not is_real(tol) or not tol >= 0:
         raise NopeInterpError(f"tol must be a number >= 0 or None, got {tol!r}")
-    return cosine_spread(sim) < tol  # NaN compares False
+    return cosine_spread(sim) < float(tol)  # NaN compares False
 
 
 def _warn_degenerate(mask: Tensor, what: str) -> None:
@@ -748,8 +750,8 @@ def _scores_and_matrix_sum(
     matrices, so the prompt-averaged matrix costs no second pass over the activations."""
     _check_reductions(reductions)
     check_activations(x, "x" if what == "activations" else f"x ({what})", fn="adjacency_scores_of_activations")
-    _check_min_norm(min_norm, "adjacency_scores_of_activations")
-    check_int("max_elements", max_elements, 1, 2**62)
+    min_norm = _check_min_norm(min_norm, "adjacency_scores_of_activations")
+    max_elements = check_int("max_elements", max_elements, 1, 2**62)  # a Python int: no numpy overflow
     n = x.shape[-2]
     _check_positions(n, what)
     _check_scorable(x, min_norm, what)
@@ -797,8 +799,8 @@ def mean_cosine_similarity_matrix(
                  fn="mean_cosine_similarity_matrix")
     if not isinstance(what, str):
         raise NopeInterpError(f"mean_cosine_similarity_matrix: what must be a string naming x, got {what!r}"[:200])
-    _check_min_norm(min_norm, "mean_cosine_similarity_matrix")
-    check_int("max_elements", max_elements, 1, 2**62)
+    min_norm = _check_min_norm(min_norm, "mean_cosine_similarity_matrix")
+    max_elements = check_int("max_elements", max_elements, 1, 2**62)  # a Python int: no numpy overflow
     _check_scorable(x, min_norm, what)
     n = x.shape[-2]
     chunk = max(1, max_elements // max(1, n * n))
@@ -897,8 +899,8 @@ def lag_profile(
             sequence (a batch of 0).
     """
     check_activations(x, "x" if what == "activations" else f"x ({what})", fn="lag_profile")
-    _check_min_norm(min_norm, "lag_profile")
-    check_int("max_elements", max_elements, 1, 2**62)
+    min_norm = _check_min_norm(min_norm, "lag_profile")
+    max_elements = check_int("max_elements", max_elements, 1, 2**62)  # a Python int: no numpy overflow
     n = x.shape[-2]
     d_max = _check_lag(n, max_lag)
     if x.numel() == 0:

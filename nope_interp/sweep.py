@@ -64,7 +64,7 @@ from nope_interp.config import (
     check_train_fits,
     preset,
 )
-from nope_interp.errors import NopeInterpError, NopeInterpWarning
+from nope_interp.errors import NopeInterpError, NopeInterpWarning, sigterm_as_exit
 
 KINDS = ("init", "train")
 EXECUTORS = ("local", "ray")
@@ -688,8 +688,9 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", 
         t0 = time.perf_counter()
         if executor == "local":
             outcomes = _run_local(spec, todo, out, workers, threads, progress)
-        else:
-            outcomes = _run_ray(ray, spec, todo, out, threads, progress, workers)
+        else:  # ray.init installs its own SIGTERM handler (a bare exit): ours again, so the CLI says what was kept
+            with sigterm_as_exit():
+                outcomes = _run_ray(ray, spec, todo, out, threads, progress, workers)
     finally:
         if ray is not None and ray.is_initialized():
             ray.shutdown()
@@ -763,6 +764,7 @@ def _run_local(spec: SweepSpec, todo: list[Point], out: Path, workers: int, thre
     ctx = multiprocessing.get_context("spawn")  # fresh interpreters: no forked torch thread pools
     queue = list(todo)
     bar = _Bar(len(todo), 0, progress)
+    others = set(multiprocessing.active_children())  # the caller's own children (a notebook's): never stopped here
     with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=ctx, initializer=_warm_worker,
                              initargs=(threads, os.getpid())) as pool:
         running: dict[Any, Point] = {}
@@ -784,8 +786,8 @@ def _run_local(spec: SweepSpec, todo: list[Point], out: Path, workers: int, thre
                     bar.update(len(running), outcome)
         except BaseException:  # Ctrl-C, SIGTERM (the CLI's Terminated): stop the points, do not wait for them
             pool.shutdown(wait=False, cancel_futures=True)
-            for child in multiprocessing.active_children():  # the pool's workers: a training among them stops
-                child.terminate()  # on SIGTERM as from the CLI (its last checkpoint kept, resumed next time)
+            for child in set(multiprocessing.active_children()) - others:  # the pool's workers: a training among
+                child.terminate()  # them stops on SIGTERM as from the CLI (last checkpoint kept, resumed next time)
             bar.close()
             raise
     bar.close()

@@ -100,7 +100,7 @@ def bits_per_char(model: HookedTransformer, windows: Int[Tensor, "batch length_p
     """
     check_model(model)
     windows = check_tokens(model, windows, "windows")
-    check_int("batch_size", batch_size, 1, 2**31 - 1)
+    batch_size = check_int("batch_size", batch_size, 1, 2**31 - 1)  # a Python int: no numpy overflow
     if windows.shape[1] < 2 or windows.shape[1] - 1 > model.cfg.n_ctx:
         raise NopeInterpError(f"windows must hold 2 to n_ctx + 1 = {model.cfg.n_ctx + 1} characters, got "
                               f"{windows.shape[1]} (a NoPE or rotary model runs longer with "

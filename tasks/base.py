@@ -541,7 +541,8 @@ def protocol_examples(task: Task, protocol: str, n: int, seed: int = 0, exclude:
 
 def _check_window_used(protocol: str, window: Any) -> None:
     """Refuse a non-default ``window`` with a protocol that would ignore it (a silent no-op otherwise)."""
-    if protocol != "window" and not (type(window) is int and window == DEFAULT_WINDOW):
+    if protocol != "window" and not (isinstance(window, numbers.Integral) and not isinstance(window, bool)
+                                     and window == DEFAULT_WINDOW):
         raise TaskError(f"window={window!r} is only used with protocol 'window'; with protocol {protocol!r} it would "
                         f"be ignored: drop it, or pass protocol='window'")
 

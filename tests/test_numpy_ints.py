@@ -370,3 +370,76 @@ def test_similarity_sizes_and_tolerances_take_numpy_numbers():
     assert torch.equal(unhooked(row_pair_counts)(I(6)), row_pair_counts(6))
     with pytest.raises(NopeInterpError, match="max_lag must be an integer"):
         unhooked(uniform_causal_lag_profile)(12, np.bool_(True))
+
+
+# --- from a review: values accepted but then used unconverted (np.uint8 wraps at 256) ---------------------------
+
+def test_uint8_sizes_are_converted_before_arithmetic():
+    """``np.uint8(200) + 200`` wraps to 144: a batch size or chunk bound used unconverted drops rows silently
+    (bits per character 6.59942 against 6.59917) or empties a chunk list; converted, the results are exact."""
+    from nope_interp.model import build_model, preset
+    from nope_interp.similarity import adjacency_scores_of_activations
+    from nope_interp.text_train import bits_per_char
+
+    x = torch.randn(300, 10, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    a = unhooked(adjacency_scores_of_activations)(x, ("row_mean",), max_elements=np.uint8(200))
+    b = adjacency_scores_of_activations(x, ("row_mean",), max_elements=200)
+    assert torch.equal(a["row_mean"], b["row_mean"])
+    model = build_model(preset("tiny"))
+    windows = torch.randint(0, 96, (300, 9), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        assert unhooked(bits_per_char)(model, windows, np.uint8(200)) == bits_per_char(model, windows, 200)
+
+
+def test_fractions_and_numpy_reals_compare_with_tensors_as_floats():
+    from fractions import Fraction
+
+    from nope_interp.similarity import cosine_similarity_matrix, degenerate_sequences
+
+    x = torch.randn(2, 6, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    assert torch.equal(unhooked(cosine_similarity_matrix)(x, min_norm=Fraction(1, 10**6)),
+                       cosine_similarity_matrix(x, min_norm=1e-6))
+    sim = cosine_similarity_matrix(x)
+    assert torch.equal(unhooked(degenerate_sequences)(sim, tol=Fraction(1, 1000)), degenerate_sequences(sim, tol=1e-3))
+    assert torch.equal(unhooked(degenerate_sequences)(sim, tol=np.float32(1e-3)),
+                       degenerate_sequences(sim, tol=float(np.float32(1e-3))))
+
+
+def test_the_default_window_as_a_numpy_integer_is_the_default():
+    import tasks
+
+    rev = tasks.get_task("reversal")
+    assert unhooked(tasks.protocol_length)(rev, "full", I(tasks.DEFAULT_WINDOW)) == tasks.protocol_length(rev, "full")
+    with pytest.raises(tasks.TaskError, match="only used with protocol 'window'"):
+        unhooked(tasks.protocol_length)(rev, "full", I(tasks.DEFAULT_WINDOW + 1))
+
+
+def test_long_context_random_inputs_take_a_numpy_seed():
+    import tasks
+    from nope_interp.jobs.long_context import inputs
+
+    rev = tasks.get_task("reversal")
+    a, _ = unhooked(inputs)("random", rev, 96, 2, 12, I(3))
+    b, _ = inputs("random", rev, 96, 2, 12, 3)
+    assert torch.equal(a, b)
+
+
+def test_numpy_values_nested_in_any_fields_become_python_numbers():
+    """The values of ``Any`` fields (``model_overrides``, ``task_params``) are converted through lists, tuples and
+    dicts (before: only at the top level, so ``{"nope_layers": [np.int64(0)]}`` failed ``to_json``)."""
+    from dataclasses import dataclass
+    from typing import Any
+
+    from nope_interp.config import FrozenConfig
+
+    @dataclass(frozen=True)
+    class Holder(FrozenConfig):
+        extra: Any = None
+
+    held = build_unhooked(Holder, extra={"a": [I(1), (np.float32(0.5), "x")], "b": I(2), "c": None})
+    assert held.extra == {"a": [1, (0.5, "x")], "b": 2, "c": None}
+    assert type(held.extra["a"][0]) is int and type(held.extra["a"][1][0]) is float
+    assert isinstance(held.extra["a"][1], tuple)
+    json.loads(held.to_json())
+    plain = {"a": [1, (0.5, "x")]}
+    assert Holder(extra=plain).extra is plain  # nothing to convert: the same object

@@ -811,3 +811,36 @@ def test_a_sweep_stopped_by_sigterm_stops_its_points_and_says_what_was_kept(tmp_
     assert not any(_alive(p) for p in workers)
     (point,) = [p for p in (out / "points").iterdir() if p.is_dir()]
     assert (point / "run" / "checkpoint.pt").is_file() and not (point / "result.json").exists()
+
+
+def _sleep_long() -> None:
+    time.sleep(120)
+
+
+@pytest.mark.slow  # about 8 s (a spawned worker imports torch); the default run stays near 10 minutes
+def test_an_interrupted_local_sweep_stops_its_workers_but_not_the_callers_own_children(tmp_path, monkeypatch):
+    """From a review: on Ctrl-C or SIGTERM the driver terminated every multiprocessing child of its process, so a
+    notebook's own child processes were killed with the sweep's workers; now only the pool's."""
+    import concurrent.futures
+    import multiprocessing
+
+    from nope_interp.sweep import _run_local, load_spec
+
+    mine = multiprocessing.get_context("spawn").Process(target=_sleep_long, name="callers-own-child")
+    mine.start()
+    try:
+        def interrupted(*args, **kwargs):  # Ctrl-C in the driver once the pool's worker is up
+            time.sleep(5)
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(concurrent.futures, "wait", interrupted)
+        spec = load_spec(Path(__file__).parents[1] / "nope_interp" / "sweeps" / "tiny-init.toml")
+        before = set(multiprocessing.active_children())
+        with pytest.raises(KeyboardInterrupt):
+            _run_local(spec, list(spec.points[:1]), tmp_path / "o", 1, 1, False)
+        time.sleep(1)
+        assert mine.is_alive(), "the caller's own child was stopped with the sweep"
+        assert set(multiprocessing.active_children()) <= before  # the pool's worker is gone
+    finally:
+        mine.terminate()
+        mine.join(10)

@@ -248,7 +248,7 @@ def inputs(kind: str, task: tasks_pkg.Task, d_vocab: int, n_sequences: int, n: i
         NopeInterpError: an unknown kind.
     """
     if kind == "random":
-        gen = torch.Generator().manual_seed(seed)
+        gen = torch.Generator().manual_seed(int(seed))  # torch refuses numpy seeds
         return torch.randint(0, d_vocab, (n_sequences, n), generator=gen), ""
     if kind == "task":
         texts = tasks_pkg.window_inputs(task, n_sequences, n, seed, exclude)
