@@ -9,6 +9,8 @@ import pytest
 import torch
 from conftest import assert_lists_every_file, assert_no_hooks, assert_strict_json_files
 
+from nope_interp.errors import NopeInterpError
+
 KEYS = ("positional_variance_fraction", "adjacency_full", "adjacency_positional", "adjacency_content")
 SITES = ["blocks.1.hook_resid_pre", "blocks.1.hook_resid_post"]
 
@@ -65,7 +67,8 @@ def test_config_round_trip_and_defaults(AJ):
     assert AJ.AblateConfig.from_json(cfg.to_json()) == cfg
     default = AJ.AblateConfig()
     assert default.kinds_used == AJ.KINDS and default.ranks == (0, 1, 2, 4, 8, 16)
-    assert (default.rank, default.n_random, default.n_eval, default.n_mu) == (4, 3, 200, 256)
+    assert (default.rank, default.n_random, default.n_eval, default.n_mu) == (None, 3, 200, 256)
+    assert default.rank_used == AJ.DEFAULT_RANK == 4
 
 
 def test_sites(AJ):
@@ -179,7 +182,7 @@ def test_the_rank_curve_removes_the_top_content_directions_of_the_rank_site(AJ, 
 
     monkeypatch.setattr(AJ, "content_subspace", spy)
     monkeypatch.setattr(AJ, "ablation_hook", hook_spy)
-    cfg = dataclasses.replace(tiny_config, kinds=("shuffle_positional",))
+    cfg = dataclasses.replace(tiny_config, kinds=("shuffle_positional",), rank=None)
     (r,) = AJ.run(cfg, [tiny_addition_entry]).runs
     model, task = tiny_addition_entry.model, tiny_addition_entry.task
     eval_prompts = frozenset(task.analysis_prompts(6, seed=11))
@@ -207,7 +210,7 @@ def test_a_rank_the_content_part_does_not_span_gives_nan_and_says_so(AJ, tiny_co
 
     monkeypatch.setattr(AJ, "content_subspace", refuse_rank_2)
     lines = []
-    cfg = dataclasses.replace(tiny_config, kinds=("shuffle_positional",))
+    cfg = dataclasses.replace(tiny_config, kinds=("shuffle_positional",), rank=None)
     result = AJ.run(cfg, [tiny_addition_entry], log=lines.append)
     (r,) = result.runs
     assert [p.rank for p in r.rank_curve.points] == [0, 2]
@@ -367,7 +370,7 @@ def test_the_adjacency_scores_of_a_trained_model_leave_out_its_training_prompts(
     task = tiny_addition_entry.task
     train = frozenset(task.analysis_prompts(4, seed=AJ.ANALYSIS_SEED))
     entry = dataclasses.replace(tiny_addition_entry, train_prompts=train)
-    cfg = tiny_config.replace(kinds=("shuffle_positional",), ranks=(0,), n_random=1)
+    cfg = tiny_config.replace(kinds=("shuffle_positional",), rank=None, ranks=(0,), n_random=1)
     (r,) = AJ.run(cfg, [entry]).runs
     want = analyze_model(entry.model, task, 4, seed=AJ.ANALYSIS_SEED, exclude=train).scores["row_mean"]
     unexcluded = analyze_model(entry.model, task, 4, seed=AJ.ANALYSIS_SEED).scores["row_mean"]
@@ -427,7 +430,7 @@ def test_every_exact_match_of_a_packed_run_reads_its_newline(AJ, packed_run, mon
         return real(*args, **kwargs)
 
     monkeypatch.setattr(AJ, "exact_match_accuracy", spy)
-    config = AJ.AblateConfig(layers=(1,), kinds=("mean_positional",), rank=0, ranks=(0, 1), n_random=1, n_eval=4,
+    config = AJ.AblateConfig(layers=(1,), kinds=("mean_positional",), ranks=(0, 1), n_random=1, n_eval=4,
                              n_mu=8, n_analysis=3)
     AJ.run(config, [entry])
     assert len(seen) == 1 + 1 + 2 * 3 and set(seen) == {"\n"}  # clean, one kind, (positional, random, content) x 2
@@ -528,7 +531,7 @@ def test_the_inputs_for_mu_leave_out_the_final_prompts_of_the_evaluation_context
     monkeypatch.setattr(AJ, "protocol_prompts", spy)
     for protocol, window in (("window", 12), ("authors", 64), ("full", 64)):
         calls.clear()
-        config = AJ.AblateConfig(layers=(1,), kinds=("mean_positional",), rank=0, ranks=(0,), n_random=1, n_eval=5,
+        config = AJ.AblateConfig(layers=(1,), kinds=("mean_positional",), ranks=(0,), n_random=1, n_eval=5,
                                  n_mu=8, n_analysis=3, protocol=protocol,
                                  window=window if protocol == "window" else None)
         AJ.run(config, [tiny_addition_entry])
@@ -575,7 +578,7 @@ def test_a_packed_run_under_the_authors_protocol_reads_no_prefix(AJ, packed_run,
         return real(model, task, examples, *args, **kwargs)
 
     monkeypatch.setattr(AJ, "exact_match_accuracy", spy)
-    config = AJ.AblateConfig(layers=(1,), kinds=("mean_positional",), rank=0, ranks=(0,), n_random=1, n_eval=4,
+    config = AJ.AblateConfig(layers=(1,), kinds=("mean_positional",), ranks=(0,), n_random=1, n_eval=4,
                              n_mu=8, n_analysis=3, protocol="authors")
     (r,) = AJ.run(config, [entry]).runs
     length = tasks.authors_length(entry.task)
@@ -605,7 +608,7 @@ def test_the_default_window_is_the_longest_every_model_reads_with_its_answer(AJ,
     """n_ctx 48 and 2-digit addition's 4-character answer: 43 characters (at most 64), in the result and its
     outputs' names."""
     lines = []
-    config = AJ.AblateConfig(layers=(1,), kinds=("mean_positional",), rank=0, ranks=(0,), n_random=1, n_eval=3,
+    config = AJ.AblateConfig(layers=(1,), kinds=("mean_positional",), ranks=(0,), n_random=1, n_eval=3,
                              n_mu=4, n_analysis=2, protocol="window")
     result = AJ.run(config, [tiny_addition_entry], log=lines.append)
     assert config.window is None and result.config.window == 43 and result.runs[0].window == 43
@@ -635,7 +638,7 @@ def test_too_few_prompts_name_the_setting_that_asks_for_them(AJ):
     from nope_interp.jobs.common import entry_from_init
 
     entry = entry_from_init(preset("tiny", seed=1), tasks.get_task("addition", n_digits=1), "tiny-1digit")
-    base = dict(layers=(1,), kinds=("mean_positional",), rank=0, ranks=(0,), n_random=1, n_mu=4, n_analysis=2)
+    base = dict(layers=(1,), kinds=("mean_positional",), ranks=(0,), n_random=1, n_mu=4, n_analysis=2)
     with pytest.raises(NopeInterpError, match=r"tiny-1digit: the 4 inputs for the positional means \(--n-mu\), drawn "
                                               r"outside the 100 evaluation prompts \(--n-eval\)"):
         AJ.run(AJ.AblateConfig(**base, n_eval=100, protocol="authors"), [entry])
@@ -713,7 +716,8 @@ def test_ranks_above_what_the_inputs_span_and_empty_model_lists_fail_before_any_
     with pytest.raises(NopeInterpError, match=rf"--rank 100 is above the {n_pos - 1} positional directions.*"
                                               rf"--rank {n_pos - 1} or less"):
         AJ.run(AJ.AblateConfig(rank=100, kinds=("project_out",), **small), [tiny_addition_entry])
-    AJ.AblateConfig(rank=100, kinds=("shuffle_positional",), **small)  # rank unused without a project-out kind
+    with pytest.raises(NopeInterpError, match="rank=100 is only used with a project_out"):  # ignored otherwise
+        AJ.AblateConfig(rank=100, kinds=("shuffle_positional",), **small)
     with pytest.raises(NopeInterpError, match=r"every --ranks value \(50, 60\) is above"):
         AJ.run(AJ.AblateConfig(rank=1, ranks=(50, 60), **small), [tiny_addition_entry])
     with pytest.raises(NopeInterpError, match="models is an empty list"):
@@ -833,7 +837,20 @@ def test_rank_is_written_only_when_a_project_out_kind_ran(AJ, tiny_ablation, mix
     assert AJ.AblateConfig().rank_used == 4  # every kind, project_out among them
     assert AJ.AblateConfig(rank=2, kinds=("project_out_random",)).rank_used == 2
     assert AJ.AblateConfig(rank=2, kinds=("project_out_content", "shuffle_vectors")).rank_used == 2
-    assert AJ.AblateConfig(rank=2, kinds=("shuffle_positional", "mean_positional", "swap_prompts")).rank_used is None
+    assert AJ.AblateConfig(kinds=("shuffle_positional", "mean_positional", "swap_prompts")).rank_used is None
+    assert AJ.AblateConfig(kinds=("project_out_random",)).rank_used == 4  # the default rank
+
+
+@pytest.mark.parametrize("kinds", [("shuffle_positional",), ("mean_positional", "swap_prompts"), ("shuffle_vectors",)])
+@pytest.mark.parametrize("rank", [0, 2, 4])
+def test_a_rank_without_a_project_out_kind_is_refused(AJ, kinds, rank):
+    """Before: ``rank`` had the default 4, so ``--rank 2 --kinds shuffle_positional`` was silently ignored (the
+    rank applies only to the project_out* kinds); now any rank given there is refused, the default 4 too."""
+    with pytest.raises(NopeInterpError, match=r"rank=\d is only used with a project_out\* ablation"):
+        AJ.AblateConfig(rank=rank, kinds=kinds)
+    assert AJ.AblateConfig(kinds=kinds).rank_used is None  # not given: fine
+    for kind in ("project_out", "project_out_random", "project_out_content"):
+        assert AJ.AblateConfig(rank=rank, kinds=kinds + (kind,)).rank_used == rank
 
 
 def test_a_bad_draw_seed_is_refused_before_any_work(AJ, tiny_addition_entry, monkeypatch):

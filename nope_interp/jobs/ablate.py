@@ -107,6 +107,8 @@ KIND_COLORS = dict(zip(KINDS, ["#d62728", "#ff7f0e", "#1f77b4", "#aec7e8", "#7f7
 CONTENT_LINE_COLOR = "#0e7c86"
 #: The scores of a site's position/content decomposition that are averaged over seeds.
 DECOMPOSITION_KEYS = ("positional_variance_fraction", "adjacency_full", "adjacency_positional", "adjacency_content")
+#: The rank of every ``project_out*`` ablation in the per-site table when ``rank`` is not given.
+DEFAULT_RANK = 4
 #: Seeds of the prompt samplers: evaluation prompts, prompts for mu, prompts for the adjacency scores.
 EVAL_SEED, MU_SEED, ANALYSIS_SEED = 11, 12, 3
 
@@ -117,7 +119,8 @@ class AblateConfig(FrozenConfig):
 
     Raises:
         NopeInterpError: an empty or negative ``layers``; an unknown or empty ``kinds``; ``rank`` or a
-            ``ranks`` entry negative, or ``ranks`` empty; ``n_random``, ``n_eval`` or ``n_analysis`` below 1
+            ``ranks`` entry negative, or ``ranks`` empty; ``rank`` given while ``kinds`` has no ``project_out*``
+            kind (it would be ignored); ``n_random``, ``n_eval`` or ``n_analysis`` below 1
             (below 2 with ``swap_prompts``); ``n_mu`` below 2; an unknown ``protocol``; ``window`` outside
             [3, 1000000] (one too short to hold a newline and the task's longest prompt is refused once the
             models are known, naming the least that can), or set (even to 64) without protocol ``window``.
@@ -126,7 +129,8 @@ class AblateConfig(FrozenConfig):
     layers: tuple[int, ...] | None = opt(None, "ablate blocks.L.hook_resid_pre for these L (default: every layer "
                                                "after the first, plus the last resid_post)")
     kinds: tuple[str, ...] | None = opt(None, f"ablations (default all): {', '.join(KINDS)}")
-    rank: int = opt(4, "rank of project_out in the per-site table")
+    rank: int | None = opt(None, f"rank of the project_out* kinds in the per-site table (default {DEFAULT_RANK}; "
+                                 "only with a project_out* kind)")
     ranks: tuple[int, ...] = opt((0, 1, 2, 4, 8, 16), "ranks of the rank curve (ranks above pos - 1 are skipped)")
     n_random: int = opt(3, "random-subspace draws per rank")
     n_eval: int = opt(200, "held-out prompts scored (under --protocol authors/window: contexts ending in one)")
@@ -148,7 +152,10 @@ class AblateConfig(FrozenConfig):
             for k in self.kinds:
                 if k not in KINDS:
                     raise NopeInterpError(f"kinds: unknown ablation {k!r}; allowed: {', '.join(KINDS)}")
-        check_int("rank", self.rank, 0, 100_000)
+        if self.rank is not None:
+            check_int("rank", self.rank, 0, 100_000)
+        check_used("rank", self.rank, None, any(k.startswith("project_out") for k in self.kinds_used),
+                   "with a project_out* ablation among the kinds (the rank curve has its own ranks)")
         if not self.ranks:
             raise NopeInterpError("ranks must not be empty")
         for r in self.ranks:
@@ -179,9 +186,11 @@ class AblateConfig(FrozenConfig):
 
     @property
     def rank_used(self) -> int | None:
-        """``rank`` when an ablation run projects out a subspace (a kind named ``project_out*``), else
-        None: the rank then applies to nothing (the rank curve has its own ``ranks``)."""
-        return self.rank if any(k.startswith("project_out") for k in self.kinds_used) else None
+        """``rank`` (:data:`DEFAULT_RANK` when None) when an ablation run projects out a subspace (a kind named
+        ``project_out*``), else None: the rank then applies to nothing (the rank curve has its own ``ranks``)."""
+        if not any(k.startswith("project_out") for k in self.kinds_used):
+            return None
+        return DEFAULT_RANK if self.rank is None else self.rank
 
 
 CONFIG = AblateConfig
@@ -661,7 +670,7 @@ def _check_ranks(entry: ModelEntry, config: AblateConfig, n_prompt: int) -> None
     and ``d_model`` allow: the centred positional means span at most min(n_prompt - 1, d_model) directions."""
     max_rank = min(n_prompt - 1, int(entry.model.cfg.d_model))
     if config.rank_used is not None and config.rank_used > max_rank:
-        raise NopeInterpError(f"{entry.label}: --rank {config.rank} is above the {max_rank} positional directions "
+        raise NopeInterpError(f"{entry.label}: --rank {config.rank_used} is above the {max_rank} positional directions "
                               f"its {n_prompt}-position inputs can span (min(positions - 1, d_model)): "
                               f"--rank {max_rank} or less")
     if all(r > max_rank for r in config.ranks):
@@ -710,11 +719,11 @@ def ablate_model(entry: ModelEntry, config: AblateConfig, *, seed: int | None = 
         for kind in config.kinds_used:
             perm = torch.randperm(n_prompt, generator=gen)
             if kind == "project_out":
-                basis = positional_subspace(mu, config.rank)
+                basis = positional_subspace(mu, config.rank_used)
             elif kind == "project_out_random":
-                basis = random_subspace(mu.shape[1], config.rank, gen)
+                basis = random_subspace(mu.shape[1], config.rank_used, gen)
             elif kind == "project_out_content":
-                basis = content_subspace(acts, config.rank)
+                basis = content_subspace(acts, config.rank_used)
             else:
                 basis = None
             hook = ablation_hook(kind, mu, perm=perm, basis=basis, generator=gen)
