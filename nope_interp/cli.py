@@ -202,7 +202,7 @@ def source_flags(job: Any) -> tuple[str, ...]:
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from nope_interp.config import PRESETS, ModelConfig, TextTrainConfig, TrainConfig
+    from nope_interp.config import ModelConfig, TextTrainConfig, TrainConfig, describe_presets
     from nope_interp.jobs.common import ModelSource
 
     parser = OneLineParser(prog="nope-interp", description=__doc__.splitlines()[0].replace("``", ""))
@@ -212,7 +212,8 @@ def _build_parser() -> argparse.ArgumentParser:
                                           "writes runs/<name>/",
                        description="Train a character-level language model on the training plays' dialogue "
                                    "(NoPE by default; --model-positional learned or rotary for the twins).")
-    p.add_argument("--preset", default="cpu", help=f"model preset: {', '.join(PRESETS)} (default cpu)")
+    p.add_argument("--preset", default="cpu",
+                   help=f"model preset: {describe_presets()}; default cpu, the shape of the shipped models")
     p.add_argument("--name", default=None, help="run name (default: text-<positional>-<preset>-s<seed>)")
     p.add_argument("--runs-dir", type=path_arg, default="runs", help="parent of the run directory (default runs/)")
     p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
@@ -225,7 +226,8 @@ def _build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train a NoPE model on a task; writes runs/<name>/")
     p.add_argument("--task", required=True, help=f"one of: {', '.join(TASK_NAMES)}")
     p.add_argument("--n-digits", type=ascii_int, default=None, help="task size (default: the paper's)")
-    p.add_argument("--preset", default="cpu", help=f"model preset: {', '.join(PRESETS)} (default cpu)")
+    p.add_argument("--preset", default="cpu",
+                   help=f"model preset: {describe_presets()}; default cpu, the shape of the shipped models")
     p.add_argument("--name", default=None, help="run name (default: <task>-<preset>-s<seed>)")
     p.add_argument("--runs-dir", type=path_arg, default="runs", help="parent of the run directory (default runs/)")
     p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")

@@ -458,6 +458,16 @@ PRESETS: dict[str, ModelConfig] = {
 }
 
 
+def describe_presets() -> str:
+    """Every preset with its shape in one line, for help texts: ``"paper (6 layers x d_model 384, n_ctx 256),
+    ..."``; the shipped task models are ``cpu`` (3x128) but indexing's, which is ``cpu`` with 6 layers."""
+    parts = []
+    for name, cfg in PRESETS.items():
+        extra = ", tied embeddings, dropout " + f"{cfg.dropout:g}" if cfg.tied_embeddings else ""
+        parts.append(f"{name} ({cfg.n_layers} layers x d_model {cfg.d_model}, n_ctx {cfg.n_ctx}{extra})")
+    return ", ".join(parts)
+
+
 def preset(name: str, **overrides: Any) -> ModelConfig:
     """The preset ``name`` (one of :data:`PRESETS`) with optional field overrides.
 

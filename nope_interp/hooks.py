@@ -6,6 +6,8 @@ attention output before the output projection with heads concatenated (``blocks.
 what the authors' code analysed). ``pattern``, ``attn_out`` and ``mlp_out`` are named for hooks too.
 """
 
+import re
+
 from nope_interp.checks import is_int
 from nope_interp.errors import NopeInterpError
 
@@ -26,6 +28,19 @@ _GLOBAL_HOOKS = {"embed": "hook_embed", "pos_embed": "hook_pos_embed"}
 POINTS: tuple[str, ...] = (*_GLOBAL_HOOKS, *_LAYER_HOOKS)
 
 
+def _unknown_point(point: object, allowed: tuple[str, ...], what: str, then: str) -> NopeInterpError:
+    """The error for an unknown point name; a full hook name (``blocks.0.attn.hook_z``, ``hook_embed``) given
+    where a point is expected is answered with its point (``z``), since every layer's site is measured."""
+    kind = None
+    if isinstance(point, str):
+        for name in allowed:
+            template = _GLOBAL_HOOKS.get(name) or _LAYER_HOOKS.get(name, "")
+            if template and re.fullmatch(re.escape(template).replace(r"\{layer\}", r"\d+"), point):
+                kind = name
+    hint = f" ({point!r} is a full hook name: give its point, {kind!r}{then})" if kind else ""
+    return NopeInterpError(f"unknown {what} {point!r}; allowed: {', '.join(allowed)}{hint}")
+
+
 def hook_name(point: str, layer: int | None = None, n_layers: int | None = None) -> str:
     """Full TransformerLens hook name, e.g. ``hook_name("resid_post", 0) == "blocks.0.hook_resid_post"``.
 
@@ -42,7 +57,7 @@ def hook_name(point: str, layer: int | None = None, n_layers: int | None = None)
             raise NopeInterpError(f"hook point {point!r} has no layer, got layer={layer}")
         return _GLOBAL_HOOKS[point]
     if point not in _LAYER_HOOKS:
-        raise NopeInterpError(f"unknown hook point {point!r}; allowed: {', '.join(POINTS)}")
+        raise _unknown_point(point, POINTS, "hook point", ", and the layer apart")
     if not is_int(layer) or layer < 0:
         raise NopeInterpError(f"hook point {point!r} needs a layer >= 0, got {layer!r}")
     if n_layers is not None and layer >= n_layers:
@@ -66,7 +81,7 @@ def activation_hook_names(n_layers: int, points: tuple[str, ...] = ACTIVATION_PO
         raise NopeInterpError(f"points must not be empty; allowed: {', '.join(ACTIVATION_POINTS)}")
     for p in points:
         if p not in ACTIVATION_POINTS:
-            raise NopeInterpError(f"unknown activation point {p!r}; allowed: {', '.join(ACTIVATION_POINTS)}")
+            raise _unknown_point(p, ACTIVATION_POINTS, "activation point", "; that point is measured at every layer")
     names = [hook_name("embed")] if "embed" in points else []
     for layer in range(n_layers):
         names += [hook_name(p, layer) for p in ACTIVATION_POINTS[1:] if p in points]

@@ -115,7 +115,7 @@ def plot_cosine_heatmaps(
         fig.add_trace(go.Heatmap(
             z=sim[s].cpu().double().numpy(), x=axis, y=axis, zmin=-1, zmax=1, zmid=0, colorscale=_SCALE,
             visible=(s == 0), name=label, colorbar={"title": "cosine"},
-            hovertemplate="query %{y}<br>key %{x}<br>cos %{z:.3f}<extra>" + label + "</extra>",
+            hovertemplate="pos i %{y}<br>pos j %{x}<br>cos %{z:.3f}<extra>" + label + "</extra>",
         ))
     steps = [
         {"method": "update", "label": label,
@@ -125,7 +125,7 @@ def plot_cosine_heatmaps(
     fig.update_layout(
         title={"text": f"{title}<br>{site_labels[0]}"},
         sliders=[{"active": 0, "steps": steps, "currentvalue": {"prefix": "hook: "}, "pad": {"t": 60}}],
-        xaxis={"title": "key pos", "tickangle": 0}, yaxis={"title": "query pos", "autorange": "reversed"},
+        xaxis={"title": "pos j (column)", "tickangle": 0}, yaxis={"title": "pos i (row)", "autorange": "reversed"},
         width=760, height=820,
     )
     return fig

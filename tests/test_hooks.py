@@ -64,3 +64,30 @@ def test_numpy_integer_layers_are_layers_and_a_layer_count_below_one_is_refused(
         with pytest.raises(NopeInterpError, match="n_layers must be an integer >= 1"):
             unhooked(activation_hook_names)(bad)
     assert unhooked(activation_hook_names)(np.int64(1), ("embed", "z")) == ["hook_embed", "blocks.0.attn.hook_z"]
+
+
+@pytest.mark.parametrize(("given", "point"), [("blocks.0.attn.hook_z", "z"), ("hook_embed", "embed"),
+                                              ("blocks.11.hook_resid_post", "resid_post"),
+                                              ("blocks.2.hook_resid_pre", "resid_pre")])
+def test_a_full_hook_name_where_a_point_is_expected_is_answered_with_its_point(given, point):
+    """Before: ``analyze --points blocks.0.attn.hook_z`` said only "unknown activation point ..." although the
+    README names sites that way; now the error gives the point to write (every layer is measured)."""
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.hooks import activation_hook_names, hook_name
+
+    with pytest.raises(NopeInterpError, match=rf"is a full hook name: give its point, '{point}'; that point is "):
+        activation_hook_names(2, (given,))
+    with pytest.raises(NopeInterpError, match=rf"give its point, '{point}', and the layer apart"):
+        hook_name(given, 0)
+    assert activation_hook_names(12, (point,))  # the point itself is accepted
+
+
+@pytest.mark.parametrize("given", ["blocks.x.attn.hook_z", "blocks.0.attn.hook_q", "zz", "blocks.0.hook_z",
+                                   "hook_embedding"])
+def test_other_unknown_points_get_no_hook_name_hint(given):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.hooks import activation_hook_names
+
+    with pytest.raises(NopeInterpError, match="unknown activation point") as err:
+        activation_hook_names(2, (given,))
+    assert "full hook name" not in str(err.value)

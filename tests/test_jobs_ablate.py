@@ -128,7 +128,11 @@ def test_run_matches_direct_computations(AJ, tiny_ablation, tiny_config, tiny_ad
     assert curve.points[0].positional == r.clean.exact_match
     for p in curve.points:
         assert len(p.random_draws) == 2 and p.random_mean == pytest.approx(sum(p.random_draws) / 2)
-    assert any("rank curve at blocks.1.hook_resid_pre" in line for line in lines)
+    assert any("rank curve at blocks.1.hook_resid_pre, exact match left with r directions removed" in line
+               for line in lines)
+    # the per-site line says its numbers are what is left (the seed tables report what is lost)
+    site_lines = [line for line in lines if "(clean " in line]
+    assert site_lines and all("exact match left under shuffle_positional" in line for line in site_lines)
 
 
 def test_to_dict_is_json_with_the_old_layout(AJ, tiny_ablation):

@@ -733,7 +733,8 @@ def ablate_model(entry: ModelEntry, config: AblateConfig, *, seed: int | None = 
              f"{name} {site}: position explains {dec.positional_variance_fraction:.2f} of the variance; "
              f"adjacency full {dec.adjacency_full:.2f}, positional mean {dec.adjacency_positional:.2f}, "
              f"content {dec.adjacency_content:.2f}")
-        emit(log, f"{name} {site}: " + ", ".join(f"{k} {v.exact_match:.3f}" for k, v in per.items())
+        emit(log, f"{name} {site}: {_metric_words(inputs.metric)} left under " + ", ".join(
+             f"{k} {v.exact_match:.3f}" for k, v in per.items())
              + f" (clean {clean.exact_match:.3f}; {time.perf_counter() - t0:.0f}s)")
     rank_acts = _site_acts(model, inputs.mu_tokens, rank_site)
     mu = positional_means(rank_acts)
@@ -758,7 +759,8 @@ def ablate_model(entry: ModelEntry, config: AblateConfig, *, seed: int | None = 
                                 content=content))
     curve = RankCurve(site=rank_site, points=tuple(points), max_rank=max_rank,
                       skipped_ranks=tuple(r for r in config.ranks if r > max_rank))
-    emit(log, f"{name} rank curve at {rank_site}: " + ", ".join(
+    emit(log, f"{name} rank curve at {rank_site}, {_metric_words(inputs.metric)} left with r directions removed: "
+         + ", ".join(
         f"r={p.rank}: {p.positional:.3f} vs random {p.random_mean:.3f}, content {p.content:.3f}" for p in points))
     return RunAblation(label=entry.label, run=run_path(entry),
                        run_name=entry.label if entry.run is None else entry.run.name,

@@ -35,7 +35,16 @@ import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.analysis import protocol_prompts
 from nope_interp.checks import is_int
-from nope_interp.config import FrozenConfig, ModelConfig, check_int, check_name, check_tasks, opt, preset
+from nope_interp.config import (
+    FrozenConfig,
+    ModelConfig,
+    check_int,
+    check_name,
+    check_tasks,
+    describe_presets,
+    opt,
+    preset,
+)
 from nope_interp.errors import NopeInterpError
 from nope_interp.model import LensModel, build_model
 from nope_interp.pretrained import LoadedRun, available_pretrained, available_seed_runs, load_pretrained, load_run
@@ -64,7 +73,8 @@ class ModelSource(FrozenConfig):
     task: str | None = opt(None, "task for --init, or to analyse a trained model on another task")
     n_digits: int | None = opt(None, "task size (default: the paper's; alone with --run / --pretrained: the "
                                      "trained model's own task at this size)")
-    preset: str = opt("paper", "model preset for --init (paper, cpu, tiny)")
+    preset: str = opt("paper", f"model preset for --init: {describe_presets()}; the shipped task models are cpu "
+                               "(indexing: cpu with --model-n-layers 6)")
     with_seeds: bool = opt(False, "also the extra shipped seeds of the --pretrained tasks")
     with_candidates: bool = opt(False, "also the candidate runs of the --pretrained tasks kept in the repository "
                                        "(other recipes, seeds that missed 99%; nope_interp/pretrained/candidates/)")

@@ -27,6 +27,7 @@ from nope_interp.config import (
     check_int,
     check_tasks,
     check_used,
+    describe_presets,
     opt,
     preset,
 )
@@ -83,7 +84,7 @@ class DemoConfig(FrozenConfig):
     from_sweep: str = opt("", "analyse the models of a finished training sweep instead (a spec name or TOML "
                               "path, as `nope-interp sweep`): per task, its finished point with the lowest seed")
     sweep_dir: str = opt("", "that sweep's output folder (default runs/sweeps/<name>/, as `nope-interp sweep`)")
-    init_preset: str = opt("paper", "shape of the initialised models")
+    init_preset: str = opt("paper", f"shape of the initialised models: {describe_presets()}")
     protocols: tuple[str, ...] = opt(("full", "authors"),
                                      f"analysis inputs to compare, full first: {', '.join(tasks_pkg.PROTOCOLS)}")
     window: int = opt(DEFAULT_WINDOW, "characters per input of the window protocol")

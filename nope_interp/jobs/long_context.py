@@ -41,6 +41,7 @@ from nope_interp.config import (
     check_choices,
     check_int,
     check_tasks,
+    describe_presets,
     opt,
     preset,
 )
@@ -96,7 +97,7 @@ class LongContextConfig(FrozenConfig):
     normalizations: tuple[str, ...] = opt(NORMALIZATIONS, "normalisations of the default grid")
     attentions: tuple[str, ...] = opt(ATTENTIONS, "attentions of the default grid (sliding uses --window)")
     window: int = opt(16, "keys per query of sliding-window attention in the default grid")
-    grid_preset: str = opt("cpu", "model shape of the default grid (a preset)")
+    grid_preset: str = opt("cpu", f"model shape of the default grid: {describe_presets()}")
     quick: bool = opt(False, "lengths 32 128 512, 2 seeds, 2 sequences")
 
     def __post_init__(self) -> None:

@@ -42,6 +42,7 @@ from nope_interp.config import (
     check_int,
     check_tasks,
     check_used,
+    describe_presets,
     opt,
     preset,
 )
@@ -107,7 +108,7 @@ class ProbeConfig(FrozenConfig):
     """
 
     tasks: tuple[str, ...] = opt(tasks_pkg.TASK_NAMES, "tasks of the default models")
-    default_preset: str = opt("paper", f"preset of the default initialised models: {', '.join(PRESETS)}")
+    default_preset: str = opt("paper", f"preset of the default initialised models: {describe_presets()}")
     n_prompts: int | None = opt(None, "held-out prompts per model (default 64; 48 with --quick)")
     sites: tuple[str, ...] | None = opt(
         None, "full hook names (default: hook_embed, attn.hook_z and hook_resid_post of the first and last layer)")
