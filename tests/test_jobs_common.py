@@ -264,3 +264,26 @@ def test_every_job_takes_windows_down_to_the_least_its_measurement_needs(job):
     for window in (least - 1, 0, -3, 1_000_001):
         with pytest.raises(NopeInterpError, match=rf"window must be an integer in \[{least}, 1000000\], got {window}"):
             config(window=window, **protocol)
+
+
+def test_progress_bars_are_drawn_on_a_terminal_only(monkeypatch, capsys):
+    """Before: a CLI job redirected to a log file filled it with the bar's carriage-return redraws between the
+    result lines (``ablate ... 2> log``); the bar is drawn only when stderr is a terminal (or a Jupyter kernel)."""
+    import io
+    import sys
+
+    from nope_interp.jobs import common
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    for stream, drawn in ((io.StringIO(), False), (Tty(), True)):
+        monkeypatch.setattr(sys, "stderr", stream)
+        monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
+        assert list(common.progress(range(3), "job", log=lambda line: None)) == [0, 1, 2]
+        assert ("job" in stream.getvalue()) is drawn
+        stream = io.StringIO()
+        monkeypatch.setattr(sys, "stderr", stream)
+        assert list(common.progress(range(3), "job", log=None)) == [0, 1, 2]  # no log (called from Python): silent
+        assert stream.getvalue() == ""

@@ -19,6 +19,7 @@ The contract of a job module ``nope_interp/jobs/<job>.py`` (see the README, "Add
 """
 
 import os
+import sys
 import warnings
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -508,12 +509,24 @@ def shipped_entries(task_names: Iterable[str], with_seeds: bool = False,
 
 
 def progress(items: Iterable[T], desc: str, log: Log, total: int | None = None) -> Iterator[T]:
-    """Iterate ``items`` with a tqdm bar on stderr when ``log`` is given (a CLI run) and there is more than
-    one item; silently otherwise."""
+    """Iterate ``items`` with a tqdm bar on stderr when ``log`` is given (a CLI run), there is more than one item
+    and stderr is a terminal; silently otherwise (a log file redirected from stderr gets the per-item lines of
+    ``log``, not the bar's carriage-return redraws)."""
     items = list(items)
     total = len(items) if total is None else total
-    yield from tqdm(items, desc=desc, total=total, disable=log is None or total <= 1, leave=False,
-                    dynamic_ncols=True)
+    yield from tqdm(items, desc=desc, total=total, disable=log is None or total <= 1 or not _stderr_is_terminal(),
+                    leave=False, dynamic_ncols=True)
+
+
+def _stderr_is_terminal() -> bool:
+    """Whether stderr is an interactive terminal or a Jupyter kernel's output (where ``tqdm.auto`` draws a
+    widget); False for a file, a pipe, or a stream without ``isatty``."""
+    if "ipykernel" in sys.modules:
+        return True
+    try:
+        return bool(sys.stderr.isatty())
+    except (AttributeError, ValueError):  # replaced by an object without isatty, or closed
+        return False
 
 
 def emit(log: Log, line: str) -> None:
