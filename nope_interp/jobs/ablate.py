@@ -128,7 +128,13 @@ class AblateConfig(FrozenConfig):
 
     layers: tuple[int, ...] | None = opt(None, "ablate blocks.L.hook_resid_pre for these L (default: every layer "
                                                "after the first, plus the last resid_post)")
-    kinds: tuple[str, ...] | None = opt(None, f"ablations (default all): {', '.join(KINDS)}")
+    kinds: tuple[str, ...] | None = opt(None, "ablations (default all): shuffle_positional and mean_positional "
+                                              "(position scrambled / removed, content kept; matched control: "
+                                              "mean_positional_random, a shift of the same size in a random "
+                                              "direction), project_out (the rank-r positional subspace; matched "
+                                              "controls: project_out_random, project_out_content), shuffle_vectors "
+                                              "(a floor: destroys everything), swap_prompts (position kept, "
+                                              "content destroyed)")
     rank: int | None = opt(None, f"rank of the project_out* kinds in the per-site table (default {DEFAULT_RANK}; "
                                  "only with a project_out* kind)")
     ranks: tuple[int, ...] = opt((0, 1, 2, 4, 8, 16), "ranks of the rank curve (ranks above pos - 1 are skipped)")
