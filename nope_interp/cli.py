@@ -10,6 +10,7 @@ prints; it holds no analysis and writes no file. Bad input prints one line,
 
 import argparse
 import dataclasses
+import importlib
 import os
 import re
 import shlex
@@ -172,20 +173,22 @@ def flag_named(message: str, args: argparse.Namespace) -> str:
 
 
 def _jobs() -> tuple[Any, ...]:
-    from nope_interp.jobs import (
-        ablate,
-        analyze,
-        averaging,
-        compare,
-        demo,
-        init_grid,
-        length_gen,
-        long_context,
-        probe,
-        trajectory,
-    )
+    """Every job module, in ``nope-interp --help`` order (imports them all, TransformerLens with them)."""
+    from nope_interp.jobs import JOB_HELP
 
-    return (analyze, demo, averaging, init_grid, probe, ablate, trajectory, compare, long_context, length_gen)
+    return tuple(_job(name) for name in JOB_HELP)
+
+
+def _job(command: str) -> Any:
+    """The job module run by ``command`` (imported on demand: only the command given pays its imports)."""
+    from nope_interp.jobs import job_module_name
+
+    return importlib.import_module(job_module_name(command))
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names: its first argument that is not an option (None if there is none)."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 def source_flags(job: Any) -> tuple[str, ...]:
@@ -201,9 +204,12 @@ def source_flags(job: Any) -> tuple[str, ...]:
     return tuple(n for n in every if n != "hf_path" or getattr(job, "TAKES_HF", False))
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def _build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The ``nope-interp`` parser. Only the job that ``argv`` names gets its flags (and imports its module);
+    the other jobs are listed with their one-line help, so ``nope-interp --help`` does not import every job and
+    TransformerLens. Without ``argv`` every job gets its flags."""
     from nope_interp.config import ModelConfig, TextTrainConfig, TrainConfig, describe_presets
-    from nope_interp.jobs.common import ModelSource
+    from nope_interp.jobs import JOB_HELP
 
     parser = OneLineParser(prog="nope-interp", description=__doc__.splitlines()[0].replace("``", ""))
     sub = parser.add_subparsers(dest="command", required=True)
@@ -261,7 +267,14 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out-root", type=path_arg, default=".",
                    help="writes results/sweeps/<name>/ and figures/sweeps/<name>/ under this folder (default .)")
 
-    for job in _jobs():
+    command = None if argv is None else _command_of(argv)
+    for name, help_text in JOB_HELP.items():
+        if argv is not None and name != command:  # listed only: its flags are built when it is the command
+            sub.add_parser(name, help=help_text.replace("%", "%%"), description=help_text)
+            continue
+        from nope_interp.jobs.common import ModelSource
+
+        job = _job(name)
         p = sub.add_parser(job.NAME, help=job.HELP.replace("%", "%%"), description=job.HELP)
         add_config_flags(p.add_argument_group(f"{job.NAME} options"), job.CONFIG)
         if job.TAKES_MODELS:
@@ -430,7 +443,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``nope-interp`` console script. Returns the exit status (0, or 2 on bad input)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = _build_parser()
+    parser = _build_parser(argv)
     try:
         args = parser.parse_args(argv)
     except SystemExit as stop:  # --help (0) or a one-line usage error (2)
@@ -478,8 +491,7 @@ def _run_command(args: argparse.Namespace, argv: list[str]) -> int:
                 return _cmd_train_text(args, argv)
             if args.command in ("sweep", "sweep-report"):
                 return _cmd_sweep(args)
-            job = next(j for j in _jobs() if j.NAME == args.command)
-            return _cmd_job(job, args)
+            return _cmd_job(_job(args.command), args)
     except (NopeInterpError, TaskError) as err:
         print(f"nope-interp: error: {flag_named(str(err), args)}", file=sys.stderr)
         return 2

@@ -648,3 +648,30 @@ def test_an_analysis_job_stopped_by_sigterm_says_so_in_one_line(tmp_path):
     assert err[-1] == ("nope-interp: terminated (SIGTERM) (long-context); nothing was written (a job writes its "
                        "files when it ends): rerun the same command"), err
     assert not (tmp_path / "results").exists() or not any((tmp_path / "results").rglob("*.json"))
+
+
+def test_the_top_level_help_imports_no_job_and_a_command_builds_only_its_own_flags():
+    """Before: every ``nope-interp`` call, ``--help`` too, imported all ten job modules and TransformerLens
+    (10-19 s of silence on a loaded 2-core machine); now only the job named on the command line is imported."""
+    import subprocess
+    import sys
+
+    code = ("import sys, contextlib, io\nfrom nope_interp import cli\n"
+            "with contextlib.redirect_stdout(io.StringIO()) as out:\n    rc = cli.main(['--help'])\n"
+            "assert rc == 0 and 'length-gen' in out.getvalue(), out.getvalue()\n"
+            "print(sorted(m for m in sys.modules if m == 'transformer_lens' or m.startswith('nope_interp.jobs.')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+    from nope_interp.cli import _build_parser
+    from nope_interp.jobs import JOB_HELP
+
+    choices = _build_parser(["analyze", "--pretrained", "reversal"])._subparsers._group_actions[0].choices
+    assert list(choices)[-len(JOB_HELP):] == list(JOB_HELP)
+    flags = {name: {o for a in p._actions for o in a.option_strings} for name, p in choices.items()}
+    assert "--n-prompts" in flags["analyze"] and "--pretrained" in flags["analyze"]
+    assert flags["ablate"] == {"-h", "--help"}  # listed with its help line only
+    assert "--kinds" in {o for a in _build_parser()._subparsers._group_actions[0].choices["ablate"]._actions
+                         for o in a.option_strings}  # without argv: every job's flags

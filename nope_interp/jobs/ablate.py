@@ -70,6 +70,7 @@ from nope_interp.config import FrozenConfig, check_choice, check_int, check_used
 from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import answer_loss, exact_match_accuracy
 from nope_interp.hooks import hook_name, short_label
+from nope_interp.jobs import JOB_HELP
 from nope_interp.jobs.common import (
     Log,
     ModelEntry,
@@ -90,7 +91,7 @@ from nope_interp.stats import SeedStats, error_bar, fmt_mean_std, mean_std_ci
 from tasks import DEFAULT_WINDOW
 
 NAME = "ablate"
-HELP = "scramble or remove the positional structure; measure accuracy lost"
+HELP = JOB_HELP[NAME]
 TAKES_MODELS = True
 TAKES_TEXT = True  # train-text language models: next-character accuracy on held-out text
 DEFAULT_MODELS = "the four shipped models; --with-seeds adds their extra shipped seeds"

@@ -26,6 +26,7 @@ from nope_interp.analysis import AnalysisResult, analyze_model, analyze_tokens, 
 from nope_interp.config import FrozenConfig, check_choice, check_choices, check_int, check_name, check_used, opt
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names
+from nope_interp.jobs import JOB_HELP
 from nope_interp.jobs.common import Log, ModelEntry, emit, entry_tokens, progress, protocol_tag
 from nope_interp.plotting import (
     plot_adjacency_by_layer,
@@ -39,7 +40,7 @@ from nope_interp.stats import fmt_mean_std
 from tasks import DEFAULT_WINDOW
 
 NAME = "analyze"
-HELP = "adjacency scores at every hook site + figures for one model"
+HELP = JOB_HELP[NAME]
 TAKES_MODELS = True
 TAKES_TEXT = True  # train-text language models: windows of held-out text of their training length
 TAKES_HF = True  # --hf-path: random tokens of the model's vocabulary; layers typed (NoPE / RoPE)

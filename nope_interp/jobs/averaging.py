@@ -37,6 +37,7 @@ from nope_interp.config import FrozenConfig, check_choice, check_int, check_task
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import short_label
 from nope_interp.interventions import pattern_kind_unsupported
+from nope_interp.jobs import JOB_HELP
 from nope_interp.jobs.common import (
     Log,
     ModelEntry,
@@ -54,7 +55,7 @@ from nope_interp.pretrained import available_pretrained, load_pretrained
 from tasks import DEFAULT_WINDOW
 
 NAME = "averaging"
-HELP = "test the averaging-effect explanation against attention patterns"
+HELP = JOB_HELP[NAME]
 TAKES_MODELS = False
 DEFAULT_MODELS = ("per task: an initialised paper-shape model, a bidirectional control and the shipped "
                   "trained model")

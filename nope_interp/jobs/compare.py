@@ -32,6 +32,7 @@ from nope_interp.config import FrozenConfig, check_choices, check_int, check_use
 from nope_interp.diagnostics import INTERVENTIONS, diagnose, position_in_values
 from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import exact_match_on_inputs
+from nope_interp.jobs import JOB_HELP
 from nope_interp.jobs.common import Log, ModelEntry, draw_seed, emit, progress, protocol_window, shipped_entries
 from nope_interp.jobs.demo import CLAIMS, FIRST_ATTENTION_SITES, in_claimed_range
 from nope_interp.model import build_model
@@ -40,7 +41,7 @@ from nope_interp.stats import fmt_fraction, fmt_mean_std, mean_std_ci
 from tasks import DEFAULT_WINDOW
 
 NAME = "compare"
-HELP = "initialised vs trained over seeds, per task and recipe, under each input protocol, with verdicts"
+HELP = JOB_HELP[NAME]
 TAKES_MODELS = True
 DEFAULT_MODELS = "every shipped model and its extra seeds; --with-candidates adds the candidate runs to them"
 #: The default set includes the seeds, so --with-candidates alone keeps them (:func:`load_models`).

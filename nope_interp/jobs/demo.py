@@ -34,6 +34,7 @@ from nope_interp.config import (
 from nope_interp.diagnostics import INTERVENTIONS, diagnose
 from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import exact_match_accuracy, exact_match_on_inputs
+from nope_interp.jobs import JOB_HELP
 from nope_interp.jobs.common import (
     Log,
     ModelEntry,
@@ -52,7 +53,7 @@ from nope_interp.train import resolve_device, train
 from tasks import DEFAULT_WINDOW
 
 NAME = "demo"
-HELP = "the main job: initialised vs trained models on all four tasks"
+HELP = JOB_HELP[NAME]
 TAKES_MODELS = False
 DEFAULT_MODELS = "the shipped model of each task"
 

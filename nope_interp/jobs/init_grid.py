@@ -46,6 +46,7 @@ from nope_interp.config import (
 )
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import hook_name
+from nope_interp.jobs import JOB_HELP
 from nope_interp.jobs.common import Log, ModelEntry, emit, progress
 from nope_interp.model import build_model, check_model_fits
 from nope_interp.plotting import save_figure, with_plotlyjs
@@ -53,7 +54,7 @@ from nope_interp.similarity import adjacency_score_of_activations
 from nope_interp.stats import SeedStats, fmt_mean_std, mean_std_ci
 
 NAME = "init-grid"
-HELP = "adjacency score over init mean x std and depth x width (no training)"
+HELP = JOB_HELP[NAME]
 TAKES_MODELS = False
 DEFAULT_MODELS = "freshly initialised models of every grid point (built by the job)"
 

@@ -30,12 +30,13 @@ from nope_interp.config import FrozenConfig, check_choices, check_int, opt
 from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import exact_match_accuracy
 from nope_interp.hooks import ACTIVATION_POINTS, short_label
+from nope_interp.jobs import JOB_HELP
 from nope_interp.jobs.common import Log, ModelEntry, emit, eval_prefix, progress, shipped_entries
 from nope_interp.model import with_context
 from nope_interp.plotting import line_colours, save_figure, with_plotlyjs
 
 NAME = "length-gen"
-HELP = "accuracy and adjacency score by operand length, shorter and longer than trained"
+HELP = JOB_HELP[NAME]
 TAKES_MODELS = True
 SOURCES = ("run", "pretrained", "with_seeds", "with_candidates")  # trained models only; --sizes sets the operand sizes
 DEFAULT_MODELS = "the shipped reversal and addition models"

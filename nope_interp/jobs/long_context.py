@@ -47,6 +47,7 @@ from nope_interp.config import (
 )
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, short_label
+from nope_interp.jobs import JOB_HELP
 from nope_interp.jobs.common import Log, ModelEntry, emit, entry_from_init, progress, random_tokens
 from nope_interp.model import with_context
 from nope_interp.plotting import line_colours, save_figure, with_plotlyjs
@@ -55,7 +56,7 @@ from nope_interp.similarity import sliding_window_lag_profile, uniform_causal_la
 from nope_interp.stats import error_bar, fmt_mean_std, mean_std_ci
 
 NAME = "long-context"
-HELP = "adjacency score and lag profile against sequence length (random tokens and task text)"
+HELP = JOB_HELP[NAME]
 TAKES_MODELS = True
 DEFAULT_ONLY = ("text_task", "seeds", "normalizations", "attentions", "window", "grid_preset")  # the default grid
 TAKES_HF = True  # --hf-path: a Hugging Face model in a TransformerBridge (random inputs; layers typed)

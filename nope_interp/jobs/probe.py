@@ -48,6 +48,7 @@ from nope_interp.config import (
 )
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import hook_name, short_label
+from nope_interp.jobs import JOB_HELP
 from nope_interp.jobs.common import (
     Log,
     ModelEntry,
@@ -74,7 +75,7 @@ from nope_interp.probing import (
 from tasks import DEFAULT_WINDOW
 
 NAME = "probe"
-HELP = "position probes: cosine-similarity features vs Chi et al.'s variance"
+HELP = JOB_HELP[NAME]
 TAKES_MODELS = True
 DEFAULT_ONLY = ("tasks", "default_preset")  # which default models
 TAKES_TEXT = True  # train-text language models: windows of held-out text

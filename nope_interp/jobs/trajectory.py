@@ -32,6 +32,7 @@ from nope_interp.diagnostics import (
 )
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, short_label
+from nope_interp.jobs import JOB_HELP
 from nope_interp.jobs.common import Log, ModelEntry, draw_seed, emit, progress, protocol_tag, with_protocol
 from nope_interp.model import build_model, load_state
 from nope_interp.plotting import LINE_COLOURS, line_colours, save_figure, with_plotlyjs
@@ -40,7 +41,7 @@ from nope_interp.train import kept_steps
 from tasks import DEFAULT_WINDOW
 
 NAME = "trajectory"
-HELP = "adjacency score at every site through training (weights kept at log-spaced steps)"
+HELP = JOB_HELP[NAME]
 TAKES_MODELS = True
 SOURCES = ("run", "task", "n_digits")  # only run directories keep weights through training
 DEFAULT_MODELS = "none: give --run with run directories trained by this version"
