@@ -219,13 +219,15 @@ def _build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                        description="Train a character-level language model on the training plays' dialogue "
                                    "(NoPE by default; --model-positional learned or rotary for the twins).")
     p.add_argument("--preset", default="cpu",
-                   help=f"model preset: {describe_presets()}; default cpu, the shape of the shipped models")
+                   help=f"model preset: {describe_presets()}; default cpu (the shipped task models' shape; indexing's "
+                        "has --model-n-layers 6)")
     p.add_argument("--name", default=None, help="run name (default: text-<positional>-<preset>-s<seed>)")
     p.add_argument("--runs-dir", type=path_arg, default="runs", help="parent of the run directory (default runs/)")
     p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
     p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu or cuda[:N]")
     p.add_argument("--threads", type=ascii_int, default=None, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (none either when stderr is not a terminal)")
     add_config_flags(p, ModelConfig, prefix="model-", only=MODEL_FLAGS, defaults_from="--preset")
     add_config_flags(p, TextTrainConfig)
 
@@ -233,7 +235,8 @@ def _build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--task", required=True, help=f"one of: {', '.join(TASK_NAMES)}")
     p.add_argument("--n-digits", type=ascii_int, default=None, help="task size (default: the paper's)")
     p.add_argument("--preset", default="cpu",
-                   help=f"model preset: {describe_presets()}; default cpu, the shape of the shipped models")
+                   help=f"model preset: {describe_presets()}; default cpu (the shipped task models' shape; indexing's "
+                        "has --model-n-layers 6)")
     p.add_argument("--name", default=None, help="run name (default: <task>-<preset>-s<seed>)")
     p.add_argument("--runs-dir", type=path_arg, default="runs", help="parent of the run directory (default runs/)")
     p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
@@ -241,7 +244,8 @@ def _build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                    help="no training: score a stopped run's last checkpoint on the test set, write summary.json")
     p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu or cuda[:N]")
     p.add_argument("--threads", type=ascii_int, default=None, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar: one line per evaluation instead")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar: one line per evaluation instead (so too when stderr is not a terminal)")
     add_config_flags(p, ModelConfig, prefix="model-", only=MODEL_FLAGS, defaults_from="--preset")
     add_config_flags(p, TrainConfig, skip=_TRAIN_SKIP)
 
@@ -259,7 +263,8 @@ def _build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--ray-address", default=None, help="address of a running Ray cluster (host:port); "
                                                         "default: start a local one")
     p.add_argument("--out-dir", type=path_arg, default=None, help="where the points go (default runs/sweeps/<name>/)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (none either when stderr is not a terminal)")
     p = sub.add_parser("sweep-report", help="aggregate a sweep over seeds: table (CSV, Markdown) and figures",
                        description="Aggregate the finished points of a sweep over seeds (mean, std, 95% CI).")
     p.add_argument("spec", help=f"a spec file, or a shipped spec: {shipped}")
@@ -349,12 +354,21 @@ def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
     name = args.name or f"{args.task}-{args.preset}-s{model_cfg.seed}"
     check_name("run name", name)
     run_dir = Path(args.runs_dir) / name
+    bar = _progress_bar(args)
     result = train(model_cfg, cfg, run_dir, resume=args.resume, device=args.device,
-                   command=shlex.join(["nope-interp", *argv]), progress=not args.no_progress,
-                   log=(lambda line: print(line, flush=True)) if args.no_progress else None)
+                   command=shlex.join(["nope-interp", *argv]), progress=bar,
+                   log=None if bar else (lambda line: print(line, flush=True)))
     print(f"test exact match {fmt_fraction(result.test_acc)} after {result.steps} steps "
           f"({result.wall_time_s / 60:.1f} min); outputs in {run_dir}/")
     return 0
+
+
+def _progress_bar(args: argparse.Namespace) -> bool:
+    """Whether a training or sweep command draws its progress bar: not with ``--no-progress``, nor when stderr
+    is not a terminal (a log file gets one line per evaluation instead of carriage-return redraws)."""
+    from nope_interp.jobs.common import stderr_is_terminal
+
+    return not args.no_progress and stderr_is_terminal()
 
 
 def _cmd_train_text(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -373,7 +387,7 @@ def _cmd_train_text(args: argparse.Namespace, argv: Sequence[str]) -> int:
     check_name("run name", name)
     run_dir = Path(args.runs_dir) / name
     result = train_text(model_cfg, cfg, run_dir, resume=args.resume, device=args.device,
-                        command=shlex.join(["nope-interp", *argv]), progress=not args.no_progress)
+                        command=shlex.join(["nope-interp", *argv]), progress=_progress_bar(args))
     print(f"held-out bits per character {result.eval_bpc:.4f} after {result.steps} steps "
           f"({result.wall_time_s / 60:.1f} min); outputs in {run_dir}/")
     return 0
@@ -425,7 +439,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     out_dir = Path(args.out_dir) if args.out_dir else Path("runs") / "sweeps" / spec.name
     if args.command == "sweep":
         status = sweep.run_sweep(spec, out_dir, executor=args.executor, workers=args.workers, threads=args.threads,
-                                 ray_address=args.ray_address, log=print, progress=not args.no_progress)
+                                 ray_address=args.ray_address, log=print, progress=_progress_bar(args))
         print(f"points in {out_dir}/points/; aggregate with: nope-interp sweep-report {args.spec}"
               + (f" --out-dir {out_dir}" if args.out_dir else ""))
         return 1 if status.failed else 0

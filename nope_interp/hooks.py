@@ -30,13 +30,15 @@ POINTS: tuple[str, ...] = (*_GLOBAL_HOOKS, *_LAYER_HOOKS)
 
 def _unknown_point(point: object, allowed: tuple[str, ...], what: str, then: str) -> NopeInterpError:
     """The error for an unknown point name; a full hook name (``blocks.0.attn.hook_z``, ``hook_embed``) given
-    where a point is expected is answered with its point (``z``), since every layer's site is measured."""
+    where a point is expected is answered with its point (``z``); ``then`` (what to do about the layer) is added
+    for the per-layer points only."""
     kind = None
     if isinstance(point, str):
         for name in allowed:
             template = _GLOBAL_HOOKS.get(name) or _LAYER_HOOKS.get(name, "")
             if template and re.fullmatch(re.escape(template).replace(r"\{layer\}", r"\d+"), point):
                 kind = name
+    then = "" if kind in _GLOBAL_HOOKS else then
     hint = f" ({point!r} is a full hook name: give its point, {kind!r}{then})" if kind else ""
     return NopeInterpError(f"unknown {what} {point!r}; allowed: {', '.join(allowed)}{hint}")
 
@@ -52,6 +54,9 @@ def hook_name(point: str, layer: int | None = None, n_layers: int | None = None)
     Raises:
         NopeInterpError: unknown point, missing or out-of-range layer.
     """
+    if not isinstance(point, str):
+        raise NopeInterpError(f"hook point must be a name (a str), one of {', '.join(POINTS)}; got "
+                              f"{type(point).__name__} {point!r}"[:300])
     if point in _GLOBAL_HOOKS:
         if layer is not None:
             raise NopeInterpError(f"hook point {point!r} has no layer, got layer={layer}")
@@ -65,6 +70,30 @@ def hook_name(point: str, layer: int | None = None, n_layers: int | None = None)
     return _LAYER_HOOKS[point].format(layer=layer)
 
 
+def check_points(points: object) -> tuple[str, ...]:
+    """``points`` checked as a non-empty sequence of names from :data:`ACTIVATION_POINTS` and returned as a tuple;
+    the one check of every ``points`` argument and ``--points`` flag.
+
+    Raises:
+        NopeInterpError: a single string rather than a sequence, an empty sequence, or an unknown name (a full
+            hook name such as ``blocks.0.attn.hook_z`` is answered with its point, ``z``).
+    """
+    if isinstance(points, (str, bytes)):
+        raise NopeInterpError(f"points must be a sequence of point names (e.g. ({points!r},)), got the single "
+                              f"string {points!r}; allowed: {', '.join(ACTIVATION_POINTS)}")
+    try:
+        points = tuple(points)
+    except TypeError:
+        raise NopeInterpError(f"points must be a sequence of point names, got {type(points).__name__} "
+                              f"{points!r}; allowed: {', '.join(ACTIVATION_POINTS)}"[:300]) from None
+    if not points:
+        raise NopeInterpError(f"points must not be empty; allowed: {', '.join(ACTIVATION_POINTS)}")
+    for p in points:
+        if not isinstance(p, str) or p not in ACTIVATION_POINTS:
+            raise _unknown_point(p, ACTIVATION_POINTS, "activation point", "; that point is measured at every layer")
+    return points
+
+
 def activation_hook_names(n_layers: int, points: tuple[str, ...] = ACTIVATION_POINTS) -> list[str]:
     """Hook names in forward order: ``hook_embed``, then per layer resid_pre, z, resid_mid, resid_post.
 
@@ -74,14 +103,7 @@ def activation_hook_names(n_layers: int, points: tuple[str, ...] = ACTIVATION_PO
     """
     if not is_int(n_layers) or n_layers < 1:
         raise NopeInterpError(f"n_layers must be an integer >= 1, got {n_layers!r}")
-    if isinstance(points, (str, bytes)):
-        raise NopeInterpError(f"points must be a sequence of point names (e.g. ({points!r},)), got the single "
-                              f"string {points!r}; allowed: {', '.join(ACTIVATION_POINTS)}")
-    if not points:
-        raise NopeInterpError(f"points must not be empty; allowed: {', '.join(ACTIVATION_POINTS)}")
-    for p in points:
-        if p not in ACTIVATION_POINTS:
-            raise _unknown_point(p, ACTIVATION_POINTS, "activation point", "; that point is measured at every layer")
+    points = check_points(points)
     names = [hook_name("embed")] if "embed" in points else []
     for layer in range(n_layers):
         names += [hook_name(p, layer) for p in ACTIVATION_POINTS[1:] if p in points]

@@ -33,6 +33,24 @@ def test_train_without_the_bar_prints_one_line_per_evaluation(main, tmp_path, ca
         assert f"answer loss {row['eval_answer_loss']:.3f} nats" in line
 
 
+@pytest.mark.parametrize("terminal", [False, True])
+def test_train_draws_its_bar_only_on_a_terminal(main, tmp_path, capsys, monkeypatch, terminal):
+    """Before: without --no-progress, a training redirected to a log file (``nohup ... > log 2>&1``) wrote the
+    bar's carriage-return redraws and no evaluation lines; now off a terminal it prints one line per
+    evaluation, as --no-progress does, and on a terminal it draws the bar."""
+    from nope_interp.jobs import common
+
+    monkeypatch.setattr(common, "stderr_is_terminal", lambda: terminal)
+    argv = ["train", "--task", "addition", "--n-digits", "2", "--preset", "tiny", "--model-n-ctx", "16",
+            "--steps", "6", "--batch-size", "8", "--n-train", "100", "--n-test", "20", "--eval-every", "3",
+            "--eval-n", "10", "--warmup-steps", "2", "--runs-dir", str(tmp_path), "--name", "p"]
+    assert main(argv) == 0
+    out = capsys.readouterr()
+    lines = [ln for ln in out.out.splitlines() if ln.startswith("step ")]
+    assert len(lines) == (0 if terminal else 2)
+    assert ("train addition" in out.err) is terminal  # the bar's description
+
+
 def test_train_writes_the_run_and_records_the_command(tiny_run):
     config = json.loads((tiny_run / "config.json").read_text())
     assert config["command"].startswith("nope-interp train --task addition --n-digits 2 --preset tiny")

@@ -75,11 +75,56 @@ def test_a_full_hook_name_where_a_point_is_expected_is_answered_with_its_point(g
     from nope_interp.errors import NopeInterpError
     from nope_interp.hooks import activation_hook_names, hook_name
 
-    with pytest.raises(NopeInterpError, match=rf"is a full hook name: give its point, '{point}'; that point is "):
+    per_layer = point != "embed"  # hook_embed has no layer: no advice about layers
+    with pytest.raises(NopeInterpError, match=rf"is a full hook name: give its point, '{point}'"
+                                              + ("; that point is measured at every layer" if per_layer else r"\)$")):
         activation_hook_names(2, (given,))
-    with pytest.raises(NopeInterpError, match=rf"give its point, '{point}', and the layer apart"):
+    with pytest.raises(NopeInterpError, match=rf"give its point, '{point}'" + (", and the layer apart" if per_layer
+                                                                               else r"\)$")):
         hook_name(given, 0)
     assert activation_hook_names(12, (point,))  # the point itself is accepted
+
+
+@pytest.mark.parametrize("job", ["analyze", "trajectory", "length_gen", "long_context"])
+def test_every_points_flag_gives_the_hook_name_hint(job):
+    """Before: the job configs checked ``points`` themselves, so ``nope-interp analyze --points
+    blocks.0.attn.hook_z`` never reached the hint; every ``points`` now goes through hooks.check_points."""
+    import importlib
+
+    from conftest import build_unhooked
+
+    from nope_interp.errors import NopeInterpError
+
+    config = importlib.import_module(f"nope_interp.jobs.{job}").CONFIG
+    with pytest.raises(NopeInterpError, match=r"'blocks.0.attn.hook_z' is a full hook name: give its point, 'z'"):
+        config(points=("blocks.0.attn.hook_z",))
+    for bad, message in ((("resid_final",), "unknown activation point 'resid_final'"), ((), "must not be empty"),
+                         ("z", "got the single string 'z'")):
+        with pytest.raises(NopeInterpError, match=message):
+            build_unhooked(config, points=bad)
+
+
+def test_the_cli_answers_a_hook_name_in_points_with_its_point(capsys):
+    from nope_interp import cli
+
+    assert cli.main(["analyze", "--pretrained", "reversal", "--points", "blocks.0.attn.hook_z", "--out-root",
+                     "/nonexistent-never-written"]) == 2
+    err = capsys.readouterr().err
+    assert "give its point, 'z'" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("point", [["z"], None, 5, b"z"])
+def test_a_point_that_is_not_a_string_is_refused_by_name(point):
+    """Before: hook_name(["z"], 0) raised a raw TypeError (unhashable type: 'list')."""
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.hooks import check_points, hook_name
+
+    with pytest.raises(NopeInterpError, match="hook point must be a name"):
+        unhooked(hook_name)(point, 0)
+    with pytest.raises(NopeInterpError, match="unknown activation point"):
+        unhooked(check_points)((point,))
 
 
 @pytest.mark.parametrize("given", ["blocks.x.attn.hook_z", "blocks.0.attn.hook_q", "zz", "blocks.0.hook_z",

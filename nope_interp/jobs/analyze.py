@@ -23,9 +23,9 @@ from torch import Tensor
 import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.analysis import AnalysisResult, analyze_model, analyze_tokens, decode_window, text_windows_of
-from nope_interp.config import FrozenConfig, check_choice, check_choices, check_int, check_name, check_used, opt
+from nope_interp.config import FrozenConfig, check_choice, check_int, check_name, check_used, opt
 from nope_interp.errors import NopeInterpError
-from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names
+from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names, check_points
 from nope_interp.jobs import JOB_HELP
 from nope_interp.jobs.common import Log, ModelEntry, emit, entry_tokens, progress, protocol_tag
 from nope_interp.plotting import (
@@ -79,7 +79,7 @@ class AnalyzeConfig(FrozenConfig):
         if self.text_file is not None and self.protocol != "full":
             raise NopeInterpError(f"--text-file and --protocol {self.protocol} exclude each other: the text file "
                                   "is the input")
-        check_choices("activation point", tuple(self.points), ACTIVATION_POINTS)
+        check_points(self.points)
         check_int("prompt_seed", self.prompt_seed, 0, 2**63 - 1)
         check_used("prompt_seed", self.prompt_seed, 1, self.text_file is None,
                    "without --text-file (the file is read from its start)")

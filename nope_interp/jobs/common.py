@@ -11,7 +11,8 @@ The contract of a job module ``nope_interp/jobs/<job>.py`` (see the README, "Add
   their help texts the ``--help``; it validates itself;
 * ``default_models(config) -> list[ModelEntry]``: the models used when no source option is given;
 * ``run(config, models=None, *, log=None) -> <Job>Result``: a frozen, typed result with ``to_dict()``;
-  ``log`` receives one line per step, and progress bars are shown when ``log`` is given;
+  ``log`` receives one line per step, and a progress bar is shown when ``log`` is given and stderr is a
+  terminal (:func:`stderr_is_terminal`);
 * ``write(result, out_root) -> list[Path]``: files under ``results/<job>/`` and ``figures/<job>/``
   (:func:`nope_interp.io.job_dirs`); returns every file written (what the CLI prints under ``outputs:``), the
   ``plotly.min.js`` beside the figures too: pass the paths through :func:`nope_interp.plotting.with_plotlyjs`;
@@ -514,13 +515,14 @@ def progress(items: Iterable[T], desc: str, log: Log, total: int | None = None) 
     ``log``, not the bar's carriage-return redraws)."""
     items = list(items)
     total = len(items) if total is None else total
-    yield from tqdm(items, desc=desc, total=total, disable=log is None or total <= 1 or not _stderr_is_terminal(),
+    yield from tqdm(items, desc=desc, total=total, disable=log is None or total <= 1 or not stderr_is_terminal(),
                     leave=False, dynamic_ncols=True)
 
 
-def _stderr_is_terminal() -> bool:
+def stderr_is_terminal() -> bool:
     """Whether stderr is an interactive terminal or a Jupyter kernel's output (where ``tqdm.auto`` draws a
-    widget); False for a file, a pipe, or a stream without ``isatty``."""
+    widget); False for a file, a pipe, or a stream without ``isatty``. Progress bars are drawn only then: every
+    job's :func:`progress`, and the CLI's training and sweep bars (``--no-progress`` turns those off anywhere)."""
     if "ipykernel" in sys.modules:
         return True
     try:

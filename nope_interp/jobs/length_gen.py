@@ -26,10 +26,10 @@ from plotly.subplots import make_subplots
 import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.analysis import EXAMPLE_MAX_POS, analyze_tokens
-from nope_interp.config import FrozenConfig, check_choices, check_int, opt
+from nope_interp.config import FrozenConfig, check_int, opt
 from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import exact_match_accuracy
-from nope_interp.hooks import ACTIVATION_POINTS, short_label
+from nope_interp.hooks import ACTIVATION_POINTS, check_points, short_label
 from nope_interp.jobs import JOB_HELP
 from nope_interp.jobs.common import Log, ModelEntry, emit, eval_prefix, progress, shipped_entries
 from nope_interp.model import with_context
@@ -99,9 +99,7 @@ class LengthGenConfig(FrozenConfig):
             raise NopeInterpError(f"n_prompts={self.n_prompts} exceeds n_examples={self.n_examples}: the prompts "
                                   "analysed are drawn from the prompts scored; lower --n-prompts or raise --n-examples")
         check_int("seed", self.seed, 0, 2**63 - 1)
-        if not self.points:
-            raise NopeInterpError("points must not be empty")
-        check_choices("point", tuple(self.points), ACTIVATION_POINTS)
+        check_points(self.points)
 
 
 CONFIG = LengthGenConfig

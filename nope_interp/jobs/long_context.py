@@ -46,7 +46,7 @@ from nope_interp.config import (
     preset,
 )
 from nope_interp.errors import NopeInterpError
-from nope_interp.hooks import ACTIVATION_POINTS, short_label
+from nope_interp.hooks import ACTIVATION_POINTS, check_points, short_label
 from nope_interp.jobs import JOB_HELP
 from nope_interp.jobs.common import Log, ModelEntry, emit, entry_from_init, progress, random_tokens
 from nope_interp.model import with_context
@@ -121,8 +121,8 @@ class LongContextConfig(FrozenConfig):
         check_int("n_sequences", self.n_sequences, 1, 10_000)
         check_int("seeds", self.seeds, 1, 100)
         check_int("window", self.window, 1, 65536)
-        for name, allowed in (("inputs", INPUTS), ("points", ACTIVATION_POINTS),
-                              ("normalizations", NORMALIZATIONS), ("attentions", ATTENTIONS)):
+        check_points(self.points)
+        for name, allowed in (("inputs", INPUTS), ("normalizations", NORMALIZATIONS), ("attentions", ATTENTIONS)):
             if not getattr(self, name):
                 raise NopeInterpError(f"{name} must not be empty")
             check_choices(name[:-1], tuple(getattr(self, name)), allowed)

@@ -23,7 +23,7 @@ import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.analysis import analyze_model
 from nope_interp.checks import is_int, is_real
-from nope_interp.config import FrozenConfig, check_choice, check_choices, check_int, check_used, opt
+from nope_interp.config import FrozenConfig, check_choice, check_int, check_used, opt
 from nope_interp.diagnostics import (
     INTERVENTIONS,
     layer0_attention_entropy,
@@ -31,7 +31,7 @@ from nope_interp.diagnostics import (
     layer0_interventions_unsupported,
 )
 from nope_interp.errors import NopeInterpError
-from nope_interp.hooks import ACTIVATION_POINTS, short_label
+from nope_interp.hooks import ACTIVATION_POINTS, check_points, short_label
 from nope_interp.jobs import JOB_HELP
 from nope_interp.jobs.common import Log, ModelEntry, draw_seed, emit, progress, protocol_tag, with_protocol
 from nope_interp.model import build_model, load_state
@@ -66,7 +66,7 @@ class TrajectoryConfig(FrozenConfig):
 
     def __post_init__(self) -> None:
         check_int("n_prompts", self.n_prompts, 1, 100_000)
-        check_choices("activation point", tuple(self.points), ACTIVATION_POINTS)
+        check_points(self.points)
         check_choice("protocol", self.protocol, tasks_pkg.PROTOCOLS)
         check_int("window", self.window, 3, 1_000_000)
         check_used("window", self.window, DEFAULT_WINDOW, self.protocol == "window", "with protocol window")
