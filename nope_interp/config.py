@@ -463,7 +463,8 @@ def describe_presets() -> str:
     ..."``; the shipped task models are ``cpu`` (3x128) but indexing's, which is ``cpu`` with 6 layers."""
     parts = []
     for name, cfg in PRESETS.items():
-        extra = ", tied embeddings, dropout " + f"{cfg.dropout:g}" if cfg.tied_embeddings else ""
+        extra = ", tied embeddings" if cfg.tied_embeddings else ""
+        extra += f", dropout {cfg.dropout:g}" if cfg.dropout else ""
         parts.append(f"{name} ({cfg.n_layers} layers x d_model {cfg.d_model}, n_ctx {cfg.n_ctx}{extra})")
     return ", ".join(parts)
 

@@ -267,3 +267,17 @@ def test_model_config_window_and_normalization_none_round_trip_and_old_configs_l
     del old["window"]  # a run config written before the field existed
     loaded = C.ModelConfig.from_dict(old)
     assert loaded.window is None and loaded == C.preset("cpu")
+
+
+def test_describe_presets_names_every_preset_with_its_own_shape(monkeypatch):
+    """The help texts' preset list is built from PRESETS, so a changed or added preset shows its real shape
+    (a dropout without tied embeddings was dropped from the text before)."""
+    from nope_interp import config
+
+    text = config.describe_presets()
+    for name, cfg in config.PRESETS.items():
+        assert f"{name} ({cfg.n_layers} layers x d_model {cfg.d_model}, n_ctx {cfg.n_ctx}" in text
+    assert "paper-recipe (6 layers x d_model 384, n_ctx 256, tied embeddings, dropout 0.2)" in text
+    monkeypatch.setitem(config.PRESETS, "drop", config.ModelConfig(n_layers=1, d_model=32, n_heads=2, d_head=16,
+                                                                   d_mlp=64, n_ctx=8, dropout=0.1))
+    assert "drop (1 layers x d_model 32, n_ctx 8, dropout 0.1)" in config.describe_presets()
