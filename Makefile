@@ -30,7 +30,7 @@ demo: venv
 
 test: venv
 	$(BIN)/ruff check nope_interp tasks tests bench
-	NOPE_FAST=1 $(BIN)/python -m pytest -q tests notebooks --nbmake --nbmake-timeout=900
+	OMP_NUM_THREADS=1 NOPE_FAST=1 $(BIN)/python -m pytest -q tests notebooks --nbmake --nbmake-timeout=900
 
 notebooks: venv
 	$(BIN)/python -m pip install --quiet -e ".[notebook]"

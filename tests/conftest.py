@@ -1,8 +1,18 @@
 """Shared fixtures: tiny NoPE configs and models (packages imported inside fixtures so jaxtyping's
 import hook instruments them first, as TransformerLens's tests/AGENTS.md advises)."""
 
+import os
+
 import pytest
 import torch
+
+# The tests run tiny models, where torch's intra-op threads cost more than they give (two tests of the CLI took
+# 1.9x as long with torch's default two threads on a busy 2-core machine): one thread unless the caller set
+# OMP_NUM_THREADS. Subprocesses (CLI runs, notebook kernels) inherit it. `make test` sets it too, for the
+# notebooks when they run without this directory.
+if "OMP_NUM_THREADS" not in os.environ:
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
 
 
 @pytest.fixture
