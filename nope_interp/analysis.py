@@ -133,7 +133,7 @@ class AnalysisResult:
         return self.mean_matrix_scores[reduction][site]
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready summary (scores per reduction and site, not the per-sequence tensors)."""
+        """Summary as plain Python values (scores per reduction and site, not the per-sequence tensors)."""
         out = {"task": self.task, "n_prompts": self.n_prompts, "protocol": self.protocol, "sites": list(self.sites),
                **({"n_pos": self.n_pos} if self.n_pos else {}),
                "scores": self.scores, "example_prompt": self.example_prompt}

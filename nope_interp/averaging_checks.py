@@ -104,7 +104,7 @@ class LayerAveraging:
         return hook_name("z", self.layer)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict with the attribute names as keys (tuples become lists)."""
+        """Plain Python values with the attribute names as keys (tuples become lists; NaN where undefined)."""
         return {
             "layer": self.layer,
             "z_identity_max_abs_err": self.z_identity_max_abs_err,

@@ -145,7 +145,7 @@ class ValueGeometry:
     digit_participation_ratio: float = float("nan")
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready fields."""
+        """Plain Python fields (NaN where undefined; strict JSON: :func:`~nope_interp.io.json_safe`)."""
         return asdict(self)
 
 
@@ -210,13 +210,24 @@ def value_geometry(model: HookedTransformer, task: tasks_pkg.Task) -> ValueGeome
                          digit_participation_ratio=participation_ratio(v32[: len(DIGITS)]))
 
 
+#: :func:`participation_ratio` calls rows equal up to rounding when their spread around the mean is at most this
+#: many units of their dtype's precision (``torch.finfo(dtype).eps``) relative to the rows' norm. Storing values in
+#: a dtype moves each entry by at most half a unit, so storage alone leaves a relative spread of at most 0.5 units;
+#: arithmetic in the dtype adds a few. 128 units of float32 is 1.5e-5; of bfloat16 it would be 1.0, calling every
+#: input rounding, so 16-bit dtypes get :data:`PR_ROUNDING_ULPS_16BIT` (bfloat16 0.031, float16 0.0039: the
+#: shipped addition model's digit values, spread 0.10-0.36 of their norm, are measured at 16 bits too).
+PR_ROUNDING_ULPS = 128
+PR_ROUNDING_ULPS_16BIT = 4
+
+
 def participation_ratio(x: Float[Tensor, "n d"]) -> float:
     """``(sum l)^2 / sum l^2`` over the eigenvalues ``l`` of the covariance of the rows of ``x`` (centred), in
     [1, min(n - 1, d)]: the effective number of directions the rows spread over (Gao et al., 2017, "A theory
     of multineuronal dimensionality"). Scale-free; computed in float64 on the rescaled rows, so tiny and huge
     values work. NaN (written as ``null`` in result JSON) when the measurement is undefined for finite input:
-    the rows are equal up to rounding (their spread around the mean is at most 128 ulps of ``x``'s dtype
-    relative to the rows' norm: then what is left is rounding, not directions), all-zero rows included.
+    the rows are equal up to rounding (their spread around the mean is at most :data:`PR_ROUNDING_ULPS` units of
+    ``x``'s dtype relative to the rows' norm, :data:`PR_ROUNDING_ULPS_16BIT` for 16-bit dtypes: then what is
+    left is rounding, not directions), all-zero rows included.
     Non-finite input is refused, never turned into NaN (as :func:`positional_share`).
 
     Raises:
@@ -230,7 +241,8 @@ def participation_ratio(x: Float[Tensor, "n d"]) -> float:
         return float("nan")
     x64 = x64 / scale
     c = x64 - x64.mean(0)
-    if float(c.norm()) <= 128 * torch.finfo(x.dtype).eps * float(x64.norm()):
+    ulps = PR_ROUNDING_ULPS_16BIT if torch.finfo(x.dtype).bits <= 16 else PR_ROUNDING_ULPS
+    if float(c.norm()) <= ulps * torch.finfo(x.dtype).eps * float(x64.norm()):
         return float("nan")
     eig = torch.linalg.svdvals(c) ** 2  # the covariance eigenvalues up to a common factor
     return float(eig.sum()) ** 2 / float((eig**2).sum())

@@ -307,7 +307,7 @@ class InputsExactMatch:
     n_inputs: int
 
     def to_dict(self) -> dict[str, float | int | None]:
-        """JSON-ready fields."""
+        """Plain Python fields (NaN where undefined; strict JSON: :func:`~nope_interp.io.json_safe`)."""
         return {"exact_match": self.exact_match, "n_scored": self.n_scored, "n_inputs": self.n_inputs}
 
 

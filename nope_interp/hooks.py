@@ -64,7 +64,8 @@ def hook_name(point: str, layer: int | None = None, n_layers: int | None = None)
     if point not in _LAYER_HOOKS:
         raise _unknown_point(point, POINTS, "hook point", ", and the layer apart")
     if not is_int(layer) or layer < 0:
-        raise NopeInterpError(f"hook point {point!r} needs a layer >= 0, got {layer!r}")
+        raise NopeInterpError(f"hook point {point!r} needs a layer, an integer >= 0, got "
+                              f"{type(layer).__name__} {layer!r}"[:300])
     if n_layers is not None and layer >= n_layers:
         raise NopeInterpError(f"layer {layer} is out of range for a model with n_layers={n_layers} (0..{n_layers - 1})")
     return _LAYER_HOOKS[point].format(layer=layer)

@@ -33,6 +33,8 @@ from nope_interp.similarity import (
     adjacency_score,
     adjacency_score_of_activations,
     check_finite,
+    check_scorable,
+    check_tensor,
     cosine_similarity_matrix,
     degenerate_report,
     lag_summary,
@@ -67,6 +69,14 @@ def _check_cache(cache: object, fn: str) -> None:
                               f"{' and more' if len(meta) > 1 else ''}: run a model with real weights")
 
 
+def _entry(cache: ActivationCache, name: str, fn: str) -> Tensor:
+    """``cache[name]``, refused by name unless it is a real floating tensor (a hand-built cache may hold numpy
+    arrays or lists), and detached: the results and their figures never hold an autograd graph."""
+    a = cache[name]
+    check_tensor(a, f"the cache entry {name!r}", "(batch, pos, ...)", fn=fn)
+    return a.detach()
+
+
 def site_activations(cache: ActivationCache, site: str) -> Float[Tensor, "batch pos d"]:
     """The activations of ``site`` as ``(batch, pos, d)``: vector sites ``(batch, pos, d)`` as they are;
     sites with heads after the positions, ``(batch, pos, head, d_head)`` (``hook_z``, ``hook_q``, ``hook_k``,
@@ -78,14 +88,18 @@ def site_activations(cache: ActivationCache, site: str) -> Float[Tensor, "batch 
             message lists what is); an attention site (``hook_pattern``, ``hook_attn_scores``: ``(batch, head,
             query, key)``, no vector per position); any other shape than ``(batch, pos, d)`` or, for
             :data:`HEAD_SITES`, ``(batch, pos, head, d_head)`` (the message names the hook and its shape); an
-            empty batch or an axis of size 0.
+            empty batch or an axis of size 0; an entry that is not a real floating torch tensor (a numpy
+            array or list in a hand-built cache).
+
+    Returns:
+        The activations, detached from any autograd graph.
     """
     _check_cache(cache, "site_activations")
     if not isinstance(site, str):
         raise NopeInterpError(f"site must be a hook name (a string), got {type(site).__name__} {site!r}"[:200])
     if site not in cache.cache_dict:
         raise NopeInterpError(f"hook {site!r} is not in the cache; cached: {', '.join(cache.cache_dict)}")
-    a = cache[site]
+    a = _entry(cache, site, "site_activations")
     last = site.rsplit(".", 1)[-1]
     if last in ATTENTION_SITES:
         raise NopeInterpError(
@@ -198,6 +212,11 @@ def _sites(cache: object, sites: object, fn: str) -> list[str]:
     twice = sorted({s for s in sites if isinstance(s, str) and sites.count(s) > 1})
     if twice:  # the table would show a site twice while the per-site dicts keep one
         raise NopeInterpError(f"{fn}: sites names {', '.join(map(repr, twice))} more than once")
+    shapes = {s: tuple(site_activations(cache, s).shape[:2]) for s in sites}
+    if len(set(shapes.values())) > 1:  # one result holds one n_pos (and one set of sequences) for all sites
+        raise NopeInterpError(f"{fn}: the sites hold different (batch, pos): "
+                              + ", ".join(f"{s} {v}" for s, v in shapes.items())[:400]
+                              + "; score them from one forward pass, or one call per shape")
     return sites
 
 
@@ -215,8 +234,9 @@ def adjacency_scores(cache: ActivationCache, sites: list[str] | None = None,
     Raises:
         NopeInterpError: ``cache`` not an ``ActivationCache``; no scorable site; a site missing from the cache,
             or one that is not one vector per position (attention patterns; :func:`site_activations`); fewer
-            than 3 positions; near-zero or non-finite vectors (their cosines are undefined); a site named twice; a
-            cache holding meta-device tensors or an empty batch (:func:`site_activations`).
+            than 3 positions; near-zero or non-finite vectors (their cosines are undefined); a site named twice;
+            sites of different (batch, pos) (a hand-built cache); a cache holding meta-device tensors, an empty
+            batch or an entry that is not a real floating tensor (:func:`site_activations`).
 
     Warns:
         DegenerateInputWarning: sequences whose vectors are parallel at every position of a site (one token
@@ -303,8 +323,8 @@ def lag_profile(cache: ActivationCache, sites: list[str] | None = None, max_lag:
         NopeInterpError: ``cache`` not an ``ActivationCache``; no vector site; a site missing from the cache, or
             one that is not one vector per position (attention patterns; :func:`site_activations`); fewer than
             2 positions; ``max_lag`` out of range; near-zero or non-finite vectors (their cosines are undefined;
-            the message names the site); a site named twice; a cache holding meta-device tensors or an empty
-            batch.
+            the message names the site); a site named twice; sites of different (batch, pos); a cache holding
+            meta-device tensors, an empty batch or an entry that is not a real floating tensor.
     """
     sites = _sites(cache, sites, "lag_profile")
     max_lag = int(max_lag) if is_int(max_lag) else max_lag  # similarity.lag_profile checks for a Python int
@@ -332,7 +352,7 @@ class CosineView:
     adjacency: float
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: site, index, adjacency score and the matrix as nested lists."""
+        """Site, index, adjacency score and the matrix as nested lists (plain Python values)."""
         return {"site": self.site, "batch_index": self.batch_index, "adjacency": self.adjacency,
                 "matrix": self.matrix.tolist()}
 
@@ -437,26 +457,39 @@ def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool | None 
     Raises:
         NopeInterpError: ``cache`` not an ``ActivationCache``; ``blocks.{layer}.attn.hook_pattern`` or ``hook_z``
             missing from the cache; NaN or inf entries in the pattern or in ``hook_z`` (the message names the site);
-            a pattern that is not softmax weights of that kind (:func:`nope_interp.averaging.check_pattern`);
-            ``hook_z`` and the pattern disagree in batch or positions; fewer than 3 positions; a cache holding
-            meta-device tensors or an empty batch.
+            near-zero vectors in ``hook_z`` (their cosines are undefined); a pattern that is not softmax
+            weights of that kind (:func:`nope_interp.averaging.check_pattern`); ``hook_z`` and the pattern
+            disagree in batch, positions or heads; fewer than 3 positions; ``layer`` not an integer >= 0, or
+            not below the cache's model's ``n_layers``; a cache entry that is not a real floating tensor, a
+            cache holding meta-device tensors or an empty batch.
     """
     _check_cache(cache, "averaging_check")
     layer = int(layer) if is_int(layer) else layer  # a numpy integer as an int (stored in the AveragingCheck)
-    p_name, z_name = hook_name("pattern", layer), hook_name("z", layer)  # checks layer: an integer >= 0
+    model = getattr(cache, "model", None)
+    n_layers = getattr(getattr(model, "cfg", None), "n_layers", None)
+    n_layers = n_layers if is_int(n_layers) else None
+    # checks layer: an integer >= 0, below the cache's model's n_layers when it has a model
+    p_name, z_name = hook_name("pattern", layer, n_layers), hook_name("z", layer, n_layers)
     for n in (p_name, z_name):
         if n not in cache.cache_dict:
             raise NopeInterpError(f"averaging_check needs {n!r} in the cache; cached: {', '.join(cache.cache_dict)}")
-    pattern = cache[p_name].double().cpu()
+    pattern = _entry(cache, p_name, "averaging_check").double().cpu()
     if not cache.has_batch_dim:
         pattern = pattern.unsqueeze(0)
+    if pattern.ndim != 4:
+        raise NopeInterpError(f"averaging_check: {p_name} has shape {tuple(pattern.shape)}; expected (batch, head, "
+                              "query, key)")
     check_finite(pattern, f"attention pattern at {p_name}")
     if pattern.shape[-1] < 3:
         raise NopeInterpError(f"averaging_check: the cache holds sequences of {pattern.shape[-1]} positions at "
                               f"{p_name}; the rank correlation of the cosines needs at least 3")
+    raw_z = _entry(cache, z_name, "averaging_check")
+    z_heads = raw_z.shape[-2] if raw_z.ndim == (4 if cache.has_batch_dim else 3) else None  # (.., head, d_head)
     z = site_activations(cache, z_name).double().cpu()
-    check_finite(z, f"activations at {z_name}")
-    model = getattr(cache, "model", None)
+    check_scorable(z, what=f"activations at {z_name}")  # near-zero vectors have no cosine: refused by name
+    if z_heads is not None and pattern.shape[1] != z_heads:
+        raise NopeInterpError(f"{p_name} has {pattern.shape[1]} heads and {z_name} {z_heads}: they must come from "
+                              "the same layer of the same model")
     if causal is None:
         causal = getattr(getattr(model, "cfg", None), "attention_dir", "causal") == "causal"
     window = attention_window(model.cfg, layer) if causal is True and model is not None else None

@@ -680,7 +680,7 @@ class ScoreSummary:
     n: int
 
     def to_dict(self) -> dict[str, float | int]:
-        """JSON-ready dict."""
+        """Plain Python values (NaN where undefined; strict JSON: :func:`~nope_interp.io.json_safe`)."""
         return {"mean": self.mean, "std": self.std, "n": self.n}
 
 
@@ -754,7 +754,7 @@ def _scores_and_matrix_sum(
     max_elements = check_int("max_elements", max_elements, 1, 2**62)  # a Python int: no numpy overflow
     n = x.shape[-2]
     _check_positions(n, what)
-    _check_scorable(x, min_norm, what)
+    check_scorable(x, min_norm, what)
     flat = x.reshape(-1, n, x.shape[-1])
     if flat.shape[0] == 0:
         raise NopeInterpError(f"{what}: no sequence to score (a batch of 0)")
@@ -801,7 +801,7 @@ def mean_cosine_similarity_matrix(
         raise NopeInterpError(f"mean_cosine_similarity_matrix: what must be a string naming x, got {what!r}"[:200])
     min_norm = _check_min_norm(min_norm, "mean_cosine_similarity_matrix")
     max_elements = check_int("max_elements", max_elements, 1, 2**62)  # a Python int: no numpy overflow
-    _check_scorable(x, min_norm, what)
+    check_scorable(x, min_norm, what)
     n = x.shape[-2]
     chunk = max(1, max_elements // max(1, n * n))
     total = torch.zeros(n, n, dtype=torch.float64, device=x.device)
@@ -813,8 +813,18 @@ def mean_cosine_similarity_matrix(
 # ---------------------------------------------------------------------------------------------------------------
 # The lag profile: mean cosine at each distance
 
-def _check_scorable(x: Tensor, min_norm: float, what: str) -> None:
-    """Raise unless every vector of ``x`` is finite and not near zero (their cosines are defined)."""
+def check_scorable(x: Float[Tensor, "*batch pos d_model"], min_norm: float = DEFAULT_MIN_NORM,
+                   what: str = "activations") -> None:
+    """Raise unless every vector of ``x`` is finite and not near zero, so that all their cosines are defined.
+
+    Args:
+        x: activations. min_norm: the L2 norm below which a vector counts as zero (:func:`near_zero_positions`).
+        what: how the message names ``x`` (e.g. ``"activations at blocks.0.attn.hook_z"``).
+
+    Raises:
+        NopeInterpError: NaN or inf entries (:func:`check_finite`), or near-zero vectors (the message gives
+            their count and the first index).
+    """
     check_finite(x, what)
     zero = near_zero_positions(x, min_norm)
     if bool(zero.any()):
@@ -905,7 +915,7 @@ def lag_profile(
     d_max = _check_lag(n, max_lag)
     if x.numel() == 0:
         raise NopeInterpError(f"lag_profile: no sequence to profile (a batch of 0), got shape {tuple(x.shape)}")
-    _check_scorable(x, min_norm, what)
+    check_scorable(x, min_norm, what)
     flat = x.reshape(-1, n, x.shape[-1])
     chunk = max(1, max_elements // max(1, n * x.shape[-1] + 3 * d_max * min(n, d_max)))
     counts = (n - torch.arange(1, d_max + 1, dtype=torch.float64, device=x.device))
@@ -1002,7 +1012,7 @@ def _lag_means(n_pos: int, d_max: int, terms: Callable[[Tensor, Tensor], Tensor]
 
 
 def lag_summary(profiles: Float[Tensor, "batch lag"]) -> dict[str, Any]:
-    """Mean and spread over sequences of lag profiles (:func:`lag_profile`), JSON-ready.
+    """Mean and spread over sequences of lag profiles (:func:`lag_profile`), as plain Python values.
 
     Returns:
         ``{"lags": [1..D], "mean": [c(d)], "std": [sample std, ddof=1; 0 for one sequence], "n": sequences,

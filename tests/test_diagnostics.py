@@ -453,6 +453,29 @@ def test_participation_ratio_edges():
             pr(bad)
 
 
+def test_participation_ratio_of_16_bit_values_is_the_number_not_nan():
+    """The "equal up to rounding" cut-off was 128 units of the dtype's precision: 1.0 for bfloat16, so every
+    bfloat16 input gave NaN, and float16 gave NaN for digit values spread 0.1 of their norm (a collapsed model).
+    Checked against float64 on the same rounded values (the closed form of the definition)."""
+    from conftest import unhooked
+
+    from nope_interp import diagnostics
+
+    pr = unhooked(diagnostics.participation_ratio)
+    gen = torch.Generator().manual_seed(0)
+    for spread in (1.0, 0.1, 0.03):   # rows around a shared mean, spread relative to the mean's scale
+        x = torch.randn(1, 64, generator=gen) + spread * torch.randn(10, 64, generator=gen)
+        for dtype in (torch.float16, torch.bfloat16):
+            rounded = x.to(dtype)
+            ref = pr(rounded.double())     # the same rounded values measured in float64
+            assert np.isfinite(ref) and pr(rounded) == pytest.approx(ref, rel=1e-9), (spread, dtype)
+            assert pr(rounded) == pytest.approx(pr(x), rel=0.1), (spread, dtype)   # rounding moves it little
+    for dtype in (torch.float16, torch.bfloat16):   # equal rows, and rows equal up to the dtype's rounding
+        assert np.isnan(pr(torch.ones(6, 8, dtype=dtype)))
+        eps = torch.finfo(dtype).eps
+        assert np.isnan(pr(torch.ones(6, 8, dtype=dtype) + (torch.arange(6) % 2).to(dtype)[:, None] * eps))
+
+
 def test_a_loaded_run_or_absent_content_is_one_clear_error(tiny_model):
     """As users run it: in a subprocess without pytest's type checker (which would refuse the LoadedRun
     inside the first annotated helper, before the toolkit's own message)."""

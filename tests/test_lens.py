@@ -317,3 +317,113 @@ def test_displays_show_a_spread_over_sequences_only_where_there_is_one(tiny_mode
     lines = [t for t in prof.figure().data if t.name.startswith("L")]
     assert lines and all(all((v is not None) == many for v in t.error_y.array) for t in lines)
     assert all(("±" in h) == many for t in lines for h in t.customdata)
+
+
+def _hand_built(cache, **entries):
+    """A copy of ``cache`` (with its model) in which ``entries`` replace or add hook entries."""
+    from transformer_lens import ActivationCache
+
+    return ActivationCache({**cache.cache_dict, **entries}, cache.model)
+
+
+def test_hand_built_cache_entries_that_are_not_float_tensors_are_refused_by_every_lens_function(
+        reversal_cache_of_tiny_model):
+    """A numpy array or list in a hand-built cache raised AttributeError (no .double / .shape) in
+    averaging_check and adjacency_scores."""
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.lens import adjacency_scores, averaging_check, cosine_heatmap, lag_profile
+
+    cache, _ = reversal_cache_of_tiny_model
+    for name in ("blocks.0.attn.hook_z", "blocks.0.attn.hook_pattern"):
+        good = cache[name]
+        for bad in (good.numpy(), good.tolist(), good.long()):
+            c = _hand_built(cache, **{name: bad})
+            calls = [(averaging_check, (c, 0))]
+            if name.endswith("hook_z"):
+                calls += [(adjacency_scores, (c, [name])), (lag_profile, (c, [name])), (cosine_heatmap, (c, name))]
+            for fn, args in calls:
+                with pytest.raises(NopeInterpError, match=rf"the cache entry '{re.escape(name)}' must be a real "
+                                                          "floating torch tensor"):
+                    fn(*args)
+
+
+def test_results_of_caches_that_require_grad_hold_no_graph_and_draw(tiny_model):
+    """AveragingCheck.figure() failed with "Can't call numpy() on Tensor that requires grad"; lag profiles and
+    heatmaps kept the autograd graph."""
+    import tasks
+    from nope_interp.lens import adjacency_scores, averaging_check, cosine_heatmap, lag_profile
+
+    task = tasks.get_task("reversal")
+    tokens = task.prompt_tokens(task.analysis_prompts(4, seed=3))
+    _, cache = tiny_model.run_with_cache(tokens)
+    grad_cache = _hand_built(cache, **{k: v.detach().clone().requires_grad_(True) for k, v in cache.items()})
+    assert grad_cache["blocks.0.attn.hook_z"].requires_grad
+    check = averaging_check(grad_cache, 0)
+    assert not check.predicted.requires_grad and not check.observed.requires_grad
+    check.figure()
+    assert check.to_dict() == averaging_check(cache, 0).to_dict()
+    view = cosine_heatmap(grad_cache, "blocks.0.attn.hook_z")
+    assert not view.matrix.requires_grad
+    view.figure()
+    prof = lag_profile(grad_cache)
+    assert not any(t.requires_grad for t in prof.per_sequence.values())
+    assert prof.to_dict() == lag_profile(cache).to_dict()
+    assert not any(t.requires_grad for t in adjacency_scores(grad_cache).per_sequence.values())
+
+
+def test_averaging_check_refuses_zero_vectors_and_mismatched_heads_by_name(reversal_cache_of_tiny_model):
+    """A zero vector in hook_z was reported as "obs must be finite, got 43 NaN or inf entries" (the user put in
+    no NaN); a pattern with another head count than hook_z was scored."""
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.lens import adjacency_scores, averaging_check
+
+    cache, _ = reversal_cache_of_tiny_model
+    z = cache["blocks.0.attn.hook_z"].clone()
+    z[0, 3] = 0.0
+    c = _hand_built(cache, **{"blocks.0.attn.hook_z": z})
+    for fn, args in ((averaging_check, (c, 0)), (adjacency_scores, (c, ["blocks.0.attn.hook_z"]))):
+        with pytest.raises(NopeInterpError, match=r"activations at blocks.0.attn.hook_z have 1 near-zero vectors "
+                                                  r".*first at index \(0, 3\)"):
+            fn(*args)
+    p = cache["blocks.0.attn.hook_pattern"]
+    n_heads = p.shape[1]
+    for heads in (1, n_heads + 1):
+        pat = p[:, :1].expand(-1, heads, -1, -1).clone()
+        c = _hand_built(cache, **{"blocks.0.attn.hook_pattern": pat})
+        with pytest.raises(NopeInterpError, match=rf"hook_pattern has {heads} heads and blocks.0.attn.hook_z "
+                                                  rf"{n_heads}: they must come from the same layer"):
+            averaging_check(c, 0)
+
+
+def test_sites_of_different_shapes_are_refused_not_mislabelled(reversal_cache_of_tiny_model):
+    """lag_profile labelled a 5-lag site "c(9)" (the first site's length) and its figure then failed."""
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.lens import adjacency_scores, lag_profile
+
+    cache, _ = reversal_cache_of_tiny_model
+    short = cache["blocks.0.hook_resid_post"][:, :6].clone()
+    fewer = cache["blocks.0.hook_resid_post"][:3].clone()
+    for bad in (short, fewer):
+        c = _hand_built(cache, **{"blocks.0.hook_resid_post": bad})
+        for fn in (adjacency_scores, lag_profile):
+            with pytest.raises(NopeInterpError, match=rf"{fn.__name__}: the sites hold different \(batch, pos\)"):
+                fn(c)
+            fn(c, ["blocks.0.hook_resid_post"])   # alone, the site is scored
+
+
+def test_averaging_check_layer_messages_say_integer_and_n_layers(reversal_cache_of_tiny_model, tiny_model):
+    from conftest import unhooked
+
+    from nope_interp import hooks
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.lens import averaging_check
+
+    cache, _ = reversal_cache_of_tiny_model
+    # averaging_check's layer goes to hook_name, whose message users see (without the suite's type checker)
+    for bad in (1.0, "0", None, True, -1):
+        with pytest.raises(NopeInterpError, match=r"hook point 'pattern' needs a layer, an integer >= 0, got"):
+            unhooked(hooks.hook_name)("pattern", bad, 2)
+    n = tiny_model.cfg.n_layers
+    with pytest.raises(NopeInterpError, match=rf"layer {n} is out of range for a model with n_layers={n}"):
+        averaging_check(cache, n)
+    assert unhooked(averaging_check)(cache, np.int64(n - 1)).layer == n - 1   # numpy integers as users pass them

@@ -153,7 +153,7 @@ class SeedRecord:
     draw_seed: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready fields."""
+        """Plain Python fields (NaN where undefined; strict JSON: :func:`~nope_interp.io.json_safe`)."""
         return dict(self.__dict__)
 
 
@@ -195,7 +195,7 @@ class Verdict:
     verdict: str
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready fields."""
+        """Plain Python fields (NaN where undefined; strict JSON: :func:`~nope_interp.io.json_safe`)."""
         return dict(self.__dict__)
 
 
@@ -216,7 +216,7 @@ class GroupComparison:
     n_at_target: int
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready fields."""
+        """Plain Python fields (NaN where undefined; strict JSON: :func:`~nope_interp.io.json_safe`)."""
         return {"task": self.task, "recipe": self.recipe, "seeds": [s.to_dict() for s in self.seeds],
                 "stats": self.stats, "diagnostics": self.diagnostics, "n_at_target": self.n_at_target}
 

@@ -130,7 +130,7 @@ class Claim:
     verdict: str
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready fields."""
+        """Plain Python fields (NaN where undefined; strict JSON: :func:`~nope_interp.io.json_safe`)."""
         return dict(self.__dict__)
 
 

@@ -129,7 +129,7 @@ class LengthRow:
     eval_prefix: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready fields."""
+        """Plain Python fields (NaN where undefined; strict JSON: :func:`~nope_interp.io.json_safe`)."""
         return dict(self.__dict__)
 
 

@@ -159,7 +159,7 @@ class LongContextRow:
     input_seed: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready fields."""
+        """Plain Python fields (NaN where undefined; strict JSON: :func:`~nope_interp.io.json_safe`)."""
         return {"model": self.model, "arch": self.arch, "seed": self.seed, "input_seed": self.input_seed,
                 "input": self.input, "n": self.n,
                 "sites": list(self.sites), "layer_types": list(self.layer_types), "scores": self.scores,

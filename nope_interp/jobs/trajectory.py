@@ -109,7 +109,7 @@ class RunTrajectory:
     mechanisms_draw_seed: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready fields."""
+        """Plain Python fields (NaN where undefined; strict JSON: :func:`~nope_interp.io.json_safe`)."""
         return {"label": self.label, "task": self.task, "objective": self.objective, "steps": list(self.steps),
                 "sites": list(self.sites), "scores": {s: list(v) for s, v in self.scores.items()},
                 "eval_steps": list(self.eval_steps), "eval_acc": list(self.eval_acc),
