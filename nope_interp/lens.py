@@ -25,6 +25,7 @@ from transformer_lens import ActivationCache
 
 from nope_interp.averaging import attention_window, check_pattern, lower_triangle_spearman, relative_entropy_to_uniform
 from nope_interp.checks import is_int
+from nope_interp.config import check_int
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import hook_name, short_label
 from nope_interp.plotting import plot_adjacency_by_layer, plot_cosine_heatmaps, plot_lag_profile
@@ -444,13 +445,16 @@ class AveragingCheck:
         return fig
 
 
-def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool | None = None) -> AveragingCheck:
+def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool | None = None,
+                    window: int | None = None) -> AveragingCheck:
     """Compare layer ``layer``'s observed ``hook_z`` cosines with those predicted from its attention pattern.
 
     The prediction assumes i.i.d. zero-mean isotropic value vectors: then the expected inner product of two
     outputs is the inner product of their attention rows (summed over heads when heads are concatenated);
     see ``docs/method.md``, "The averaging argument". The relative entropy counts the keys the model allows:
-    with a sliding window (read from the cache's model, when it has one), min(q + 1, window) per query.
+    with a sliding window, min(q + 1, window) per query: ``window`` (keys per query, >= 1) when given, else read
+    from the cache's model when it has one (a cache built without its model reads as global attention: give
+    ``window`` for a sliding-window model's cache then).
     ``causal`` (default: the cache's model's ``attention_dir``, else True) decides which keys count; a
     bidirectional model's pattern checked as causal is refused, not scored above 1.
 
@@ -460,7 +464,8 @@ def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool | None 
             near-zero vectors in ``hook_z`` (their cosines are undefined); a pattern that is not softmax
             weights of that kind (:func:`nope_interp.averaging.check_pattern`); ``hook_z`` and the pattern
             disagree in batch, positions or heads; fewer than 3 positions; ``layer`` not an integer >= 0, or
-            not below the cache's model's ``n_layers``; a cache entry that is not a real floating tensor, a
+            not below the cache's model's ``n_layers``; ``window`` not an integer >= 1, or given with
+            bidirectional attention; a cache entry that is not a real floating tensor, a
             cache holding meta-device tensors or an empty batch.
     """
     _check_cache(cache, "averaging_check")
@@ -492,7 +497,13 @@ def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool | None 
                               "the same layer of the same model")
     if causal is None:
         causal = getattr(getattr(model, "cfg", None), "attention_dir", "causal") == "causal"
-    window = attention_window(model.cfg, layer) if causal is True and model is not None else None
+    if window is not None:
+        window = check_int("window", window, 1, 10**9)
+        if causal is not True:
+            raise NopeInterpError("averaging_check: window (a causal sliding window) needs causal attention; got "
+                                  f"causal={causal} and window={window}")
+    elif causal is True and model is not None:
+        window = attention_window(model.cfg, layer)
     check_pattern(pattern, causal, window, name=f"the attention pattern at {p_name}")
     if pattern.shape[0] != z.shape[0] or pattern.shape[-2] != z.shape[-2]:
         raise NopeInterpError(f"{p_name} {tuple(pattern.shape)} and {z_name} {tuple(z.shape)} disagree in batch or "

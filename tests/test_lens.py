@@ -427,3 +427,29 @@ def test_averaging_check_layer_messages_say_integer_and_n_layers(reversal_cache_
     with pytest.raises(NopeInterpError, match=rf"layer {n} is out of range for a model with n_layers={n}"):
         averaging_check(cache, n)
     assert unhooked(averaging_check)(cache, np.int64(n - 1)).layer == n - 1   # numpy integers as users pass them
+
+
+def test_averaging_check_takes_the_window_of_a_cache_without_its_model():
+    """A sliding-window model's cache built without its model read as global attention (relative entropy 0.63
+    for a uniform window-3 pattern, 1.00 with the model); ``window`` gives the window."""
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.lens import averaging_check
+    from nope_interp.model import build_model, preset
+
+    model = build_model(preset("tiny", attention="sliding", window=3))
+    tokens = torch.randint(0, model.cfg.d_vocab, (3, 12), generator=torch.Generator().manual_seed(0))
+    _, cache = model.run_with_cache(tokens)
+    from transformer_lens import ActivationCache
+
+    bare = ActivationCache(dict(cache.cache_dict), None)
+    with_model = averaging_check(cache, 0).to_dict()
+    assert averaging_check(bare, 0, window=3).to_dict() == with_model
+    assert averaging_check(cache, 0, window=3).to_dict() == with_model
+    assert averaging_check(bare, 0).relative_entropy < with_model["relative_entropy"] - 0.1
+    for bad in (0, -1, 2.5, "3", True):
+        with pytest.raises(NopeInterpError, match=r"window must be an integer in \[1,"):
+            unhooked(averaging_check)(bare, 0, window=bad)
+    with pytest.raises(NopeInterpError, match=r"window \(a causal sliding window\) needs causal attention"):
+        averaging_check(bare, 0, causal=False, window=3)
