@@ -14,6 +14,8 @@ Each result is a frozen dataclass with ``to_dict()``, a text ``repr``, an HTML t
 """
 
 import html
+import math
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +28,7 @@ from transformer_lens import ActivationCache
 from nope_interp.averaging import attention_window, check_pattern, lower_triangle_spearman, relative_entropy_to_uniform
 from nope_interp.checks import is_int
 from nope_interp.config import check_int
-from nope_interp.errors import NopeInterpError
+from nope_interp.errors import DegenerateInputWarning, NopeInterpError
 from nope_interp.hooks import hook_name, short_label
 from nope_interp.plotting import plot_adjacency_by_layer, plot_cosine_heatmaps, plot_lag_profile
 from nope_interp.similarity import (
@@ -38,6 +40,7 @@ from nope_interp.similarity import (
     check_tensor,
     cosine_similarity_matrix,
     degenerate_report,
+    degenerate_sequences,
     lag_summary,
     summarize,
     tie_equal_vectors,
@@ -405,7 +408,9 @@ class AveragingCheck:
         layer: the layer. relative_entropy: mean row entropy of the pattern / that of uniform causal
             attention (1 = uniform), rows >= 1, over heads and sequences, in [0, 1].
         spearman_pred_obs: mean over sequences of the Spearman correlation (lower triangle) between the
-            cosine matrix predicted from the attention rows (heads concatenated) and the observed one.
+            cosine matrix predicted from the attention rows (heads concatenated) and the observed one, in
+            [-1, 1]; sequences where either matrix is constant up to rounding are left out (warned), NaN when
+            none is left.
         adjacency_predicted, adjacency_observed: mean adjacency scores (row mean) of both matrices.
         predicted, observed: the two matrices of the first sequence, ``Float[Tensor, "pos pos"]``.
     """
@@ -457,6 +462,10 @@ def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool | None 
     ``window`` for a sliding-window model's cache then).
     ``causal`` (default: the cache's model's ``attention_dir``, else True) decides which keys count; a
     bidirectional model's pattern checked as causal is refused, not scored above 1.
+
+    Warns:
+        DegenerateInputWarning: sequences whose observed or predicted cosines are constant up to rounding (one
+            token repeated; collapsed attention), once, naming which; they are left out of ``spearman_pred_obs``.
 
     Raises:
         NopeInterpError: ``cache`` not an ``ActivationCache``; ``blocks.{layer}.attn.hook_pattern`` or ``hook_z``
@@ -513,11 +522,26 @@ def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool | None 
     pred = tie_equal_vectors((gram / (d.unsqueeze(-1) * d.unsqueeze(-2))).clamp(-1, 1),
                              pattern.movedim(1, 2).flatten(2))  # equal rows (collapsed attention): equal cosines
     obs = cosine_similarity_matrix(z)
-    rho = [lower_triangle_spearman(pred[b], obs[b]) for b in range(pred.shape[0])]
+    bad_obs, bad_pred = degenerate_sequences(obs), degenerate_sequences(pred)
+    bad = bad_obs | bad_pred  # their rank correlation would rank rounding noise: left out
+    rho = [math.nan if bad[b] else lower_triangle_spearman(pred[b], obs[b]) for b in range(pred.shape[0])]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DegenerateInputWarning)  # warned once below, naming both matrices
+        adjacency_predicted = float(adjacency_score(pred).mean())
+        adjacency_observed = float(adjacency_score(obs).mean())
+    if bool(bad.any()):
+        parts = [f"{int(m.sum())} with constant {kind}" for m, kind in (
+            (bad_obs, f"observed cosines at {z_name} (vectors parallel up to rounding, e.g. one token repeated)"),
+            (bad_pred, f"predicted cosines (equal attention rows at {p_name}, e.g. collapsed attention)")) if m.any()]
+        warnings.warn(DegenerateInputWarning(
+            f"averaging_check, layer {layer}: of {bad.numel()} sequences, {' and '.join(parts)}; they are left out of "
+            "spearman_pred_obs (NaN when none is left), and their adjacency scores say nothing about position",
+            z_name, int(bad.sum()), int(bad.numel())), stacklevel=2)
     return AveragingCheck(
         layer=layer, relative_entropy=float(relative_entropy_to_uniform(pattern, causal, window)[..., 1:].mean()),
-        spearman_pred_obs=float(torch.tensor(rho).nanmean()), adjacency_predicted=float(adjacency_score(pred).mean()),
-        adjacency_observed=float(adjacency_score(obs).mean()), predicted=pred[0], observed=obs[0])
+        spearman_pred_obs=float(torch.tensor(rho, dtype=torch.float64).nanmean()),
+        adjacency_predicted=adjacency_predicted, adjacency_observed=adjacency_observed, predicted=pred[0],
+        observed=obs[0])
 
 
 __all__ = ["adjacency_scores", "cosine_heatmap", "averaging_check", "lag_profile", "site_activations",

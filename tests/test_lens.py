@@ -453,3 +453,33 @@ def test_averaging_check_takes_the_window_of_a_cache_without_its_model():
             unhooked(averaging_check)(bare, 0, window=bad)
     with pytest.raises(NopeInterpError, match=r"window \(a causal sliding window\) needs causal attention"):
         averaging_check(bare, 0, causal=False, window=3)
+
+
+def test_averaging_check_leaves_degenerate_sequences_out_of_the_correlation_and_names_them(tiny_model):
+    """One repeated token gives observed cosines constant up to rounding: their rank correlation ranked rounding
+    noise (-0.24) into the mean, and the warning named neither matrix. The mean is now over the other sequences,
+    checked against the check of those sequences alone."""
+    import warnings
+
+    from transformer_lens import ActivationCache
+
+    from nope_interp.errors import DegenerateInputWarning
+    from nope_interp.lens import averaging_check
+
+    gen = torch.Generator().manual_seed(2)
+    tokens = torch.randint(0, tiny_model.cfg.d_vocab, (4, 10), generator=gen)
+    tokens[1] = 7                                                    # one sequence of one repeated token
+    _, cache = tiny_model.run_with_cache(tokens)
+    with pytest.warns(DegenerateInputWarning, match=r"averaging_check, layer 0: of 4 sequences, 1 with constant "
+                                                    r"observed cosines at blocks.0.attn.hook_z") as rec:
+        check = averaging_check(cache, 0)
+    assert rec[0].message.n_degenerate == 1 and rec[0].message.n_sequences == 4
+    keep = [0, 2, 3]
+    kept = ActivationCache({k: v[keep] for k, v in cache.items()}, tiny_model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DegenerateInputWarning)   # the others are not degenerate
+        ref = averaging_check(kept, 0)
+    assert check.spearman_pred_obs == pytest.approx(ref.spearman_pred_obs, abs=1e-12)
+    _, one = tiny_model.run_with_cache(tokens[1:2])
+    with pytest.warns(DegenerateInputWarning, match=r"of 1 sequences, 1 with constant observed"):
+        assert np.isnan(averaging_check(one, 0).spearman_pred_obs)   # none left: undefined
