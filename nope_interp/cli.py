@@ -414,8 +414,8 @@ def _cmd_job(job: Any, args: argparse.Namespace) -> int:
             raise NopeInterpError(f"{', '.join(unused)} shape{'s' if len(unused) == 1 else ''} {job.NAME}'s default "
                                   f"models ({job.DEFAULT_MODELS}), not the models given by --run, --pretrained, "
                                   "--init or --hf-path: drop it")
-        models = load_models(source, default_with_seeds=getattr(job, "DEFAULT_WITH_SEEDS", False)) \
-            if source.given else None
+        models = (load_models(source, default_with_seeds=getattr(job, "DEFAULT_WITH_SEEDS", False)) or None) \
+            if source.given else None  # load_models: [] when the source names no model (the job's defaults)
         text_runs = [m.label for m in models or () if m.kind == "text"]
         if text_runs and not getattr(job, "TAKES_TEXT", False):
             raise NopeInterpError(f"{', '.join(text_runs)}: a train-text language model works with long-context, "

@@ -287,3 +287,39 @@ def test_progress_bars_are_drawn_on_a_terminal_only(monkeypatch, capsys):
         monkeypatch.setattr(sys, "stderr", stream)
         assert list(common.progress(range(3), "job", log=None)) == [0, 1, 2]  # no log (called from Python): silent
         assert stream.getvalue() == ""
+
+
+@pytest.mark.parametrize("module", ["analyze", "ablate", "averaging", "compare", "demo", "length_gen", "long_context",
+                                    "probe", "trajectory"])
+def test_every_job_refuses_an_empty_single_or_foreign_models_argument_before_any_work(module, monkeypatch):
+    """``probe.run(config, models=[])`` (and analyze, compare, demo, trajectory, long-context, averaging) ran every
+    default model as if no list had been given; a LoadedRun in the list failed with an AttributeError and one
+    entry alone with a TypeError."""
+    import importlib
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.common import entry_from_run
+    from nope_interp.pretrained import load_pretrained
+
+    job = importlib.import_module(f"nope_interp.jobs.{module}")
+
+    def no_defaults(*a, **k):
+        raise AssertionError("the default models were loaded")
+
+    monkeypatch.setattr(job, "default_models", no_defaults, raising=False)
+    if hasattr(job, "task_models"):
+        monkeypatch.setattr(job, "task_models", no_defaults)
+    from conftest import unhooked
+
+    cfg = job.CONFIG()
+    name = job.NAME
+    run_job = unhooked(job.run)  # as users run it, without the suite's type checker
+    with pytest.raises(NopeInterpError, match=rf"^{name}: models is an empty list; give models, or None"):
+        job.run(cfg, [])
+    run = load_pretrained("reversal")
+    with pytest.raises(NopeInterpError, match=rf"^{name}: models must hold ModelEntry objects, got a LoadedRun "
+                                              r"\(wrap a loaded run: nope_interp.jobs.common.entry_from_run"):
+        run_job(cfg, [run])
+    with pytest.raises(NopeInterpError, match=rf"^{name}: models must be a list of ModelEntry .* got ModelEntry; "
+                                              r"for one model write \[entry\]"):
+        run_job(cfg, entry_from_run(run, "pretrained-reversal"))

@@ -156,7 +156,7 @@ def test_an_empty_model_list_is_refused_and_none_means_the_defaults(monkeypatch)
         raise AssertionError("the default models were run")
 
     monkeypatch.setattr(length_gen, "default_models", defaults)
-    with pytest.raises(NopeInterpError, match=r"^models must hold at least one model, got an empty list"):
+    with pytest.raises(NopeInterpError, match=r"^length-gen: models is an empty list"):
         length_gen.run(length_gen.LengthGenConfig(sizes=(2,)), [])
     monkeypatch.setattr(length_gen, "default_models", lambda config: [])
     with pytest.raises(NopeInterpError, match="no models: none of the shipped reversal and addition models"):

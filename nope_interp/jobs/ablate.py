@@ -78,6 +78,7 @@ from nope_interp.jobs.common import (
     emit,
     entry_tokens,
     eval_prefix,
+    job_models,
     progress,
     protocol_tag,
     protocol_window,
@@ -860,9 +861,7 @@ def run(config: AblateConfig, models: list[ModelEntry] | None = None, *, log: Lo
     can read with its answer (``n_ctx`` - longest answer - 1), at most :data:`tasks.DEFAULT_WINDOW`; the
     result's ``config`` holds it.
     """
-    if models is not None and not list(models):  # an empty list is a mistake, not a request for the defaults
-        raise NopeInterpError("ablate: models is an empty list; give models, or None for the default models")
-    models = default_models(config) if models is None else list(models)
+    models = job_models("ablate", models, lambda: default_models(config))
     if not models:
         raise NopeInterpError("no models to ablate: no shipped model found; give --run or --pretrained")
     task_models = [e for e in models if e.kind != "text"]

@@ -46,6 +46,7 @@ from nope_interp.jobs.common import (
     entry_from_init,
     entry_from_run,
     eval_prefix,
+    job_models,
     progress,
     protocol_tag,
     with_protocol,
@@ -221,7 +222,8 @@ def run(config: AveragingConfig, models: list[ModelEntry] | None = None, *, log:
         NopeInterpError: a model whose inputs do not fit its ``n_ctx``; too few held-out prompts.
     """
     t0 = time.perf_counter()
-    if models:
+    if models is not None:
+        models = job_models("averaging", models, lambda: [])
         names = list(dict.fromkeys(e.task.name for e in models))
         groups = {n: [e for e in models if e.task.name == n] for n in names}
     else:

@@ -166,6 +166,31 @@ class ModelEntry:
         check_name("model label", self.label)
 
 
+def job_models(job: str, models: object, defaults: Callable[[], list[ModelEntry]]) -> list[ModelEntry]:
+    """The models a job's ``run(config, models)`` analyses: ``defaults()`` when ``models`` is None, else
+    ``models`` checked as a non-empty list or tuple of :class:`ModelEntry` (the one check of every job's
+    ``models`` argument).
+
+    Raises:
+        NopeInterpError: ``models`` an empty list (a mistake, not a request for the defaults), not a list or
+            tuple (one entry alone), or holding something that is not a ``ModelEntry`` (a ``LoadedRun`` or a
+            model: the message says how to wrap it).
+    """
+    if models is None:
+        return defaults()
+    if not isinstance(models, list | tuple):
+        raise NopeInterpError(f"{job}: models must be a list of ModelEntry (or None for the default models), got "
+                              f"{type(models).__name__}; for one model write [entry]")
+    if not models:
+        raise NopeInterpError(f"{job}: models is an empty list; give models, or None for the default models")
+    for m in models:
+        if not isinstance(m, ModelEntry):
+            hint = (" (wrap a loaded run: nope_interp.jobs.common.entry_from_run(run, label))"
+                    if isinstance(m, LoadedRun) else "")
+            raise NopeInterpError(f"{job}: models must hold ModelEntry objects, got a {type(m).__name__}{hint}")
+    return list(models)
+
+
 def draw_seed(label: str) -> int:
     """The seed of one model's random draws in a job (ablations' subspaces and swaps, averaging's random
     attention patterns, the diagnostics' resampled delimiters): the CRC-32 of ``label`` (UTF-8; lone surrogates

@@ -33,7 +33,16 @@ from nope_interp.diagnostics import INTERVENTIONS, diagnose, position_in_values
 from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import exact_match_on_inputs
 from nope_interp.jobs import JOB_HELP
-from nope_interp.jobs.common import Log, ModelEntry, draw_seed, emit, progress, protocol_window, shipped_entries
+from nope_interp.jobs.common import (
+    Log,
+    ModelEntry,
+    draw_seed,
+    emit,
+    job_models,
+    progress,
+    protocol_window,
+    shipped_entries,
+)
 from nope_interp.jobs.demo import CLAIMS, FIRST_ATTENTION_SITES, in_claimed_range
 from nope_interp.model import build_model
 from nope_interp.plotting import plot_adjacency_by_layer, save_figure, with_plotlyjs
@@ -308,7 +317,7 @@ def run(config: CompareConfig, models: list[ModelEntry] | None = None, *, log: L
             (named before any work); inputs that do not fit a model's ``n_ctx``.
     """
     t0 = time.perf_counter()
-    models = default_models(config) if not models else models
+    models = job_models("compare", models, lambda: default_models(config))
     if any(e.run is None for e in models):
         raise NopeInterpError("compare takes trained runs (--run, --pretrained, --with-seeds); each run's "
                               "initialised twin is built from its own config")

@@ -42,6 +42,7 @@ from nope_interp.jobs.common import (
     emit,
     entry_from_run,
     eval_examples,
+    job_models,
     progress,
     protocol_window,
 )
@@ -292,7 +293,7 @@ def run(config: DemoConfig, models: list[ModelEntry] | None = None, *, log: Log 
     t_start = time.perf_counter()
     emit(log, f"demo: {len(config.tasks)} task{'s' if len(config.tasks) != 1 else ''}, {config.n_prompts} "
               "prompts per model" + (" (retraining first)" if config.retrain else ""))
-    models = default_models(config) if not models else models
+    models = job_models("demo", models, lambda: default_models(config))
     init_cfg = preset(config.init_preset)
     per_task, claims = [], []
     for i, entry in enumerate(progress(models, "demo", log), start=1):

@@ -31,7 +31,7 @@ from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import exact_match_accuracy
 from nope_interp.hooks import ACTIVATION_POINTS, check_points, short_label
 from nope_interp.jobs import JOB_HELP
-from nope_interp.jobs.common import Log, ModelEntry, emit, eval_prefix, progress, shipped_entries
+from nope_interp.jobs.common import Log, ModelEntry, emit, eval_prefix, job_models, progress, shipped_entries
 from nope_interp.model import with_context
 from nope_interp.plotting import line_colours, save_figure, with_plotlyjs
 
@@ -206,13 +206,9 @@ def run(config: LengthGenConfig, models: list[ModelEntry] | None = None, *, log:
             (nothing was trained, so no length was); a task without an ``n_digits`` parameter; a size its task
             does not allow; a model with learned positions asked past its ``n_ctx``.
     """
-    if models is None:
-        models = default_models(config)
-        if not models:
-            raise NopeInterpError(f"no models: none of {DEFAULT_MODELS} was found; give --run or --pretrained")
-    elif not models:
-        raise NopeInterpError("models must hold at least one model, got an empty list (None means the default "
-                              f"models: {DEFAULT_MODELS})")
+    models = job_models("length-gen", models, lambda: default_models(config))
+    if not models:
+        raise NopeInterpError(f"no models: none of {DEFAULT_MODELS} was found; give --run or --pretrained")
     plans = [(entry, plan(config, entry)) for entry in models]  # every model and size checked before any work
     t0 = time.perf_counter()
     rows = []

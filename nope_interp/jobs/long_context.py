@@ -48,7 +48,7 @@ from nope_interp.config import (
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, check_points, short_label
 from nope_interp.jobs import JOB_HELP
-from nope_interp.jobs.common import Log, ModelEntry, emit, entry_from_init, progress, random_tokens
+from nope_interp.jobs.common import Log, ModelEntry, emit, entry_from_init, job_models, progress, random_tokens
 from nope_interp.model import with_context
 from nope_interp.plotting import line_colours, save_figure, with_plotlyjs
 from nope_interp.positional import layer_positional_types
@@ -283,8 +283,8 @@ def run(config: LongContextConfig, models: list[ModelEntry] | None = None, *, lo
             cannot read one of several kinds is skipped for that kind, with a line in the log); non-finite or near-zero
             activations (the message names the site).
     """
-    given = bool(models)
-    models = models if given else default_models(config)
+    given = models is not None
+    models = job_models("long-context", models, lambda: default_models(config))
     if all(why_no_inputs(entry, kind) is not None for entry in models for kind in config.inputs):
         reasons = sorted({why_no_inputs(entry, kind) or "" for entry in models for kind in config.inputs})
         raise NopeInterpError(f"--inputs {' '.join(config.inputs)}: no model here reads them ({'; '.join(reasons)}); "

@@ -56,6 +56,7 @@ from nope_interp.jobs.common import (
     entry_from_init,
     entry_tokens,
     hf_random_length,
+    job_models,
     progress,
     protocol_tag,
     shipped_entries,
@@ -351,7 +352,7 @@ def run(config: ProbeConfig, models: list[ModelEntry] | None = None, *, log: Log
         NopeInterpError: an unknown site; prompts that do not fit a model's ``n_ctx``; inputs too short for the
             probes (:func:`probe_entry`).
     """
-    models = default_models(config) if not models else models
+    models = job_models("probe", models, lambda: default_models(config))
     t0 = time.perf_counter()
     rows: list[ProbeRow] = []
     noise_rows: list[ProbeRow] = []

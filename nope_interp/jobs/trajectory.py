@@ -33,7 +33,7 @@ from nope_interp.diagnostics import (
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, check_points, short_label
 from nope_interp.jobs import JOB_HELP
-from nope_interp.jobs.common import Log, ModelEntry, draw_seed, emit, progress, protocol_tag, with_protocol
+from nope_interp.jobs.common import Log, ModelEntry, draw_seed, emit, job_models, progress, protocol_tag, with_protocol
 from nope_interp.model import build_model, load_state
 from nope_interp.plotting import LINE_COLOURS, line_colours, save_figure, with_plotlyjs
 from nope_interp.pretrained import check_settings_stamp
@@ -253,7 +253,7 @@ def run(config: TrajectoryConfig, models: list[ModelEntry] | None = None, *, log
             the run's training steps, corrupt or not of the run's shape; a corrupt ``metrics.jsonl``
             (:func:`nope_interp.io.read_metrics`).
     """
-    models = default_models(config) if not models else models
+    models = job_models("trajectory", models, lambda: default_models(config))
     t0 = time.perf_counter()
     checked = [_checked_run(entry) for entry in models]  # every file read once before any scoring
     out = []
