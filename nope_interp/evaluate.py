@@ -176,7 +176,10 @@ def exact_match_accuracy(
 def answer_loss(model: HookedTransformer, batch: Batch, fast: bool = False) -> Float[Tensor, ""]:
     """Mean cross-entropy (nats, >= 0) over the positions of ``batch.loss_mask``, teacher-forced: the
     answer tokens (answer-only objective) or every position (packed objective). The training objective,
-    and the loss ablations report.
+    and the loss ablations report. Unlike the measuring functions of this module it runs the model in the
+    mode it is in, with gradients (the trainer calls it in train mode): a model with dropout left in train
+    mode gives a different loss on each call; measure under :func:`nope_interp.model.eval_mode` or after
+    ``model.eval()``.
 
     Args:
         fast: compute the logits with the trainer's hook-free forward
@@ -188,10 +191,12 @@ def answer_loss(model: HookedTransformer, batch: Batch, fast: bool = False) -> F
             ``batch.loss_mask`` is True, are not integer ids in ``[0, d_vocab)``
             (:func:`~nope_interp.model.check_tokens`); more positions than the model's ``n_ctx``;
             ``targets`` or ``loss_mask`` not of the tokens' shape; a ``loss_mask`` that is not boolean (0/1
-            integers are read as booleans) or selects no position (the mean of nothing: NaN).
+            integers are read as booleans) or selects no position (the mean of nothing: NaN); weights
+            converted with ``model.half()`` (:func:`~nope_interp.model.check_model_dtype`).
     """
     if not isinstance(batch, Batch):
         raise NopeInterpError(f"batch must be a tasks.Batch(tokens, targets, loss_mask), got {type(batch).__name__}")
+    check_model_dtype(model, "answer_loss")
     check_tokens(model, batch.tokens, "batch.tokens")
     if batch.tokens.shape[1] > model.cfg.n_ctx:
         raise NopeInterpError(f"batch.tokens has {batch.tokens.shape[1]} positions, more than the model's "

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from nope_interp.config import check_float
 from nope_interp.errors import NopeInterpError
-from nope_interp.model import check_tokens, evaluates
+from nope_interp.model import check_model_dtype, check_tokens, evaluates
 
 #: The layer types :func:`layer_positional_types` reports.
 LAYER_TYPES = ("nope", "rope", "learned", "alibi")
@@ -45,7 +45,8 @@ def layer_positional_types(model: torch.nn.Module, tokens: Int[Tensor, "batch po
             weights is still told apart (RoPE moves the fastest-rotating pair by about its own size at pos 1).
 
     Raises:
-        NopeInterpError: ``model`` has no ``cfg.n_layers`` / ``run_with_cache``; ``tokens`` that
+        NopeInterpError: ``model`` has no ``cfg.n_layers`` / ``run_with_cache``; weights converted with
+            ``model.half()`` (:func:`~nope_interp.model.check_model_dtype`); ``tokens`` that
             :func:`nope_interp.model.check_tokens` refuses (not a 2-D integer tensor, ids outside
             ``[0, d_vocab)``), of fewer than 2 positions (position 0 is never rotated, so one position cannot
             tell RoPE from NoPE) or more than ``n_ctx``; ``atol`` or ``rtol`` not a finite number >= 0; a
@@ -56,6 +57,7 @@ def layer_positional_types(model: torch.nn.Module, tokens: Int[Tensor, "batch po
     cfg = getattr(model, "cfg", None)
     if cfg is None or not hasattr(model, "run_with_cache") or not isinstance(getattr(cfg, "n_layers", None), int):
         raise NopeInterpError(f"layer_positional_types needs a TransformerLens model, got {type(model).__name__}")
+    check_model_dtype(model, "layer_positional_types")  # model.half(): one line with the fix, not a matmul error
     if tokens is None:
         tokens = torch.arange(min(8, int(cfg.d_vocab), int(cfg.n_ctx)))[None]
     tokens = check_tokens(model, tokens)   # a 2-D integer tensor of ids in [0, d_vocab)

@@ -553,10 +553,13 @@ def test_a_model_converted_with_half_is_refused_by_name_and_one_converted_with_t
     import tasks
     from nope_interp import diagnostics
     from nope_interp.errors import NopeInterpError
+    from nope_interp.evaluate import answer_loss
     from nope_interp.model import build_model
+    from nope_interp.positional import layer_positional_types
 
     task = tasks.get_task("addition")
     tokens = task.analysis_tokens(4)
+    batch = task.training_batch([task.example(p) for p in task.analysis_prompts(4)])
     model = build_model(tiny_cfg)
     for convert, got in ((lambda m: m.half(), "torch.float16"), (lambda m: m.bfloat16(), "torch.bfloat16"),
                          (lambda m: m.double(), "torch.float64")):
@@ -564,7 +567,9 @@ def test_a_model_converted_with_half_is_refused_by_name_and_one_converted_with_t
         calls = {"layer0_interventions": lambda m: diagnostics.layer0_interventions(m, tokens),
                  "layer0_attention_entropy": lambda m: diagnostics.layer0_attention_entropy(m, tokens),
                  "value_geometry": lambda m: diagnostics.value_geometry(m, task),
-                 "diagnose": lambda m: diagnostics.diagnose(m, task, tokens)}
+                 "diagnose": lambda m: diagnostics.diagnose(m, task, tokens),
+                 "answer_loss": lambda m: answer_loss(m, batch),                # a raw matmul RuntimeError before
+                 "layer_positional_types": lambda m: layer_positional_types(m)}  # the same
         for fn, call in calls.items():
             with pytest.raises(NopeInterpError, match=rf"{fn}: model's parameters are {got} but model.cfg.dtype is "
                                                       rf"torch.float32 .* model.to\({got}\)"):
