@@ -34,7 +34,9 @@ elsewhere (initialised reversal, L0 ``resid_post``: 0.91 against 0.51), so the v
 fitted probe says whether its optimiser stopped by itself (:attr:`ProbeScore.converged`).
 Metrics on the held-out sequences: NRMSE = RMSE / standard deviation of the test targets (so predicting
 the test mean scores 1.0), Pearson r, MAE (in positions); each with two chance baselines: predicting the
-training mean, and the same probe trained on targets shuffled across training rows.
+training mean, and the same probe trained on targets shuffled across training rows. Pearson r has no chance
+value in either where it is undefined: constant predictions (the mean baseline) and a linear probe of one
+feature, whose r is +-corr(feature, targets) however it was fitted (NaN there; NRMSE is the baseline).
 """
 
 import dataclasses
@@ -222,7 +224,10 @@ def fit_position_probe(
     Returns:
         ``{"probe": ..., "mean_baseline": ..., "shuffled_baseline": ...}``, scores on held-out sequences
         (:class:`ProbeScore`; ``converged`` says whether each fitted probe stopped before its iteration budget,
-        None for the mean baseline).
+        None for the mean baseline). The shuffled baseline's Pearson r is NaN for ``ridge`` on one feature:
+        a linear probe of one feature predicts an affine map of it, whose r with the targets is
+        +-corr(feature, targets) whatever targets it was fitted to, the probe's own |r| (NRMSE and MAE are
+        that case's baselines). The mean baseline's r is always NaN (constant predictions).
 
     Raises:
         NopeInterpError: fewer than 4 sequences; an unknown probe; ``X`` not a 2-D array or ``y``/``groups``
@@ -254,11 +259,13 @@ def fit_position_probe(
     train = ~test
     model, converged = _fit(probe, seed, X[train], y[train])
     shuffled, shuffled_converged = _fit(probe, seed, X[train], rng.permutation(y[train]))
+    shuffled_score = score_predictions(y[test], shuffled.predict(X[test]))
+    if probe == "ridge" and X.shape[1] == 1:  # an affine map of one feature: r is +-corr(feature, y) whatever it fits
+        shuffled_score = dataclasses.replace(shuffled_score, pearson_r=math.nan)
     return {
         "probe": dataclasses.replace(score_predictions(y[test], model.predict(X[test])), converged=converged),
         "mean_baseline": score_predictions(y[test], np.full(test.sum(), y[train].mean())),
-        "shuffled_baseline": dataclasses.replace(score_predictions(y[test], shuffled.predict(X[test])),
-                                                 converged=shuffled_converged),
+        "shuffled_baseline": dataclasses.replace(shuffled_score, converged=shuffled_converged),
     }
 
 

@@ -55,6 +55,27 @@ def test_shuffled_targets_give_chance_for_every_feature(P, feature):
     assert res["shuffled_baseline"].nrmse > 0.9 and res["mean_baseline"].nrmse == pytest.approx(1.0, abs=0.05)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_linear_probe_of_one_feature_has_no_shuffled_r_baseline(P, seed):
+    """The shuffled baseline's r of ridge on one feature was always +-the probe's r (an affine map of one
+    feature correlates with the targets as the feature does): now NaN. The probe's r is checked against the
+    closed form |corr(feature, y)| on the test rows; several features keep a finite shuffled r."""
+    acts = _variance_only(torch.Generator().manual_seed(2)) + _adjacency_only(torch.Generator().manual_seed(3))
+    for feature in ("variance", "norm", "cos_last"):
+        X, y, g = P.position_features(acts, feature)
+        assert X.shape[1] == 1
+        res = P.fit_position_probe(X, y, g, "ridge", seed)
+        assert np.isnan(res["shuffled_baseline"].pearson_r)
+        assert res["shuffled_baseline"].nrmse > 0.9                 # the NRMSE baseline stays
+        rng = np.random.default_rng(seed)                           # the split fit_position_probe draws
+        seqs = np.unique(g)
+        test = np.isin(g, rng.choice(seqs, size=max(1, round(0.25 * len(seqs))), replace=False))
+        closed = abs(np.corrcoef(X[test, 0], y[test])[0, 1])
+        assert abs(res["probe"].pearson_r) == pytest.approx(closed, abs=1e-9)
+    X, y, g = P.position_features(acts, "cos_profile")
+    assert X.shape[1] > 1 and np.isfinite(P.fit_position_probe(X, y, g, "ridge", seed)["shuffled_baseline"].pearson_r)
+
+
 def test_features_targets_split_by_sequence_and_no_leak(P):
     acts = torch.randn(6, 10, 8, dtype=torch.float64)
     X, y, g = P.position_features(acts, "cos_profile")
