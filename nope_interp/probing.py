@@ -230,13 +230,15 @@ def fit_position_probe(
         that case's baselines). The mean baseline's r is always NaN (constant predictions).
 
     Raises:
-        NopeInterpError: fewer than 4 sequences; an unknown probe; ``X`` not a 2-D array or ``y``/``groups``
+        NopeInterpError: fewer than 4 sequences; an unknown probe; ``X`` not a 2-D real (float or integer)
+            array with at least one feature column, or ``y``/``groups``
             not 1-D arrays with one row each per row of ``X`` (finite values); ``seed`` not an integer in
             [0, 2**32); ``test_fraction`` not a number in (0, 1) or one that leaves no sequence to train on.
     """
-    if isinstance(X, Tensor) or not isinstance(X, np.ndarray) or X.ndim != 2 or not np.issubdtype(X.dtype, np.number):
-        raise NopeInterpError(f"fit_position_probe: X must be a 2-D numpy array (rows x n_features), got "
-                              f"{type(X).__name__} {getattr(X, 'shape', '')}")
+    if (isinstance(X, Tensor) or not isinstance(X, np.ndarray) or X.ndim != 2 or X.shape[1] < 1
+            or not (np.issubdtype(X.dtype, np.floating) or np.issubdtype(X.dtype, np.integer))):
+        raise NopeInterpError(f"fit_position_probe: X must be a 2-D real numpy array (rows x n_features >= 1), got "
+                              f"{type(X).__name__} {getattr(X, 'dtype', '')} {getattr(X, 'shape', '')}")
     if not np.isfinite(X).all():
         raise NopeInterpError("fit_position_probe: X has NaN or infinite entries")
     y = _vector("fit_position_probe", "y", y)

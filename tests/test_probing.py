@@ -108,6 +108,28 @@ def test_bad_probe_input(P):
         P.position_features(torch.zeros(2, 8, 4, dtype=torch.float64), "entropy")
     with pytest.raises(NopeInterpError, match="allowed: mlp, ridge"):
         P.make_probe("forest", 0)
+    # complex or boolean features, or none: one line naming X (sklearn's ValueError printed the array before)
+    y, g = np.arange(8.0), np.repeat(np.arange(4), 2)
+    for X in (np.ones((8, 1), dtype=complex), np.ones((8, 0)), np.ones((8, 2), dtype=bool)):
+        with pytest.raises(NopeInterpError, match=r"fit_position_probe: X must be a 2-D real numpy array \(rows x "
+                                                  r"n_features >= 1\)"):
+            P.fit_position_probe(X, y, g, "ridge", 0)
+    assert set(P.fit_position_probe(np.arange(8)[:, None], y, g, "ridge", 0)) == {"probe", "mean_baseline",
+                                                                                  "shuffled_baseline"}
+
+
+def test_text_corpus_refuses_an_unhashable_split_by_name():
+    """``corpus(["train"])`` failed with "unhashable type: 'list'" in the cache, before the split was checked."""
+    from conftest import unhooked
+
+    from nope_interp import text
+    from nope_interp.errors import NopeInterpError
+
+    for bad in (["train"], {"train": 1}, "tarin", None):   # as users call them, without the suite's type checker
+        with pytest.raises(NopeInterpError, match=r"unknown split .*; allowed: held_out, train"):
+            unhooked(text.corpus)(bad)
+        with pytest.raises(NopeInterpError, match=r"unknown split .*; allowed: held_out, train"):
+            unhooked(text.text_windows)(2, 10, split=bad)
 
 
 @pytest.mark.parametrize(("batch", "pos", "d_model"), [(64, 22, 384), (48, 14, 64), (24, 12, 32), (40, 7, 16)])
