@@ -23,7 +23,11 @@ Ablations (each a hook factory; applied only through ``model.hooks``/``run_with_
 
 Greedy decoding: every ablation acts on the prompt positions 0..P-1 only (P = the task's full prompt
 length; mu, permutations and subspaces are defined there). Positions of generated answer tokens pass
-through unchanged, for every ablation alike.
+through unchanged, for every ablation alike. This holds for decoding that reruns the whole sequence on every
+step (:func:`nope_interp.evaluate.greedy_decode`, or TransformerLens's ``model.generate(...,
+use_past_kv_cache=False)``). With a key/value cache (``generate``'s default) each step's forward pass holds
+the new token alone, which a hook cannot tell from a one-token prompt at position 0: it is then ablated as
+position 0 (``project_out``) or refused as a 1-position sequence (``mean_positional``).
 """
 
 import math

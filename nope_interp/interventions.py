@@ -5,7 +5,9 @@ removes them when the block exits, also on an exception). A hook returns a new t
 the cached pattern in place (TransformerLens issue #157).
 
 During greedy decoding every forward pass recomputes the whole sequence, so the replacement applies to
-prompt and generated positions alike. ``random_matched`` draws fresh random rows on every forward pass
+prompt and generated positions alike (:func:`nope_interp.evaluate.greedy_decode`; TransformerLens's
+``model.generate`` needs ``use_past_kv_cache=False`` here: with its key/value cache a step's pattern has one
+query row against all earlier keys, which a replacement built for square patterns refuses). ``random_matched`` draws fresh random rows on every forward pass
 from one generator seeded at the start of the ``with`` block.
 """
 
