@@ -7,7 +7,8 @@ the cached pattern in place (TransformerLens issue #157).
 During greedy decoding every forward pass recomputes the whole sequence, so the replacement applies to
 prompt and generated positions alike (:func:`nope_interp.evaluate.greedy_decode`; TransformerLens's
 ``model.generate`` needs ``use_past_kv_cache=False`` here: with its key/value cache a step's pattern has one
-query row against all earlier keys, which a replacement built for square patterns refuses). ``random_matched`` draws fresh random rows on every forward pass
+query row against all earlier keys, which the replacement refuses by name). ``random_matched`` draws fresh
+random rows on every forward pass
 from one generator seeded at the start of the ``with`` block.
 """
 
@@ -45,15 +46,21 @@ def pattern_replacement_hook(kind: str, generator: torch.Generator | None = None
         generator: randomness for ``random_matched`` (required for it).
 
     Raises:
-        NopeInterpError: unknown kind, or ``random_matched`` without a generator.
+        NopeInterpError: unknown kind, or ``random_matched`` without a ``torch.Generator``; when the hook runs,
+            a pattern that is not square (a key/value-cache decoding step).
     """
     if kind not in PATTERN_KINDS:
         raise NopeInterpError(f"unknown pattern kind {kind!r}; allowed: {', '.join(PATTERN_KINDS)}")
-    if kind == "random_matched" and generator is None:
-        raise NopeInterpError("pattern kind 'random_matched' needs a torch.Generator")
+    if kind == "random_matched" and not isinstance(generator, torch.Generator):
+        raise NopeInterpError(f"pattern kind 'random_matched' needs a torch.Generator, got {generator!r}"[:200])
 
     def hook(pattern: Float[Tensor, "batch n_heads query_pos key_pos"], hook: HookPoint | None = None) -> Tensor:
         n = pattern.shape[-1]
+        if pattern.shape[-2] != n:  # a key/value-cache step: its new queries against every earlier key
+            raise NopeInterpError(
+                f"pattern replacement needs the whole sequence's square pattern, got {pattern.shape[-2]} query "
+                f"rows against {n} keys (a key/value-cache decoding step): decode with "
+                "nope_interp.evaluate.greedy_decode or model.generate(..., use_past_kv_cache=False)")
         if kind == "uniform":
             new = uniform_causal_pattern(n).expand(pattern.shape)
         elif kind == "identity":

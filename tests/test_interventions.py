@@ -82,3 +82,31 @@ def test_causal_replacement_patterns_are_refused_where_the_layer_is_not_plain_ca
         model(tokens)
     causal = build_model(preset("tiny"))
     assert all(pattern_kind_unsupported(causal, 0, k) is None for k in ("uniform", "random_matched", "identity"))
+
+
+@pytest.mark.parametrize("kind", ["uniform", "identity", "random_matched"])
+def test_a_key_value_cache_step_is_refused_by_name_and_full_reruns_decode(tiny_model, kind):
+    """Inside replaced_pattern, TransformerLens's model.generate (key/value cache on by default) failed with a raw
+    "expanded size of the tensor" RuntimeError: a step's pattern has one query row. Now one line with the fix; with
+    the cache off it decodes like greedy_decode."""
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.evaluate import greedy_decode
+    from nope_interp.interventions import pattern_replacement_hook, replaced_pattern
+
+    tokens = torch.randint(0, tiny_model.cfg.d_vocab, (2, 6), generator=torch.Generator().manual_seed(0))
+    with replaced_pattern(tiny_model, 0, kind, seed=3):
+        with pytest.raises(NopeInterpError, match=r"got 1 query rows against 7 keys \(a key/value-cache decoding "
+                                                  r"step\).*use_past_kv_cache=False"):
+            tiny_model.generate(tokens, max_new_tokens=2, stop_at_eos=False, verbose=False)
+    assert_no_hooks(tiny_model)
+    if kind != "random_matched":   # deterministic replacements: the same tokens as greedy_decode
+        with replaced_pattern(tiny_model, 0, kind):
+            full = tiny_model.generate(tokens, max_new_tokens=2, stop_at_eos=False, verbose=False,
+                                       use_past_kv_cache=False, do_sample=False)
+            ref = greedy_decode(tiny_model, tokens, 2)   # the two new tokens
+        assert torch.equal(full[:, 6:], ref)
+    for bad in (0, "gen", 1.5):
+        with pytest.raises(NopeInterpError, match=r"random_matched' needs a torch.Generator, got"):
+            unhooked(pattern_replacement_hook)("random_matched", bad)
