@@ -8,8 +8,7 @@ During greedy decoding every forward pass recomputes the whole sequence, so the 
 prompt and generated positions alike (:func:`nope_interp.evaluate.greedy_decode`; TransformerLens's
 ``model.generate`` needs ``use_past_kv_cache=False`` here: with its key/value cache a step's pattern has one
 query row against all earlier keys, which the replacement refuses by name). ``random_matched`` draws fresh
-random rows on every forward pass
-from one generator seeded at the start of the ``with`` block.
+random rows on every forward pass from one generator seeded at the start of the ``with`` block.
 """
 
 from collections.abc import Callable, Iterator
