@@ -71,9 +71,9 @@ def check_basis(basis: object, d_model: int, fn: str) -> Float[Tensor, "d_model 
     if err > ORTHONORMAL_TOL:
         raise NopeInterpError(f"{fn}: basis must have orthonormal columns (basis.T @ basis = I), got an entry "
                               f"{err:.3g} away from the identity ("
-                              + ("a 16-bit basis cannot be orthonormal to that tolerance: give it in float32 or "
-                                 "float64" if torch.finfo(basis.dtype).bits <= 16 else
-                                 "orthonormalise it with torch.linalg.qr") + ")")
+                              + ("16-bit rounding alone: give the basis in float32 or float64"
+                                 if torch.finfo(basis.dtype).bits <= 16 and err <= 64 * torch.finfo(basis.dtype).eps
+                                 else "orthonormalise it with torch.linalg.qr") + ")")
     return b
 
 

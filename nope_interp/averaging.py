@@ -305,6 +305,30 @@ def lower_triangle_spearman(pred: Float[Tensor, "pos pos"], obs: Float[Tensor, "
     return float(spearmanr(a, b).statistic)
 
 
+def sequence_spearmans(pred: Float[Tensor, "batch pos pos"], obs: Float[Tensor, "batch pos pos"],
+                       pred_dtype: torch.dtype, obs_dtype: torch.dtype) -> tuple[list[float], Tensor, Tensor]:
+    """:func:`lower_triangle_spearman` of each sequence's predicted and observed cosine matrices, NaN for the
+    sequences where either matrix is constant up to the rounding of the values it came from
+    (:func:`~nope_interp.similarity.degenerate_sequences` with the tolerance of ``pred_dtype`` (the attention
+    pattern's) and ``obs_dtype`` (the activations'), not of the float64 matrices): their ranks would be
+    rounding noise. The one rule of :func:`nope_interp.lens.averaging_check` and the averaging job.
+
+    Returns:
+        ``(rho, degenerate_pred, degenerate_obs)``: one correlation per sequence in [-1, 1] or NaN, and which
+        sequences' predicted / observed matrices are constant (bool, ``batch``).
+
+    Raises:
+        NopeInterpError: as :func:`lower_triangle_spearman`; a dtype that is not floating.
+    """
+    from nope_interp.similarity import degenerate_sequences, degenerate_tolerance
+
+    bad_pred = degenerate_sequences(pred, tol=degenerate_tolerance(pred_dtype))
+    bad_obs = degenerate_sequences(obs, tol=degenerate_tolerance(obs_dtype))
+    rho = [math.nan if bool(bad_pred[b] | bad_obs[b]) else lower_triangle_spearman(pred[b], obs[b])
+           for b in range(pred.shape[0])]
+    return rho, bad_pred, bad_obs
+
+
 def vector_spearman(a: Float[Tensor, " n"], b: Float[Tensor, " n"]) -> float:
     """Spearman rank correlation (scipy) of two vectors, in [-1, 1]; NaN if either is constant.
 

@@ -29,10 +29,10 @@ from nope_interp.averaging import (
     attention_row_cosine,
     attention_window,
     closed_form_uniform_cosine,
-    lower_triangle_spearman,
     pattern_weighted_values,
     per_position_variance,
     relative_entropy_to_uniform,
+    sequence_spearmans,
     vector_spearman,
 )
 from nope_interp.checks import is_int
@@ -52,7 +52,8 @@ class PredictedVsObserved:
 
     Attributes:
         spearman_pred_obs: Spearman rank correlation of the strictly-lower-triangle entries of the
-            predicted and observed matrices, in [-1, 1] (NaN prompts skipped; NaN if all are NaN).
+            predicted and observed matrices, in [-1, 1] (prompts where either matrix is constant up to rounding
+            are skipped, :func:`nope_interp.averaging.sequence_spearmans`; NaN if none is left).
         adjacency_predicted, adjacency_observed: adjacency score (row mean) of each matrix, in [0, 1].
     """
 
@@ -244,7 +245,7 @@ def _predicted_vs_observed(pattern: Tensor, z: Tensor) -> PredictedVsObserved:
     """pattern: batch q k (or batch head q k, summed over heads); z: batch q d. Means over sequences."""
     pred = _heads_summed_cosine(pattern) if pattern.ndim == 4 else attention_row_cosine(pattern)
     obs = cosine_similarity_matrix(z)
-    rho = [lower_triangle_spearman(pred[b], obs[b]) for b in range(pred.shape[0])]
+    rho = sequence_spearmans(pred, obs, pattern.dtype, z.dtype)[0]  # constant matrices (rounding noise) left out
     return PredictedVsObserved(spearman_pred_obs=_mean(rho), adjacency_predicted=float(adjacency_score(pred).mean()),
                                adjacency_observed=float(adjacency_score(obs).mean()))
 

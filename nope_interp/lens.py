@@ -14,7 +14,6 @@ Each result is a frozen dataclass with ``to_dict()``, a text ``repr``, an HTML t
 """
 
 import html
-import math
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +24,7 @@ from jaxtyping import Float
 from torch import Tensor
 from transformer_lens import ActivationCache
 
-from nope_interp.averaging import attention_window, check_pattern, lower_triangle_spearman, relative_entropy_to_uniform
+from nope_interp.averaging import attention_window, check_pattern, relative_entropy_to_uniform, sequence_spearmans
 from nope_interp.checks import is_int
 from nope_interp.config import check_int
 from nope_interp.errors import DegenerateInputWarning, NopeInterpError
@@ -40,7 +39,6 @@ from nope_interp.similarity import (
     check_tensor,
     cosine_similarity_matrix,
     degenerate_report,
-    degenerate_sequences,
     lag_summary,
     summarize,
     tie_equal_vectors,
@@ -383,7 +381,7 @@ def cosine_heatmap(cache: ActivationCache, site: str, batch_index: int = 0,
         NopeInterpError: ``cache`` not an ``ActivationCache``; ``site`` not cached, or not one vector per
             position (:func:`site_activations`); ``batch_index`` not an integer in range; ``tokens`` of the wrong
             length or not strings; NaN/inf or near-zero vectors in the sequence (the message names the site);
-            a cache holding meta-device tensors or an empty batch.
+            a cache holding meta-device tensors, an empty batch or an entry that is not a real floating tensor.
     """
     acts = site_activations(cache, site)
     if not is_int(batch_index) or not 0 <= batch_index < acts.shape[0]:
@@ -424,7 +422,7 @@ class AveragingCheck:
     observed: Tensor
 
     def to_dict(self) -> dict[str, Any]:
-        """The scalar measurements."""
+        """The scalar measurements as plain Python values (``spearman_pred_obs`` NaN when no sequence is left)."""
         return {k: getattr(self, k) for k in ("layer", "relative_entropy", "spearman_pred_obs",
                                               "adjacency_predicted", "adjacency_observed")}
 
@@ -465,7 +463,8 @@ def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool | None 
 
     Warns:
         DegenerateInputWarning: sequences whose observed or predicted cosines are constant up to rounding (one
-            token repeated; collapsed attention), once, naming which; they are left out of ``spearman_pred_obs``.
+            token repeated; collapsed or identity attention), once, naming which; they are left out of
+            ``spearman_pred_obs``.
 
     Raises:
         NopeInterpError: ``cache`` not an ``ActivationCache``; ``blocks.{layer}.attn.hook_pattern`` or ``hook_z``
@@ -473,9 +472,9 @@ def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool | None 
             near-zero vectors in ``hook_z`` (their cosines are undefined); a pattern that is not softmax
             weights of that kind (:func:`nope_interp.averaging.check_pattern`); ``hook_z`` and the pattern
             disagree in batch, positions or heads; fewer than 3 positions; ``layer`` not an integer >= 0, or
-            not below the cache's model's ``n_layers``; ``window`` not an integer >= 1, or given with
-            bidirectional attention; a cache entry that is not a real floating tensor, a
-            cache holding meta-device tensors or an empty batch.
+            not below the cache's model's ``n_layers``; ``window`` not an integer >= 1, given with
+            bidirectional attention, or not the cache's model's own window; a cache entry that is not a real
+            floating tensor, a cache holding meta-device tensors or an empty batch.
     """
     _check_cache(cache, "averaging_check")
     layer = int(layer) if is_int(layer) else layer  # a numpy integer as an int (stored in the AveragingCheck)
@@ -487,7 +486,9 @@ def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool | None 
     for n in (p_name, z_name):
         if n not in cache.cache_dict:
             raise NopeInterpError(f"averaging_check needs {n!r} in the cache; cached: {', '.join(cache.cache_dict)}")
-    pattern = _entry(cache, p_name, "averaging_check").double().cpu()
+    pattern = _entry(cache, p_name, "averaging_check")
+    pattern_dtype = pattern.dtype
+    pattern = pattern.double().cpu()
     if not cache.has_batch_dim:
         pattern = pattern.unsqueeze(0)
     if pattern.ndim != 4:
@@ -506,13 +507,17 @@ def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool | None 
                               "the same layer of the same model")
     if causal is None:
         causal = getattr(getattr(model, "cfg", None), "attention_dir", "causal") == "causal"
+    own = attention_window(model.cfg, layer) if causal is True and model is not None else None
     if window is not None:
         window = check_int("window", window, 1, 10**9)
         if causal is not True:
             raise NopeInterpError("averaging_check: window (a causal sliding window) needs causal attention; got "
                                   f"causal={causal} and window={window}")
-    elif causal is True and model is not None:
-        window = attention_window(model.cfg, layer)
+        if own is not None and own != window:
+            raise NopeInterpError(f"averaging_check: window={window}, but the cache's model attends over {own} keys "
+                                  f"at layer {layer}: leave window out, or give {own}")
+    else:
+        window = own
     check_pattern(pattern, causal, window, name=f"the attention pattern at {p_name}")
     if pattern.shape[0] != z.shape[0] or pattern.shape[-2] != z.shape[-2]:
         raise NopeInterpError(f"{p_name} {tuple(pattern.shape)} and {z_name} {tuple(z.shape)} disagree in batch or "
@@ -522,9 +527,9 @@ def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool | None 
     pred = tie_equal_vectors((gram / (d.unsqueeze(-1) * d.unsqueeze(-2))).clamp(-1, 1),
                              pattern.movedim(1, 2).flatten(2))  # equal rows (collapsed attention): equal cosines
     obs = cosine_similarity_matrix(z)
-    bad_obs, bad_pred = degenerate_sequences(obs), degenerate_sequences(pred)
-    bad = bad_obs | bad_pred  # their rank correlation would rank rounding noise: left out
-    rho = [math.nan if bad[b] else lower_triangle_spearman(pred[b], obs[b]) for b in range(pred.shape[0])]
+    # sequences whose matrices are constant up to the rounding of the cache's dtypes are left out (ranks of noise)
+    rho, bad_pred, bad_obs = sequence_spearmans(pred, obs, pattern_dtype, raw_z.dtype)
+    bad = bad_obs | bad_pred
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DegenerateInputWarning)  # warned once below, naming both matrices
         adjacency_predicted = float(adjacency_score(pred).mean())
@@ -532,7 +537,8 @@ def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool | None 
     if bool(bad.any()):
         parts = [f"{int(m.sum())} with constant {kind}" for m, kind in (
             (bad_obs, f"observed cosines at {z_name} (vectors parallel up to rounding, e.g. one token repeated)"),
-            (bad_pred, f"predicted cosines (equal attention rows at {p_name}, e.g. collapsed attention)")) if m.any()]
+            (bad_pred, f"predicted cosines (attention rows at {p_name} all equal or all orthogonal: collapsed or "
+                       "identity attention)")) if m.any()]
         warnings.warn(DegenerateInputWarning(
             f"averaging_check, layer {layer}: of {bad.numel()} sequences, {' and '.join(parts)}; they are left out of "
             "spearman_pred_obs (NaN when none is left), and their adjacency scores say nothing about position",

@@ -185,10 +185,11 @@ def make_probe(kind: str, seed: int):
 @dataclasses.dataclass(frozen=True)
 class ProbeScore:
     """Held-out metrics of one probe. NRMSE: RMSE / std of test targets (0 best, 1 = predicting the mean).
-    pearson_r in [-1, 1] (NaN for constant predictions). mae in positions. converged: whether the fitted
-    probe's optimiser stopped by itself (always true for ridge, a closed form; False for an MLP that used all
-    :data:`MLP_MAX_ITER` epochs, so its score may be worse than the probe can do); None for scores of
-    predictions that were not fitted (the mean baseline)."""
+    pearson_r in [-1, 1] (NaN for constant predictions, and for the shuffled baseline of ridge on one feature). mae
+    in positions. converged: whether the fitted probe's optimiser stopped by itself (always true for ridge, a closed
+    form; False for an MLP that used all :data:`MLP_MAX_ITER` epochs, so its score may be worse than the probe can
+    do); None for scores of predictions that were not fitted (the mean baseline).
+    """
 
     nrmse: float
     pearson_r: float

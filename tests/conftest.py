@@ -7,7 +7,7 @@ import pytest
 import torch
 
 # The tests run tiny models, where torch's intra-op threads cost more than they give (two tests of the CLI took
-# 1.9x as long with torch's default two threads on a busy 2-core machine): one thread unless the caller set
+# 1.8x as long with torch's default two threads on a busy 2-core machine): one thread unless the caller set
 # OMP_NUM_THREADS. Subprocesses (CLI runs, notebook kernels) inherit it. `make test` sets it too, for the
 # notebooks when they run without this directory.
 if "OMP_NUM_THREADS" not in os.environ:

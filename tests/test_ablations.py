@@ -300,15 +300,20 @@ def test_swap_prompts_gives_every_prompt_another_prompts_vectors_and_keeps_its_d
 
 
 def test_a_16_bit_basis_is_told_to_use_float32_not_qr():
-    """A float16 or bfloat16 basis was told to orthonormalise itself with torch.linalg.qr, which cannot bring
-    16-bit columns within the tolerance; a float32 one that is not orthonormal still gets the qr advice."""
+    """A float16 or bfloat16 basis off only by its rounding was told to orthonormalise itself with
+    torch.linalg.qr, which cannot bring 16-bit columns within the tolerance; a basis that is not orthonormal
+    (any dtype) still gets the qr advice."""
     from nope_interp.ablations import check_basis
     from nope_interp.errors import NopeInterpError
 
     q = torch.linalg.qr(torch.randn(64, 4, generator=torch.Generator().manual_seed(0)))[0]
     for dtype in (torch.float16, torch.bfloat16):
-        with pytest.raises(NopeInterpError, match=r"a 16-bit basis cannot be orthonormal .* float32 or float64"):
+        with pytest.raises(NopeInterpError, match=r"\(16-bit rounding alone: give the basis in float32 or float64"):
             check_basis(q.to(dtype), 64, "project_out")
+        with pytest.raises(NopeInterpError, match=r"orthonormalise it with torch.linalg.qr"):   # not rounding
+            check_basis((2 * q).to(dtype), 64, "project_out")
+        assert torch.equal(check_basis(torch.eye(64)[:, :4].to(dtype), 64, "project_out"),
+                           torch.eye(64, dtype=torch.float64)[:, :4])   # exactly representable: accepted
     assert torch.allclose(check_basis(q, 64, "project_out"), q.double())
     with pytest.raises(NopeInterpError, match=r"orthonormalise it with torch.linalg.qr"):
         check_basis(2 * q, 64, "project_out")

@@ -453,6 +453,9 @@ def test_averaging_check_takes_the_window_of_a_cache_without_its_model():
             unhooked(averaging_check)(bare, 0, window=bad)
     with pytest.raises(NopeInterpError, match=r"window \(a causal sliding window\) needs causal attention"):
         averaging_check(bare, 0, causal=False, window=3)
+    for other in (2, 5):   # another window than the model's own understated or overstated the entropy silently
+        with pytest.raises(NopeInterpError, match=rf"window={other}, but the cache's model attends over 3 keys"):
+            averaging_check(cache, 0, window=other)
 
 
 def test_averaging_check_leaves_degenerate_sequences_out_of_the_correlation_and_names_them(tiny_model):
@@ -483,3 +486,40 @@ def test_averaging_check_leaves_degenerate_sequences_out_of_the_correlation_and_
     _, one = tiny_model.run_with_cache(tokens[1:2])
     with pytest.warns(DegenerateInputWarning, match=r"of 1 sequences, 1 with constant observed"):
         assert np.isnan(averaging_check(one, 0).spearman_pred_obs)   # none left: undefined
+
+
+def test_averaging_check_judges_degenerate_sequences_at_the_caches_own_precision(tiny_cfg):
+    """z and the pattern are converted to float64 before the cosines: a bfloat16 cache's rounding noise (one vector
+    times scales, so its cosines are 1 up to bfloat16 rounding) was judged at float32 precision, kept and ranked.
+    adjacency_scores flagged the same data; both now flag it, and the shared rule (averaging.sequence_spearmans)
+    gives the averaging job the same verdicts."""
+    import warnings
+
+    from transformer_lens import ActivationCache
+
+    from nope_interp.averaging import lower_triangle_spearman, sequence_spearmans
+    from nope_interp.errors import DegenerateInputWarning
+    from nope_interp.lens import adjacency_scores, averaging_check
+    from nope_interp.model import build_model
+
+    model = build_model(tiny_cfg).to(torch.bfloat16)
+    tokens = torch.randint(0, model.cfg.d_vocab, (3, 10), generator=torch.Generator().manual_seed(4))
+    _, cache = model.run_with_cache(tokens)
+    z = cache["blocks.0.attn.hook_z"].clone()
+    z[1] = (z[1, 4:5].float() * torch.linspace(0.7, 1.3, 10)[:, None, None]).to(torch.bfloat16)
+    c = ActivationCache({**cache.cache_dict, "blocks.0.attn.hook_z": z}, model)
+    for fn in (lambda: adjacency_scores(c, ["blocks.0.attn.hook_z"]), lambda: averaging_check(c, 0)):
+        with pytest.warns(DegenerateInputWarning, match=r"blocks.0.attn.hook_z"):
+            fn()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DegenerateInputWarning)
+        check = averaging_check(c, 0)
+    from nope_interp.averaging_checks import _heads_summed_cosine
+    from nope_interp.similarity import cosine_similarity_matrix
+
+    pred = _heads_summed_cosine(c["blocks.0.attn.hook_pattern"].double())
+    obs = cosine_similarity_matrix(z.flatten(-2).double())
+    rho, bad_pred, bad_obs = sequence_spearmans(pred, obs, torch.bfloat16, torch.bfloat16)
+    assert bad_obs.tolist() == [False, True, False] and not bad_pred.any() and np.isnan(rho[1])
+    assert rho[0] == lower_triangle_spearman(pred[0], obs[0]) and rho[2] == lower_triangle_spearman(pred[2], obs[2])
+    assert check.spearman_pred_obs == pytest.approx((rho[0] + rho[2]) / 2, abs=1e-6)

@@ -200,7 +200,7 @@ def test_probe_inputs_that_would_drop_sites_or_split_nothing_are_refused(P):
         (lambda: U(P.fit_position_probe)(X, y, g, "ridge", 0, -0.5), "test_fraction"),
         (lambda: U(P.fit_position_probe)(X, y, g, "ridge", 0, 0.99), "holds out all 6 sequences"),
         (lambda: U(P.fit_position_probe)(X, y[:-1], g, "ridge"), "one row each"),
-        (lambda: U(P.fit_position_probe)(X[:, 0], y, g, "ridge"), "X must be a 2-D numpy array"),
+        (lambda: U(P.fit_position_probe)(X[:, 0], y, g, "ridge"), "X must be a 2-D real numpy array"),
         (lambda: U(P.fit_position_probe)(X, y, g, "ridge", -1), "seed must be an integer in \\[0, "),
         (lambda: U(P.score_predictions)(y.reshape(-1, 1), y.reshape(-1, 1)), "y_true must be a non-empty 1-D"),
         (lambda: U(P.score_predictions)(y, y[:-1]), "one length"),

@@ -388,7 +388,7 @@ def run(config: InitGridConfig, models: list[ModelEntry] | None = None, *, log: 
         NopeInterpError: ``models`` given (this job builds its own); prompts that do not fit a model; a grid
             model larger than the free memory (:func:`~nope_interp.model.check_model_fits`, before any work).
     """
-    if models:
+    if models is not None:
         raise NopeInterpError("init-grid builds its own models; it takes no --run, --pretrained or --init")
     for p in grid_points(config):  # refuse a grid point too large for this machine before any work
         check_model_fits(p.model_config(config.n_heads, 0), what=f"init-grid model {p.n_layers}x{p.d_model}")
