@@ -10,7 +10,8 @@ The contract of a job module ``nope_interp/jobs/<job>.py`` (see the README, "Add
 * a frozen ``<Job>Config`` (a :class:`~nope_interp.config.FrozenConfig`): its fields are the CLI flags,
   their help texts the ``--help``; it validates itself;
 * ``default_models(config) -> list[ModelEntry]``: the models used when no source option is given;
-* ``run(config, models=None, *, log=None) -> <Job>Result``: a frozen, typed result with ``to_dict()``;
+* ``run(config, models=None, *, log=None) -> <Job>Result``: a frozen, typed result with ``to_dict()``; ``models``
+  checked by :func:`job_models` (None: the defaults);
   ``log`` receives one line per step, and a progress bar is shown when ``log`` is given and stderr is a
   terminal (:func:`stderr_is_terminal`);
 * ``write(result, out_root) -> list[Path]``: files under ``results/<job>/`` and ``figures/<job>/``
