@@ -24,7 +24,7 @@ from torch import Tensor
 
 from nope_interp.checks import is_int
 from nope_interp.errors import NopeInterpError
-from nope_interp.similarity import check_tensor, tie_equal_vectors
+from nope_interp.similarity import check_tensor, degenerate_sequences, degenerate_tolerance, tie_equal_vectors
 
 PATTERN_KINDS = ("uniform", "identity", "random_matched")
 
@@ -311,7 +311,8 @@ def sequence_spearmans(pred: Float[Tensor, "batch pos pos"], obs: Float[Tensor, 
     sequences where either matrix is constant up to the rounding of the values it came from
     (:func:`~nope_interp.similarity.degenerate_sequences` with the tolerance of ``pred_dtype`` (the attention
     pattern's) and ``obs_dtype`` (the activations'), not of the float64 matrices): their ranks would be
-    rounding noise. The one rule of :func:`nope_interp.lens.averaging_check` and the averaging job.
+    rounding noise. The one rule of :func:`nope_interp.lens.averaging_check` and the averaging job; this
+    project's check, not the paper's (``docs/method.md``, "Definitions": degenerate sequences).
 
     Returns:
         ``(rho, degenerate_pred, degenerate_obs)``: one correlation per sequence in [-1, 1] or NaN, and which
@@ -320,8 +321,6 @@ def sequence_spearmans(pred: Float[Tensor, "batch pos pos"], obs: Float[Tensor, 
     Raises:
         NopeInterpError: as :func:`lower_triangle_spearman`; a dtype that is not floating.
     """
-    from nope_interp.similarity import degenerate_sequences, degenerate_tolerance
-
     bad_pred = degenerate_sequences(pred, tol=degenerate_tolerance(pred_dtype))
     bad_obs = degenerate_sequences(obs, tol=degenerate_tolerance(obs_dtype))
     rho = [math.nan if bool(bad_pred[b] | bad_obs[b]) else lower_triangle_spearman(pred[b], obs[b])
