@@ -274,20 +274,28 @@ def ablation_hook(
         kind: one of :data:`ABLATIONS` (``project_out_random`` is ``project_out`` with a random basis).
         mu: positional means on the prompt positions.
         perm: the permutation of prompt positions for ``shuffle_positional``/``shuffle_vectors``.
-        basis: the subspace for ``project_out``/``project_out_random``.
+        basis: the subspace for ``project_out``, ``project_out_random`` and ``project_out_content``.
         generator: for ``swap_prompts`` (a permutation of the batch without fixed points, drawn once per batch
             size) and ``mean_positional_random`` (its random directions, drawn once when the hook is built).
 
     Raises:
         NopeInterpError: unknown kind or a missing argument; ``mu`` not a real float tensor ``(pos, d_model)``
             with finite entries; ``perm`` not a permutation of ``range(pos)``; ``basis`` not an orthonormal
-            ``(d_model, rank)`` basis (:func:`check_basis`); ``generator`` not a ``torch.Generator``. When the
+            ``(d_model, rank)`` basis (:func:`check_basis`); ``generator`` not a ``torch.Generator``; ``perm``,
+            ``basis`` or ``generator`` given to a kind that does not use it (it would be ignored). When the
             hook runs: activations whose width is not ``mu``'s, or, for the kinds that use ``mu`` or ``perm``,
             sequences shorter than ``mu``'s positions; ``swap_prompts`` on a batch of one prompt (nothing to
             swap with).
     """
     if kind not in ABLATIONS:
         raise NopeInterpError(f"unknown ablation {kind!r}; allowed: {', '.join(ABLATIONS)}")
+    uses = {"perm": ("shuffle_positional", "shuffle_vectors"),
+            "basis": ("project_out", "project_out_random", "project_out_content"),
+            "generator": ("swap_prompts", "mean_positional_random")}
+    for arg, value in (("perm", perm), ("basis", basis), ("generator", generator)):
+        if value is not None and kind not in uses[arg]:  # a careless call would run another ablation than meant
+            raise NopeInterpError(f"ablation_hook: {arg}= is not used by ablation {kind!r} (only by "
+                                  f"{', '.join(uses[arg])}): leave it out")
     mu = _check_acts(mu, "ablation_hook", "(pos, d_model)", ndim=2).double()
     n = mu.shape[0]
     if kind in ("shuffle_positional", "shuffle_vectors"):

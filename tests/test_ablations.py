@@ -317,3 +317,25 @@ def test_a_16_bit_basis_is_told_to_use_float32_not_qr():
     assert torch.allclose(check_basis(q, 64, "project_out"), q.double())
     with pytest.raises(NopeInterpError, match=r"orthonormalise it with torch.linalg.qr"):
         check_basis(2 * q, 64, "project_out")
+
+
+@pytest.mark.parametrize(("kind", "arg"), [
+    ("project_out", "perm"), ("project_out_random", "perm"), ("project_out_content", "generator"),
+    ("mean_positional", "perm"), ("mean_positional", "basis"), ("shuffle_positional", "basis"),
+    ("shuffle_vectors", "generator"), ("swap_prompts", "perm"), ("mean_positional_random", "basis"),
+])
+def test_ablation_hook_refuses_an_argument_its_kind_does_not_use(AB, kind, arg):
+    """Before: ``perm=`` given to ``project_out`` (or a basis to a shuffle) was silently ignored, so a careless
+    call ran another ablation than the one it meant."""
+    mu = torch.randn(6, 8, dtype=torch.float64)
+    needs = {"shuffle_positional": {"perm": torch.arange(6).flip(0)}, "shuffle_vectors": {"perm": torch.arange(6)},
+             "project_out": {"basis": AB.positional_subspace(mu, 1)},
+             "project_out_random": {"basis": AB.positional_subspace(mu, 1)},
+             "project_out_content": {"basis": AB.positional_subspace(mu, 1)},
+             "swap_prompts": {"generator": torch.Generator()},
+             "mean_positional_random": {"generator": torch.Generator()},
+             "mean_positional": {}}[kind]
+    AB.ablation_hook(kind, mu, **needs)  # what it needs is accepted
+    extra = {"perm": torch.arange(6), "basis": AB.positional_subspace(mu, 1), "generator": torch.Generator()}[arg]
+    with pytest.raises(AB.NopeInterpError, match=f"{arg}= is not used by ablation '{kind}'"):
+        AB.ablation_hook(kind, mu, **needs, **{arg: extra})

@@ -4,10 +4,11 @@ the seed summary against scipy, and the files it writes."""
 import dataclasses
 import json
 import math
+import zlib
 
 import pytest
 import torch
-from conftest import assert_lists_every_file, assert_no_hooks, assert_strict_json_files
+from conftest import assert_lists_every_file, assert_no_hooks, assert_strict_json_files, unhooked
 
 from nope_interp.errors import NopeInterpError
 
@@ -109,7 +110,15 @@ def test_run_matches_direct_computations(AJ, tiny_ablation, tiny_config, tiny_ad
         same = s.ablations["project_out"]
         assert same.answer_loss == pytest.approx(r.clean.answer_loss, rel=1e-6)
         assert same.adjacency == pytest.approx(r.clean.adjacency, rel=1e-6)
-        assert s.ablations["shuffle_positional"].answer_loss != pytest.approx(r.clean.answer_loss, rel=1e-4)
+        # after the last block only the last prompt position reaches the answer's logits: a shuffle that keeps it
+        # in place leaves the loss exactly as it was (the drawn permutation, rebuilt from its key)
+        gen = torch.Generator().manual_seed(zlib.crc32(f"{r.draw_seed}/{s.site}/shuffle_positional".encode()))
+        moves_last = int(torch.randperm(task.max_prompt_len, generator=gen)[-1]) != task.max_prompt_len - 1
+        loss = s.ablations["shuffle_positional"].answer_loss
+        if s.site == "blocks.1.hook_resid_post" and not moves_last:
+            assert loss == pytest.approx(r.clean.answer_loss, rel=1e-6)
+        else:
+            assert loss != pytest.approx(r.clean.answer_loss, rel=1e-4)
         assert s.ablations["shuffle_vectors"].adjacency != pytest.approx(r.clean.adjacency, rel=1e-3)
         assert r.accuracy_lost(s.site, "shuffle_vectors") == (
             r.clean.exact_match - s.ablations["shuffle_vectors"].exact_match)
@@ -694,6 +703,71 @@ def test_each_model_gets_its_own_random_draws_the_same_in_any_company(AJ, tiny_a
     bases.clear()
     alone = AJ.run(cfg, [other])
     assert alone.runs[0].draw_seed == both.runs[1].draw_seed and torch.equal(bases[0], second[0])
+
+
+def test_a_kinds_draw_does_not_depend_on_the_other_kinds_sites_and_ranks_requested(AJ, tiny_addition_entry,
+                                                                                    monkeypatch):
+    """Before: one generator ran through every site and kind in order (and then the rank curve), so
+    ``--kinds shuffle_positional`` alone and the default kinds gave one model two different shuffles, and the
+    rank curve's random subspaces changed with the sites and kinds measured before it. Now each draw has its
+    own generator keyed by (model seed, site, kind) or (model seed, site, "rank_curve", rank); the permutation is
+    also rebuilt here by hand from that key (CRC-32 of "seed/site/kind")."""
+
+    from nope_interp.ablations import ablation_hook, positional_means
+    from nope_interp.evaluate import answer_loss
+
+    bases = []
+    real = AJ.random_subspace
+    monkeypatch.setattr(AJ, "random_subspace", lambda *a, **k: bases.append(real(*a, **k)) or bases[-1])
+    site = "blocks.1.hook_resid_pre"
+    small = AJ.AblateConfig(layers=(1,), kinds=("shuffle_positional", "project_out_random"), rank=2, ranks=(2,),
+                            n_random=2, n_eval=6, n_mu=16, n_analysis=2)
+    big = dataclasses.replace(small, layers=(0, 1), ranks=(1, 2, 4),
+                              kinds=("swap_prompts", "shuffle_vectors", "project_out_random", "shuffle_positional"))
+    (a,) = AJ.run(small, [tiny_addition_entry]).runs
+    small_bases, bases[:] = list(bases), []
+    (b,) = AJ.run(big, [tiny_addition_entry]).runs
+    assert a.draw_seed == b.draw_seed
+    for kind in small.kinds:
+        assert a.site(site).ablations[kind] == b.site(site).ablations[kind], kind
+    # small: the site's subspace, then rank 2's two draws; big at its first site (layer 0) draws other ones
+    assert torch.equal(small_bases[0], bases[1])  # big: layer 0's subspace, then layer 1's
+    assert not torch.allclose(bases[0], bases[1])
+    # the rank curve runs at the first site, which differs (layer 1 vs layer 0), so compare on one site: rank 2
+    same_site = dataclasses.replace(big, layers=(1,))
+    bases.clear()
+    (c,) = AJ.run(same_site, [tiny_addition_entry]).runs
+    assert [p.rank for p in c.rank_curve.points] == [1, 2, 4]
+    assert c.rank_curve.points[1].random_draws == a.rank_curve.points[0].random_draws
+    assert torch.equal(bases[3], small_bases[1]) and torch.equal(bases[4], small_bases[2])  # rank 2's two draws
+    # the shuffle, rebuilt by hand: randperm from the generator seeded with CRC-32 of "seed/site/kind"
+    model, task = tiny_addition_entry.model, tiny_addition_entry.task
+    eval_prompts = task.analysis_prompts(6, seed=AJ.EVAL_SEED)
+    mu_prompts = task.analysis_prompts(16, seed=AJ.MU_SEED, exclude=frozenset(eval_prompts))
+    _, cache = model.run_with_cache(task.prompt_tokens(mu_prompts), names_filter=site)
+    mu = positional_means(cache[site])
+    gen = torch.Generator().manual_seed(zlib.crc32(f"{a.draw_seed}/{site}/shuffle_positional".encode()))
+    perm = torch.randperm(mu.shape[0], generator=gen)
+    batch = task.training_batch([task.example(p) for p in eval_prompts])
+    with torch.no_grad(), model.hooks(fwd_hooks=[(site, ablation_hook("shuffle_positional", mu, perm=perm))]):
+        loss = float(answer_loss(model, batch))
+    assert a.site(site).ablations["shuffle_positional"].answer_loss == pytest.approx(loss, rel=1e-6)
+
+
+def test_keyed_generator():
+    """Its seed is the CRC-32 of "seed/key/..." (checked by hand), keys change the draw, bad input is refused."""
+
+    from nope_interp.jobs.common import keyed_generator
+
+    for seed, keys in ((0, ()), (7, ("blocks.1.hook_resid_pre", "swap_prompts")), (2**40, ("a", "rank_curve", "3"))):
+        want = torch.Generator().manual_seed(zlib.crc32("/".join((str(seed), *keys)).encode()))
+        assert torch.equal(torch.rand(5, generator=keyed_generator(seed, *keys)), torch.rand(5, generator=want))
+    draws = {tuple(torch.rand(3, generator=keyed_generator(1, k)).tolist()) for k in ("a", "b", "c")}
+    assert len(draws) == 3
+    with pytest.raises(NopeInterpError, match="seed"):
+        keyed_generator(-1, "a")
+    with pytest.raises(NopeInterpError, match="keys must be strings"):
+        unhooked(keyed_generator)(1, 2)
 
 
 def test_runs_of_other_recipes_are_not_pooled_as_seeds(AJ):

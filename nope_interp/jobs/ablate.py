@@ -79,6 +79,7 @@ from nope_interp.jobs.common import (
     entry_tokens,
     eval_prefix,
     job_models,
+    keyed_generator,
     progress,
     protocol_tag,
     protocol_window,
@@ -338,7 +339,10 @@ class RunAblation:
         protocol: the inputs (``full``, ``authors``, ``window``; ``text`` for a ``train-text`` model).
         window: characters per input of the ``window`` protocol (:data:`tasks.DEFAULT_WINDOW` otherwise).
         recipe: the model's recipe settings as JSON (all but the seeds; runs are pooled over seeds only when
-            equal). draw_seed: the seed of its random draws (:func:`model_draw_seed`).
+            equal). draw_seed: the seed of its random draws (:func:`model_draw_seed`); each draw has its own
+            generator keyed by it and by the site and kind (the rank curve: site, ``rank_curve`` and the rank;
+            :func:`~nope_interp.jobs.common.keyed_generator`), so a kind's draw is the same whichever other kinds
+            and sites are measured (files written before 2026-12-04 drew with one generator for all, in order).
     """
 
     label: str
@@ -669,7 +673,9 @@ def _decompose(site: str, acts: Float[Tensor, "batch pos d_model"]) -> Decomposi
 def model_draw_seed(entry: ModelEntry) -> int:
     """The seed of a model's random draws (permutations, random subspaces and directions, prompt swaps):
     :func:`~nope_interp.jobs.common.draw_seed` of its label (before 2026-12-03 every model used seed 0: the
-    random-subspace control of three seeds was one subspace)."""
+    random-subspace control of three seeds was one subspace). Each (site, kind) draws from its own
+    :func:`~nope_interp.jobs.common.keyed_generator` of this seed (since 2026-12-04; before, one generator ran
+    through every site and kind in order, so a kind's draw changed with the others requested)."""
     return draw_seed(entry.label)
 
 
@@ -685,6 +691,25 @@ def _check_ranks(entry: ModelEntry, config: AblateConfig, n_prompt: int) -> None
         raise NopeInterpError(f"{entry.label}: every --ranks value ({', '.join(map(str, config.ranks))}) is above "
                               f"the {max_rank} positional directions its {n_prompt}-position inputs can span: "
                               f"give ranks <= {max_rank}")
+
+
+def _kind_hook(kind: str, mu: Tensor, acts: Tensor, rank: int | None, seed: int, site: str) -> ResidHook:
+    """The hook of ablation ``kind`` at ``site``, its random draws (permutation, subspace, directions, prompt
+    swaps) from :func:`~nope_interp.jobs.common.keyed_generator` ``(seed, site, kind)``: the same for a model,
+    site and kind whichever other kinds and sites the call measures (until 2026-12-04 one generator ran through
+    every site and kind in order, so a kind's draw changed with the others requested)."""
+    gen = keyed_generator(seed, site, kind)
+    if kind in ("shuffle_positional", "shuffle_vectors"):
+        return ablation_hook(kind, mu, perm=torch.randperm(mu.shape[0], generator=gen))
+    if kind == "project_out":
+        return ablation_hook(kind, mu, basis=positional_subspace(mu, rank))
+    if kind == "project_out_random":
+        return ablation_hook(kind, mu, basis=random_subspace(mu.shape[1], rank, gen))
+    if kind == "project_out_content":
+        return ablation_hook(kind, mu, basis=content_subspace(acts, rank))
+    if kind in ("swap_prompts", "mean_positional_random"):
+        return ablation_hook(kind, mu, generator=gen)
+    return ablation_hook(kind, mu)
 
 
 def ablate_model(entry: ModelEntry, config: AblateConfig, *, seed: int | None = None,
@@ -712,7 +737,6 @@ def ablate_model(entry: ModelEntry, config: AblateConfig, *, seed: int | None = 
     name, n_prompt = inputs.task, inputs.mu_tokens.shape[1]
     _check_ranks(entry, config, n_prompt)
     seed = model_draw_seed(entry) if seed is None else seed
-    gen = torch.Generator().manual_seed(seed)
     t0 = time.perf_counter()
     clean = inputs.measure([], True)
     if clean.exact_match < 0.5:
@@ -725,17 +749,7 @@ def ablate_model(entry: ModelEntry, config: AblateConfig, *, seed: int | None = 
         dec = _decompose(site, acts)
         per: dict[str, Measurement] = {}
         for kind in config.kinds_used:
-            perm = torch.randperm(n_prompt, generator=gen)
-            if kind == "project_out":
-                basis = positional_subspace(mu, config.rank_used)
-            elif kind == "project_out_random":
-                basis = random_subspace(mu.shape[1], config.rank_used, gen)
-            elif kind == "project_out_content":
-                basis = content_subspace(acts, config.rank_used)
-            else:
-                basis = None
-            hook = ablation_hook(kind, mu, perm=perm, basis=basis, generator=gen)
-            per[kind] = inputs.measure([(site, hook)], True)
+            per[kind] = inputs.measure([(site, _kind_hook(kind, mu, acts, config.rank_used, seed, site))], True)
         site_results.append(SiteAblation(site=site, decomposition=dec, ablations=per))
         emit(log, f"{name} {site}: decomposition not computed: {dec.error}" if not dec.ok else
              f"{name} {site}: position explains {dec.positional_variance_fraction:.2f} of the variance; "
@@ -752,6 +766,7 @@ def ablate_model(entry: ModelEntry, config: AblateConfig, *, seed: int | None = 
         hook = ablation_hook("project_out", mu, basis=positional_subspace(mu, r))
         pos = inputs.measure([(rank_site, hook)], False)
         rand = []
+        gen = keyed_generator(seed, rank_site, "rank_curve", str(r))  # rank r's draws, whatever else is asked
         for _ in range(config.n_random):
             hook = ablation_hook("project_out_random", mu, basis=random_subspace(mu.shape[1], r, gen))
             rand.append(inputs.measure([(rank_site, hook)], False).exact_match)

@@ -211,6 +211,25 @@ def draw_seed(label: str) -> int:
     return zlib.crc32(label.encode("utf-8", "surrogatepass"))
 
 
+def keyed_generator(seed: int, *keys: str) -> torch.Generator:
+    """A ``torch.Generator`` for one draw of a job, seeded by ``seed`` (a model's :func:`draw_seed`) and the
+    ``keys`` that name the draw (e.g. the site and the ablation kind): the CRC-32 of
+    ``"<seed>/<key>/<key>..."`` (UTF-8), an integer in [0, 2**32). So a draw depends only on the model and on what
+    is drawn, never on which other draws the same call makes or in what order (one generator shared by a loop
+    over sites and kinds gives a kind other draws when another kind or site is requested beside it). Keys are
+    joined with ``/``, so keys containing ``/`` can alias (``("a/b",)`` and ``("a", "b")``): use names without it.
+
+    Raises:
+        NopeInterpError: ``seed`` not an integer in [0, 2**63); a key that is not a string.
+    """
+    seed = check_int("seed", seed, 0, 2**63 - 1)
+    for key in keys:
+        if not isinstance(key, str):
+            raise NopeInterpError(f"keyed_generator: keys must be strings, got {type(key).__name__} {key!r}")
+    text = "/".join((str(seed), *keys))
+    return torch.Generator().manual_seed(zlib.crc32(text.encode("utf-8", "surrogatepass")))
+
+
 def entry_from_run(run: LoadedRun, label: str, kind: str = "run", task: tasks_pkg.Task | None = None) -> ModelEntry:
     """A :class:`ModelEntry` for a loaded run; on another ``task`` (name or size) no training prompts are
     excluded and the label says which task it is analysed on (``<label>-on-<task><n_digits>``), so results
