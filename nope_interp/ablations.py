@@ -142,8 +142,9 @@ def positional_decomposition(
     zero = (torch.linalg.vector_norm(content, dim=-1) <= rel_zero * scale).any(0)
     keep = torch.nonzero(~zero).flatten()
     if keep.numel() < 3:
-        raise NopeInterpError(f"fewer than 3 positions with a non-zero content part in every prompt "
-                              f"(usable: {keep.tolist()})")
+        raise NopeInterpError(f"positional_decomposition: fewer than 3 of the {h.shape[1]} positions have a "
+                              f"non-zero content part in every prompt (usable: {keep.tolist()}), so no adjacency "
+                              f"score can be computed")
     h, content = h[:, keep], content[:, keep]
     mu = h.mean(0)
     grand = mu.mean(0)

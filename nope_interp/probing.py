@@ -299,7 +299,8 @@ def probe_sites(
         NopeInterpError: an unknown feature or probe; too few positions or sequences; ``acts`` not a 4-D real
             float tensor; ``labels`` not a list of one name per site (a single string, or a count that
             differs from ``acts.shape[0]``, would drop or mislabel sites); ``features``, ``probes`` or
-            ``seeds`` empty, a single string, or holding an entry twice (a seed twice would count as two).
+            ``seeds`` empty, a single string, or holding an entry twice (a seed twice would count as two); a seed
+            not an integer in [0, 2**32). Names and seeds are checked before any probe is fitted.
     """
     check_tensor(acts, "acts", "(site, batch, pos, d_model)", ndim=4, fn="probe_sites")
     for name, value in (("labels", labels), ("features", features), ("probes", probes), ("seeds", seeds)):
@@ -311,7 +312,16 @@ def probe_sites(
     if len(labels) != acts.shape[0]:
         raise NopeInterpError(f"probe_sites: labels must name each of the {acts.shape[0]} sites in acts, got "
                               f"{len(labels)} labels")
-    seeds = [int(v) if is_int(v) else v for v in seeds]  # numpy seeds as ints (recorded in the rows); checked below
+    # every name and seed before any fitting: a bad last entry would otherwise fail after minutes of fits
+    for feature in features:
+        if feature not in FEATURES:
+            raise NopeInterpError(f"probe_sites: unknown feature {feature!r}; allowed: {', '.join(FEATURES)}")
+    for probe in probes:
+        if probe not in PROBES:
+            raise NopeInterpError(f"probe_sites: unknown probe {probe!r}; allowed: {', '.join(PROBES)}")
+    for seed in seeds:
+        _check_integer("probe_sites", "each seed", seed, 0, 2**32 - 1)
+    seeds = [int(v) for v in seeds]  # numpy seeds as ints (recorded in the rows)
     rows: list[dict[str, object]] = []
     for s, label in enumerate(labels):
         for feature in features:

@@ -229,8 +229,13 @@ def test_positional_decomposition_separates_position_from_content(AB):
     mid = walk + content
     mid[:, 5] = mid[0, 5]
     assert AB.positional_decomposition(mid)["dropped_positions"] == [0, 5]
-    with pytest.raises(Exception, match="3 positions"):
+    # the message names the function (ablate reports it as a site's error, away from the call)
+    with pytest.raises(AB.NopeInterpError, match=r"^positional_decomposition: fewer than 3 of the 5 positions"):
         AB.positional_decomposition(torch.zeros(4, 5, 3, dtype=torch.float64) + 1.0)
+    few = mid.clone()
+    few[:, 2:] = few[0, 2:]  # positions 0 and 2-11 fixed: only position 1 is usable
+    with pytest.raises(AB.NopeInterpError, match=r"fewer than 3 of the 12 positions .*usable: \[1\]"):
+        AB.positional_decomposition(few)
 
 
 def test_a_hook_applied_to_other_activations_than_it_was_built_for_says_so(AB):

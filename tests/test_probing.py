@@ -218,6 +218,31 @@ def test_probe_inputs_that_would_drop_sites_or_split_nothing_are_refused(P):
     assert [r["site"] for r in rows] == ["a", "b"]
 
 
+def test_probe_sites_checks_every_name_and_seed_before_fitting_anything(P, monkeypatch):
+    """Before: a bad last feature, probe or seed was found only after every earlier (site, feature, probe, seed)
+    had been fitted (minutes with MLP probes at several sites)."""
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+
+    fits = []
+    real = P.fit_position_probe
+    monkeypatch.setattr(P, "fit_position_probe", lambda *a, **k: fits.append(a) or real(*a, **k))
+    four = torch.stack([P.noise_activations(6, 10, 4, seed=0)] * 2)
+    for features, probes, seeds, words in [
+        (("variance", "bogus"), ("ridge",), (0,), "unknown feature 'bogus'"),
+        (("variance",), ("ridge", "svm"), (0,), "unknown probe 'svm'"),
+        (("variance",), ("ridge",), (0, -1), "each seed must be an integer in \\[0, 4294967295\\], got -1"),
+        (("variance",), ("ridge",), (0, 2**32), "each seed must be an integer"),
+        (("variance",), ("ridge",), (0, 1.5), "each seed must be an integer"),
+    ]:
+        with pytest.raises(NopeInterpError, match=words):
+            unhooked(P.probe_sites)(four, ["a", "b"], features, probes, seeds)
+        assert fits == [], words
+    rows = unhooked(P.probe_sites)(four, ["a", "b"], ("variance",), ("ridge",), (np.int64(3),))
+    assert len(fits) == 2 and [type(r["seed"]) for r in rows] == [int, int]
+
+
 def _old_mlp(seed):
     """The MLP probe before 2026-12-03: early stopping after 8 epochs without gain, at most 150 epochs."""
     from sklearn.neural_network import MLPRegressor
