@@ -505,6 +505,10 @@ def text_windows_of(texts: str | list[str] | tuple[str, ...], length: int, n_win
     return torch.tensor(windows, dtype=torch.long)
 
 
+#: The keyword arguments :func:`analyze_text` passes on to :func:`analyze_tokens` (its keyword-only ones).
+ANALYZE_TEXT_KWARGS = ("max_lag", "task", "example_prompt", "meta", "protocol", "forward", "max_bytes")
+
+
 def analyze_text(model: LensModel, texts: str | list[str] | tuple[str, ...], length: int,
                  n_windows: int | None = 256, tokenizer: Tokenizer = None,
                  points: tuple[str, ...] = ACTIVATION_POINTS, **kwargs: Any) -> AnalysisResult:
@@ -517,11 +521,13 @@ def analyze_text(model: LensModel, texts: str | list[str] | tuple[str, ...], len
         model: a HookedTransformer or a TransformerBridge (``n_ctx >= length``).
         texts, length, n_windows, tokenizer: as :func:`text_windows_of` (default 256 windows, as the paper's
             256 prompts).
-        points, kwargs: as :func:`analyze_tokens` (``max_lag``, ``meta``, ``forward``, ...).
+        points, kwargs: as :func:`analyze_tokens` (:data:`ANALYZE_TEXT_KWARGS`: ``max_lag``, ``meta``,
+            ``forward``, ...).
 
     Raises:
-        NopeInterpError: everything :func:`text_windows_of` and :func:`analyze_tokens` raise (ids outside the
-            model's vocabulary among them: a tokenizer that is not the model's); no ``tokenizer`` for a model
+        NopeInterpError: a keyword argument :func:`analyze_tokens` does not take, before any work; everything
+            :func:`text_windows_of` and :func:`analyze_tokens` raise (ids outside the model's vocabulary among
+            them: a tokenizer that is not the model's); no ``tokenizer`` for a model
             that does not read the toolkit's character vocabulary (a ``TransformerBridge``, or a ``d_vocab``
             other than ``tasks.D_VOCAB``): its ids would be analysed as if they were that model's tokens.
 
@@ -531,6 +537,10 @@ def analyze_text(model: LensModel, texts: str | list[str] | tuple[str, ...], len
     Method: the adjacency score and lag profile of ``docs/method.md`` ("Definitions"), on the inputs of
     "Analysis inputs" (natural text instead of task prompts, a direction the paper names as future work).
     """
+    unknown = sorted(set(kwargs) - set(ANALYZE_TEXT_KWARGS))
+    if unknown:  # before any windowing or forward pass (a raw TypeError otherwise, after the text is cut)
+        raise NopeInterpError(f"analyze_text: unknown keyword argument(s) {', '.join(unknown)}; allowed: "
+                              f"{', '.join(ANALYZE_TEXT_KWARGS)} (passed on to analyze_tokens)")
     check_model(model)
     if tokenizer is None and (not isinstance(model, HookedTransformer) or model.cfg.d_vocab != tasks_pkg.D_VOCAB):
         raise NopeInterpError(

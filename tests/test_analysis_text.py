@@ -81,6 +81,27 @@ def test_ids_outside_the_models_vocabulary_are_refused():
         analyze_text(model, TEXTS, 8, tokenizer=lambda s: [100 + ord(c) % 5 for c in s])
 
 
+def test_an_unknown_keyword_is_one_clear_error_before_any_work(monkeypatch):
+    """Before: ``analyze_text(model, texts, 8, bogus=1)`` cut the text into windows and then failed with Python's
+    raw TypeError from analyze_tokens. The allowed names are analyze_tokens' keyword-only parameters."""
+    import inspect
+
+    import nope_interp.analysis as A
+    from nope_interp.config import preset
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.model import build_model
+
+    params = inspect.signature(inspect.unwrap(A.analyze_tokens)).parameters.values()
+    assert A.ANALYZE_TEXT_KWARGS == tuple(p.name for p in params if p.kind is p.KEYWORD_ONLY)
+    cut = []
+    monkeypatch.setattr(A, "text_windows_of", lambda *a, **k: cut.append(a) or 1 / 0)
+    model = build_model(preset("tiny"))
+    for bad in ({"bogus": 1}, {"max_lag": 2, "n_window": 4}, {"tokens": None}):
+        with pytest.raises(NopeInterpError, match=f"unknown keyword argument.*{sorted(set(bad) - {'max_lag'})[0]}"):
+            A.analyze_text(model, TEXTS, 8, **bad)
+    assert cut == []
+
+
 def _word_tokenizer(tmp_path):
     """A word-level Hugging Face tokenizer built and saved locally (no download)."""
     from tokenizers import Tokenizer, models, pre_tokenizers
