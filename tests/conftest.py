@@ -141,3 +141,17 @@ def packed_run(tmp_path_factory):
                       warmup_steps=1, eval_every=2, eval_n=5, checkpoint_every=2, objective="packed", window=16)
     train(preset("tiny", n_ctx=16, init_std=0.2), cfg, path, progress=False, command="x")
     return path
+
+
+def distinct_copy(run, dest):
+    """A copy of the run directory ``run`` at ``dest`` whose final weights differ from ``run``'s in the last bit
+    of one value: another model to the jobs, which refuse a byte-identical copy as one model given twice
+    (``jobs.common.refuse_same_model_twice``). Returns ``dest``."""
+    import shutil
+    from pathlib import Path
+
+    dest = Path(shutil.copytree(run, dest))
+    weights = bytearray((dest / "model.safetensors").read_bytes())
+    weights[-1] ^= 1
+    (dest / "model.safetensors").write_bytes(bytes(weights))
+    return dest

@@ -239,8 +239,9 @@ def test_cli_text_file_bom_short_file_and_labels(tmp_path, tiny_run, capsys):
     assert "the file holds only 6 of the 50 asked for" in printed.err + printed.out
     scores = json.loads((out / "results/analyze" / f"{tiny_run.name}-textfile" / "scores.json").read_text())
     assert scores["example_prompt"] == "To be, or " and scores["n_prompts"] == 6 and scores["windows_asked"] == 50
-    other = tmp_path / "other"
-    shutil.copytree(tiny_run, other)
+    from conftest import distinct_copy
+
+    other = distinct_copy(tiny_run, tmp_path / "other")  # a byte-identical copy would be one model twice
     assert main(["analyze", "--run", str(tiny_run), str(other), "--label", "mine", "--text-file", str(text),
                  "--text-length", "10", "--points", "z", "--out-root", str(out)]) == 0
     assert not (out / "results/analyze/mine").exists()

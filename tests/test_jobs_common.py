@@ -323,3 +323,46 @@ def test_every_job_refuses_an_empty_single_or_foreign_models_argument_before_any
     with pytest.raises(NopeInterpError, match=rf"^{name}: models must be a list of ModelEntry .* got ModelEntry; "
                                               r"for one model write \[entry\]"):
         run_job(cfg, entry_from_run(run, "pretrained-reversal"))
+
+
+@pytest.mark.parametrize("job", ["compare", "analyze", "ablate", "trajectory"])
+def test_one_model_given_twice_under_two_labels_is_refused(tiny_reversal_run, tmp_path, capsys, job):
+    """Before: ``compare --run runs/base baselink`` (a link to it) or a ``cp -r`` copy counted one model as two
+    seeds (0.959 ± 0.000 over "2 seeds"): duplicates were caught by the folder name alone. Now the resolved
+    directory and the weights' bytes are compared; the CLI answers in one line, exit 2, nothing written."""
+    import shutil
+
+    from nope_interp.cli import main
+
+    link = tmp_path / "link"
+    link.symlink_to(tiny_reversal_run)
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_reversal_run, copy)
+    for other, why in ((link, "one directory"), (copy, "byte-identical weights")):
+        out = tmp_path / f"out-{other.name}"
+        assert main([job, "--run", str(tiny_reversal_run), str(other), "--out-root", str(out)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "tiny-rev and " in err[0] and why in err[0], err
+        assert not out.exists()
+
+
+def test_same_model_check_leaves_other_tasks_and_other_weights_alone(tiny_reversal_run, tmp_path):
+    import dataclasses
+    import shutil
+
+    import tasks
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.common import refuse_same_model_twice
+
+    entry = _entry(tiny_reversal_run, 3)
+    on_two = dataclasses.replace(entry, label="tiny-rev-on-reversal4", task=tasks.get_task("reversal", n_digits=4))
+    refuse_same_model_twice("x", [entry, on_two])  # one run on two task sizes: two analyses, not two seeds
+    changed = tmp_path / "changed"
+    shutil.copytree(tiny_reversal_run, changed)
+    weights = changed / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1  # another last bit of one weight: another model
+    weights.write_bytes(bytes(data))
+    refuse_same_model_twice("x", [entry, _entry(changed, 3)])
+    with pytest.raises(NopeInterpError, match="x: tiny-rev and same are the same model"):
+        refuse_same_model_twice("x", [entry, dataclasses.replace(entry, label="same")])

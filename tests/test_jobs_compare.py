@@ -237,7 +237,7 @@ def test_summary_figure_has_every_seed_at_its_score_and_each_group_mean(tiny_run
         compare.plot_site_summary(result, site="blocks.9.attn.hook_z")
 
 
-def test_only_runs_of_one_recipe_are_pooled_as_seeds(tiny_runs, monkeypatch):
+def test_only_runs_of_one_recipe_are_pooled_as_seeds(tiny_runs, monkeypatch, tmp_path):
     """Runs that differ in architecture (rotary) or task size (n_digits) are other recipes even when their
     short labels agree: they get groups of their own, whose labels name the difference; runs saved alike
     but for their seeds share one group."""
@@ -248,11 +248,13 @@ def test_only_runs_of_one_recipe_are_pooled_as_seeds(tiny_runs, monkeypatch):
     from nope_interp.jobs.common import ModelSource, load_models
 
     a0, a1, _ = load_models(ModelSource(run=tuple(str(r) for r in tiny_runs)))
-    rotary = dataclasses.replace(a1, label="rotary", model_cfg=dataclasses.replace(a1.model_cfg, positional="rotary"))
+    # stand-ins for runs of other recipes, each in a directory of its own (one directory twice is refused)
+    rotary = dataclasses.replace(a1, label="rotary", model_cfg=dataclasses.replace(a1.model_cfg, positional="rotary"),
+                                 run=dataclasses.replace(a1.run, path=tmp_path / "rotary"))
     bigger = dataclasses.replace(a1, label="three-digit", task=tasks.get_task("addition", n_digits=3))
     # trained on 3 digits, analysed on 2 like a0 and a1 (compare --n-digits 2): another recipe all the same
     other = dataclasses.replace(a1, label="trained-on-3", run=dataclasses.replace(
-        a1.run, task=tasks.get_task("addition", n_digits=3)))
+        a1.run, task=tasks.get_task("addition", n_digits=3), path=tmp_path / "trained-on-3"))
     monkeypatch.setattr(compare, "_seed_record", lambda e, cfg: compare.SeedRecord(
         label=e.label, seed=e.model_cfg.seed, test_acc=1.0, steps=20,
         scores={"full": {k: {"hook_embed": 0.5} for k in compare.KINDS}}, diagnostics={k: {} for k in compare.KINDS}))

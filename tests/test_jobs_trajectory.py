@@ -259,6 +259,8 @@ def test_a_corrupt_file_of_any_run_fails_before_the_first_step_is_scored(tiny_ad
     earlier step (and run) had been scored."""
     import shutil
 
+    from conftest import distinct_copy
+
     from nope_interp.errors import NopeInterpError
     from nope_interp.jobs import trajectory
     from nope_interp.jobs.common import ModelSource, load_models
@@ -270,7 +272,7 @@ def test_a_corrupt_file_of_any_run_fails_before_the_first_step_is_scored(tiny_ad
     for damage, words in ((lambda: last.write_bytes(last.read_bytes()[:100]), last.name),
                           (lambda: (bad / "metrics.jsonl").write_text("not json\n"), "metrics.jsonl")):
         shutil.rmtree(bad)
-        shutil.copytree(tiny_addition_run_with_kept_steps, bad)
+        distinct_copy(tiny_addition_run_with_kept_steps, bad)  # a byte-identical copy is one model twice
         damage()
         lines: list[str] = []
         with pytest.raises(NopeInterpError, match=words):

@@ -20,6 +20,7 @@ The contract of a job module ``nope_interp/jobs/<job>.py`` (see the README, "Add
 * plot functions that take the result, never a model.
 """
 
+import hashlib
 import os
 import sys
 import warnings
@@ -189,7 +190,53 @@ def job_models(job: str, models: object, defaults: Callable[[], list[ModelEntry]
             hint = (" (wrap a loaded run: nope_interp.jobs.common.entry_from_run(run, label))"
                     if isinstance(m, LoadedRun) else "")
             raise NopeInterpError(f"{job}: models must hold ModelEntry objects, got a {type(m).__name__}{hint}")
+    refuse_same_model_twice(job, models)
     return list(models)
+
+
+def _model_dir(entry: ModelEntry) -> Path | None:
+    """The directory ``entry``'s weights were read from (a run or a ``train-text`` run), None for a model
+    without one (initialised, Hugging Face)."""
+    if entry.run is not None:
+        return Path(entry.run.path)
+    if entry.kind == "text" and isinstance(entry.source.get("model_source"), str | Path):
+        return Path(entry.source["model_source"])
+    return None
+
+
+def refuse_same_model_twice(job: str, models: Iterable[ModelEntry]) -> None:
+    """Refuse one trained model given twice on the same task under two labels: the same directory reached
+    through a link or another spelling (compared after resolving), or a copy with byte-identical weights
+    (``model.safetensors``). Each entry would count as a seed of its recipe, so every mean over seeds would
+    repeat one value and every std and confidence interval shrink. The same run on two tasks (labels
+    ``-on-<task>``) and initialised or Hugging Face models (no directory) are not compared.
+
+    Raises:
+        NopeInterpError: two entries of the same task whose directories resolve to one, or whose weights files
+            are identical.
+    """
+    seen: dict[tuple[str, str, str], str] = {}
+    for entry in models:
+        where = _model_dir(entry)
+        if where is None:
+            continue
+        task = f"{entry.task.name}{sorted(entry.task.params().items())}"
+        resolved = where.expanduser().resolve()
+        weights = resolved / "model.safetensors"
+        keys = [("directory", str(resolved), task)]
+        if weights.is_file():
+            digest = hashlib.sha256()
+            with weights.open("rb") as fh:
+                for block in iter(lambda: fh.read(1 << 22), b""):
+                    digest.update(block)
+            keys.append(("weights", digest.hexdigest(), task))
+        for key in keys:
+            if key in seen and seen[key] != entry.label:
+                why = ("one directory (after resolving links)" if key[0] == "directory"
+                       else "byte-identical weights (a copy)")
+                raise NopeInterpError(f"{job}: {seen[key]} and {entry.label} are the same model ({why}): it would "
+                                      "count as two seeds in every mean, std and interval over seeds; give it once")
+            seen[key] = entry.label
 
 
 def draw_seed(label: str) -> int:
