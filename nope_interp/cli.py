@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from nope_interp.errors import NopeInterpError, NopeInterpWarning, Terminated, sigterm_as_exit
-from tasks import TASK_NAMES, TaskError
+
+# the tasks package imports torch (seconds): imported where used, after main() has its Ctrl-C/SIGTERM handling
 
 #: ModelConfig fields offered as ``--model-*`` flags.
 MODEL_FLAGS = ("n_layers", "d_model", "n_heads", "d_head", "d_mlp", "n_ctx", "act_fn", "normalization",
@@ -232,6 +233,8 @@ def _build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     add_config_flags(p, TextTrainConfig)
 
     p = sub.add_parser("train", help="train a NoPE model on a task; writes runs/<name>/")
+    from tasks import TASK_NAMES
+
     p.add_argument("--task", required=True, help=f"one of: {', '.join(TASK_NAMES)}")
     p.add_argument("--n-digits", type=ascii_int, default=None, help="task size (default: the paper's)")
     p.add_argument("--preset", default="cpu",
@@ -457,11 +460,21 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``nope-interp`` console script. Returns the exit status (0, or 2 on bad input)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = _build_parser(argv)
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as stop:  # --help (0) or a one-line usage error (2)
-        return stop.code if isinstance(stop.code, int) else 2
+    try:  # building the parser imports the job's modules (torch, TransformerLens): seconds a user may stop
+        with sigterm_as_exit():
+            parser = _build_parser(argv)
+            try:
+                args = parser.parse_args(argv)
+            except Terminated:
+                raise
+            except SystemExit as stop:  # --help (0) or a one-line usage error (2)
+                return stop.code if isinstance(stop.code, int) else 2
+    except (KeyboardInterrupt, Terminated) as stop:  # one line, as once the command runs (not a traceback)
+        how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
+        command = next((a for a in argv if not a.startswith("-")), "")
+        print(f"nope-interp: {how} while starting{f' ({command})' if command else ''}; nothing was written: "
+              "rerun the same command", file=sys.stderr)
+        return int(stop.code) if isinstance(stop, Terminated) else 130
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning  # restored on exit: the CLI's one-line warnings stay in the CLI
         return _run_command(args, argv)
@@ -497,6 +510,8 @@ def _close_progress_bars() -> None:
 
 
 def _run_command(args: argparse.Namespace, argv: list[str]) -> int:
+    from tasks import TaskError  # imported by the parser already
+
     try:
         with sigterm_as_exit():  # every command: a scheduler's or `timeout`'s SIGTERM gets the line below too
             if args.command == "train":

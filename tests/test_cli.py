@@ -284,9 +284,10 @@ def test_ablate_command(main, tiny_run, tmp_path):
     # (the same folder twice is refused: its label would name two result rows)
     assert not (tmp_path / "figures" / "ablate" / "ablations_seeds.html").exists()
     assert main(argv[:2] + [str(tiny_run)] + argv[2:]) == 2
-    import shutil
+    from conftest import distinct_copy
 
-    twin = shutil.copytree(tiny_run, tmp_path / f"{tiny_run.name}-copy")
+    # a byte-identical copy is one model twice (refused); a copy with other weights is a second seed
+    twin = distinct_copy(tiny_run, tmp_path / f"{tiny_run.name}-copy")
     assert main(argv[:2] + [str(twin)] + argv[2:]) == 0
     summary = json.loads((tmp_path / "results" / "ablate" / "ablate.json").read_text())["seed_summary"]["addition"]
     assert summary["clean_exact_match"]["n_seeds"] == 2 and summary["clean_exact_match"]["std"] == 0.0
@@ -693,3 +694,38 @@ def test_the_top_level_help_imports_no_job_and_a_command_builds_only_its_own_fla
     assert flags["ablate"] == {"-h", "--help"}  # listed with its help line only
     assert "--kinds" in {o for a in _build_parser()._subparsers._group_actions[0].choices["ablate"]._actions
                          for o in a.option_strings}  # without argv: every job's flags
+
+
+@pytest.mark.parametrize(("stop", "status", "how"), [
+    (KeyboardInterrupt(), 130, "interrupted"), ("term", 143, "terminated (SIGTERM)")])
+def test_a_stop_while_the_parser_is_built_is_one_line(monkeypatch, capsys, stop, status, how):
+    """Before: Ctrl-C in the first seconds (the parser imports torch and TransformerLens for the job) printed a
+    traceback, and SIGTERM then ended the process with no output at all: the handler was installed later."""
+    import signal
+
+    import nope_interp.cli as cli
+    from nope_interp.errors import Terminated
+
+    def stopping(argv):
+        if stop == "term":
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None)  # the CLI's handler is in place
+            raise Terminated(143)
+        raise stop
+
+    monkeypatch.setattr(cli, "_build_parser", stopping)
+    assert cli.main(["trajectory", "--run", "runs/x"]) == status
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"nope-interp: {how} while starting (trajectory); nothing was written: rerun the same command"]
+
+
+def test_importing_the_cli_imports_no_torch():
+    """The console script imports ``nope_interp.cli`` before ``main`` installs its Ctrl-C/SIGTERM handling: a
+    torch import there (through the tasks package, 3 s on a loaded machine) was a window where SIGTERM ended
+    the command with no output at all."""
+    import subprocess
+    import sys
+
+    code = ("import sys, nope_interp.cli; "
+            "print(sorted(m for m in ('torch', 'tasks', 'transformer_lens') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
