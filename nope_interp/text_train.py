@@ -39,6 +39,7 @@ from nope_interp.train import (
     _check_finite_weights,
     _cpu_name,
     check_configs,
+    check_resume_stamp,
     check_same_settings,
     check_trainable_attention,
     load_optimizer_state,
@@ -307,6 +308,7 @@ def _train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: Path, str
             raise NopeInterpError(no_checkpoint_message(run_dir, ckpt_path, "text_train", fields=()))
         old = io.read_json(run_dir / io.CONFIG_FILE, "run config")
         old_model, old_cfg = parse_text_run_config(old, run_dir / io.CONFIG_FILE)
+        check_resume_stamp(run_dir, old_model, old_cfg)
         check_same_text_settings(old_model, old_cfg, model_cfg, cfg, run_dir,
                                  old.get("command") if isinstance(old, dict) else None)
         ckpt = io.load_checkpoint(ckpt_path, device)

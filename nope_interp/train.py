@@ -30,7 +30,7 @@ from nope_interp.config import ModelConfig, TextTrainConfig, TrainConfig, check_
 from nope_interp.errors import NopeInterpError, ScheduleWarning, sigterm_as_exit
 from nope_interp.evaluate import answer_loss, answer_token_loss, exact_match_accuracy
 from nope_interp.model import build_model, check_device, check_nope, load_state
-from nope_interp.pretrained import parse_run_config, run_settings, settings_stamp
+from nope_interp.pretrained import check_settings_stamp, parse_run_config, run_settings, settings_stamp
 
 T = TypeVar("T")
 
@@ -416,6 +416,21 @@ def finished_run_message(run_dir: Path, section: str = "train",
             f"folder, rm -r {run_dir}, to train this one again)")
 
 
+def check_resume_stamp(run_dir: Path, model_cfg: Any, cfg: Any) -> None:
+    """Before ``--resume``: refuse a ``config.json`` that does not describe the run's weights (the settings
+    stamp of its ``model.safetensors``, :func:`nope_interp.pretrained.check_settings_stamp`): an edited config
+    (another schedule, seed, learning rate) would continue the checkpoint under settings it was not trained
+    with, and the summary would report them. A run without weights yet (stopped before its first checkpoint's
+    weights were written) is not checked.
+
+    Raises:
+        NopeInterpError: the settings that differ, with both values.
+    """
+    weights = run_dir / io.WEIGHTS_FILE
+    if weights.is_file():
+        check_settings_stamp(weights, model_cfg, cfg, run_dir / io.CONFIG_FILE)
+
+
 def resume_metrics(run_dir: Path, step: int, steps: int,
                    fields: tuple[tuple[str, tuple[type, ...]], ...] = TASK_SUMMARY_FIELDS) -> None:
     """Check that a run can resume from its checkpoint at ``step`` (of ``steps``), then cut its
@@ -424,7 +439,8 @@ def resume_metrics(run_dir: Path, step: int, steps: int,
     it only scores the test set and writes the summary.
 
     Raises:
-        NopeInterpError: the run has finished (:func:`finished_summary` with ``fields``: its summary says it
+        NopeInterpError: a checkpoint ``step`` past ``steps``; the run has finished (:func:`finished_summary`
+            with ``fields``: its summary says it
             stopped early at its target or trained its whole schedule, at this step): resuming rewrote its
             summary, and after an early stop trained on past the target; a corrupt summary; ``metrics.jsonl``
             missing while the checkpoint is past step 0 (the history up to it would be lost) or corrupt (a
@@ -432,6 +448,10 @@ def resume_metrics(run_dir: Path, step: int, steps: int,
             :func:`finalize` wrote for the stopped run is removed: it would describe weights the run replaces
             (the finished run writes its own).
     """
+    if step > steps:  # a schedule shorter than the checkpoint: config.json was edited, or is another run's
+        raise NopeInterpError(f"--resume: the checkpoint of {run_dir} is at step {step}, past the {steps}-step "
+                              f"schedule of its config.json: the config does not describe this checkpoint; restore "
+                              f"the config the run was trained with")
     summary = finished_summary(run_dir, steps, step, fields)
     if summary is not None:
         raise NopeInterpError(f"--resume: {run_dir} has finished: it {_how_it_finished(summary, steps)}, so there "
@@ -563,6 +583,7 @@ def _train(model_cfg: ModelConfig, cfg: TrainConfig, run_dir: Path, task: tasks_
         old = io.read_json(run_dir / io.CONFIG_FILE, "run config")
         # compare as configs, so a run written before a config gained a field (with its default) resumes
         old_model, old_train = parse_run_config(old, run_dir / io.CONFIG_FILE)
+        check_resume_stamp(run_dir, old_model, old_train)
         check_same_settings(run_settings(old_model, old_train), run_settings(model_cfg, cfg), run_dir,
                             command=old.get("command"))
         config["command"] = old.get("command", config["command"])

@@ -720,3 +720,37 @@ def test_resume_with_another_preset_names_the_runs_own_command(tiny_train, tmp_p
         train(wider, cfg.replace(steps=8), tmp_path / "r", resume=True, progress=False)
     msg = str(info.value)
     assert "model.d_model (stored" in msg and msg.endswith(f"; to resume it, rerun its own command: {shown}")
+
+
+def test_resume_refuses_a_config_edited_under_its_checkpoint(tiny_train, tmp_path):
+    """Before: a hand-edited config.json (steps 12 -> 6, with the checkpoint at step 8; or another lr) resumed
+    with --steps and --lr to match it, trained on, and wrote a summary of a 6-step run finished at step 8. Now
+    the weights' settings stamp and the checkpoint's step are checked against the config; nothing is written."""
+    import json
+    import shutil
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.train import train
+
+    model_cfg, cfg = tiny_train
+    cfg = cfg.replace(steps=12, eval_every=4)
+    train(model_cfg, cfg, tmp_path / "done", progress=False)
+    for field, value, match in (("steps", 6, "train.steps \\(12 in the weights, 6 in the config\\)"),
+                                ("lr", 0.5, "train.lr \\(0.003 in the weights, 0.5 in the config\\)")):
+        run = tmp_path / field
+        shutil.copytree(tmp_path / "done", run)
+        _rewind_checkpoint(run, 8)
+        (run / "summary.json").unlink()
+        config = json.loads((run / "config.json").read_text())
+        config["train"][field] = value
+        (run / "config.json").write_text(json.dumps(config))
+        before = {f.name: f.read_bytes() for f in run.iterdir() if f.is_file()}
+        with pytest.raises(NopeInterpError, match=match):
+            train(model_cfg, cfg.replace(**{field: value}), run, resume=True, progress=False)
+        assert {f.name: f.read_bytes() for f in run.iterdir() if f.is_file()} == before
+    # without a stamp to tell (weights written before stamps), the step past the schedule still is refused
+    run = tmp_path / "unstamped"
+    shutil.copytree(tmp_path / "steps", run)
+    (run / "model.safetensors").unlink()
+    with pytest.raises(NopeInterpError, match="checkpoint of .* is at step 8, past the 6-step schedule"):
+        train(model_cfg, cfg.replace(steps=6), run, resume=True, progress=False)
