@@ -99,6 +99,15 @@ def test_groups_statistics_and_verdicts(tiny_runs, tmp_path):
                         st["mean_matrix_pooled"] = None
     nulls = compare.render_markdown(data).split("## The authors' statistics at L0")[1].split("\n## ")[0]
     assert all(line.split(" | ")[6] == "-" for line in nulls.splitlines() if line.startswith("| addition |"))
+    # a seed without a summary (a run stopped before its test set) is "not finished", not "n/a (None)" nor a
+    # seed that missed 99%: before, the Models table counted it in "0 of 1"
+    g0 = data["groups"][0]
+    g0["seeds"][1]["test_acc"], g0["seeds"][1]["steps"] = None, None
+    models = compare.render_markdown(data).split("## Models")[1].split("\n## ")[0]
+    (row,) = [line for line in models.splitlines() if line.startswith(f"| addition | {g0['recipe']} |")]
+    label = g0["seeds"][1]["label"]
+    assert f"{label} not finished (no summary)" in row and "None" not in row
+    assert row.endswith(f"| {g0['n_at_target']} of 1 (1 not finished) |")
     # a one-seed group (the packed run) shows its mean alone: its spread is undefined, not 0
     # (the authors' statistics give a spread over prompts, also for one seed)
     rest = md.replace(section, "")

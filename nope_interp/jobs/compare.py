@@ -360,9 +360,12 @@ def render_markdown(result: dict[str, Any]) -> str:
              f"{', '.join(cfg['protocols'])} (docs/method.md, \"Analysis inputs\").", "",
              "## Models", "", "| task | recipe | seeds: test exact match (steps) | at 99% |", "|---|---|---|---|"]
     for g in result["groups"]:
-        accs = ", ".join(f"{s['label']} {'n/a' if s['test_acc'] is None else fmt_fraction(s['test_acc'])}"
-                         f" ({s['steps']})" for s in g["seeds"])
-        lines.append(f"| {g['task']} | {g['recipe']} | {accs} | {g['n_at_target']} of {len(g['seeds'])} |")
+        # a run without a summary (stopped before its test set was scored) has no exact match: not "0 of 1"
+        accs = ", ".join(f"{s['label']} not finished (no summary)" if s["test_acc"] is None
+                         else f"{s['label']} {fmt_fraction(s['test_acc'])} ({s['steps']})" for s in g["seeds"])
+        unknown = sum(s["test_acc"] is None for s in g["seeds"])
+        at = f"{g['n_at_target']} of {len(g['seeds']) - unknown}" + (f" ({unknown} not finished)" if unknown else "")
+        lines.append(f"| {g['task']} | {g['recipe']} | {accs} | {at} |")
     lines += ["", "## Scores at `hook_embed` and layer 0 (mean ± std over seeds)", "",
               "| task | recipe | protocol | init embed | init L0 hook_z | trained embed | trained L0 hook_z "
               "| trained L0 resid_post |", "|---|---|---|---|---|---|---|---|"]
