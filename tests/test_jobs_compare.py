@@ -2,6 +2,7 @@
 
 import json
 import statistics
+from pathlib import Path
 
 import pytest
 from conftest import assert_lists_every_file, assert_strict_json_files
@@ -81,6 +82,9 @@ def test_groups_statistics_and_verdicts(tiny_runs, tmp_path):
     assert_lists_every_file(paths, tmp_path)  # before: the plotly.min.js the figures load was left out
     data = json.loads((tmp_path / "results" / "compare" / "compare.json").read_text())
     assert len(data["groups"]) == 2 and data["config"]["protocols"] == ["full", "authors"]
+    # each seed names the run it came from (absolute, links resolved): before, compare.json had no path
+    runs = {e.label: str(Path(e.run.path).resolve()) for e in entries}
+    assert all(sd["run"] == runs[sd["label"]] for g in data["groups"] for sd in g["seeds"])
     md = (tmp_path / "results" / "compare" / "compare.md").read_text()
     assert "## Verdicts" in md and group.recipe in md and "## The authors' statistics at L0" in md
     seed0 = group.seeds[0].authors["authors"]["trained"][z]

@@ -66,6 +66,13 @@ def test_scores_equal_analysing_each_kept_checkpoint(tiny_addition_run_with_kept
     for bad in ("not a seed", -1, True, 2**63, 1.5):
         with pytest.raises(NopeInterpError, match="mechanisms_draw_seed must be null or an integer"):
             trajectory.RunTrajectory.from_dict({**old, "mechanisms_draw_seed": bad})
+    # the run it measured, as an absolute path with links resolved (before: no path, so two runs of one folder
+    # name wrote the same file and nothing told them apart); files from before it was recorded read as None
+    assert r.run == str(tiny_addition_run_with_kept_steps.resolve()) == r.to_dict()["run"]
+    assert trajectory.RunTrajectory.from_dict({k: v for k, v in r.to_dict().items() if k != "run"}).run is None
+    for bad in (5, "", ["x"]):
+        with pytest.raises(NopeInterpError, match="run must be null or a non-empty string"):
+            trajectory.RunTrajectory.from_dict({**r.to_dict(), "run": bad})
     assert r.mechanisms["l0_z_score_none"][1] == r.scores["blocks.0.attn.hook_z"][1]  # full protocol: the same
     assert "l0_z_score_both" in r.rows()[1]
     fig = trajectory.plot_trajectory(r)

@@ -83,6 +83,7 @@ from nope_interp.jobs.common import (
     progress,
     protocol_tag,
     protocol_window,
+    run_path,
     shipped_entries,
     text_task_name,
     with_protocol,
@@ -791,20 +792,6 @@ def ablate_model(entry: ModelEntry, config: AblateConfig, *, seed: int | None = 
                        n_mu=inputs.mu_tokens.shape[0], rank=config.rank_used, clean=clean, sites=tuple(site_results),
                        rank_curve=curve, metric=inputs.metric, eval_prefix=inputs.prefix, protocol=inputs.protocol,
                        window=config.window_used, recipe=_recipe(entry), draw_seed=seed)
-
-
-def run_path(entry: ModelEntry) -> str | None:
-    """The directory of ``entry``'s model as written in every output (``run`` of ``ablate.json``, its seed
-    summaries and the CSVs): an absolute path with symlinks resolved (a leading ``~`` expanded), the same
-    convention for a task run (shipped or given with ``--run``, relative or not) and a ``train-text`` run;
-    None for a model without a directory (an initialised or a Hugging Face model)."""
-    if entry.run is not None:
-        path = entry.run.path
-    elif entry.kind == "text":
-        path = entry.source["model_source"]
-    else:
-        return None
-    return str(io.as_path(path, "run directory").resolve())
 
 
 def _recipe(entry: ModelEntry) -> str:

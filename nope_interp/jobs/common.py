@@ -258,6 +258,21 @@ def draw_seed(label: str) -> int:
     return zlib.crc32(label.encode("utf-8", "surrogatepass"))
 
 
+def run_path(entry: ModelEntry) -> str | None:
+    """The directory of ``entry``'s model as written in every output (``run`` of ``ablate.json``, its seed
+    summaries and CSVs, and of each run in ``trajectory``'s results): an absolute path with symlinks resolved (a
+    leading ``~`` expanded), the same
+    convention for a task run (shipped or given with ``--run``, relative or not) and a ``train-text`` run;
+    None for a model without a directory (an initialised or a Hugging Face model)."""
+    if entry.run is not None:
+        path = entry.run.path
+    elif entry.kind == "text":
+        path = entry.source["model_source"]
+    else:
+        return None
+    return str(io.as_path(path, "run directory").resolve())
+
+
 def keyed_generator(seed: int, *keys: str) -> torch.Generator:
     """A ``torch.Generator`` for one draw of a job, seeded by ``seed`` (a model's :func:`draw_seed`) and the
     ``keys`` that name the draw (e.g. the site and the ablation kind): the CRC-32 of

@@ -41,6 +41,7 @@ from nope_interp.jobs.common import (
     job_models,
     progress,
     protocol_window,
+    run_path,
     shipped_entries,
 )
 from nope_interp.jobs.demo import CLAIMS, FIRST_ATTENTION_SITES, in_claimed_range
@@ -149,7 +150,9 @@ class SeedRecord:
     prompt-averaged cosine matrix) and ``exact_match_on_inputs[protocol]``: the trained model's exact match
     on the analysed inputs (:class:`~nope_interp.evaluate.InputsExactMatch` as a dict); ``draw_seed``: the seed
     of the diagnostics' random draws (:func:`~nope_interp.jobs.common.draw_seed` of the label; None in files
-    written before it was recorded, whose models all drew with seed 0)."""
+    written before it was recorded, whose models all drew with seed 0); ``run``: the model's directory, absolute
+    with links resolved (:func:`~nope_interp.jobs.common.run_path`; None for a model without one, and in files
+    written before 2026-12-04)."""
 
     label: str
     seed: int
@@ -160,6 +163,7 @@ class SeedRecord:
     authors: dict[str, dict[str, dict[str, dict[str, float]]]] = field(default_factory=dict)
     exact_match_on_inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     draw_seed: int | None = None
+    run: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain Python fields (NaN where undefined; strict JSON: :func:`~nope_interp.io.json_safe`)."""
@@ -274,7 +278,7 @@ def _seed_record(entry: ModelEntry, config: CompareConfig) -> SeedRecord:
     summary = entry.run.summary if entry.run is not None else {}
     return SeedRecord(label=entry.label, seed=entry.model_cfg.seed, test_acc=summary.get("test_acc"),
                       steps=summary.get("steps"), scores=scores, diagnostics=diagnostics, authors=authors,
-                      exact_match_on_inputs=on_inputs, draw_seed=draws)
+                      exact_match_on_inputs=on_inputs, draw_seed=draws, run=run_path(entry))
 
 
 def _group(task: str, recipe: str, seeds: list[SeedRecord], protocols: tuple[str, ...]) -> GroupComparison:

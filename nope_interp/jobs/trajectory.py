@@ -33,7 +33,17 @@ from nope_interp.diagnostics import (
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, check_points, short_label
 from nope_interp.jobs import JOB_HELP
-from nope_interp.jobs.common import Log, ModelEntry, draw_seed, emit, job_models, progress, protocol_tag, with_protocol
+from nope_interp.jobs.common import (
+    Log,
+    ModelEntry,
+    draw_seed,
+    emit,
+    job_models,
+    progress,
+    protocol_tag,
+    run_path,
+    with_protocol,
+)
 from nope_interp.model import build_model, load_state
 from nope_interp.plotting import LINE_COLOURS, line_colours, save_figure, with_plotlyjs
 from nope_interp.pretrained import check_settings_stamp
@@ -95,6 +105,9 @@ class RunTrajectory:
         mechanisms_draw_seed: the seed of the interventions' random draws, the same at every step
             (:func:`~nope_interp.jobs.common.draw_seed` of ``label``); None when no mechanism was measured, or
             read from a file written before it was recorded (whose draws used seed 0).
+        run: the run's directory, absolute with links resolved (:func:`~nope_interp.jobs.common.run_path`), so a
+            result file says which run it measured (two runs of one folder name write the same file name);
+            None in files written before 2026-12-04.
     """
 
     label: str
@@ -107,6 +120,7 @@ class RunTrajectory:
     eval_acc: tuple[float, ...]
     mechanisms: dict[str, tuple[float, ...]] = field(default_factory=dict)
     mechanisms_draw_seed: int | None = None
+    run: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain Python fields (NaN where undefined; strict JSON: :func:`~nope_interp.io.json_safe`)."""
@@ -114,7 +128,7 @@ class RunTrajectory:
                 "sites": list(self.sites), "scores": {s: list(v) for s, v in self.scores.items()},
                 "eval_steps": list(self.eval_steps), "eval_acc": list(self.eval_acc),
                 "mechanisms": {k: list(v) for k, v in self.mechanisms.items()},
-                "mechanisms_draw_seed": self.mechanisms_draw_seed}
+                "mechanisms_draw_seed": self.mechanisms_draw_seed, "run": self.run}
 
     @classmethod
     def from_dict(cls, data: Any) -> "RunTrajectory":
@@ -126,7 +140,7 @@ class RunTrajectory:
                 score or accuracy that is not a number in [0, 1] (NaN included); ``mechanisms`` (optional:
                 files written before it existed have none) that is not ``{name of MECHANISMS: [value in
                 [0, 1] at each step]}``; ``mechanisms_draw_seed`` (optional) not null nor an integer in
-                [0, 2**63).
+                [0, 2**63); ``run`` (optional) not null nor a non-empty string.
         """
         def bad(what: str) -> NopeInterpError:
             return NopeInterpError(f"not a trajectory result (as `nope-interp trajectory` writes): {what}")
@@ -180,9 +194,12 @@ class RunTrajectory:
         if seed is not None and not (is_int(seed) and 0 <= seed < 2**63):
             raise bad(f"mechanisms_draw_seed must be null or an integer in [0, 2**63), got {seed!r}"[:200])
         seed = None if seed is None else int(seed)
+        run = data.get("run")
+        if run is not None and (not isinstance(run, str) or not run):
+            raise bad(f"run must be null or a non-empty string (the run's directory), got {run!r}"[:200])
         return cls(label=data["label"], task=data["task"], objective=data["objective"], steps=steps, sites=sites,
                    scores=scores, eval_steps=eval_steps, eval_acc=eval_acc, mechanisms=mechanisms,
-                   mechanisms_draw_seed=seed)
+                   mechanisms_draw_seed=seed, run=run)
 
     def rows(self) -> list[dict[str, Any]]:
         """CSV rows: one per kept step, a column per site, then a column per measured mechanism."""
@@ -289,7 +306,7 @@ def run(config: TrajectoryConfig, models: list[ModelEntry] | None = None, *, log
             sites=tuple(scores), scores={s: tuple(v) for s, v in scores.items()},
             eval_steps=tuple(r["step"] for r in metrics), eval_acc=tuple(r["eval_acc"] for r in metrics),
             mechanisms={k: tuple(v) for k, v in mechanisms.items()},
-            mechanisms_draw_seed=draw_seed(entry.label) if mechanisms else None))
+            mechanisms_draw_seed=draw_seed(entry.label) if mechanisms else None, run=run_path(entry)))
     return TrajectoryResult(config=config, runs=tuple(out), wall_time_s=round(time.perf_counter() - t0, 1))
 
 
