@@ -212,7 +212,7 @@ def test_long_context_on_a_given_model_runs_it_past_its_context(tiny_run):
     assert isinstance(entry.task, tasks.Task)
 
 
-def test_an_input_kind_no_model_reads_is_refused_before_any_work(tiny_run):
+def test_an_input_kind_no_model_reads_is_refused_before_any_work(tiny_run, tmp_path):
     import dataclasses
 
     from nope_interp.errors import NopeInterpError
@@ -221,7 +221,8 @@ def test_an_input_kind_no_model_reads_is_refused_before_any_work(tiny_run):
     from nope_interp.pretrained import load_run
 
     entry = entry_from_run(load_run(tiny_run), "tiny-run")
-    as_text = dataclasses.replace(entry, kind="text", label="lm")  # what a train-text language model is
+    # what a train-text language model is, in a directory of its own (one directory twice is one model twice)
+    as_text = dataclasses.replace(entry, kind="text", label="lm", run=dataclasses.replace(entry.run, path=tmp_path))
     cfg = long_context.LongContextConfig(lengths=(8,), n_sequences=1, max_lag=4, inputs=("task",))
     with pytest.raises(NopeInterpError, match="--inputs task: no model here reads them .*lm is a train-text"):
         long_context.run(cfg, [as_text])
