@@ -194,22 +194,12 @@ def job_models(job: str, models: object, defaults: Callable[[], list[ModelEntry]
     return list(models)
 
 
-def _model_dir(entry: ModelEntry) -> Path | None:
-    """The directory ``entry``'s weights were read from (a run or a ``train-text`` run), None for a model
-    without one (initialised, Hugging Face)."""
-    if entry.run is not None:
-        return Path(entry.run.path)
-    if entry.kind == "text" and isinstance(entry.source.get("model_source"), str | Path):
-        return Path(entry.source["model_source"])
-    return None
-
-
 def refuse_same_model_twice(job: str, models: Iterable[ModelEntry]) -> None:
     """Refuse one trained model given twice on the same task under two labels: the same directory reached
     through a link or another spelling (compared after resolving), or a copy with byte-identical weights
-    (``model.safetensors``). Each entry would count as a seed of its recipe, so every mean over seeds would
-    repeat one value and every std and confidence interval shrink. The same run on two tasks (labels
-    ``-on-<task>``) and initialised or Hugging Face models (no directory) are not compared.
+    (``model.safetensors``, compared by SHA-256). Each entry would count as a seed of its recipe, so every
+    mean over seeds would repeat one value and every std and confidence interval shrink. The same run on two
+    tasks (labels ``-on-<task>``) and initialised or Hugging Face models (no directory) are not compared.
 
     Raises:
         NopeInterpError: two entries of the same task whose directories resolve to one, or whose weights files
@@ -217,19 +207,15 @@ def refuse_same_model_twice(job: str, models: Iterable[ModelEntry]) -> None:
     """
     seen: dict[tuple[str, str, str], str] = {}
     for entry in models:
-        where = _model_dir(entry)
+        where = run_path(entry)  # absolute, links resolved; None without a directory
         if where is None:
             continue
         task = f"{entry.task.name}{sorted(entry.task.params().items())}"
-        resolved = where.expanduser().resolve()
-        weights = resolved / "model.safetensors"
-        keys = [("directory", str(resolved), task)]
+        weights = Path(where) / io.WEIGHTS_FILE
+        keys = [("directory", where, task)]
         if weights.is_file():
-            digest = hashlib.sha256()
             with weights.open("rb") as fh:
-                for block in iter(lambda: fh.read(1 << 22), b""):
-                    digest.update(block)
-            keys.append(("weights", digest.hexdigest(), task))
+                keys.append(("weights", hashlib.file_digest(fh, "sha256").hexdigest(), task))
         for key in keys:
             if key in seen and seen[key] != entry.label:
                 why = ("one directory (after resolving links)" if key[0] == "directory"
@@ -260,10 +246,10 @@ def draw_seed(label: str) -> int:
 
 def run_path(entry: ModelEntry) -> str | None:
     """The directory of ``entry``'s model as written in every output (``run`` of ``ablate.json``, its seed
-    summaries and CSVs, and of each run in ``trajectory``'s results): an absolute path with symlinks resolved (a
-    leading ``~`` expanded), the same
-    convention for a task run (shipped or given with ``--run``, relative or not) and a ``train-text`` run;
-    None for a model without a directory (an initialised or a Hugging Face model)."""
+    summaries and CSVs, of each run in ``trajectory``'s and ``compare``'s results): an absolute path with
+    symlinks resolved (a leading ``~`` expanded), the same convention for a task run (shipped or given with
+    ``--run``, relative or not) and a ``train-text`` run; None for a model without a directory (an initialised
+    or a Hugging Face model)."""
     if entry.run is not None:
         path = entry.run.path
     elif entry.kind == "text":
