@@ -874,6 +874,10 @@ def test_task_and_text_runs_write_one_run_path_convention(AJ, mixed_ablation, te
             assert row["draw_seed"] == seeds[row["task"]], (name, row)
     # an initialised model has no directory: no path at all
     assert AJ.run_path(tiny_addition_entry) is None
+    # nor a text entry built by hand without model_source (was a KeyError in every job's same-model check)
+    for source in ({}, {"model_source": None}, {"text_window": 8}):
+        hand = dataclasses.replace(tiny_addition_entry, kind="text", source=source)
+        assert AJ.run_path(hand) is None
 
 
 def test_a_text_only_ablate_json_names_text_inputs_not_a_task_protocol(AJ, mixed_ablation, text_config, text_run,

@@ -249,10 +249,10 @@ def run_path(entry: ModelEntry) -> str | None:
     summaries and CSVs, of each run in ``trajectory``'s and ``compare``'s results): an absolute path with
     symlinks resolved (a leading ``~`` expanded), the same convention for a task run (shipped or given with
     ``--run``, relative or not) and a ``train-text`` run; None for a model without a directory (an initialised
-    or a Hugging Face model)."""
+    or a Hugging Face model, or a ``text`` entry built by hand without ``source["model_source"]``)."""
     if entry.run is not None:
         path = entry.run.path
-    elif entry.kind == "text":
+    elif entry.kind == "text" and isinstance(entry.source.get("model_source"), str | Path):
         path = entry.source["model_source"]
     else:
         return None
