@@ -232,6 +232,25 @@ def test_empty_folder_paths_and_a_finalize_on_another_task_are_refused(main, tin
     assert "--task reversal but run t was trained on addition" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, flag", [
+    (["analyze", "--init", "--task", "addition", "--text-file", ""], "--text-file"),
+    (["analyze", "--run", ""], "--run"),
+    (["compare", "--run", "runs/a", " "], "--run"),
+    (["ablate", "--run", ""], "--run"),
+    (["analyze", "--hf-path", ""], "--hf-path"),
+])
+def test_an_empty_input_path_is_refused_by_its_flag_not_read_as_the_current_folder(main, tmp_path, capsys,
+                                                                                   monkeypatch, argv, flag):
+    """Before: --text-file '' opened the current folder ("not a readable UTF-8 text file (IsADirectoryError)"),
+    --run '' was refused as "path must be ..." without its flag, and --hf-path '' read as not given ("analyze
+    needs one of --run, ...")."""
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{flag} must be a non-empty path" in err and err.count("\n") == 0, err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_console_script_is_installed_and_reports_errors_with_status_2():
     exe = [sys.executable, "-m", "nope_interp.cli"]
     out = subprocess.run(exe + ["train", "--task", "nope"], capture_output=True, text=True, timeout=120)

@@ -52,7 +52,7 @@ class AnalyzeConfig(FrozenConfig):
     """Settings of ``analyze``.
 
     Raises:
-        NopeInterpError: ``n_prompts`` outside [1, 100000]; an unknown point; a negative seed; a ``label``
+        NopeInterpError: an empty or blank ``text_file``; ``n_prompts`` outside [1, 100000]; an unknown point; a negative seed; a ``label``
             that is not one safe folder name (:func:`~nope_interp.config.check_name`, e.g. ``../x``).
     """
 
@@ -73,6 +73,8 @@ class AnalyzeConfig(FrozenConfig):
         check_choice("protocol", self.protocol, tasks_pkg.PROTOCOLS)
         check_int("window", self.window, 3, 1_000_000)
         check_used("window", self.window, DEFAULT_WINDOW, self.protocol == "window", "with protocol window")
+        if self.text_file is not None:  # an empty path would read as the current folder
+            io.as_path(self.text_file, "--text-file")
         if self.text_length is not None:
             check_int("text_length", self.text_length, 3, 1_000_000)
         check_used("text_length", self.text_length, None, self.text_file is not None, "with --text-file")

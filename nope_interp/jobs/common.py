@@ -65,7 +65,8 @@ class ModelSource(FrozenConfig):
     At most one of ``run``, ``pretrained`` and ``init`` is given; none means the job's default set.
 
     Raises:
-        NopeInterpError: two sources at once; ``init`` without ``task``; ``with_seeds`` or
+        NopeInterpError: an empty or blank path in ``run`` or ``hf_path``; two sources at once; ``init`` without
+            ``task``; ``with_seeds`` or
             ``with_candidates`` with ``run``, ``init`` or ``hf_path``; an unknown task, preset or model field;
             ``model_overrides`` or a preset other than ``paper`` without ``init`` (they would be ignored);
             ``task`` or ``n_digits`` with ``hf_path``.
@@ -87,6 +88,10 @@ class ModelSource(FrozenConfig):
     model_overrides: dict[str, Any] = opt({}, "ModelConfig fields for --init (the --model-* flags)")
 
     def __post_init__(self) -> None:
+        for path in self.run:  # an empty path would read as the current folder
+            io.as_path(path, "--run")
+        if self.hf_path is not None:  # "" would read as not given
+            io.as_path(self.hf_path, "--hf-path")
         given = [n for n, v in (("--run", self.run), ("--pretrained", self.pretrained), ("--init", self.init),
                                 ("--hf-path", self.hf_path)) if v]
         if len(given) > 1:
