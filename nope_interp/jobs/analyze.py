@@ -52,8 +52,9 @@ class AnalyzeConfig(FrozenConfig):
     """Settings of ``analyze``.
 
     Raises:
-        NopeInterpError: an empty or blank ``text_file``; ``n_prompts`` outside [1, 100000]; an unknown point; a negative seed; a ``label``
-            that is not one safe folder name (:func:`~nope_interp.config.check_name`, e.g. ``../x``).
+        NopeInterpError: an empty or blank ``text_file``; ``n_prompts`` outside [1, 100000]; an unknown point; a
+            negative seed; a ``label`` that is not one safe folder name (:func:`~nope_interp.config.check_name`,
+            e.g. ``../x``).
     """
 
     n_prompts: int = opt(256, "prompts analysed (the paper used 256)")

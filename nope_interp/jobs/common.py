@@ -66,8 +66,8 @@ class ModelSource(FrozenConfig):
 
     Raises:
         NopeInterpError: an empty or blank path in ``run`` or ``hf_path``; two sources at once; ``init`` without
-            ``task``; ``with_seeds`` or
-            ``with_candidates`` with ``run``, ``init`` or ``hf_path``; an unknown task, preset or model field;
+            ``task``; ``with_seeds`` or ``with_candidates`` with ``run``, ``init`` or ``hf_path``; an unknown
+            task, preset or model field;
             ``model_overrides`` or a preset other than ``paper`` without ``init`` (they would be ignored);
             ``task`` or ``n_digits`` with ``hf_path``.
     """
