@@ -42,6 +42,7 @@ from nope_interp.train import (
     check_resume_stamp,
     check_same_settings,
     check_trainable_attention,
+    finished_run_message,
     load_optimizer_state,
     locked_run,
     log_spaced_steps,
@@ -308,6 +309,9 @@ def _train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: Path, str
             raise NopeInterpError(no_checkpoint_message(run_dir, ckpt_path, "text_train", fields=()))
         old = io.read_json(run_dir / io.CONFIG_FILE, "run config")
         old_model, old_cfg = parse_text_run_config(old, run_dir / io.CONFIG_FILE)
+        finished = finished_run_message(run_dir, "text_train", fields=())  # before the settings, as train
+        if finished is not None:
+            raise NopeInterpError(finished)
         check_resume_stamp(run_dir, old_model, old_cfg)
         check_same_text_settings(old_model, old_cfg, model_cfg, cfg, run_dir,
                                  old.get("command") if isinstance(old, dict) else None)

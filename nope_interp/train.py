@@ -583,6 +583,9 @@ def _train(model_cfg: ModelConfig, cfg: TrainConfig, run_dir: Path, task: tasks_
         old = io.read_json(run_dir / io.CONFIG_FILE, "run config")
         # compare as configs, so a run written before a config gained a field (with its default) resumes
         old_model, old_train = parse_run_config(old, run_dir / io.CONFIG_FILE)
+        finished = finished_run_message(run_dir)  # before the settings: a finished run is refused whatever is given
+        if finished is not None:
+            raise NopeInterpError(finished)
         check_resume_stamp(run_dir, old_model, old_train)
         check_same_settings(run_settings(old_model, old_train), run_settings(model_cfg, cfg), run_dir,
                             command=old.get("command"))

@@ -135,6 +135,13 @@ def test_resume_with_other_settings_or_a_task_run_is_refused(tmp_path, capsys, t
     from nope_interp.cli import main
 
     _train(tmp_path, "r")
+    summary = (tmp_path / "r" / "summary.json").read_bytes()
+    # finished: refused as finished whatever the settings (before: "settings differ ... rerun its own command
+    # --resume", which was then refused as finished)
+    assert main(["train-text", *TINY, "--runs-dir", str(tmp_path), "--name", "r", "--resume", "--lr", "0.5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "holds a finished run: it trained its whole schedule (8)" in err and "settings differ" not in err, err
+    (tmp_path / "r" / "summary.json").unlink()  # stopped at its last step before scoring: it can resume
     assert main(["train-text", *TINY, "--runs-dir", str(tmp_path), "--name", "r", "--resume", "--lr", "0.5"]) == 2
     err = capsys.readouterr().err
     assert "settings differ" in err and len(err.strip().splitlines()) == 1
@@ -149,6 +156,7 @@ def test_resume_with_other_settings_or_a_task_run_is_refused(tmp_path, capsys, t
     err = capsys.readouterr().err
     assert "train.window (stored 24, given 32: give --window 24; model.n_ctx follows it" in err, err
     assert "model.n_ctx (stored" not in err, err
+    (tmp_path / "r" / "summary.json").write_bytes(summary)
     assert main(["train-text", *TINY, "--runs-dir", str(tmp_path), "--name", "r"]) == 2
     err = capsys.readouterr().err  # finished: before, "use --resume", which then refused it
     assert "holds a finished run: it trained its whole schedule (8) at step 8" in err and "use --resume" not in err
@@ -156,7 +164,7 @@ def test_resume_with_other_settings_or_a_task_run_is_refused(tmp_path, capsys, t
     before = {f: f.read_bytes() for f in (tmp_path / "r").rglob("*") if f.is_file()}
     assert main(["train-text", *TINY, "--runs-dir", str(tmp_path), "--name", "r", "--resume"]) == 2  # finished
     err = capsys.readouterr().err.strip()
-    assert "has finished: it trained its whole schedule" in err and len(err.splitlines()) == 1, err
+    assert "holds a finished run: it trained its whole schedule" in err and len(err.splitlines()) == 1, err
     assert {f: f.read_bytes() for f in (tmp_path / "r").rglob("*") if f.is_file()} == before
     from nope_interp.errors import NopeInterpError
     from nope_interp.text_train import load_text_run

@@ -293,6 +293,7 @@ def test_resume_with_other_settings_names_every_differing_field(tiny_train, tmp_
 
     model_cfg, cfg = tiny_train
     train(model_cfg, cfg.replace(steps=4), tmp_path / "r", progress=False)
+    (tmp_path / "r" / "summary.json").unlink()  # stopped before scoring (a finished run is refused as finished)
     with pytest.raises(NopeInterpError, match=r"train.steps \(stored 4, given 8\), train.lr \(stored 0.003, given "
                                               r"0.001\)"):
         train(model_cfg, cfg.replace(steps=8, lr=1e-3), tmp_path / "r", resume=True, progress=False)
@@ -381,8 +382,11 @@ def test_resume_of_a_finished_run_is_refused_and_writes_nothing(tiny_train, tmp_
     for run, match in ((tmp_path / "done", "has finished: it trained its whole schedule \\(12\\) at step 12"),
                        (early, "has finished: it stopped early at its target at step 8")):
         before = {f.name: f.read_bytes() for f in run.rglob("*") if f.is_file()}
-        with pytest.raises(NopeInterpError, match=match):
-            train(model_cfg, cfg, run, resume=True, progress=False)
+        # --resume, also with other settings (before: "settings differ ... rerun its own command --resume",
+        # which was then refused as finished)
+        for given in (cfg, cfg.replace(lr=0.5), cfg.replace(steps=20)):
+            with pytest.raises(NopeInterpError, match=match.replace("has finished: it", "holds a finished run: it")):
+                train(model_cfg, given, run, resume=True, progress=False)
         # a new run under its name (before: "use --resume", which then refused it), also with another schedule
         for given in (cfg, cfg.replace(steps=20)):
             with pytest.raises(NopeInterpError, match=match.replace("has finished: it", "holds a finished run: it")) \
@@ -715,6 +719,7 @@ def test_resume_with_another_preset_names_the_runs_own_command(tiny_train, tmp_p
     model_cfg, cfg = tiny_train
     train(model_cfg, cfg.replace(steps=4), tmp_path / "r", progress=False, command=stored_command)
     assert json.loads((tmp_path / "r" / "config.json").read_text())["command"] == stored_command
+    (tmp_path / "r" / "summary.json").unlink()  # stopped before scoring (a finished run is refused as finished)
     wider = model_cfg.replace(d_model=2 * model_cfg.d_model, d_head=2 * model_cfg.d_head)
     with pytest.raises(NopeInterpError) as info:
         train(wider, cfg.replace(steps=8), tmp_path / "r", resume=True, progress=False)
