@@ -184,7 +184,7 @@ def protocol_prompts(model: HookedTransformer, task: tasks_pkg.Task, n: int, see
         length = tasks_pkg.protocol_length(task, protocol, window)
         if length > model.cfg.n_ctx:
             n_ctx = model.cfg.n_ctx
-            fix = f": a window of {n_ctx} tokens or less fits" if protocol == "window" and n_ctx >= 3 else ""
+            fix = f": window {n_ctx} or less fits (--window {n_ctx})" if protocol == "window" and n_ctx >= 3 else ""
             raise NopeInterpError(
                 f"n_ctx={n_ctx} is too small for {task.name!r} {protocol} inputs of {length} tokens{fix}"
             )
