@@ -636,7 +636,8 @@ def check_train_fits(model_cfg: "ModelConfig", task: tasks_pkg.Task, cfg: "Train
     need = len(cfg.eval_prefix) + task.max_prompt_len + task.max_answer_len + 1
     if cfg.objective == "packed" and cfg.window > model_cfg.n_ctx:
         raise NopeInterpError(f"window={cfg.window} is longer than the model's n_ctx={model_cfg.n_ctx}; "
-                              f"use --window <= {model_cfg.n_ctx} or a larger --model-n-ctx")
+                              f"use window <= {model_cfg.n_ctx} or a larger model n_ctx (--window, --model-n-ctx; in a "
+                              f"sweep TOML window, model_n_ctx)")
     if model_cfg.n_ctx < need:
         raise NopeInterpError(
             f"n_ctx={model_cfg.n_ctx} is too small for task {task.name!r}: its examples need n_ctx >= {need}"
