@@ -141,3 +141,22 @@ def test_the_log_shows_a_spread_over_prompts_only_where_there_is_one(tiny_init_r
         assert ("±" in line) == (n_prompts > 1)
         if n_prompts > 1:
             assert f"{st['mean']:.3f} ± {st['std']:.3f}" in line
+
+
+def test_every_entry_records_its_model_directory_absolute_and_resolved(tiny_run, tmp_path, monkeypatch):
+    """Before: ``model_source`` (in every result's meta and the demo summary) was the path as given, relative
+    for ``--run runs/x`` and the link itself for a symlink, while ``run`` was already absolute and resolved."""
+    import os
+
+    from nope_interp.jobs import analyze
+    from nope_interp.jobs.common import ModelSource, load_models, resolved_dir
+
+    monkeypatch.chdir(tmp_path)
+    os.symlink(tiny_run, tmp_path / "link")
+    want = str(tiny_run.resolve())
+    for given in ("link", str(tmp_path / "link"), os.path.relpath(tiny_run, tmp_path)):
+        (entry,) = load_models(ModelSource(run=(given,)))
+        assert entry.source["model_source"] == want, given
+        res = analyze.run(analyze.AnalyzeConfig(n_prompts=3, points=("z",)), [entry])
+        assert res.models[0].analysis.meta["model_source"] == want, given
+    assert resolved_dir("~") == str(__import__("pathlib").Path.home().resolve())

@@ -261,6 +261,16 @@ def run_path(entry: ModelEntry) -> str | None:
         path = entry.source["model_source"]
     else:
         return None
+    return resolved_dir(path)
+
+
+def resolved_dir(path: str | Path) -> str:
+    """``path`` as every output writes a model's directory (``run``, ``model_source``): absolute, symlinks
+    resolved, a leading ``~`` expanded.
+
+    Raises:
+        NopeInterpError: an empty path or one that is not a ``str`` or ``Path``.
+    """
     return str(io.as_path(path, "run directory").resolve())
 
 
@@ -293,7 +303,7 @@ def entry_from_run(run: LoadedRun, label: str, kind: str = "run", task: tasks_pk
         label = f"{label}-on-{task.name}{task.params().get('n_digits', '')}"
     return ModelEntry(label=label, kind=kind, model=run.model, model_cfg=run.model_cfg, task=task,
                       train_prompts=train, run=run,
-                      source={"model_source": str(run.path), "model": run.model_cfg.to_dict(),
+                      source={"model_source": resolved_dir(run.path), "model": run.model_cfg.to_dict(),
                               "weights_dtype": run.weights_dtype})
 
 
@@ -478,7 +488,7 @@ def text_entry(path: str | Path, label: str, task: tasks_pkg.Task | None = None)
     model, model_cfg, train_cfg = load_text_run(path)
     return ModelEntry(label=label, kind="text", model=model, model_cfg=model_cfg,
                       task=task or tasks_pkg.get_task("reversal"),
-                      source={"model_source": str(path), "text_run": True, "text_window": train_cfg.window,
+                      source={"model_source": resolved_dir(path), "text_run": True, "text_window": train_cfg.window,
                               "model": model_cfg.to_dict()})
 
 

@@ -45,6 +45,7 @@ from nope_interp.jobs.common import (
     job_models,
     progress,
     protocol_window,
+    resolved_dir,
 )
 from nope_interp.model import build_model
 from nope_interp.plotting import plot_adjacency_by_layer, plot_cosine_heatmaps, save_figure, with_plotlyjs
@@ -330,7 +331,7 @@ def run(config: DemoConfig, models: list[ModelEntry] | None = None, *, log: Log 
                     "step0": f"same shape, step 0 ({m.n_layers}x{m.d_model})",
                     "trained": f"trained ({m.n_layers}x{m.d_model})"},
             trained_model=m, objective=run_.train_cfg.objective, train_command=run_.command,
-            model_source=str(run_.path),
+            model_source=resolved_dir(run_.path),
             test_acc_shipped=run_.summary.get("test_acc"), n_test_shipped=run_.summary.get("n_test"),
             train_steps=run_.summary.get("steps"), train_wall_time_s=run_.summary.get("train_wall_time_s"),
             test_acc_remeasured=acc, n_test_remeasured=len(test), other_protocols=others,
