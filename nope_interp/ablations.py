@@ -152,9 +152,9 @@ def positional_decomposition(
     between = float(((mu - grand) ** 2).sum(-1).mean())
     return {
         "positional_variance_fraction": between / total if total > 0 else float("nan"),
-        "adjacency_full": float(adjacency_score_of_activations(h).mean()),
+        "adjacency_full": float(adjacency_score_of_activations(h).nanmean()),
         "adjacency_positional": float(adjacency_score_of_activations(mu)),
-        "adjacency_content": float(adjacency_score_of_activations(content).mean()),
+        "adjacency_content": float(adjacency_score_of_activations(content).nanmean()),
         "dropped_positions": torch.nonzero(zero).flatten().tolist(),
         "n_prompts": int(h.shape[0]),
     }

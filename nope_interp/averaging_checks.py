@@ -246,8 +246,8 @@ def _predicted_vs_observed(pattern: Tensor, z: Tensor) -> PredictedVsObserved:
     pred = _heads_summed_cosine(pattern) if pattern.ndim == 4 else attention_row_cosine(pattern)
     obs = cosine_similarity_matrix(z)
     rho = sequence_spearmans(pred, obs, pattern.dtype, z.dtype)[0]  # constant matrices (rounding noise) left out
-    return PredictedVsObserved(spearman_pred_obs=_mean(rho), adjacency_predicted=float(adjacency_score(pred).mean()),
-                               adjacency_observed=float(adjacency_score(obs).mean()))
+    return PredictedVsObserved(spearman_pred_obs=_mean(rho), adjacency_predicted=float(adjacency_score(pred).nanmean()),
+                               adjacency_observed=float(adjacency_score(obs).nanmean()))
 
 
 @evaluates

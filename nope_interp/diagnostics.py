@@ -402,7 +402,7 @@ def _layer0_interventions(model: HookedTransformer, tokens: Tensor, content_ids:
                 _, cache = model.run_with_cache(tokens, names_filter=z, stop_at_layer=1, return_type=None)
             what = f"{z} ({kind})" if kind in ("none", "uniform_attention") else f"{z} ({kind}, {n_draws} draws)"
             return float(adjacency_scores_of_activations(cache[z].flatten(-2).cpu(), ("row_mean",),
-                                                         what=what)["row_mean"].mean())
+                                                         what=what)["row_mean"].nanmean())
 
         out = {"none": score([], "none"), "uniform_attention": score([uniform], "uniform_attention")}
         neutral, both = [], []

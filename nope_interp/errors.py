@@ -32,7 +32,8 @@ class ScheduleWarning(NopeInterpWarning):
 
 class DegenerateInputWarning(NopeInterpWarning):
     """Sequences whose cosine similarity matrix is constant below the diagonal up to rounding (every vector
-    parallel, e.g. a window of one repeated token): their adjacency scores say nothing about position.
+    parallel, e.g. a window of one repeated token): they have no order to score (their adjacency scores are
+    NaN, left out of every summary).
 
     Attributes:
         what: the activations or matrices warned about (e.g. ``"activations at blocks.0.attn.hook_z"``).

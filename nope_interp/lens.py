@@ -532,8 +532,8 @@ def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool | None 
     bad = bad_obs | bad_pred
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DegenerateInputWarning)  # warned once below, naming both matrices
-        adjacency_predicted = float(adjacency_score(pred).mean())
-        adjacency_observed = float(adjacency_score(obs).mean())
+        adjacency_predicted = float(adjacency_score(pred).nanmean())  # degenerate matrices score NaN: left out
+        adjacency_observed = float(adjacency_score(obs).nanmean())
     if bool(bad.any()):
         parts = [f"{int(m.sum())} with constant {kind}" for m, kind in (
             (bad_obs, f"observed cosines at {z_name} (vectors parallel up to rounding, e.g. one token repeated)"),
@@ -541,7 +541,7 @@ def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool | None 
                        "identity attention)")) if m.any()]
         warnings.warn(DegenerateInputWarning(
             f"averaging_check, layer {layer}: of {bad.numel()} sequences, {' and '.join(parts)}; they are left out of "
-            "spearman_pred_obs (NaN when none is left), and their adjacency scores say nothing about position",
+            "spearman_pred_obs and of the adjacency scores (NaN when none is left)",
             z_name, int(bad.sum()), int(bad.numel())), stacklevel=2)
     return AveragingCheck(
         layer=layer, relative_entropy=float(relative_entropy_to_uniform(pattern, causal, window)[..., 1:].mean()),

@@ -532,8 +532,9 @@ def degenerate_sequences(sim: Float[Tensor, "*batch pos pos"],
     """True where a cosine matrix is constant below the diagonal up to rounding (:func:`cosine_spread` <
     ``tol``; None: :func:`degenerate_tolerance` of the matrix's dtype): every vector of the sequence parallel
     (one token repeated in a model without positional encoding; a constant input) or, rarely, vectors at
-    equal angles. Such a matrix has no order to score: its adjacency score is 0 where the cosines tie exactly
-    and set by rounding otherwise, so it says nothing about position. A matrix with only NaN entries is not
+    equal angles. Such a matrix has no order to score (counted, its score would be 0 where the cosines tie
+    exactly and set by rounding otherwise): :func:`adjacency_score` gives it NaN and :func:`summarize` leaves
+    it out. A matrix with only NaN entries is not
     degenerate (the scores refuse it anyway).
 
     Raises:
@@ -561,7 +562,8 @@ def _warn_degenerate(mask: Tensor, what: str) -> None:
     if n_bad:
         warnings.warn(DegenerateInputWarning(
             f"{what}: {n_bad} of {n} sequences have constant cosines (vectors parallel up to rounding, e.g. one "
-            "token repeated): their adjacency scores say nothing about position; drop those sequences",
+            "token repeated): they have no order to score, so their adjacency scores are NaN and left out of every "
+            "summary",
             what, n_bad, n), stacklevel=3)
 
 
@@ -601,14 +603,17 @@ def degenerate_report(summary_what: str = "the inputs", n_sequences: int | None 
         sites = ", ".join(f"{k.removeprefix('activations at ')} ({v}/{totals[k]})" for k, v in bad.items())
         warnings.warn(DegenerateInputWarning(
             f"{summary_what}: sequences with constant cosines (vectors parallel up to rounding, e.g. one token "
-            f"repeated) at {len(bad)} site(s): {sites}; their adjacency scores say nothing about position",
+            f"repeated) at {len(bad)} site(s): {sites}; their adjacency scores are NaN (no order to score) and "
+            "left out of every summary",
             worst, bad[worst], totals[worst]), stacklevel=stacklevel)
 
 
 def adjacency_score(
     sim: Float[Tensor, "*batch pos pos"], reduction: str = "row_mean"
 ) -> Float[Tensor, "*batch"]:
-    """Adjacency probability score of each matrix, in [0, 1] (float64).
+    """Adjacency probability score of each matrix, in [0, 1] (float64); NaN for a degenerate matrix (constant
+    below the diagonal up to rounding, :func:`degenerate_sequences`: it has no order to score, and a number
+    would be rounding noise).
 
     Args:
         sim: cosine-similarity matrices (only the strictly lower triangle is used).
@@ -630,8 +635,9 @@ def adjacency_score(
     if sim.numel() == 0:
         raise NopeInterpError(f"no matrix to score (shape {tuple(sim.shape)})")
     counts = adjacency_counts(sim)
-    _warn_degenerate(degenerate_sequences(sim), "cosine matrices")
-    return _reduce(counts, reduction)
+    flat = degenerate_sequences(sim)
+    _warn_degenerate(flat, "cosine matrices")
+    return _reduce(counts, reduction).masked_fill(flat, float("nan"))
 
 
 def _check_reductions(reductions: object) -> None:
@@ -668,34 +674,46 @@ def _reduce(counts: Tensor, reduction: str) -> Tensor:
 
 @dataclass(frozen=True)
 class ScoreSummary:
-    """Mean and spread of per-sequence scores.
+    """Mean and spread of per-sequence scores, over the sequences that have one.
 
     Attributes:
-        mean: mean over sequences. std: sample standard deviation (ddof=1; 0 for one sequence).
-        n: number of sequences.
+        mean: mean over scored sequences (NaN when none is). std: sample standard deviation (ddof=1; 0 for one
+            scored sequence, NaN for none). n: number of scored sequences. n_degenerate: sequences left out
+            because their score is undefined (NaN: a degenerate sequence, :func:`degenerate_sequences`).
     """
 
     mean: float
     std: float
     n: int
+    n_degenerate: int = 0
 
     def to_dict(self) -> dict[str, float | int]:
-        """Plain Python values (NaN where undefined; strict JSON: :func:`~nope_interp.io.json_safe`)."""
-        return {"mean": self.mean, "std": self.std, "n": self.n}
+        """Plain Python values (NaN where undefined; strict JSON: :func:`~nope_interp.io.json_safe`);
+        ``n_degenerate`` only when sequences were left out."""
+        extra = {"n_degenerate": self.n_degenerate} if self.n_degenerate else {}
+        return {"mean": self.mean, "std": self.std, "n": self.n, **extra}
 
 
 def summarize(scores: Float[Tensor, " batch"]) -> ScoreSummary:
-    """Mean, sample std and count of a 1-D tensor of per-sequence scores.
+    """Mean, sample std and count of a 1-D tensor of per-sequence scores. NaN entries are undefined scores
+    (degenerate sequences, which :func:`adjacency_scores_of_activations` scores NaN): left out and counted in
+    ``n_degenerate``, so that every reduction over sequences sees the same sequences (the prompt-averaged
+    matrix, the averaging check's correlations).
 
     Raises:
-        NopeInterpError: ``scores`` is not a non-empty 1-D dense real floating tensor with data, or has NaN
-            or inf entries (a score is always finite: a NaN one is garbage upstream).
+        NopeInterpError: ``scores`` is not a non-empty 1-D dense real floating tensor with data, or has inf
+            entries (a score is always finite or undefined: an infinite one is garbage upstream).
     """
     if isinstance(scores, Tensor) and scores.is_floating_point() and (scores.ndim != 1 or scores.numel() == 0):
         raise NopeInterpError(f"summarize needs a non-empty 1-D tensor, got shape {tuple(scores.shape)}")
-    check_tensor(scores, "scores", "(batch,) with batch >= 1", ndim=1, min_sizes={0: 1}, finite=True, fn="summarize")
-    std = float(scores.double().std()) if scores.numel() > 1 else 0.0
-    return ScoreSummary(mean=float(scores.double().mean()), std=std, n=int(scores.numel()))
+    check_tensor(scores, "scores", "(batch,) with batch >= 1", ndim=1, min_sizes={0: 1}, fn="summarize")
+    if bool(torch.isinf(scores).any()):
+        raise NopeInterpError("summarize: scores has inf entries (a score is finite, or NaN where undefined)")
+    scored = scores[~torch.isnan(scores)].double()
+    n = int(scored.numel())
+    mean = float(scored.mean()) if n else float("nan")
+    std = float(scored.std()) if n > 1 else 0.0 if n == 1 else float("nan")
+    return ScoreSummary(mean=mean, std=std, n=n, n_degenerate=int(scores.numel()) - n)
 
 
 def adjacency_score_of_activations(
@@ -723,7 +741,8 @@ def adjacency_scores_of_activations(
 ) -> dict[str, Float[Tensor, "*batch"]]:
     """The adjacency score of every sequence under each of ``reductions``, counting each matrix once.
 
-    Chunked as :func:`adjacency_score_of_activations`; scores in [0, 1] (float64), identical to
+    Chunked as :func:`adjacency_score_of_activations`; scores in [0, 1] (float64), NaN for a degenerate
+    sequence (vectors parallel up to rounding at every position: no order to score), identical to
     :func:`adjacency_score` of :func:`cosine_similarity_matrix`. ``what`` names ``x`` in error messages.
 
     Raises:
@@ -768,13 +787,16 @@ def _scores_and_matrix_sum(
         if total is not None:
             total += sim.sum(0)  # its strictly lower triangle is the symmetric matrices'
         del sim
-    _warn_degenerate(torch.cat(degenerate), what)
+    degenerate = torch.cat(degenerate)
+    _warn_degenerate(degenerate, what)
     counts = torch.cat(counts)
     if total is not None:  # the upper triangle as the mirror of the lower one, the diagonal one per sequence
         lower = torch.tril(torch.ones(n, n, dtype=torch.bool, device=total.device), diagonal=-1)
         total = torch.where(lower, total, total.T)
         total.diagonal().fill_(float(flat.shape[0]))
-    return {r: _reduce(counts, r).reshape(x.shape[:-2]) for r in reductions}, total
+    # a degenerate sequence has no order to score: NaN, left out of every summary (summarize), not rounding noise
+    return {r: _reduce(counts, r).masked_fill(degenerate, float("nan")).reshape(x.shape[:-2])
+            for r in reductions}, total
 
 
 def mean_cosine_similarity_matrix(

@@ -117,7 +117,8 @@ def fmt_mean_std(mean: Any, std: Any, n: Any, digits: Any = 3, sep: str = " ± "
     Args:
         mean: the mean of the values, a real number (NaN, undefined, is written ``nan``).
         std: their sample standard deviation, a real number >= 0, or NaN or None (undefined).
-        n: the number of values aggregated, an int >= 1, or None when not known (the spread is then shown).
+        n: the number of values aggregated, an int >= 0, or None when not known (the spread is then shown);
+            0 (every value undefined, e.g. every prompt degenerate) needs a NaN mean and is written ``nan``.
         digits: decimals of the mean and the std, an int in [0, 10] (default 3).
         sep: the text between mean and std (default ``" ± "``; init-grid's heatmap cells use ``"±"``).
 
@@ -127,22 +128,25 @@ def fmt_mean_std(mean: Any, std: Any, n: Any, digits: Any = 3, sep: str = " ± "
 
     Raises:
         NopeInterpError: ``mean`` not a real number (None, a bool, a string); ``std`` neither a real number nor
-            None, or negative; ``n`` not an int >= 1 or None; ``digits`` not an int in [0, 10]; ``sep`` not a str.
+            None, or negative; ``n`` not an int >= 0 or None; ``n`` 0 with a mean that is not NaN; ``digits``
+            not an int in [0, 10]; ``sep`` not a str.
     """
 
     if not is_real(mean):
         raise NopeInterpError(f"fmt_mean_std needs a real number for the mean, got {mean!r}"[:300])
     if std is not None and (not is_real(std) or std < 0):
         raise NopeInterpError(f"fmt_mean_std needs a std >= 0 (NaN or None: undefined), got {std!r}"[:300])
-    if n is not None and (not is_int(n) or n < 1):
-        raise NopeInterpError(f"fmt_mean_std needs n, the number of values, as an int >= 1 (or None), got {n!r}"[:300])
+    if n is not None and (not is_int(n) or n < 0):
+        raise NopeInterpError(f"fmt_mean_std needs n, the number of values, as an int >= 0 (or None), got {n!r}"[:300])
+    if n == 0 and not math.isnan(mean):
+        raise NopeInterpError(f"fmt_mean_std: a mean of n=0 values is undefined (NaN), got {mean!r}"[:300])
     if not is_int(digits) or not 0 <= digits <= 10:
         raise NopeInterpError(f"digits must be an integer in [0, 10], got {digits!r}")
     digits = int(digits)
     if not isinstance(sep, str):
         raise NopeInterpError(f"fmt_mean_std: sep must be a str, got {type(sep).__name__}")
     head = f"{float(mean):.{digits}f}"
-    if n == 1 or std is None or math.isnan(std):
+    if n in (0, 1) or std is None or math.isnan(std):
         return head
     return f"{head}{sep}{float(std):.{digits}f}"
 

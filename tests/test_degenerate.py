@@ -101,6 +101,18 @@ def test_analyze_tokens_warns_once_naming_every_site_and_records_counts(tiny_mod
         assert result.meta["degenerate_sequences"] == {site: 2 for site in result.sites}
         for site in result.sites:
             assert f"{site} (2/4)" in str(record[0].message)
+    # the degenerate sequences score NaN and the summaries are over the two real ones (before: rounding noise
+    # averaged in), equal to analysing those alone
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        alone = analyze_tokens(tiny_model, toks[1::2])
+    for r in result.scores:
+        for i, site in enumerate(result.sites):
+            assert torch.isnan(result.per_sequence[r][i, ::2]).all()
+            got, want = result.scores[r][site], alone.scores[r][site]
+            assert (got["n"], got["n_degenerate"], "n_degenerate" in want) == (2, 2, False)
+            assert got["mean"] == pytest.approx(want["mean"], abs=1e-12)
+            assert got["std"] == pytest.approx(want["std"], abs=1e-12)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         clean = analyze_tokens(tiny_model, toks[1::2], meta={"label": "x"})

@@ -87,7 +87,9 @@ def test_perfect_reverse_and_random_order(S, gen):
     from nope_interp.errors import DegenerateInputWarning
 
     with pytest.warns(DegenerateInputWarning, match="1 of 1 sequences"):
-        assert S.adjacency_score(const).item() == 0.0  # all ties fail, and the caller is told
+        # no order to score: NaN (before: 0.0, every tie a failure, or rounding noise for near-constant matrices)
+        assert math.isnan(S.adjacency_score(const).item())
+    assert S.adjacency_counts(const).sum().item() == 0  # the counts themselves still count ties as failures
 
 
 def test_cosine_matrix_matches_numpy_and_is_clamped_float64(S, gen):
@@ -533,11 +535,11 @@ def test_min_norm_and_chunk_sizes_are_checked(S, gen):
 
 
 def test_scores_and_profiles_with_nan_are_refused_not_summarised(S):
-    """summarize, recency_gap and lag_summary turned a NaN into NaN statistics silently."""
+    """summarize, recency_gap and lag_summary turned a NaN into NaN statistics silently. (summarize now reads a
+    NaN score as undefined, a degenerate sequence, and leaves it out: next test; inf is still refused.)"""
     from nope_interp.errors import NopeInterpError
 
-    for fn, good in (("summarize", torch.tensor([0.5, 0.7], dtype=torch.float64)),
-                     ("recency_gap", torch.tensor([[0.9, 0.5], [0.8, 0.4]])),
+    for fn, good in (("recency_gap", torch.tensor([[0.9, 0.5], [0.8, 0.4]])),
                      ("lag_summary", torch.tensor([[0.9, 0.5], [0.8, 0.4]]))):
         getattr(S, fn)(good)
         for value in (float("nan"), float("inf")):
@@ -545,6 +547,46 @@ def test_scores_and_profiles_with_nan_are_refused_not_summarised(S):
             bad.view(-1)[1] = value
             with pytest.raises(NopeInterpError, match=rf"{fn}: \w+ must be finite, got 1 NaN or inf entries"):
                 getattr(S, fn)(bad)
+    for value in (float("inf"), float("-inf")):
+        with pytest.raises(NopeInterpError, match="summarize: scores has inf entries"):
+            S.summarize(torch.tensor([0.5, value], dtype=torch.float64))
+
+
+@pytest.mark.parametrize("values", [[0.5, float("nan"), 0.7, float("nan")], [0.25, 0.5, 0.9], [float("nan"), 0.6],
+                                    [float("nan")] * 3])
+def test_summarize_leaves_undefined_scores_out_as_numpy_nan_statistics_do(S, values):
+    """A degenerate sequence scores NaN (no order to score); the summary is over the others (numpy's nanmean
+    and nanstd with ddof=1 as the reference) and counts the ones left out. Before: rounding noise was averaged
+    in with the real scores."""
+    got = S.summarize(torch.tensor(values, dtype=torch.float64))
+    a = np.array(values)
+    n = int((~np.isnan(a)).sum())
+    assert got.n == n and got.n_degenerate == len(values) - n
+    if n == 0:
+        assert math.isnan(got.mean) and math.isnan(got.std)
+    else:
+        assert got.mean == pytest.approx(np.nanmean(a), abs=1e-15)
+        assert got.std == (pytest.approx(np.nanstd(a, ddof=1), abs=1e-15) if n > 1 else 0.0)
+    assert ("n_degenerate" in got.to_dict()) == (n < len(values))
+
+
+def test_degenerate_sequences_score_nan_and_leave_the_others_untouched(S, gen):
+    """One repeated vector among real sequences: its score is NaN under every reduction, the others' equal
+    the scores of those sequences alone."""
+    x = torch.randn(4, 9, 6, generator=gen)
+    x[2] = x[2, :1].expand(9, 6)  # every position the same vector
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = S.adjacency_scores_of_activations(x)
+        alone = S.adjacency_scores_of_activations(x[[0, 1, 3]])
+        by_matrix = S.adjacency_score(S.cosine_similarity_matrix(x), "pooled")
+    for r in S.REDUCTIONS:
+        assert math.isnan(got[r][2].item())
+        assert torch.equal(got[r][[0, 1, 3]], alone[r])
+    assert math.isnan(by_matrix[2].item()) and torch.equal(by_matrix[[0, 1, 3]], alone["pooled"])
+    assert S.summarize(got["row_mean"]).mean == pytest.approx(float(alone["row_mean"].mean()), abs=1e-15)
 
 
 def test_lag_profile_of_no_sequence_is_refused_like_the_scores():

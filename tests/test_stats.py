@@ -175,11 +175,13 @@ def test_fmt_mean_std_shows_the_mean_alone_when_the_spread_is_undefined():
     assert fmt_mean_std(float("nan"), float("nan"), 2) == "nan"
     assert fmt_mean_std(0.6, 0.1, None) == "0.600 ± 0.100"  # count not known: the spread is shown
     assert fmt_mean_std(1, 0, 2) == "1.000 ± 0.000"  # two equal values: a spread of 0, which is defined
+    assert fmt_mean_std(float("nan"), float("nan"), 0) == "nan"  # no value (every prompt degenerate)
     one, two = mean_std_ci([0.5]), mean_std_ci([0.5, 0.7])
     assert fmt_mean_std(one.mean, one.std, one.n_seeds) == "0.500"
     assert fmt_mean_std(two.mean, two.std, two.n_seeds) == "0.600 ± 0.141"
     for args, match in [((None, 0.1, 2), "mean"), (("0.5", 0.1, 2), "mean"), ((True, 0.1, 2), "mean"),
-                        ((0.5, -0.1, 2), "std"), ((0.5, "0.1", 2), "std"), ((0.5, 0.1, 0), "n"),
+                        ((0.5, -0.1, 2), "std"), ((0.5, "0.1", 2), "std"), ((0.5, 0.1, 0), "n=0"),
+                        ((0.5, 0.1, -1), "n"),
                         ((0.5, 0.1, 2.0), "n"), ((0.5, 0.1, True), "n"), ((0.5, 0.1, 2, 11), "digits"),
                         ((0.5, 0.1, 2, 2.0), "digits")]:
         with pytest.raises(NopeInterpError, match=match):

@@ -360,7 +360,7 @@ def measure(model: HookedTransformer, task: tasks_pkg.Task, n_prompts: int,
             site = hook_name(point, layer)
             act = cache[site].flatten(-2) if point == "z" else cache[site]
             score = adjacency_score_of_activations(act, what=f"activations at {site}")
-            scores.append(SiteScore(site, float(score.mean())))
+            scores.append(SiteScore(site, float(score.nanmean())))
     return entropy, tuple(scores)
 
 
