@@ -500,18 +500,24 @@ STOPPED_ADVICE["train-text"] = STOPPED_ADVICE["train"]
 STOPPED_JOB_ADVICE = "nothing was written (a job writes its files when it ends): rerun the same command"
 
 
-def _close_progress_bars() -> None:
-    """Close the tqdm bars still open (a command stopped in the middle of one), so what is printed next starts
-    on a line of its own."""
+def _open_progress_bars() -> set[typing.Any]:
+    """The tqdm bars open now (tqdm's own registry), e.g. a notebook's around a call of :func:`main`."""
     from tqdm import tqdm
 
-    for bar in list(getattr(tqdm, "_instances", ())):  # tqdm's own registry of open bars
+    return set(getattr(tqdm, "_instances", ()))
+
+
+def _close_progress_bars(keep: set[typing.Any] | frozenset[typing.Any] = frozenset()) -> None:
+    """Close the tqdm bars still open (a command stopped in the middle of one), so what is printed next starts
+    on a line of its own; the bars in ``keep`` (open before the command started: a caller's) stay open."""
+    for bar in _open_progress_bars() - keep:
         bar.close()
 
 
 def _run_command(args: argparse.Namespace, argv: list[str]) -> int:
     from tasks import TaskError  # imported by the parser already
 
+    before = _open_progress_bars()  # a caller's bars (a notebook's) are not the command's to close
     try:
         with sigterm_as_exit():  # every command: a scheduler's or `timeout`'s SIGTERM gets the line below too
             if args.command == "train":
@@ -526,7 +532,7 @@ def _run_command(args: argparse.Namespace, argv: list[str]) -> int:
         return 2
     except (KeyboardInterrupt, Terminated) as stop:  # Ctrl-C or SIGTERM: one line, not a traceback or silence
         how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
-        _close_progress_bars()  # the line below on a line of its own, not after a half-drawn bar
+        _close_progress_bars(before)  # the line below on a line of its own, not after a half-drawn bar
         print(f"nope-interp: {how} ({args.command}); {STOPPED_ADVICE.get(args.command, STOPPED_JOB_ADVICE)}",
               file=sys.stderr)
         return int(stop.code) if isinstance(stop, Terminated) else 130

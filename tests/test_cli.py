@@ -566,6 +566,32 @@ def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
     assert err.startswith("nope-interp: interrupted (train)") and len(err.splitlines()) == 1
 
 
+def test_a_stopped_command_closes_its_own_progress_bars_not_its_callers(monkeypatch, capsys):
+    """Before: Ctrl-C in a command run with ``main([...])`` from a notebook closed every open tqdm bar,
+    the notebook's own too."""
+    import io
+
+    from tqdm import tqdm
+
+    import nope_interp.cli as cli
+
+    callers = tqdm(total=10, file=io.StringIO())
+    made = []
+
+    def interrupted(args, argv):
+        made.append(tqdm(total=5, file=io.StringIO()))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_cmd_train", interrupted)
+    try:
+        assert cli.main(["train", "--task", "addition"]) == 130
+        assert made[0].disable is True or made[0] not in tqdm._instances  # closed: gone from tqdm's registry
+        assert callers in tqdm._instances  # still open
+    finally:
+        callers.close()
+    capsys.readouterr()
+
+
 @pytest.mark.parametrize("job_name, absent, present", [
     ("trajectory", ["--pretrained", "--init", "--with-seeds", "--with-candidates", "--hf-path", "--model-n-layers",
                     "--preset"],
