@@ -63,3 +63,26 @@ def sigterm_as_exit() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, old)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[list[int]]:
+    """Within the block (main thread only), Ctrl-C (SIGINT) and SIGTERM are recorded instead of raising, so a
+    cleanup that is already stopping a command (terminating a sweep's workers) runs to its end when a second
+    stop arrives (before: a SIGTERM after Ctrl-C raised in the middle of the loop that terminates the workers,
+    and the rest kept training). Yields the list of signal numbers received; the old handlers are restored
+    after. Off the main thread it holds nothing (signals reach the main thread only)."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def hold(signum: int, frame: Any) -> None:
+        received.append(signum)
+
+    old = {sig: signal.signal(sig, hold) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)

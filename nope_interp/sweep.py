@@ -64,7 +64,7 @@ from nope_interp.config import (
     check_train_fits,
     preset,
 )
-from nope_interp.errors import NopeInterpError, NopeInterpWarning, sigterm_as_exit
+from nope_interp.errors import NopeInterpError, NopeInterpWarning, signals_held, sigterm_as_exit
 
 KINDS = ("init", "train")
 EXECUTORS = ("local", "ray")
@@ -693,7 +693,8 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", 
                 outcomes = _run_ray(ray, spec, todo, out, threads, progress, workers)
     finally:
         if ray is not None and ray.is_initialized():
-            ray.shutdown()
+            with signals_held():  # a second Ctrl-C or SIGTERM must not leave the cluster connection half shut
+                ray.shutdown()
     done = sum(o["status"] == "done" for o in outcomes)
     skipped += sum(o["status"] == "skipped" for o in outcomes)
     failed = [o for o in outcomes if o["status"] == "failed"]
@@ -785,10 +786,11 @@ def _run_local(spec: SweepSpec, todo: list[Point], out: Path, workers: int, thre
                     outcomes.append(outcome)
                     bar.update(len(running), outcome)
         except BaseException:  # Ctrl-C, SIGTERM (the CLI's Terminated): stop the points, do not wait for them
-            pool.shutdown(wait=False, cancel_futures=True)
-            for child in set(multiprocessing.active_children()) - others:  # the pool's workers: a training among
-                child.terminate()  # them stops on SIGTERM as from the CLI (last checkpoint kept, resumed next time)
-            bar.close()
+            with signals_held():  # a second Ctrl-C or SIGTERM must not cut the stopping short
+                pool.shutdown(wait=False, cancel_futures=True)
+                for child in set(multiprocessing.active_children()) - others:  # the pool's workers: a training
+                    child.terminate()  # among them stops on SIGTERM as from the CLI (last checkpoint kept)
+                bar.close()
             raise
     bar.close()
     return outcomes

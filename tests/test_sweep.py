@@ -844,3 +844,59 @@ def test_an_interrupted_local_sweep_stops_its_workers_but_not_the_callers_own_ch
     finally:
         mine.terminate()
         mine.join(10)
+
+
+def test_a_second_stop_during_the_stopping_of_a_local_sweep_does_not_cut_it_short(tmp_path, monkeypatch):
+    """Before: a second Ctrl-C (or SIGTERM) while the driver terminated the pool's workers raised in the middle
+    of that loop, and the workers after it kept training. Now the stopping holds further signals to its end."""
+    import concurrent.futures
+    import multiprocessing
+    import os
+    import signal
+
+    from nope_interp.sweep import _run_local, load_spec
+
+    class Worker:  # stands for a pool worker; the first one's terminate() meets a second Ctrl-C
+        def __init__(self, second_stop):
+            self.second_stop, self.terminated = second_stop, False
+
+        def terminate(self):
+            self.terminated = True
+            if self.second_stop:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.2)  # the signal is delivered here
+
+    fakes = [Worker(True), Worker(False), Worker(False)]
+    real = multiprocessing.active_children
+    calls = []
+
+    def children():
+        calls.append(1)
+        return real() + (fakes if len(calls) > 1 else [])  # the fakes appear once the pool is up
+
+    def interrupted(*args, **kwargs):
+        time.sleep(2)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(multiprocessing, "active_children", children)
+    monkeypatch.setattr(concurrent.futures, "wait", interrupted)
+    spec = load_spec(Path(__file__).parents[1] / "nope_interp" / "sweeps" / "tiny-init.toml")
+    with pytest.raises(KeyboardInterrupt):
+        _run_local(spec, list(spec.points[:1]), tmp_path / "o", 1, 1, False)
+    assert [w.terminated for w in fakes] == [True, True, True]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored after the stopping
+
+
+def test_signals_held_records_ctrl_c_and_sigterm_and_restores_the_handlers():
+    import os
+    import signal
+
+    from nope_interp.errors import signals_held
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    with signals_held() as got:
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)
+    assert sorted(got) == sorted([signal.SIGINT, signal.SIGTERM])
+    assert {s: signal.getsignal(s) for s in before} == before
