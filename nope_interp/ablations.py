@@ -136,6 +136,7 @@ def positional_decomposition(
         raise NopeInterpError(f"positional_decomposition needs (batch >= 2, pos, d_model), got {tuple(acts.shape)}")
     if not is_real(rel_zero) or not math.isfinite(rel_zero) or not 0 <= rel_zero < 1:
         raise NopeInterpError(f"positional_decomposition: rel_zero must be a finite number in [0, 1), got {rel_zero!r}")
+    source = acts.dtype
     h = acts.double()
     content = h - h.mean(0)
     scale = float(torch.linalg.vector_norm(h, dim=-1).median())
@@ -152,9 +153,10 @@ def positional_decomposition(
     between = float(((mu - grand) ** 2).sum(-1).mean())
     return {
         "positional_variance_fraction": between / total if total > 0 else float("nan"),
-        "adjacency_full": float(adjacency_score_of_activations(h).nanmean()),
-        "adjacency_positional": float(adjacency_score_of_activations(mu)),
-        "adjacency_content": float(adjacency_score_of_activations(content).nanmean()),
+        # degeneracy judged at the precision the activations came in (h is their float64 copy)
+        "adjacency_full": float(adjacency_score_of_activations(h, source_dtype=source).nanmean()),
+        "adjacency_positional": float(adjacency_score_of_activations(mu, source_dtype=source)),
+        "adjacency_content": float(adjacency_score_of_activations(content, source_dtype=source).nanmean()),
         "dropped_positions": torch.nonzero(zero).flatten().tolist(),
         "n_prompts": int(h.shape[0]),
     }

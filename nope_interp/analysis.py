@@ -32,9 +32,9 @@ from nope_interp.similarity import (
     cosine_similarity_matrix,
     degenerate_report,
     degenerate_sequences,
-    degenerate_tolerance,
     lag_profile,
     lag_summary,
+    source_tolerance,
     summarize,
     uniform_causal_lag_profile,
 )
@@ -341,6 +341,9 @@ def analyze_tokens(
         warnings.warn(f"hooks are attached at {', '.join(hooked_at[:3])}{', ...' if len(hooked_at) > 3 else ''}: "
                       f"analysing {n_pos} positions with the hooked forward, whose memory grows with pos^2 (remove "
                       "the hooks for the fused path)", stacklevel=2)
+    # the activations are cast to float32 below: degeneracy is judged at the model's own precision if coarser
+    source_dtype = getattr(model.cfg, "dtype", None)
+    source_dtype = source_dtype if isinstance(source_dtype, torch.dtype) and source_dtype.is_floating_point else None
     with degenerate_report(f"{task} inputs", tokens.shape[0], stacklevel=4) as found:  # one warning in all
         for start in range(0, tokens.shape[0], chunk):  # one chunk of sequences in memory at a time
             toks = tokens[start : start + chunk]
@@ -355,7 +358,7 @@ def analyze_tokens(
             scores_by_site = []
             for i, site in enumerate(labels):  # one site's float64 copies at a time
                 got, total = _scores_and_matrix_sum(acts[i], REDUCTIONS, what=f"activations at {site}",
-                                                    matrix_sum=sim_sum is not None)
+                                                    matrix_sum=sim_sum is not None, source_dtype=source_dtype)
                 scores_by_site.append(got)
                 if sim_sum is not None:
                     sim_sum[i] += total
@@ -375,7 +378,7 @@ def analyze_tokens(
         mean_sim = (sim_sum / tokens.shape[0]).clamp_(-1.0, 1.0)
         # an averaged matrix constant up to rounding (every prompt's vectors parallel at that site) has no order:
         # NaN, not a score of rounding noise (the per-sequence warning above names the site)
-        flat = degenerate_sequences(mean_sim, degenerate_tolerance(torch.float32))
+        flat = degenerate_sequences(mean_sim, source_tolerance(torch.float32, source_dtype))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegenerateInputWarning)
             mean_matrix = {r: {site: float("nan") if bool(flat[i]) else float(adjacency_score(mean_sim[i], r))

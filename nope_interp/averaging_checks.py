@@ -245,9 +245,13 @@ def _predicted_vs_observed(pattern: Tensor, z: Tensor) -> PredictedVsObserved:
     """pattern: batch q k (or batch head q k, summed over heads); z: batch q d. Means over sequences."""
     pred = _heads_summed_cosine(pattern) if pattern.ndim == 4 else attention_row_cosine(pattern)
     obs = cosine_similarity_matrix(z)
-    rho = sequence_spearmans(pred, obs, pattern.dtype, z.dtype)[0]  # constant matrices (rounding noise) left out
-    return PredictedVsObserved(spearman_pred_obs=_mean(rho), adjacency_predicted=float(adjacency_score(pred).nanmean()),
-                               adjacency_observed=float(adjacency_score(obs).nanmean()))
+    # constant matrices (rounding noise) left out of the correlation and of both scores: one set of sequences
+    rho, bad_pred, bad_obs = sequence_spearmans(pred, obs, pattern.dtype, z.dtype)
+    bad = bad_pred | bad_obs
+    predicted = adjacency_score(pred).masked_fill(bad, float("nan"))
+    observed = adjacency_score(obs).masked_fill(bad, float("nan"))
+    return PredictedVsObserved(spearman_pred_obs=_mean(rho), adjacency_predicted=float(predicted.nanmean()),
+                               adjacency_observed=float(observed.nanmean()))
 
 
 @evaluates

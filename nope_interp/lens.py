@@ -532,8 +532,10 @@ def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool | None 
     bad = bad_obs | bad_pred
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DegenerateInputWarning)  # warned once below, naming both matrices
-        adjacency_predicted = float(adjacency_score(pred).nanmean())  # degenerate matrices score NaN: left out
-        adjacency_observed = float(adjacency_score(obs).nanmean())
+        # the sequences left out of spearman_pred_obs are left out of both scores too, so all three read the
+        # same sequences (NaN when none is left)
+        adjacency_predicted = float(adjacency_score(pred).masked_fill(bad, float("nan")).nanmean())
+        adjacency_observed = float(adjacency_score(obs).masked_fill(bad, float("nan")).nanmean())
     if bool(bad.any()):
         parts = [f"{int(m.sum())} with constant {kind}" for m, kind in (
             (bad_obs, f"observed cosines at {z_name} (vectors parallel up to rounding, e.g. one token repeated)"),

@@ -510,9 +510,10 @@ def cosine_spread(sim: Float[Tensor, "*batch pos pos"], block_elements: int = 2*
 def degenerate_tolerance(dtype: torch.dtype, cosines: bool = False) -> float:
     """The spread below which :func:`degenerate_sequences` calls a sequence degenerate, for vectors of
     ``dtype`` (``(ulps * eps) ** 2 / 2``, ulps = :data:`DEGENERATE_ULPS`, or :data:`DEGENERATE_ULPS_16BIT` for
-    16-bit types), or with ``cosines`` for a cosine matrix of ``dtype`` given as such: float64 is assumed to
-    come from float32 vectors (this module's matrices), a lower precision rounds the cosines themselves
-    (``ulps_16bit * eps``, linear).
+    16-bit types; at least ``DEGENERATE_ULPS`` float64 eps, 2.8e-14, the rounding of the float64 cosines
+    themselves, which decides for float64 vectors), or with ``cosines`` for a cosine matrix of ``dtype``
+    given as such: float64 is assumed to come from float32 vectors (this module's matrices), a lower precision
+    rounds the cosines themselves (``ulps_16bit * eps``, linear).
 
     Raises:
         NopeInterpError: ``dtype`` is not a floating ``torch.dtype``.
@@ -524,7 +525,21 @@ def degenerate_tolerance(dtype: torch.dtype, cosines: bool = False) -> float:
             return degenerate_tolerance(torch.float32)
         return DEGENERATE_ULPS_16BIT * torch.finfo(dtype).eps
     ulps = DEGENERATE_ULPS_16BIT if torch.finfo(dtype).bits <= 16 else DEGENERATE_ULPS
-    return (ulps * torch.finfo(dtype).eps) ** 2 / 2
+    # floor: the cosines are computed in float64, whose own rounding (about d_model * eps64) would hide
+    # float64 vectors' degeneracy below it ((128 eps64)^2 / 2 = 4e-28 is far under that rounding)
+    return max((ulps * torch.finfo(dtype).eps) ** 2 / 2, DEGENERATE_ULPS * torch.finfo(torch.float64).eps)
+
+
+def source_tolerance(dtype: torch.dtype, source_dtype: torch.dtype | None = None) -> float:
+    """:func:`degenerate_tolerance` of vectors held as ``dtype`` but computed as ``source_dtype`` (None: as
+    ``dtype``): the larger of the two, so that a cast after the computation (bfloat16 -> float32, float32 ->
+    float64) never hides rounding-level spreads.
+
+    Raises:
+        NopeInterpError: a dtype that is not a floating ``torch.dtype``.
+    """
+    tol = degenerate_tolerance(dtype)
+    return tol if source_dtype is None else max(tol, degenerate_tolerance(source_dtype))
 
 
 def degenerate_sequences(sim: Float[Tensor, "*batch pos pos"],
@@ -718,7 +733,7 @@ def summarize(scores: Float[Tensor, " batch"]) -> ScoreSummary:
 
 def adjacency_score_of_activations(
     x: Float[Tensor, "*batch pos d_model"], reduction: str = "row_mean", max_elements: int = 2**25,
-    min_norm: float = DEFAULT_MIN_NORM, what: str = "activations",
+    min_norm: float = DEFAULT_MIN_NORM, what: str = "activations", source_dtype: torch.dtype | None = None,
 ) -> Float[Tensor, "*batch"]:
     """:func:`adjacency_score` of :func:`cosine_similarity_matrix` without holding every matrix at once.
 
@@ -732,18 +747,21 @@ def adjacency_score_of_activations(
     Warns:
         DegenerateInputWarning: as :func:`adjacency_scores_of_activations`.
     """
-    return adjacency_scores_of_activations(x, (reduction,), max_elements, min_norm, what)[reduction]
+    return adjacency_scores_of_activations(x, (reduction,), max_elements, min_norm, what, source_dtype)[reduction]
 
 
 def adjacency_scores_of_activations(
     x: Float[Tensor, "*batch pos d_model"], reductions: Sequence[str] = REDUCTIONS, max_elements: int = 2**25,
-    min_norm: float = DEFAULT_MIN_NORM, what: str = "activations",
+    min_norm: float = DEFAULT_MIN_NORM, what: str = "activations", source_dtype: torch.dtype | None = None,
 ) -> dict[str, Float[Tensor, "*batch"]]:
     """The adjacency score of every sequence under each of ``reductions``, counting each matrix once.
 
     Chunked as :func:`adjacency_score_of_activations`; scores in [0, 1] (float64), NaN for a degenerate
     sequence (vectors parallel up to rounding at every position: no order to score), identical to
     :func:`adjacency_score` of :func:`cosine_similarity_matrix`. ``what`` names ``x`` in error messages.
+    ``source_dtype``: the dtype ``x`` was computed in when it was converted since (a bfloat16 model's
+    activations cast to float32, float32 ones to float64): degeneracy is judged at the rounding of the coarser
+    of the two (default ``x.dtype``), else a cast would hide it.
 
     Raises:
         NopeInterpError: ``x`` not a dense real floating torch tensor with data of at least 2 dimensions and
@@ -757,12 +775,12 @@ def adjacency_scores_of_activations(
             (:func:`degenerate_sequences` at :func:`degenerate_tolerance` of ``x``'s dtype), once per call,
             naming ``what`` and how many (inside :func:`degenerate_report`: counted there instead).
     """
-    return _scores_and_matrix_sum(x, reductions, max_elements, min_norm, what)[0]
+    return _scores_and_matrix_sum(x, reductions, max_elements, min_norm, what, source_dtype=source_dtype)[0]
 
 
 def _scores_and_matrix_sum(
     x: Any, reductions: Any, max_elements: Any = 2**25, min_norm: Any = DEFAULT_MIN_NORM,
-    what: str = "activations", matrix_sum: bool = False,
+    what: str = "activations", matrix_sum: bool = False, source_dtype: Any = None,
 ) -> tuple[dict[str, Tensor], Tensor | None]:
     """:func:`adjacency_scores_of_activations`, and with ``matrix_sum`` the sum over sequences of their cosine
     matrices (float64 ``pos x pos``, exactly symmetric; its diagonal is the number of sequences) from the same
@@ -778,12 +796,13 @@ def _scores_and_matrix_sum(
     if flat.shape[0] == 0:
         raise NopeInterpError(f"{what}: no sequence to score (a batch of 0)")
     chunk = max(1, max_elements // max(1, n * n))
+    tol = source_tolerance(x.dtype, source_dtype)
     counts, degenerate = [], []
     total = torch.zeros(n, n, dtype=torch.float64, device=x.device) if matrix_sum else None
     for i in range(0, flat.shape[0], chunk):
         sim = _cosine(flat[i : i + chunk], min_norm, symmetric=False)
         counts.append(adjacency_counts(sim))
-        degenerate.append(degenerate_sequences(sim, degenerate_tolerance(x.dtype)))
+        degenerate.append(degenerate_sequences(sim, tol))
         if total is not None:
             total += sim.sum(0)  # its strictly lower triangle is the symmetric matrices'
         del sim

@@ -2,11 +2,15 @@
 the spread against a naive loop, the flag on exact and rounding-level parallel vectors but never on small real
 differences, one warning per analysis naming every site, the counts in the result, and no warning on real inputs."""
 
+import json
+import math
 import warnings
 
 import pytest
 import torch
 from conftest import unhooked
+
+from nope_interp.errors import DegenerateInputWarning
 
 
 def _naive_spread(sim):
@@ -273,3 +277,87 @@ def test_text_prefix_never_ends_the_last_window_on_a_cut_token(tmp_path, monkeyp
         windows, chars = job._text_file_windows(str(path), 5, n, tok)
         assert torch.equal(windows, text_windows_of(words, 5, n, tok))
         assert chars is not None
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16, torch.float16])
+def test_a_repeated_token_is_degenerate_at_every_model_precision_and_after_casts(tiny_model, dtype):
+    """Found by a review: a float64 model's parallel vectors spread by the float64 cosines' own rounding
+    (1e-16), above the float64 tolerance (4e-28); a 16-bit model's activations cast to float32 (the hooked
+    analysis, ablate) were judged at float32's tolerance; positional_decomposition scored its float64 copy of
+    float32 activations at float64's. Each gave rounding-noise scores (0.006, 0.101, 0.37) for no position."""
+    from nope_interp.analysis import analyze_tokens
+    from nope_interp.lens import adjacency_scores
+    from nope_interp.similarity import adjacency_scores_of_activations, degenerate_tolerance
+
+    assert degenerate_tolerance(torch.float64) >= 128 * torch.finfo(torch.float64).eps
+    assert degenerate_tolerance(torch.float32) == pytest.approx((128 * torch.finfo(torch.float32).eps) ** 2 / 2)
+    model = tiny_model.to(dtype)
+    toks = torch.full((3, 12), 7)
+    _, cache = model.run_with_cache(toks)
+    with pytest.warns(DegenerateInputWarning):
+        scores = adjacency_scores(cache)
+    for site in scores.sites:
+        assert torch.isnan(scores.per_sequence[site]).all(), (dtype, site)
+    for forward in ("hooked", "auto"):
+        with pytest.warns(DegenerateInputWarning):
+            res = analyze_tokens(model, toks, forward=forward)
+        assert all(res.scores["row_mean"][s]["n"] == 0 for s in res.sites), (dtype, forward)
+    z = cache["blocks.0.attn.hook_z"].flatten(-2)
+    with pytest.warns(DegenerateInputWarning):  # cast after the computation: the source's rounding decides
+        assert torch.isnan(adjacency_scores_of_activations(z.float(), ("row_mean",),
+                                                           source_dtype=dtype)["row_mean"]).all()
+
+
+def test_positional_decomposition_leaves_degenerate_prompts_out_of_its_scores(tiny_model):
+    """Half the prompts one repeated token: the full and content scores are those of the other half's
+    sequences (before: the float64 copy's rounding noise, about 0.4, was averaged in)."""
+    from nope_interp.ablations import positional_decomposition
+    from nope_interp.similarity import adjacency_score_of_activations
+
+    gen = torch.Generator().manual_seed(0)
+    toks = torch.cat([torch.full((4, 16), 9), torch.randint(0, 90, (4, 16), generator=gen)])
+    _, cache = tiny_model.run_with_cache(toks)
+    h = cache["blocks.1.hook_resid_pre"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = positional_decomposition(h)
+        real = adjacency_score_of_activations(h[4:].double())
+    assert got["adjacency_full"] == pytest.approx(float(real.mean()), abs=1e-12)
+
+
+def test_the_averaging_checks_scores_and_correlation_read_one_set_of_sequences(tiny_model):
+    """Before: with every observed matrix degenerate, spearman and adjacency_observed were NaN but
+    adjacency_predicted was 1.0 (the uniform attention's predicted matrices are not degenerate)."""
+    from nope_interp.lens import averaging_check
+
+    _, cache = tiny_model.run_with_cache(torch.full((3, 12), 5))
+    with pytest.warns(DegenerateInputWarning):
+        check = averaging_check(cache, 0)
+    assert math.isnan(check.spearman_pred_obs) and math.isnan(check.adjacency_observed)
+    assert math.isnan(check.adjacency_predicted)
+
+
+def test_undefined_scores_read_back_get_no_verdict_and_no_spread():
+    """A trajectory file with null scores (every prompt degenerate) was written but refused on reading;
+    a NaN mean got the verdict DISAGREES; mean_std_ci of one NaN value gave std 0.0."""
+    from nope_interp.jobs.demo import UNDEFINED_VERDICT, claim_verdict
+    from nope_interp.jobs.trajectory import RunTrajectory
+    from nope_interp.stats import mean_std_ci
+
+    t = RunTrajectory(label="r", task="addition", objective="packed", steps=(0, 10), sites=("hook_embed",),
+                      scores={"hook_embed": (float("nan"), 0.7)}, eval_steps=(10,), eval_acc=(0.5,))
+    data = json.loads(json.dumps(io_json_safe(t.to_dict())))
+    back = RunTrajectory.from_dict(data)
+    assert math.isnan(back.scores["hook_embed"][0]) and back.scores["hook_embed"][1] == 0.7
+    bad = {**data, "eval_acc": [None]}  # an accuracy is never undefined: still refused
+    with pytest.raises(Exception, match="eval_acc must be a list of numbers in \\[0, 1\\]$"):
+        RunTrajectory.from_dict(bad)
+    assert claim_verdict(float("nan"), 0.8, 1.0) == claim_verdict(None, 0.8, 1.0) == UNDEFINED_VERDICT
+    assert (claim_verdict(0.85, 0.8, 1.0), claim_verdict(0.7, 0.8, 1.0)) == ("agrees", "DISAGREES")
+    assert math.isnan(mean_std_ci([float("nan")]).std) and mean_std_ci([0.5]).std == 0.0
+
+
+def io_json_safe(obj):
+    from nope_interp.io import json_safe
+
+    return json_safe(obj)

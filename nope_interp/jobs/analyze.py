@@ -206,7 +206,7 @@ def run(config: AnalyzeConfig, models: list[ModelEntry] | None = None, *, log: L
             score = fmt_mean_std(row[site]["mean"], row[site]["std"], row[site]["n"])  # one prompt: the mean alone
             emit(log, f"  {site + kind:34s} {score:13s}   "
                       f"recency gap c(1) - c({max_lag}) {gap['mean']:+.3f}"
-                      + (f"   ({degenerate}/{res.n_prompts} degenerate inputs left out: no order to score)"
+                      + (f"   ({degenerate}/{res.n_prompts} degenerate inputs left out of the score: no order to score)"
                          if degenerate else ""))
         out.append(ModelScores(label=label, analysis=res))
     return AnalyzeResult(config=config, models=tuple(out), wall_time_s=round(time.perf_counter() - t0, 1))

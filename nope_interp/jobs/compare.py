@@ -44,7 +44,7 @@ from nope_interp.jobs.common import (
     run_path,
     shipped_entries,
 )
-from nope_interp.jobs.demo import CLAIMS, FIRST_ATTENTION_SITES, in_claimed_range
+from nope_interp.jobs.demo import CLAIMS, FIRST_ATTENTION_SITES, claim_verdict, in_claimed_range
 from nope_interp.model import build_model
 from nope_interp.plotting import plot_adjacency_by_layer, save_figure, with_plotlyjs
 from nope_interp.stats import fmt_fraction, fmt_mean_std, mean_std_ci
@@ -295,8 +295,9 @@ def _group(task: str, recipe: str, seeds: list[SeedRecord], protocols: tuple[str
 def verdicts(group: GroupComparison) -> list[Verdict]:
     """The claims checked on ``group``: the token embeddings at chance, and the first causal attention
     layer's sites at 0.8-1.0, for the initialised and the trained models under every protocol. The
-    verdict is on the mean over seeds (``agrees`` inside the claimed range, else ``DISAGREES``);
-    ``n_in_range`` counts the seeds that are inside."""
+    verdict is on the mean over seeds (:func:`~nope_interp.jobs.demo.claim_verdict`: ``agrees`` inside the
+    claimed range, ``DISAGREES`` outside, undefined for a NaN mean); ``n_in_range`` counts the seeds that are
+    inside."""
     out = []
     for protocol, by_kind in group.stats.items():
         for kind in KINDS:
@@ -308,7 +309,7 @@ def verdicts(group: GroupComparison) -> list[Verdict]:
                 out.append(Verdict(task=group.task, recipe=group.recipe, protocol=protocol, kind=kind, site=site,
                                    claim=text, mean=st["mean"], std=st["std"], n_in_range=inside,
                                    n_seeds=len(group.seeds),
-                                   verdict="agrees" if in_claimed_range(st["mean"], low, high) else "DISAGREES"))
+                                   verdict=claim_verdict(st["mean"], low, high)))
     return out
 
 
@@ -479,7 +480,10 @@ def reading(diagnostics: dict[str, float]) -> str:
     ``blocks.0.attn.hook_z`` by at least :data:`READING_LIFT`, largest first, as a short phrase
     (``"attention +0.30, delimiter values +0.08"``); ``"only both together +0.27"`` when neither alone does
     but the two together do; else ``"neither"``. ``diagnostics``: a :func:`~nope_interp.diagnostics.diagnose`
-    result with the intervention scores."""
+    result with the intervention scores. ``"undefined"`` when a score is NaN (every input degenerate)."""
+    keys = ("l0_z_score_none", "l0_z_score_uniform_attention", "l0_z_score_neutral_delimiters", "l0_z_score_both")
+    if any(diagnostics[k] is None or math.isnan(diagnostics[k]) for k in keys):
+        return "undefined"
     base = diagnostics["l0_z_score_none"]
     lifts = {"attention": diagnostics["l0_z_score_uniform_attention"] - base,
              "delimiter values": diagnostics["l0_z_score_neutral_delimiters"] - base}

@@ -8,6 +8,7 @@ exact match, and put the adjacency scores beside the paper's claims (``docs/meth
 Writes ``results/demo/summary.{md,json}`` and ``figures/demo/*.html``.
 """
 
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -215,8 +216,21 @@ def _claims(task: str, label: str, result: AnalysisResult) -> list[Claim]:
     low, high, text = CLAIMS["first_attn"]
     sites += [(s, low, high, text) for s in result.sites if s in FIRST_ATTENTION_SITES]
     return [Claim(task=task, model=label, site=s, claim=t, score=sc[s]["mean"], std=sc[s]["std"],
-                  verdict="agrees" if in_claimed_range(sc[s]["mean"], lo, hi) else "DISAGREES")
+                  verdict=claim_verdict(sc[s]["mean"], lo, hi))
             for s, lo, hi, t in sites]
+
+
+#: The verdict of a claim whose score is undefined (NaN: every input degenerate, no order to score).
+UNDEFINED_VERDICT = "undefined (no scored input)"
+
+
+def claim_verdict(value: float | None, low: float, high: float) -> str:
+    """``"agrees"`` when ``value`` is in a claim's range (:func:`in_claimed_range`), ``"DISAGREES"`` when it is
+    outside, :data:`UNDEFINED_VERDICT` when it is NaN or None (an undefined score says nothing either way;
+    before 2026-12-04 it read as ``DISAGREES``)."""
+    if value is None or math.isnan(value):
+        return UNDEFINED_VERDICT
+    return "agrees" if in_claimed_range(value, low, high) else "DISAGREES"
 
 
 def in_claimed_range(value: float, low: float, high: float) -> bool:

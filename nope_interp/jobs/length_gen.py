@@ -15,6 +15,7 @@ Default models: the shipped reversal and addition models. Writes
 ``results/length_gen/{length_gen.json, length_gen.csv}`` and ``figures/length_gen/length_gen.html``.
 """
 
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -264,7 +265,8 @@ def plot_length_gen(result: LengthGenResult) -> go.Figure:
     labels = list(dict.fromkeys(r.model for r in result.rows))
     sites = list(dict.fromkeys(site for r in result.rows for site in r.scores))
     colour = dict(zip(sites, line_colours(len(sites)), strict=True))
-    lowest = min((s["row_mean"]["mean"] for r in result.rows for s in r.scores.values()), default=0.5)
+    lowest = min((v for r in result.rows for s in r.scores.values()  # NaN (undefined) ignored: min() would
+                  if not math.isnan(v := s["row_mean"]["mean"])), default=0.5)  # return it and hide low scores
     fig = make_subplots(rows=len(labels), cols=2, shared_xaxes=False,
                         vertical_spacing=0.35 / len(labels) if len(labels) > 1 else 0.1,
                         subplot_titles=[t for m in labels for t in (f"{m}: exact match", f"{m}: adjacency score")])

@@ -10,6 +10,7 @@ and ``figures/trajectory/<run>.html`` (score vs step, a line per site, the chanc
 mechanisms below).
 """
 
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,7 +98,8 @@ class RunTrajectory:
     Attributes:
         label: the run's name. task: its task. objective: its training objective.
         steps: the kept steps, ascending. sites: full hook names.
-        scores: ``{site: (score at each step)}``, row-mean adjacency in [0, 1], mean over prompts.
+        scores: ``{site: (score at each step)}``, row-mean adjacency in [0, 1], mean over prompts (NaN, null in
+            JSON, when every prompt was degenerate).
         eval_steps, eval_acc: the run's evaluation accuracy (exact match in [0, 1]) by step.
         mechanisms: ``{name: (value at each step)}`` for the names of :data:`MECHANISMS` (layer-0 attention
             entropy relative to uniform, and the row-mean score at ``blocks.0.attn.hook_z`` as is and with
@@ -168,11 +170,12 @@ class RunTrajectory:
                 raise bad(f"{key} must be strictly increasing")
             return tuple(int(v) for v in values)
 
-        def fractions(values: Any, what: str) -> tuple[float, ...]:
+        def fractions(values: Any, what: str, undefined: bool = False) -> tuple[float, ...]:
+            """``undefined``: null (NaN written to JSON: a score of degenerate inputs only) reads as NaN."""
             if not isinstance(values, list) or not all(
-                    is_real(v) and 0.0 <= v <= 1.0 for v in values):
-                raise bad(f"{what} must be a list of numbers in [0, 1]")
-            return tuple(float(v) for v in values)
+                    (undefined and v is None) or (is_real(v) and 0.0 <= v <= 1.0) for v in values):
+                raise bad(f"{what} must be a list of numbers in [0, 1]{' or null' if undefined else ''}")
+            return tuple(float("nan") if v is None else float(v) for v in values)
 
         steps, eval_steps = steps_of("steps"), steps_of("eval_steps")
         sites = tuple(data["sites"])
@@ -180,14 +183,15 @@ class RunTrajectory:
             raise bad("sites must be distinct strings")
         if set(sites) != set(data["scores"]):
             raise bad("the sites and the keys of scores differ")
-        scores = {s: fractions(data["scores"][s], f"the scores of {s}") for s in sites}
+        scores = {s: fractions(data["scores"][s], f"the scores of {s}", undefined=True) for s in sites}
         eval_acc = fractions(data["eval_acc"], "eval_acc")
         if any(len(v) != len(steps) for v in scores.values()) or len(eval_steps) != len(eval_acc):
             raise bad(f"{data['label']}: scores and steps differ in length")
         raw = data.get("mechanisms", {})
         if not isinstance(raw, dict) or not set(raw) <= set(MECHANISMS):
             raise bad(f"mechanisms must be an object with keys among {', '.join(MECHANISMS)}")
-        mechanisms = {k: fractions(raw[k], f"mechanisms[{k!r}]") for k in MECHANISMS if k in raw}
+        mechanisms = {k: fractions(raw[k], f"mechanisms[{k!r}]", undefined=k != "l0_attention_entropy")
+                      for k in MECHANISMS if k in raw}
         if any(len(v) != len(steps) for v in mechanisms.values()):
             raise bad(f"{data['label']}: mechanisms and steps differ in length")
         seed = data.get("mechanisms_draw_seed")
@@ -420,7 +424,7 @@ def plot_site_by_objective(runs: list[RunTrajectory] | tuple[RunTrajectory, ...]
         fig.add_hline(y=0.8, line_dash="dot", line_color="green", annotation_text="paper: 0.8-1.0", row=1, col=col)
     fig.update_xaxes(type="log")
     fig.update_xaxes(title_text="training step (0 drawn at 1)", row=2)
-    lowest = min((v for r in runs for v in r.scores[site]), default=0.4)
+    lowest = min((v for r in runs for v in r.scores[site] if not math.isnan(v)), default=0.4)  # NaN: undefined
     fig.update_yaxes(range=[min(0.4, lowest - 0.05), 1.02], row=1)  # never hides a score below 0.4
     fig.update_yaxes(range=[0, 1.02], row=2)
     fig.update_layout(title=f"Adjacency at {site} through training, by task and objective", width=1150,
