@@ -205,3 +205,18 @@ def test_a_size_the_task_does_not_allow_names_sizes_and_the_tasks_range(tiny_run
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "error: --sizes must be integers in [1, 64]" in err and "addition 18" in err
     assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_the_figures_range_ignores_an_undefined_score_and_shows_every_low_one():
+    """Found by a review: min() over scores whose first one is NaN (every prompt degenerate) is NaN, so the
+    adjacency axis fell back to [0.4, 1.02] and hid the scores of 0.2 and 0.25."""
+    from nope_interp.jobs import length_gen
+
+    cfg = length_gen.LengthGenConfig(sizes=(2, 3, 4), n_examples=4, n_prompts=2, points=("z",))
+    rows = tuple(length_gen.LengthRow(model="m", task="addition", n_digits=n, trained_n_digits=2, prompt_len=9,
+                                      n_examples=4, exact_match=0.5,
+                                      scores={"blocks.0.attn.hook_z": {"row_mean": {"mean": v, "std": 0.0, "n": 2}}})
+                 for n, v in ((2, float("nan")), (3, 0.2), (4, 0.25)))
+    fig = length_gen.plot_length_gen(length_gen.LengthGenResult(cfg, rows, 0.0))
+    low, high = fig.layout.yaxis2.range
+    assert low <= 0.2 - 0.05 + 1e-12 and high == 1.02
