@@ -361,3 +361,14 @@ def io_json_safe(obj):
     from nope_interp.io import json_safe
 
     return json_safe(obj)
+
+
+def test_the_trajectory_figures_range_ignores_an_undefined_score():
+    """Found by a review: a NaN first score made min() NaN and the axis [0.4, 1.02], hiding 0.2 and 0.3."""
+    from nope_interp.jobs.trajectory import RunTrajectory, plot_site_by_objective
+
+    site = "blocks.0.attn.hook_z"
+    run = RunTrajectory(label="r", task="addition", objective="packed", steps=(0, 10, 20), sites=(site,),
+                        scores={site: (float("nan"), 0.2, 0.3)}, eval_steps=(10,), eval_acc=(0.5,))
+    low, high = plot_site_by_objective([run], site).layout.yaxis.range
+    assert low <= 0.15 + 1e-12 and high == 1.02
