@@ -866,6 +866,12 @@ def test_a_second_stop_during_the_stopping_of_a_local_sweep_does_not_cut_it_shor
                 os.kill(os.getpid(), signal.SIGINT)
                 time.sleep(0.2)  # the signal is delivered here
 
+        def join(self, timeout=None):
+            pass
+
+        def is_alive(self):
+            return False
+
     fakes = [Worker(True), Worker(False), Worker(False)]
     real = multiprocessing.active_children
     calls = []
@@ -900,3 +906,34 @@ def test_signals_held_records_ctrl_c_and_sigterm_and_restores_the_handlers():
         time.sleep(0.2)
     assert sorted(got) == sorted([signal.SIGINT, signal.SIGTERM])
     assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_a_worker_that_does_not_end_after_sigterm_is_killed():
+    """From a review: SIGTERM can end an idle pool worker while it holds the pool's queue lock; a training
+    worker that then returns to the queue blocked on it forever, and the stopped sweep never exited. Workers
+    still alive after the grace period are killed."""
+    from nope_interp.sweep import _stop_workers
+
+    class Worker:
+        def __init__(self, ends_on_term):
+            self.ends_on_term, self.alive, self.calls = ends_on_term, True, []
+
+        def terminate(self):
+            self.calls.append("terminate")
+            self.alive = not self.ends_on_term
+
+        def join(self, timeout=None):
+            self.calls.append("join")
+
+        def is_alive(self):
+            return self.alive
+
+        def kill(self):
+            self.calls.append("kill")
+            self.alive = False
+
+    ends, stuck = Worker(True), Worker(False)
+    t0 = time.monotonic()
+    _stop_workers({ends, stuck}, grace_s=0.1)
+    assert time.monotonic() - t0 < 5
+    assert ends.calls == ["terminate", "join"] and "kill" in stuck.calls and not stuck.alive
