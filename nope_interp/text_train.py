@@ -43,6 +43,7 @@ from nope_interp.train import (
     check_same_settings,
     check_trainable_attention,
     finished_run_message,
+    finished_summary,
     load_optimizer_state,
     locked_run,
     log_spaced_steps,
@@ -309,6 +310,7 @@ def _train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: Path, str
             raise NopeInterpError(no_checkpoint_message(run_dir, ckpt_path, "text_train", fields=()))
         old = io.read_json(run_dir / io.CONFIG_FILE, "run config")
         old_model, old_cfg = parse_text_run_config(old, run_dir / io.CONFIG_FILE)
+        finished_summary(run_dir, old_cfg.steps, fields=())  # a corrupt summary is named here, as in train
         finished = finished_run_message(run_dir, "text_train", fields=())  # before the settings, as train
         if finished is not None:
             raise NopeInterpError(finished)

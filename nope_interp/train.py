@@ -583,6 +583,7 @@ def _train(model_cfg: ModelConfig, cfg: TrainConfig, run_dir: Path, task: tasks_
         old = io.read_json(run_dir / io.CONFIG_FILE, "run config")
         # compare as configs, so a run written before a config gained a field (with its default) resumes
         old_model, old_train = parse_run_config(old, run_dir / io.CONFIG_FILE)
+        finished_summary(run_dir, old_train.steps)  # a corrupt summary is named here, not after "settings differ"
         finished = finished_run_message(run_dir)  # before the settings: a finished run is refused whatever is given
         if finished is not None:
             raise NopeInterpError(finished)

@@ -759,3 +759,18 @@ def test_resume_refuses_a_config_edited_under_its_checkpoint(tiny_train, tmp_pat
     (run / "model.safetensors").unlink()
     with pytest.raises(NopeInterpError, match="checkpoint of .* is at step 8, past the 6-step schedule"):
         train(model_cfg, cfg.replace(steps=6), run, resume=True, progress=False)
+
+
+def test_resume_of_a_run_with_a_corrupt_summary_names_the_summary_whatever_the_settings(tiny_train, tmp_path):
+    """From a review: a finished run whose summary.json is corrupt, resumed with other settings, was told
+    'settings differ ... rerun its own command', which then failed on the corrupt summary."""
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.train import train
+
+    model_cfg, cfg = tiny_train
+    cfg = cfg.replace(steps=4)
+    train(model_cfg, cfg, tmp_path / "r", progress=False)
+    (tmp_path / "r" / "summary.json").write_text("{bad")
+    for given in (cfg, cfg.replace(steps=9), cfg.replace(lr=0.5)):
+        with pytest.raises(NopeInterpError, match="summary.json"):
+            train(model_cfg, given, tmp_path / "r", resume=True, progress=False)
