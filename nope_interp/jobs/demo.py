@@ -76,7 +76,8 @@ class DemoConfig(FrozenConfig):
     """Settings of the demo.
 
     Raises:
-        NopeInterpError: unknown task or preset; counts out of range; a bad device.
+        NopeInterpError: unknown task or preset; counts out of range; a bad device; an empty or blank
+            ``from_sweep`` or ``sweep_dir``; ``sweep_dir`` without ``from_sweep``.
     """
 
     tasks: tuple[str, ...] = opt(tasks_pkg.TASK_NAMES, "tasks")
@@ -85,9 +86,11 @@ class DemoConfig(FrozenConfig):
     retrain: bool = opt(False, "train the models again with the shipped recipes (1.5-3 h on 2 CPU cores)")
     runs_dir: str = opt("runs", "where --retrain writes its runs (<runs-dir>/<task>-retrain/)")
     device: str = opt("auto", "device for --retrain: auto, cpu or cuda[:N]")
-    from_sweep: str = opt("", "analyse the models of a finished training sweep instead (a spec name or TOML "
-                              "path, as `nope-interp sweep`): per task, its finished point with the lowest seed")
-    sweep_dir: str = opt("", "that sweep's output folder (default runs/sweeps/<name>/, as `nope-interp sweep`)")
+    from_sweep: str | None = opt(None, "analyse the models of a finished training sweep instead (a spec name or "
+                                       "TOML path, as `nope-interp sweep`): per task, its finished point with the "
+                                       "lowest seed")
+    sweep_dir: str | None = opt(None, "that sweep's output folder (default runs/sweeps/<name>/, as "
+                                      "`nope-interp sweep`)")
     init_preset: str = opt("paper", f"shape of the initialised models: {describe_presets()}")
     protocols: tuple[str, ...] = opt(("full", "authors"),
                                      f"analysis inputs to compare, full first: {', '.join(tasks_pkg.PROTOCOLS)}")
@@ -104,14 +107,17 @@ class DemoConfig(FrozenConfig):
         check_used("device", self.device, "auto", self.retrain, "with retrain")
         if not str(self.runs_dir).strip():
             raise NopeInterpError("runs_dir must be a folder path, got an empty one")
-        if self.from_sweep and self.retrain:
+        for name, value in (("--from-sweep", self.from_sweep), ("--sweep-dir", self.sweep_dir)):
+            if value is not None:  # an empty one read as not given (the shipped demo) or as the current folder
+                io.as_path(value, name)
+        if self.from_sweep is not None and self.retrain:
             raise NopeInterpError("from_sweep and retrain exclude each other: the trained models come from one place")
-        if self.sweep_dir and not self.from_sweep:
-            raise NopeInterpError("sweep_dir needs from_sweep (the spec whose points it holds)")
+        if self.sweep_dir is not None and self.from_sweep is None:
+            raise NopeInterpError("--sweep-dir needs --from-sweep (the spec whose points it holds)")
         check_int("n_prompts", self.n_prompts, 1, 100_000)
         check_int("eval_n", self.eval_n, 1, 10**7)
         check_choice("init_preset", self.init_preset, tuple(PRESETS))
-        if not self.retrain and not self.from_sweep:
+        if not self.retrain and self.from_sweep is None:
             missing = [t for t in self.tasks if t not in available_pretrained()]
             if missing:
                 raise NopeInterpError(f"no shipped model for {missing}; available: {', '.join(available_pretrained())}")
@@ -292,8 +298,8 @@ def sweep_models(spec: str, tasks: tuple[str, ...], sweep_dir: str | Path = "") 
 def default_models(config: DemoConfig) -> list[ModelEntry]:
     """The trained model of each task: the shipped one, a retrained one with ``config.retrain``, or a sweep's
     with ``config.from_sweep`` (:func:`sweep_models`)."""
-    if config.from_sweep:
-        return sweep_models(config.from_sweep, tuple(config.tasks), config.sweep_dir)
+    if config.from_sweep is not None:
+        return sweep_models(config.from_sweep, tuple(config.tasks), config.sweep_dir or "")
     if config.retrain:
         return [retrain(t, config.runs_dir, config.device) for t in config.tasks]
     return [entry_from_run(load_pretrained(t), f"pretrained-{t}", "pretrained") for t in config.tasks]
