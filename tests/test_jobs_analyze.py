@@ -160,3 +160,22 @@ def test_every_entry_records_its_model_directory_absolute_and_resolved(tiny_run,
         res = analyze.run(analyze.AnalyzeConfig(n_prompts=3, points=("z",)), [entry])
         assert res.models[0].analysis.meta["model_source"] == want, given
     assert resolved_dir("~") == str(__import__("pathlib").Path.home().resolve())
+
+
+def test_long_context_and_length_gen_rows_name_the_models_directory(tiny_run, tmp_path, monkeypatch):
+    """From a review: long-context and length-gen results named a model only by its label (a link's name),
+    with no directory, where every other job writes ``run``."""
+    import os
+
+    from nope_interp.jobs import length_gen, long_context
+    from nope_interp.jobs.common import ModelSource, load_models
+
+    monkeypatch.chdir(tmp_path)
+    os.symlink(tiny_run, tmp_path / "link")
+    (entry,) = load_models(ModelSource(run=("link",)))
+    want = str(tiny_run.resolve())
+    lc = long_context.run(long_context.LongContextConfig(lengths=(8,), n_sequences=1, max_lag=4, inputs=("task",)),
+                          [entry])
+    assert {r.run for r in lc.rows} == {want} and lc.rows[0].to_dict()["run"] == want
+    lg = length_gen.run(length_gen.LengthGenConfig(sizes=(1,), n_examples=4, n_prompts=2, points=("z",)), [entry])
+    assert {r.run for r in lg.rows} == {want} and lg.rows[0].to_dict()["run"] == want

@@ -32,7 +32,16 @@ from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import exact_match_accuracy
 from nope_interp.hooks import ACTIVATION_POINTS, check_points, short_label
 from nope_interp.jobs import JOB_HELP
-from nope_interp.jobs.common import Log, ModelEntry, emit, eval_prefix, job_models, progress, shipped_entries
+from nope_interp.jobs.common import (
+    Log,
+    ModelEntry,
+    emit,
+    eval_prefix,
+    job_models,
+    progress,
+    run_path,
+    shipped_entries,
+)
 from nope_interp.model import with_context
 from nope_interp.plotting import line_colours, save_figure, with_plotlyjs
 
@@ -116,7 +125,8 @@ class LengthRow:
             ``n_examples`` prompts. scores: ``scores[site] = {"row_mean": {mean, std, n}, "recency_gap": {...}}``
             on the first ``n`` of those prompts, each read after ``eval_prefix`` (:data:`SCORED_INPUTS`).
             eval_prefix: the text read before every prompt, scored and evaluated alike (the run's; ``""`` for
-            an answer-only model).
+            an answer-only model). run: the model's directory, absolute with links resolved
+            (:func:`~nope_interp.jobs.common.run_path`); None in rows built before 2026-12-04.
     """
 
     model: str
@@ -128,6 +138,7 @@ class LengthRow:
     exact_match: float
     scores: dict[str, dict[str, Any]]
     eval_prefix: str = ""
+    run: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain Python fields (NaN where undefined; strict JSON: :func:`~nope_interp.io.json_safe`)."""
@@ -235,7 +246,8 @@ def run(config: LengthGenConfig, models: list[ModelEntry] | None = None, *, log:
                              "recency_gap": res.lag_profile[site]["recency_gap"]} for site in res.sites}
             rows.append(LengthRow(model=entry.label, task=task.name, n_digits=size,
                                   trained_n_digits=trained.params()["n_digits"], prompt_len=task.max_prompt_len,
-                                  n_examples=len(examples), exact_match=acc, scores=scores, eval_prefix=prefix))
+                                  n_examples=len(examples), exact_match=acc, scores=scores, eval_prefix=prefix,
+                                  run=run_path(entry)))
             first = res.sites[0]
             after = f" (prompts after {prefix!r})" if prefix else ""
             emit(log, f"  {entry.label:24s} n_digits={size:<3d} exact match {acc:.3f}   {short_label(first)} "

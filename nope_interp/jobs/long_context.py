@@ -48,7 +48,16 @@ from nope_interp.config import (
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, check_points, short_label
 from nope_interp.jobs import JOB_HELP
-from nope_interp.jobs.common import Log, ModelEntry, emit, entry_from_init, job_models, progress, random_tokens
+from nope_interp.jobs.common import (
+    Log,
+    ModelEntry,
+    emit,
+    entry_from_init,
+    job_models,
+    progress,
+    random_tokens,
+    run_path,
+)
 from nope_interp.model import with_context
 from nope_interp.plotting import line_colours, save_figure, with_plotlyjs
 from nope_interp.positional import layer_positional_types
@@ -144,7 +153,9 @@ class LongContextRow:
             row can be redrawn; None in rows built before it was recorded.
         sites: hook names. scores: ``scores[site] = {"row_mean": {mean, std, n}, "pooled": {...},
         "recency_gap": {...}, "lag_mean": [c(1..D)]}``; scores in [0, 1], cosines in [-1, 1].
-        seconds: wall time of this row's analysis.
+        seconds: wall time of this row's analysis. run: the model's directory, absolute with links resolved
+            (:func:`~nope_interp.jobs.common.run_path`); None for an initialised or Hugging Face model, and in rows
+            built before 2026-12-04.
     """
 
     model: str
@@ -157,13 +168,14 @@ class LongContextRow:
     seconds: float
     layer_types: tuple[str, ...] = ()
     input_seed: int | None = None
+    run: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain Python fields (NaN where undefined; strict JSON: :func:`~nope_interp.io.json_safe`)."""
         return {"model": self.model, "arch": self.arch, "seed": self.seed, "input_seed": self.input_seed,
                 "input": self.input, "n": self.n,
                 "sites": list(self.sites), "layer_types": list(self.layer_types), "scores": self.scores,
-                "seconds": self.seconds}
+                "seconds": self.seconds, "run": self.run}
 
 
 @dataclass(frozen=True)
@@ -327,7 +339,7 @@ def run(config: LongContextConfig, models: list[ModelEntry] | None = None, *, lo
                                  "lag_mean": res.lag_profile[site]["mean"]} for site in res.sites}
                 rows.append(LongContextRow(model=entry.label, arch=_arch(cfg), seed=seed, input=kind, n=n,
                                            sites=res.sites, scores=scores, seconds=round(time.perf_counter() - t1, 2),
-                                           layer_types=types, input_seed=in_seed))
+                                           layer_types=types, input_seed=in_seed, run=run_path(entry)))
                 first = res.sites[0]
                 emit(log, f"  {entry.label:34s} {kind:6s} n={n:<6d} {short_label(first)} "
                           f"{scores[first]['row_mean']['mean']:.3f}  gap {scores[first]['recency_gap']['mean']:+.3f}"
