@@ -533,10 +533,12 @@ def degenerate_tolerance(dtype: torch.dtype, cosines: bool = False) -> float:
 def source_tolerance(dtype: torch.dtype, source_dtype: torch.dtype | None = None) -> float:
     """:func:`degenerate_tolerance` of vectors held as ``dtype`` but computed as ``source_dtype`` (None: as
     ``dtype``): the larger of the two, so that a cast after the computation (bfloat16 -> float32, float32 ->
-    float64) never hides rounding-level spreads.
+    float64) never hides rounding-level spreads. Returns a spread of cosines (dimensionless, > 0).
 
     Raises:
         NopeInterpError: a dtype that is not a floating ``torch.dtype``.
+
+    Method: this project's check, not the paper's (``docs/method.md``, "Definitions": degenerate sequences).
     """
     tol = degenerate_tolerance(dtype)
     return tol if source_dtype is None else max(tol, degenerate_tolerance(source_dtype))
@@ -549,8 +551,7 @@ def degenerate_sequences(sim: Float[Tensor, "*batch pos pos"],
     (one token repeated in a model without positional encoding; a constant input) or, rarely, vectors at
     equal angles. Such a matrix has no order to score (counted, its score would be 0 where the cosines tie
     exactly and set by rounding otherwise): :func:`adjacency_score` gives it NaN and :func:`summarize` leaves
-    it out. A matrix with only NaN entries is not
-    degenerate (the scores refuse it anyway).
+    it out. A matrix with only NaN entries is not degenerate (the scores refuse it anyway).
 
     Raises:
         NopeInterpError: as :func:`cosine_spread`; ``tol`` not a number >= 0.
