@@ -98,8 +98,10 @@ def mean_std_ci(values: Sequence[float]) -> SeedStats:
     scale = big if big > 1e150 or 0.0 < big < 1e-150 else 1.0
     xs = [v / scale for v in vals]
     mean_s = math.fsum(xs) / n
-    # one value: std 0.0 by convention (no spread to estimate), but NaN when that value is undefined
-    std_s = math.sqrt(math.fsum((x - mean_s) ** 2 for x in xs) / (n - 1)) if n > 1 else 0.0 * mean_s
+    if n > 1:
+        std_s = math.sqrt(math.fsum((x - mean_s) ** 2 for x in xs) / (n - 1))
+    else:  # one value: std 0.0 by convention (no spread to estimate), NaN when that value is undefined
+        std_s = math.nan if math.isnan(mean_s) else 0.0
     mean, std = mean_s * scale, std_s * scale
     half = float(stats.t.ppf(0.975, n - 1)) * (std / n**0.5) if n > 1 else float("nan")
     if any(math.isinf(x) for x in (mean, std, half, mean - half, mean + half)):
