@@ -3,25 +3,37 @@
 Shape ``paper-recipe`` (6 layers, d_model 384, 6 heads, tied embeddings, dropout 0.2) and the authors'
 recipe: the packed objective (windows of 256 characters of the newline-joined training lines, loss on
 every position), batch 256, AdamW betas (0.9, 0.99), weight decay 0.1, lr 2.6441e-4, 400 warmup steps,
-cosine to 5,000 steps, early stop at 99% test exact match. Each task writes a run directory under
-``OUT`` (config, weights, kept log-spaced weights, metrics, summary) and checkpoints every 250 steps, so
-running the same command again resumes. Sized for about 10 minutes on one modern GPU.
+cosine to 5,000 steps, early stop at 99% test exact match (500 test prompts every 250 steps, the whole
+20,000-prompt test split once they pass). Each task writes a run directory under ``OUT`` (config, weights,
+kept log-spaced weights, metrics, summary) and checkpoints every 125 steps, so running the same command
+again resumes a run that has not finished.
 
-    python bench/paper_recipe_gpu.py --out $OUT               # on the GPU machine
-    python bench/paper_recipe_gpu.py --out /tmp/x --tiny      # the same code at a tiny size on a CPU (a test)
+    python bench/paper_recipe_gpu.py --out $OUT --parallel --budget-s 330   # on the GPU machine
+    python bench/paper_recipe_gpu.py --out /tmp/x --tiny                      # tiny, on a CPU (a test)
 
-Then, on any machine: ``nope-interp trajectory --run OUT/<task>`` and ``nope-interp demo`` on the runs.
+``--parallel`` trains the tasks at once, one process each, on the one device (a 6x384 model does not fill a
+large GPU). ``--budget-s`` bounds each task's training time: at the first evaluation past it the run stops,
+goes back to its latest checkpoint and is scored on the whole test split (:func:`nope_interp.train.finalize`);
+its summary says so (``time_budget_s``, ``note``) and the same command resumes it. On CUDA, float32 matrix
+products use TF32 unless ``--precision fp32`` (recorded in each summary as ``matmul_precision``).
+
+Then, on any machine: ``nope-interp trajectory --run OUT/<task>`` and ``nope-interp compare --run OUT/*``.
 """
 
 import argparse
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 from nope_interp import io
 from nope_interp.config import TrainConfig, preset
-from nope_interp.train import resolve_device, train
+from nope_interp.train import finalize, finished_run_message, resolve_device, train
 from tasks import TASK_NAMES
+
+
+class BudgetSpent(Exception):
+    """Raised at the first evaluation past ``--budget-s`` (caught in :func:`run_task`)."""
 
 
 def configs(tiny: bool, task: str) -> tuple:
@@ -29,38 +41,96 @@ def configs(tiny: bool, task: str) -> tuple:
     if tiny:
         model = preset("tiny", tied_embeddings=True, dropout=0.2, n_ctx=48)
         train_cfg = TrainConfig(task=task, objective="packed", window=48, n_train=200, n_test=40, steps=6,
-                                batch_size=4, warmup_steps=2, eval_every=3, eval_n=10, checkpoint_every=3)
+                                batch_size=4, warmup_steps=2, eval_every=3, eval_n=10, checkpoint_every=2)
         return model, train_cfg
     train_cfg = TrainConfig(task=task, objective="packed", window=256, batch_size=256, lr=2.6441e-4, warmup_steps=400,
-                            steps=5000, eval_every=250, eval_n=500, checkpoint_every=250)
+                            steps=5000, eval_every=250, eval_n=500, checkpoint_every=125)
     return preset("paper-recipe"), train_cfg
 
 
+def run_task(task: str, out: Path, *, tiny: bool, device: str, budget_s: float | None, precision: str,
+             command: str) -> str:
+    """Train (or resume, or skip when finished) ``task`` into ``out/task``; returns one line on what happened.
+
+    Raises:
+        NopeInterpError: a run directory with other settings, or being written by another process.
+    """
+    model_cfg, train_cfg = configs(tiny, task)
+    run_dir = out / task
+    if finished_run_message(run_dir) is not None:
+        return f"{task}: finished earlier, {run_dir}"
+    resume = (run_dir / io.CHECKPOINT_FILE).exists()
+    t0 = time.perf_counter()
+
+    def log(line: str) -> None:
+        print(f"{task}: {line}", flush=True)
+        if budget_s is not None and time.perf_counter() - t0 >= budget_s:
+            raise BudgetSpent
+
+    try:
+        result = train(model_cfg, train_cfg, run_dir, resume=resume, device=device, command=command,
+                       progress=False, log=log)
+        steps, acc, extra = result.steps, result.test_acc, {}
+    except BudgetSpent:
+        if not (run_dir / io.CHECKPOINT_FILE).exists():
+            return f"{task}: the time budget ({budget_s:g} s) ran out before the first checkpoint; nothing was kept"
+        summary = finalize(run_dir, device)
+        steps, acc = summary["steps"], summary["test_acc"]
+        extra = {"time_budget_s": budget_s,
+                 "note": f"stopped at the script's time budget ({budget_s:g} s of training in this call) and went "
+                         f"back to its checkpoint at step {steps} of {train_cfg.steps}; summary written by "
+                         f"finalize(); the same command resumes it"}
+    summary = io.read_json(run_dir / io.SUMMARY_FILE, "run summary")
+    io.write_json(run_dir / io.SUMMARY_FILE, {**summary, **extra, "matmul_precision": precision})
+    return (f"{task}: test exact match {acc:.4f} after {steps} steps ({time.perf_counter() - t0:.0f} s on {device}"
+            f"{', time budget spent' if extra else ''}); {run_dir}")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Train every task in ``--tasks`` (skipping finished runs, resuming started ones); returns 0.
+    """Train every task in ``--tasks`` (skipping finished runs, resuming started ones); returns 0, or with
+    ``--parallel`` the largest exit status of the task processes.
 
     Raises:
         NopeInterpError: an unavailable ``--device``; a run directory with other settings.
     """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="folder for the four run directories")
-    parser.add_argument("--tasks", nargs="+", default=list(TASK_NAMES))
+    parser.add_argument("--tasks", nargs="+", default=list(TASK_NAMES), choices=list(TASK_NAMES))
     parser.add_argument("--device", default="auto")
     parser.add_argument("--tiny", action="store_true", help="tiny shapes and steps (a CPU test of this script)")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="seconds of training per task in this call (default: no limit)")
+    parser.add_argument("--parallel", action="store_true", help="one process per task, all at once")
+    parser.add_argument("--precision", choices=["tf32", "fp32"], default="tf32",
+                        help="float32 matrix products on CUDA (default tf32)")
     args = parser.parse_args(argv)
+    if args.budget_s is not None and not args.budget_s > 0:
+        parser.error(f"--budget-s must be > 0 (got {args.budget_s})")
     device = resolve_device(args.device)
+    out = Path(args.out)
+    if args.parallel and len(args.tasks) > 1:
+        out.mkdir(parents=True, exist_ok=True)
+        rest = [*(["--tiny"] if args.tiny else []), "--device", device, "--precision", args.precision,
+                *(["--budget-s", str(args.budget_s)] if args.budget_s is not None else [])]
+        procs = {task: subprocess.Popen([sys.executable, __file__, "--out", str(out), "--tasks", task, *rest])
+                 for task in args.tasks}
+        codes = {task: proc.wait() for task, proc in procs.items()}
+        for task, code in codes.items():
+            if code:
+                print(f"{task}: the task's process exited with status {code}", file=sys.stderr)
+        return max(codes.values())
+    precision = "fp32"
+    if device.startswith("cuda"):
+        import torch
+
+        precision = args.precision
+        torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+        torch.backends.cudnn.allow_tf32 = precision == "tf32"
+    command = (f"python bench/paper_recipe_gpu.py --out {args.out}" + (" --tiny" if args.tiny else "")
+               + (f" --precision {args.precision}" if device.startswith("cuda") else ""))
     for task in args.tasks:
-        model_cfg, train_cfg = configs(args.tiny, task)
-        run_dir = Path(args.out) / task
-        if (run_dir / io.SUMMARY_FILE).exists():
-            print(f"{task}: finished earlier, {run_dir}")
-            continue
-        t0 = time.perf_counter()
-        result = train(model_cfg, train_cfg, run_dir, resume=(run_dir / io.CHECKPOINT_FILE).exists(), device=device,
-                       command=f"python bench/paper_recipe_gpu.py --out {args.out}" + (" --tiny" if args.tiny else ""),
-                       progress=False)
-        print(f"{task}: test exact match {result.test_acc:.4f} after {result.steps} steps "
-              f"({time.perf_counter() - t0:.0f} s on {device}); {run_dir}")
+        print(run_task(task, out, tiny=args.tiny, device=device, budget_s=args.budget_s, precision=precision,
+                       command=command), flush=True)
     return 0
 
 

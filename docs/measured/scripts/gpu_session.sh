@@ -1,0 +1,55 @@
+#!/bin/bash
+# The GPU session of bench/paper_recipe_gpu.py, as it was run on a lent GPU machine (an H200) through this
+# workplace's device tool: run from the repository root there; $OUT is the folder whose files come back.
+# The machine has PyTorch but not TransformerLens: the wheels in .whl/ (downloaded here with pip download for
+# Python 3.12, see the note of the session) are installed into /tmp/site first.
+#   bash docs/measured/scripts/gpu_session.sh smoke            # ~1 min: the code path on CUDA, step times
+#   bash docs/measured/scripts/gpu_session.sh main BUDGET_S    # train the four tasks (BUDGET_S s each), score
+set -u
+mode=${1:?smoke or main}
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/$mode.log") 2>&1
+T0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+# DEVICE=cpu TINY=--tiny SITE=<installed wheels> test this script on a CPU machine
+DEVICE=${DEVICE:-cuda} TINY=${TINY:-} SITE=${SITE:-/tmp/site}
+[ "$SITE" = /tmp/site ] && { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1; }
+export PYTHONPATH=$PWD:$SITE PYTHONUNBUFFERED=1
+if ! python3 -c "import transformer_lens" 2>/tmp/tl_err; then
+    tail -3 /tmp/tl_err; echo "transformer_lens does not import with the carried datasets: using .whl/stub"
+    export PYTHONPATH=$PWD:$PWD/.whl/stub:$SITE
+fi
+stamp "installed"
+if [ "$mode" = smoke ]; then
+    nvidia-smi -L; nproc
+    python3 -c "import sys, torch, transformers, transformer_lens, numpy; print(sys.version.split()[0], torch.__version__, torch.cuda.get_device_name(), 'transformers', transformers.__version__, 'numpy', numpy.__version__)"
+    python3 bench/paper_recipe_gpu.py --out /tmp/smoke --tiny --tasks reversal --device $DEVICE || echo "SMOKE FAILED"
+    stamp "tiny run done"
+    python3 docs/measured/scripts/gpu_step_time.py || echo "STEP TIME FAILED"
+    stamp "step time done"
+    timeout 60 python3 bench/train_step.py --device cuda --presets paper --packed-len 256 --steps 10 || echo "BENCH FAILED"
+    stamp "smoke done"
+    exit 0
+fi
+BUDGET=${2:?budget in seconds}
+timeout -k 10 $(( BUDGET + 150 )) python3 bench/paper_recipe_gpu.py --out /tmp/gpu --parallel --budget-s "$BUDGET" --device $DEVICE $TINY
+pkill -f paper_recipe_gpu.py; stamp "training done"
+for t in addition reversal indexing ordering; do
+    grep -h '"test_acc"' /tmp/gpu/$t/summary.json 2>/dev/null | head -1 | sed "s/^/$t /"
+done
+mkdir -p /tmp/ana
+pids=()
+for t in addition reversal indexing ordering; do
+    [ -f /tmp/gpu/$t/summary.json ] || continue
+    OMP_NUM_THREADS=3 timeout 170 python3 -m nope_interp.cli trajectory --run /tmp/gpu/$t --out-root /tmp/ana/traj-$t \
+        > /tmp/ana/traj-$t.log 2>&1 &
+    pids+=($!)
+done
+OMP_NUM_THREADS=4 timeout 170 python3 -m nope_interp.cli compare --run $(ls -d /tmp/gpu/*/ | sed 's,/$,,') \
+    --out-root /tmp/ana/compare > /tmp/ana/compare.log 2>&1 &
+pids+=($!)
+wait "${pids[@]}"  # not a bare wait: it would wait for the tee above too stamp "analysis done"
+tail -n 3 /tmp/ana/*.log
+python3 docs/measured/scripts/gpu_pack.py /tmp/gpu /tmp/ana "$OUT"
+stamp "packed"; ls -la "$OUT"
