@@ -287,6 +287,29 @@ def test_the_gpu_paper_recipe_script_runs_at_a_tiny_size_and_resumes(tmp_path):
     assert (paper_model.n_layers, paper_model.d_model, paper_train.window, paper_train.batch_size) == (6, 384, 256, 256)
 
 
+def test_the_gpu_script_stops_at_its_time_budget_at_its_checkpoint_and_resumes_to_the_end(tmp_path, capsys):
+    """--budget-s: the run stops at the first evaluation past the budget (step 3 of the tiny run), goes back to
+    its checkpoint (step 2), is scored and summarised as stopped by the budget; the same command without a
+    budget then trains on to the end of the schedule (a new summary, no budget note)."""
+    import runpy
+
+    script = runpy.run_path(str(__import__("pathlib").Path(__file__).parent.parent / "bench" / "paper_recipe_gpu.py"))
+    args = ["--out", str(tmp_path), "--tiny", "--tasks", "reversal", "--device", "cpu"]
+    assert script["main"]([*args, "--budget-s", "1e-9"]) == 0
+    assert "time budget spent" in capsys.readouterr().out
+    summary = json.loads((tmp_path / "reversal" / "summary.json").read_text())
+    assert summary["steps"] == 2 and summary["time_budget_s"] == 1e-9 and not summary["finished_schedule"]
+    assert "time budget" in summary["note"] and summary["matmul_precision"] == "fp32"
+    metrics = (tmp_path / "reversal" / "metrics.jsonl").read_text()
+    assert metrics == ""  # the evaluation at step 3 came after the checkpoint the run went back to
+    assert script["main"](args) == 0
+    summary = json.loads((tmp_path / "reversal" / "summary.json").read_text())
+    assert summary["steps"] == 6 and "time_budget_s" not in summary and "note" not in summary
+    with pytest.raises(SystemExit) as exc:
+        script["main"]([*args, "--budget-s", "0"])
+    assert exc.value.code == 2
+
+
 def test_resume_with_other_settings_names_every_differing_field(tiny_train, tmp_path):
     from nope_interp.errors import NopeInterpError
     from nope_interp.train import train
