@@ -47,6 +47,13 @@ def line_colours(n: int) -> list[str]:
     return [f"hsl({360 * k / n:.4f}, 75%, {40 if k % 2 else 55}%)" for k in range(n)]
 
 
+def line_mode(n_points: int) -> str:
+    """Plotly ``mode`` for a data-dependent line of ``n_points`` points: ``"lines"``, or ``"markers"`` for a
+    single point (a one-point line draws nothing: a one-rank ablation curve, a one-layer probe, one evaluation
+    in a run stopped early, a lag profile of one lag)."""
+    return "lines" if n_points > 1 else "markers"
+
+
 def _axis_labels(tokens: Sequence[str]) -> list[str]:
     # one label per position; repeated characters stay distinct because of the index prefix
     return [f"{i}:{t.replace(chr(10), '␤')}" for i, t in enumerate(tokens)]
@@ -313,12 +320,14 @@ def plot_lag_profile(
                 error_y={"type": "data", "array": stds, "visible": True, "thickness": 0.8, "width": 2},
             ), row=r, col=c)
             shown.add(layer)
-        fig.add_trace(go.Scatter(x=lags, y=list(uniform_causal), mode="lines", name="idealised: uniform causal",
+        fig.add_trace(go.Scatter(x=lags, y=list(uniform_causal), mode=line_mode(len(lags)),
+                                 name="idealised: uniform causal",
                                  legendgroup="uniform", showlegend=g == 0,
                                  line={"color": "black", "width": 2.5, "dash": "dash"},
                                  hovertemplate="uniform causal<br>lag %{x}: %{y:.3f}<extra></extra>"), row=r, col=c)
         if sw is not None:
-            fig.add_trace(go.Scatter(x=lags, y=sw, mode="lines", name=f"idealised: sliding window {window}",
+            fig.add_trace(go.Scatter(x=lags, y=sw, mode=line_mode(len(lags)),
+                                     name=f"idealised: sliding window {window}",
                                      legendgroup="window", showlegend=g == 0,
                                      line={"color": "gray", "width": 2.5, "dash": "dot"}), row=r, col=c)
         fig.add_hline(y=0, line_color="lightgray", row=r, col=c)

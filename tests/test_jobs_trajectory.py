@@ -311,3 +311,16 @@ def test_two_files_of_one_step_and_a_null_accuracy_are_refused(tiny_addition_run
     entries = load_models(ModelSource(run=(str(run),)))
     with pytest.raises(NopeInterpError, match="eval_acc is null at step 40"):
         trajectory.run(trajectory.TrajectoryConfig(n_prompts=8, points=("z",)), entries)
+
+
+def test_a_single_evaluation_is_drawn_not_an_empty_line():
+    """A run stopped at its first evaluation (one eval point) or with one kept step after step 0: a plotly line
+    of one point draws nothing, so both figures draw it with a marker (before: an empty accuracy panel)."""
+    from nope_interp.jobs import trajectory
+    from nope_interp.plotting import line_mode
+
+    assert (line_mode(1), line_mode(0), line_mode(2), line_mode(40)) == ("markers", "markers", "lines", "lines")
+    one = _traj("rev", "reversal", "packed", [0, 250], [0.99, 0.97])  # one evaluation, at step 250
+    for fig in (trajectory.plot_trajectory(one), trajectory.plot_site_by_objective([one], "blocks.0.attn.hook_z")):
+        acc = [t for t in fig.data if list(t.x) == [250] and list(t.y) == [0.0]]
+        assert acc and all("markers" in t.mode for t in acc), [(t.name, t.mode) for t in fig.data]

@@ -89,7 +89,7 @@ from nope_interp.jobs.common import (
     with_protocol,
 )
 from nope_interp.model import evaluates
-from nope_interp.plotting import save_figure, with_plotlyjs
+from nope_interp.plotting import line_mode, save_figure, with_plotlyjs
 from nope_interp.stats import SeedStats, error_bar, fmt_mean_std, mean_std_ci
 from tasks import DEFAULT_WINDOW
 
@@ -941,7 +941,8 @@ def plot_ablations(runs: Sequence[RunAblation]) -> go.Figure:
                                  fillcolor="rgba(120,120,120,0.25)",
                                  line={"width": 0}, name="random r removed (mean ± std)", legendgroup="band",
                                  showlegend=(i == 1)), row=i, col=2)
-        fig.add_trace(go.Scatter(x=x, y=[p.random_mean for p in pts], mode="lines", line={"color": "gray"},
+        fig.add_trace(go.Scatter(x=x, y=[p.random_mean for p in pts], mode=line_mode(len(x)), line={"color": "gray"},
+                                 marker={"color": "gray"},
                                  showlegend=False), row=i, col=2)
         fig.add_trace(go.Scatter(x=x, y=[p.positional for p in pts], mode="lines+markers",
                                  line={"color": "#1f77b4"}, name="top-r positional removed",

@@ -59,7 +59,7 @@ from nope_interp.jobs.common import (
     run_path,
 )
 from nope_interp.model import with_context
-from nope_interp.plotting import line_colours, save_figure, with_plotlyjs
+from nope_interp.plotting import line_colours, line_mode, save_figure, with_plotlyjs
 from nope_interp.positional import layer_positional_types
 from nope_interp.similarity import sliding_window_lag_profile, uniform_causal_lag_profile
 from nope_interp.stats import error_bar, fmt_mean_std, mean_std_ci
@@ -473,14 +473,15 @@ def plot_lag_profiles(result: LongContextResult, site: str | None = None, kind: 
             if not profs:
                 continue
             mean = torch.tensor(profs, dtype=torch.float64).mean(0).tolist()
-            fig.add_trace(go.Scatter(x=list(range(1, len(mean) + 1)), y=mean, mode="lines", name=cfg,
+            fig.add_trace(go.Scatter(x=list(range(1, len(mean) + 1)), y=mean, mode=line_mode(len(mean)), name=cfg,
                                      line={"color": colour[cfg], "dash": "dot" if "sliding" in cfg else "solid"},
                                      visible=n == lengths[0]))
-        fig.add_trace(go.Scatter(x=list(range(1, min(result.config.max_lag, n - 1) + 1)), y=result.idealised(n),
-                                 mode="lines", name="idealised: uniform causal", visible=n == lengths[0],
+        n_lags = min(result.config.max_lag, n - 1)
+        fig.add_trace(go.Scatter(x=list(range(1, n_lags + 1)), y=result.idealised(n),
+                                 mode=line_mode(n_lags), name="idealised: uniform causal", visible=n == lengths[0],
                                  line={"color": "black", "dash": "dash"}))
-        fig.add_trace(go.Scatter(x=list(range(1, min(result.config.max_lag, n - 1) + 1)),
-                                 y=result.idealised(n, result.config.window), mode="lines",
+        fig.add_trace(go.Scatter(x=list(range(1, n_lags + 1)),
+                                 y=result.idealised(n, result.config.window), mode=line_mode(n_lags),
                                  name=f"idealised: sliding window w={result.config.window}", visible=n == lengths[0],
                                  line={"color": "grey", "dash": "dot"}))
         traces_per_n.append(range(start, len(fig.data)))

@@ -62,7 +62,7 @@ from nope_interp.jobs.common import (
     shipped_entries,
     with_protocol,
 )
-from nope_interp.plotting import save_figure, with_plotlyjs
+from nope_interp.plotting import line_mode, save_figure, with_plotlyjs
 from nope_interp.probing import (
     FEATURES,
     NOISE_MAX_NRMSE,
@@ -426,7 +426,7 @@ def plot_probe_nrmse(result: ProbeResult, probe: str = "mlp") -> go.Figure:
                                      line={"color": _FEATURE_COLORS[feature]}), row=i, col=1)
         sh = shuffled[key]
         fig.add_trace(go.Scatter(x=[short_label(s) for s in sh], y=[sum(v) / len(v) for v in sh.values()],
-                                 mode="lines", name="shuffled-target probe", legendgroup="shuffled",
+                                 mode=line_mode(len(sh)), name="shuffled-target probe", legendgroup="shuffled",
                                  showlegend=(i == 1), line={"color": "black", "dash": "dot"}), row=i, col=1)
         fig.add_hline(y=1.0, line_dash="dash", line_color="gray", row=i, col=1)
         fig.update_yaxes(title_text="NRMSE", range=[0, 1.4], row=i, col=1)

@@ -46,7 +46,7 @@ from nope_interp.jobs.common import (
     with_protocol,
 )
 from nope_interp.model import build_model, load_state
-from nope_interp.plotting import LINE_COLOURS, line_colours, save_figure, with_plotlyjs
+from nope_interp.plotting import LINE_COLOURS, line_colours, line_mode, save_figure, with_plotlyjs
 from nope_interp.pretrained import check_settings_stamp
 from nope_interp.train import kept_steps
 from tasks import DEFAULT_WINDOW
@@ -353,7 +353,8 @@ def plot_trajectory(run_traj: RunTrajectory, protocol: str = "full") -> go.Figur
                       row=1, col=1)
     fig.add_hline(y=0.5, line_dash="dot", line_color="gray", annotation_text="chance", row=1, col=1)
     fig.add_trace(go.Scatter(x=[max(1, s) for s in run_traj.eval_steps], y=list(run_traj.eval_acc),
-                             mode="lines", name="eval exact match", line={"color": "black"}), row=1, col=2)
+                             mode="lines+markers", name="eval exact match", line={"color": "black"},
+                             marker={"color": "black"}), row=1, col=2)
     for key, values in mech.items():
         name, color, dash = MECHANISM_STYLE[key]
         col = 2 if key == "l0_attention_entropy" else 1
@@ -413,7 +414,8 @@ def plot_site_by_objective(runs: list[RunTrajectory] | tuple[RunTrajectory, ...]
                                  name=name, legendgroup=r.label, line=line, customdata=list(r.steps),
                                  hovertemplate=f"{r.label}<br>step %{{customdata}}: %{{y:.3f}}<extra></extra>"),
                       row=1, col=col)
-        fig.add_trace(go.Scatter(x=[max(1, s) for s in r.eval_steps], y=list(r.eval_acc), mode="lines",
+        fig.add_trace(go.Scatter(x=[max(1, s) for s in r.eval_steps], y=list(r.eval_acc),
+                                 mode=line_mode(len(r.eval_steps)),
                                  name=name, legendgroup=r.label, showlegend=False, line=line,
                                  customdata=list(r.eval_steps),
                                  hovertemplate=f"{r.label}<br>step %{{customdata}}: exact match %{{y:.3f}}"
