@@ -1,10 +1,18 @@
 #!/bin/bash
 # The GPU session of bench/paper_recipe_gpu.py, as it was run on a lent GPU machine (an H200) through this
 # workplace's device tool: run from the repository root there; $OUT is the folder whose files come back.
-# The machine has PyTorch but not TransformerLens: the wheels in .whl/ (downloaded here with pip download for
-# Python 3.12, see the note of the session) are installed into /tmp/site first.
+# The machine has PyTorch but not TransformerLens: the wheels in .whl/ (ignored by git; carried) are installed
+# into /tmp/site first. Made here with (plus .whl/stub/datasets, a stand-in used only if datasets fails there):
+#   echo /.whl/ >> .git/info/exclude
+#   .venv/bin/python -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux2014_x86_64 --platform any -d .whl transformer-lens==3.9.0 better-abc==0.0.3 \
+#     fancy-einsum==0.0.3 beartype==0.23.1 typeguard==4.6.1 plotly==7.1.0 dill==0.4.1 multiprocess==0.70.19 \
+#     datasets==5.2.0
+# The working tree that travels must stay under 64 MiB: the candidates' weights (about 90 MB) were taken out of
+# the index for the calls (git rm --cached, listed in .git/info/exclude) and put back after (git reset).
 #   bash docs/measured/scripts/gpu_session.sh smoke            # ~1 min: the code path on CUDA, step times
-#   bash docs/measured/scripts/gpu_session.sh main BUDGET_S    # train the four tasks (BUDGET_S s each), score
+#   bash docs/measured/scripts/gpu_session.sh main BUDGET_S [TASK ...]   # train (BUDGET_S s per task), score
+# A 15-minute lease fits one task's 5,000 steps (about 6.5 min on an H200): main 420 addition
 # On 2026-12-04 (15 minutes of device time in all): `smoke`, then `main 230` with the four tasks trained at
 # once (then an option of the script, measured 2.3x slower than one after the other and removed), then
 # reversal alone resumed for 150 s more (bench/paper_recipe_gpu.py --out /tmp/gpu --tasks reversal
@@ -37,14 +45,18 @@ if [ "$mode" = smoke ]; then
     exit 0
 fi
 BUDGET=${2:?budget in seconds}
-timeout -k 10 $(( 4 * BUDGET + 240 )) python3 bench/paper_recipe_gpu.py --out /tmp/gpu --budget-s "$BUDGET" --device $DEVICE $TINY
+shift 2
+TASKS=("${@:-addition reversal indexing ordering}")
+TASKS=(${TASKS[@]})
+timeout -k 10 $(( ${#TASKS[@]} * (BUDGET + 60) )) python3 bench/paper_recipe_gpu.py --out /tmp/gpu --tasks "${TASKS[@]}" \
+    --budget-s "$BUDGET" --device $DEVICE $TINY
 stamp "training done"
-for t in addition reversal indexing ordering; do
+for t in "${TASKS[@]}"; do
     grep -h '"test_acc"' /tmp/gpu/$t/summary.json 2>/dev/null | head -1 | sed "s/^/$t /"
 done
 mkdir -p /tmp/ana
 pids=()
-for t in addition reversal indexing ordering; do
+for t in "${TASKS[@]}"; do
     [ -f /tmp/gpu/$t/summary.json ] || continue
     OMP_NUM_THREADS=3 timeout 170 python3 -m nope_interp.cli trajectory --run /tmp/gpu/$t --out-root /tmp/ana/traj-$t \
         > /tmp/ana/traj-$t.log 2>&1 &
