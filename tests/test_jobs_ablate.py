@@ -949,3 +949,22 @@ def test_a_bad_draw_seed_is_refused_before_any_work(AJ, tiny_addition_entry, mon
         with pytest.raises(NopeInterpError, match="seed must be an integer"):
             unhooked(AJ.ablate_model)(tiny_addition_entry, cfg, seed=bad)
     assert called == []
+
+
+def test_the_window_a_too_long_context_error_suggests_fits_every_model_given(AJ):
+    """Two addition models, the second with a smaller n_ctx: the suggested --window is the one both read with
+    their answers (before: the one that fitted the failing model only)."""
+    import tasks
+    from nope_interp.config import preset
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.common import entry_from_init
+
+    task = tasks.get_task("addition")
+    extra = task.max_answer_len + 1  # the answer and its end of line follow the context
+    least = task.max_prompt_len + 1
+    wide = entry_from_init(preset("tiny", n_ctx=least + extra + 10), task, "wide")
+    narrow = entry_from_init(preset("tiny", n_ctx=least + extra + 2, seed=1), task, "narrow")
+    with pytest.raises(NopeInterpError, match=rf"^narrow: .*--window {least + 2} or less fits every model given$"):
+        AJ.run(AJ.AblateConfig(layers=(1,), protocol="window", window=least + 5), [narrow, wide])
+    with pytest.raises(NopeInterpError, match=rf"^narrow: .*--window {least + 2} or less fits every model given$"):
+        AJ.run(AJ.AblateConfig(layers=(1,), protocol="window", window=least + 5), [wide, narrow])

@@ -366,3 +366,32 @@ def test_same_model_check_leaves_other_tasks_and_other_weights_alone(tiny_revers
     refuse_same_model_twice("x", [entry, _entry(changed, 3)])
     with pytest.raises(NopeInterpError, match="x: tiny-rev and same are the same model"):
         refuse_same_model_twice("x", [entry, dataclasses.replace(entry, label="same")])
+
+
+@pytest.mark.parametrize("job", ["analyze", "probe"])
+def test_inputs_that_do_not_fit_every_model_are_refused_before_any_work_naming_each_model(job):
+    """Two task models of n_ctx 64 and 40 under --window 48: one message, before any output, names the model
+    that cannot read the inputs and the window that fits both (before: the n_ctx-40 model failed alone, after
+    the other had been analysed, and its suggestion fitted that model only)."""
+    import importlib
+
+    import tasks
+    from nope_interp.config import preset
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.common import check_inputs_fit, entry_from_init
+
+    task = tasks.get_task("reversal")
+    wide = entry_from_init(preset("tiny", n_ctx=64), task, "wide")
+    narrow = entry_from_init(preset("tiny", n_ctx=40, seed=1), task, "narrow")
+    mod = importlib.import_module(f"nope_interp.jobs.{job}")
+    cfg_cls = {"analyze": "AnalyzeConfig", "probe": "ProbeConfig"}[job]
+    lines = []
+    with pytest.raises(NopeInterpError, match=rf"^{job}: the window inputs do not fit 1 of 2 models: narrow "
+                                              r"\(n_ctx=40 is too small for reversal inputs of 48 tokens\); "
+                                              r"--window 40 or less fits"):
+        mod.run(getattr(mod, cfg_cls)(protocol="window", window=48), [wide, narrow], log=lines.append)
+    assert lines == []
+    check_inputs_fit(job, [wide, narrow], ["window"], 40)  # fits both: no error
+    check_inputs_fit(job, [wide, narrow], ["full", "authors"], 64)  # the window matters to the window protocol only
+    with pytest.raises(NopeInterpError, match=r"do not fit 2 of 2 models: wide .*, narrow .*--window 40 or less"):
+        check_inputs_fit(job, [wide, narrow], ["full", "window"], 80)

@@ -887,8 +887,11 @@ def run(config: AblateConfig, models: list[ModelEntry] | None = None, *, log: Lo
                     f"({task.max_prompt_len} characters): window must be >= {task.max_prompt_len + 1}")
             need = length + task.max_answer_len + 1  # what greedy decoding reaches after the context
             if need > n_ctx:
-                fix = (f": --window {n_ctx - task.max_answer_len - 1} or less" if config.protocol == "window"
-                       and n_ctx - task.max_answer_len - 1 >= task.max_prompt_len + 1 else "")
+                # the window every task model given can read with its answer (not only this one)
+                fits = min(e.model.cfg.n_ctx - e.task.max_answer_len - 1 for e in task_models)
+                least = max(e.task.max_prompt_len + 1 for e in task_models)
+                fix = (f": --window {fits} or less fits every model given" if config.protocol == "window"
+                       and fits >= least else "")
                 raise NopeInterpError(
                     f"{entry.label}: n_ctx={n_ctx} is too small for {task.name} {config.protocol} contexts of "
                     f"{length} tokens and the answer: {length} context + {task.max_answer_len} answer + 1 "

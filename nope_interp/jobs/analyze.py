@@ -27,7 +27,16 @@ from nope_interp.config import FrozenConfig, check_choice, check_int, check_name
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names, check_points
 from nope_interp.jobs import JOB_HELP
-from nope_interp.jobs.common import Log, ModelEntry, emit, entry_tokens, job_models, progress, protocol_tag
+from nope_interp.jobs.common import (
+    Log,
+    ModelEntry,
+    check_inputs_fit,
+    emit,
+    entry_tokens,
+    job_models,
+    progress,
+    protocol_tag,
+)
 from nope_interp.plotting import (
     plot_adjacency_by_layer,
     plot_cosine_heatmaps,
@@ -135,6 +144,8 @@ def run(config: AnalyzeConfig, models: list[ModelEntry] | None = None, *, log: L
         NopeInterpError: no models; the prompts do not fit a model's ``n_ctx``.
     """
     models = job_models("analyze", models, lambda: default_models(config))
+    if config.text_file is None:
+        check_inputs_fit("analyze", models, [config.protocol], config.window)
     t0 = time.perf_counter()
     out = []
     if config.label and len(models) > 1:

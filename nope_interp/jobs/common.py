@@ -199,6 +199,38 @@ def job_models(job: str, models: object, defaults: Callable[[], list[ModelEntry]
     return list(models)
 
 
+def check_inputs_fit(job: str, models: Iterable[ModelEntry], protocols: Iterable[str], window: int | None) -> None:
+    """Before any work: refuse the task models whose ``n_ctx`` cannot hold the analysis inputs of any of
+    ``protocols`` (``window`` characters, = tokens, for the ``window`` protocol), all of them named in one
+    message, with the window that fits every task model given (the least ``n_ctx``). Train-text and Hugging
+    Face models (no task inputs) are not checked, nor a protocol or window the analysis itself refuses; nor one
+    task model alone, which the analysis refuses before any work with its own message (the CLI names the flag).
+
+    Raises:
+        NopeInterpError: inputs longer than a model's ``n_ctx``, e.g. ``--protocol window --window 64`` with a
+            model of ``n_ctx`` 48 beside one of 64.
+    """
+    task_models = [e for e in models if e.kind not in ("text", "hf")]
+    if len(task_models) < 2:
+        return
+    for protocol in protocols:
+        bad = []
+        for e in task_models:
+            try:
+                length = tasks_pkg.protocol_length(e.task, protocol, protocol_window(protocol, window))
+            except tasks_pkg.TaskError:  # a window that is no length: the analysis names it
+                continue
+            if length > e.model.cfg.n_ctx:
+                bad.append(f"{e.label} (n_ctx={e.model.cfg.n_ctx} is too small for {e.task.name} inputs of {length} "
+                           "tokens)")
+        if bad:
+            fits = min(e.model.cfg.n_ctx for e in task_models)
+            fix = (f"; --window {fits} or less fits every model given" if protocol == "window" and fits >= 3
+                   else "; analyse them apart, on the full protocol" if protocol == "authors" else "")
+            raise NopeInterpError(f"{job}: the {protocol} inputs do not fit {len(bad)} of {len(task_models)} "
+                                  f"models: {', '.join(bad)}{fix}")
+
+
 def refuse_same_model_twice(job: str, models: Iterable[ModelEntry]) -> None:
     """Refuse one trained model given twice on the same task under two labels: the same directory reached
     through a link or another spelling (compared after resolving), or a copy with byte-identical weights

@@ -36,6 +36,7 @@ from nope_interp.jobs import JOB_HELP
 from nope_interp.jobs.common import (
     Log,
     ModelEntry,
+    check_inputs_fit,
     draw_seed,
     emit,
     job_models,
@@ -323,6 +324,7 @@ def run(config: CompareConfig, models: list[ModelEntry] | None = None, *, log: L
     """
     t0 = time.perf_counter()
     models = job_models("compare", models, lambda: default_models(config))
+    check_inputs_fit("compare", models, config.protocols, config.window)
     if any(e.run is None for e in models):
         raise NopeInterpError("compare takes trained runs (--run, --pretrained, --with-seeds); each run's "
                               "initialised twin is built from its own config")

@@ -39,6 +39,7 @@ from nope_interp.jobs import JOB_HELP
 from nope_interp.jobs.common import (
     Log,
     ModelEntry,
+    check_inputs_fit,
     draw_seed,
     emit,
     entry_from_run,
@@ -315,6 +316,7 @@ def run(config: DemoConfig, models: list[ModelEntry] | None = None, *, log: Log 
     emit(log, f"demo: {len(config.tasks)} task{'s' if len(config.tasks) != 1 else ''}, {config.n_prompts} "
               "prompts per model" + (" (retraining first)" if config.retrain else ""))
     models = job_models("demo", models, lambda: default_models(config))
+    check_inputs_fit("demo", models, config.protocols, config.window)
     init_cfg = preset(config.init_preset)
     per_task, claims = [], []
     for i, entry in enumerate(progress(models, "demo", log), start=1):

@@ -52,6 +52,7 @@ from nope_interp.jobs import JOB_HELP
 from nope_interp.jobs.common import (
     Log,
     ModelEntry,
+    check_inputs_fit,
     emit,
     entry_from_init,
     entry_tokens,
@@ -353,6 +354,7 @@ def run(config: ProbeConfig, models: list[ModelEntry] | None = None, *, log: Log
             probes (:func:`probe_entry`).
     """
     models = job_models("probe", models, lambda: default_models(config))
+    check_inputs_fit("probe", models, [config.protocol], config.window)
     t0 = time.perf_counter()
     rows: list[ProbeRow] = []
     noise_rows: list[ProbeRow] = []

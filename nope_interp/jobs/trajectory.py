@@ -37,6 +37,7 @@ from nope_interp.jobs import JOB_HELP
 from nope_interp.jobs.common import (
     Log,
     ModelEntry,
+    check_inputs_fit,
     draw_seed,
     emit,
     job_models,
@@ -275,6 +276,7 @@ def run(config: TrajectoryConfig, models: list[ModelEntry] | None = None, *, log
             (:func:`nope_interp.io.read_metrics`).
     """
     models = job_models("trajectory", models, lambda: default_models(config))
+    check_inputs_fit("trajectory", models, [config.protocol], config.window)
     t0 = time.perf_counter()
     checked = [_checked_run(entry) for entry in models]  # every file read once before any scoring
     out = []
