@@ -18,19 +18,26 @@ trained at once, one process each on the one GPU, ran at 0.55 s per step each (2
 one after the other), so that option was removed. ``--budget-s`` bounds each task's training time: at the
 first evaluation past it the run stops, goes back to its latest checkpoint and is scored on the whole test
 split (:func:`nope_interp.train.finalize`); its summary says so (``time_budget_s``, ``note``) and the same
-command resumes it. On CUDA, float32 matrix
-products use TF32 unless ``--precision fp32`` (recorded in each summary as ``matmul_precision``).
+command resumes it. On CUDA, float32 matrix products use TF32 unless ``--precision fp32``; ``--precision
+bf16`` runs training and evaluation under bfloat16 autocast (weights and optimizer state stay float32; on a
+CPU too, for its test; not yet timed on a GPU). The precision is recorded in each summary
+(``matmul_precision``) and in ``OUT/<task>.precision`` (written before training starts), and a run is
+resumed only at its own.
 
 Then, on any machine: ``nope-interp trajectory --run OUT/<task>`` and ``nope-interp compare --run OUT/*``.
 """
 
 import argparse
+import contextlib
 import sys
 import time
 from pathlib import Path
 
+import torch
+
 from nope_interp import io
 from nope_interp.config import TrainConfig, preset
+from nope_interp.errors import NopeInterpError
 from nope_interp.train import finalize, finished_run_message, resolve_device, train
 from tasks import TASK_NAMES
 
@@ -56,13 +63,20 @@ def run_task(task: str, out: Path, *, tiny: bool, device: str, budget_s: float |
     """Train (or resume, or skip when finished) ``task`` into ``out/task``; returns one line on what happened.
 
     Raises:
-        NopeInterpError: a run directory with other settings, or being written by another process.
+        NopeInterpError: a run directory with other settings, or being written by another process; a run
+            resumed at another ``precision`` than it was trained at.
     """
     model_cfg, train_cfg = configs(tiny, task)
     run_dir = out / task
     if finished_run_message(run_dir) is not None:
         return f"{task}: finished earlier, {run_dir}"
     resume = (run_dir / io.CHECKPOINT_FILE).exists()
+    marker = out / f"{task}.precision"  # beside the run: train() takes a new run directory only empty
+    if resume and marker.is_file() and marker.read_text().strip() != precision:
+        raise NopeInterpError(f"{run_dir} was trained at precision {marker.read_text().strip()}, not {precision}: "
+                              f"resume it with --precision {marker.read_text().strip().removesuffix('-autocast')}")
+    out.mkdir(parents=True, exist_ok=True)
+    marker.write_text(precision + "\n")
     t0 = time.perf_counter()
 
     def log(line: str) -> None:
@@ -70,14 +84,18 @@ def run_task(task: str, out: Path, *, tiny: bool, device: str, budget_s: float |
         if budget_s is not None and time.perf_counter() - t0 >= budget_s:
             raise BudgetSpent
 
+    autocast = (torch.autocast(torch.device(device).type, dtype=torch.bfloat16) if precision == "bf16-autocast"
+                else contextlib.nullcontext())
     try:
-        result = train(model_cfg, train_cfg, run_dir, resume=resume, device=device, command=command,
-                       progress=False, log=log)
+        with autocast:
+            result = train(model_cfg, train_cfg, run_dir, resume=resume, device=device, command=command,
+                           progress=False, log=log)
         steps, acc, extra = result.steps, result.test_acc, {}
     except BudgetSpent:
         if not (run_dir / io.CHECKPOINT_FILE).exists():
             return f"{task}: the time budget ({budget_s:g} s) ran out before the first checkpoint; nothing was kept"
-        summary = finalize(run_dir, device)
+        with autocast:
+            summary = finalize(run_dir, device)
         steps, acc = summary["steps"], summary["test_acc"]
         extra = {"time_budget_s": budget_s,
                  "note": f"stopped at the script's time budget ({budget_s:g} s of training in this call) and went "
@@ -103,22 +121,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="tiny shapes and steps (a CPU test of this script)")
     parser.add_argument("--budget-s", type=float, default=None,
                         help="seconds of training per task in this call (default: no limit)")
-    parser.add_argument("--precision", choices=["tf32", "fp32"], default="tf32",
-                        help="float32 matrix products on CUDA (default tf32)")
+    parser.add_argument("--precision", choices=["tf32", "fp32", "bf16"], default="tf32",
+                        help="float32 matrix products on CUDA (tf32, the default, or fp32), or bfloat16 autocast")
     args = parser.parse_args(argv)
     if args.budget_s is not None and not args.budget_s > 0:
         parser.error(f"--budget-s must be > 0 (got {args.budget_s})")
     device = resolve_device(args.device)
     out = Path(args.out)
-    precision = "fp32"
+    precision = "bf16-autocast" if args.precision == "bf16" else args.precision if device.startswith("cuda") else "fp32"
     if device.startswith("cuda"):
-        import torch
-
-        precision = args.precision
-        torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
-        torch.backends.cudnn.allow_tf32 = precision == "tf32"
+        torch.backends.cuda.matmul.allow_tf32 = args.precision == "tf32"
+        torch.backends.cudnn.allow_tf32 = args.precision == "tf32"
     command = (f"python bench/paper_recipe_gpu.py --out {args.out}" + (" --tiny" if args.tiny else "")
-               + (f" --precision {args.precision}" if device.startswith("cuda") else ""))
+               + (f" --precision {args.precision}" if device.startswith("cuda") or args.precision == "bf16" else ""))
     for task in args.tasks:
         print(run_task(task, out, tiny=args.tiny, device=device, budget_s=args.budget_s, precision=precision,
                        command=command), flush=True)

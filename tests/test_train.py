@@ -310,6 +310,30 @@ def test_the_gpu_script_stops_at_its_time_budget_at_its_checkpoint_and_resumes_t
     assert exc.value.code == 2
 
 
+def test_the_gpu_script_trains_under_bfloat16_autocast_and_resumes_only_at_its_own_precision(tmp_path, capsys):
+    """--precision bf16: the tiny run trains and is scored under bfloat16 autocast (here on the CPU), its
+    weights stay float32, the summary records it; resuming it at another precision is refused, naming the flag."""
+    import runpy
+
+    from safetensors.torch import load_file
+
+    from nope_interp.errors import NopeInterpError
+
+    script = runpy.run_path(str(__import__("pathlib").Path(__file__).parent.parent / "bench" / "paper_recipe_gpu.py"))
+    args = ["--out", str(tmp_path), "--tiny", "--tasks", "ordering", "--device", "cpu"]
+    assert script["main"]([*args, "--precision", "bf16", "--budget-s", "1e-9"]) == 0
+    summary = json.loads((tmp_path / "ordering" / "summary.json").read_text())
+    assert summary["matmul_precision"] == "bf16-autocast" and summary["steps"] == 2
+    weights = load_file(tmp_path / "ordering" / "model.safetensors").values()
+    assert {t.dtype for t in weights if t.is_floating_point()} == {torch.float32}
+    with pytest.raises(NopeInterpError, match="trained at precision bf16-autocast, not fp32: resume it with "
+                                              "--precision bf16"):
+        script["main"](args)
+    assert script["main"]([*args, "--precision", "bf16"]) == 0
+    assert json.loads((tmp_path / "ordering" / "summary.json").read_text())["steps"] == 6
+    assert "ordering: test exact match" in capsys.readouterr().out
+
+
 def test_resume_with_other_settings_names_every_differing_field(tiny_train, tmp_path):
     from nope_interp.errors import NopeInterpError
     from nope_interp.train import train

@@ -13,6 +13,7 @@
 #   bash docs/measured/scripts/gpu_session.sh smoke            # ~1 min: the code path on CUDA, step times
 #   bash docs/measured/scripts/gpu_session.sh main BUDGET_S [TASK ...]   # train (BUDGET_S s per task), score
 # A 15-minute lease fits one task's 5,000 steps (about 6.5 min on an H200): main 420 addition
+# (PRECISION=bf16 trains under bfloat16 autocast: untimed on a GPU so far, perhaps two tasks per lease)
 # On 2026-12-04 (15 minutes of device time in all): `smoke`, then `main 230` with the four tasks trained at
 # once (then an option of the script, measured 2.3x slower than one after the other and removed), then
 # reversal alone resumed for 150 s more (bench/paper_recipe_gpu.py --out /tmp/gpu --tasks reversal
@@ -49,7 +50,7 @@ shift 2
 TASKS=("${@:-addition reversal indexing ordering}")
 TASKS=(${TASKS[@]})
 timeout -k 10 $(( ${#TASKS[@]} * (BUDGET + 60) )) python3 bench/paper_recipe_gpu.py --out /tmp/gpu --tasks "${TASKS[@]}" \
-    --budget-s "$BUDGET" --device $DEVICE $TINY
+    --budget-s "$BUDGET" --device $DEVICE --precision "${PRECISION:-tf32}" $TINY
 stamp "training done"
 for t in "${TASKS[@]}"; do
     grep -h '"test_acc"' /tmp/gpu/$t/summary.json 2>/dev/null | head -1 | sed "s/^/$t /"
