@@ -75,9 +75,10 @@ def main() -> int:
              "`summary.json`. Test exact match: greedy decoding on the 20,000 held-out test prompts. Wall time: "
              "the trainer's own clock, on this project's 2-core CPU machines (often with the cores shared by two "
              "trainings; `threads` = torch threads; the GPU runs: one H200, TF32). `at 99%`: the paper's stop. "
-             "Text models (`text/`) are language models without a test exact match and are not listed. "
-             "`weights`: how the file stores them (candidates and extra seeds are stored at float16, the shipped models at float32; the test exact "
-             "match is the float32 model's, and what float16 moves is in `half_precision/half_precision.md`).", "",
+             "Text models (`text/`) are language models without a test exact match and are not listed. `weights`: "
+             "how the file stores them (candidates and extra seeds are stored at float16, the shipped models at "
+             "float32; the test exact match is the float32 model's, and what float16 moves is in "
+             "`half_precision/half_precision.md`).", "",
              "| run | where | task | objective | shape | lr | seed | steps (of max) | test exact match | at 99% "
              "| wall time (min) | threads | CPU | weights |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
