@@ -16,19 +16,22 @@ evaluations and checkpoints, so the whole 5,000-step schedule takes about 6.5 mi
 27 minutes for the four (less where a task stops early at 99%), not the 10 minutes first planned. Four tasks
 trained at once, one process each on the one GPU, ran at 0.55 s per step each (2.3 times slower in all than
 one after the other), so that option was removed. ``--budget-s`` bounds each task's training time: at the
-first evaluation past it the run stops, goes back to its latest checkpoint and is scored on the whole test
-split (:func:`nope_interp.train.finalize`); its summary says so (``time_budget_s``, ``note``) and the same
-command resumes it. On CUDA, float32 matrix products use TF32 unless ``--precision fp32``; ``--precision
+first checkpoint past it (every 125 steps) the run stops, is scored on the whole test split
+(:func:`nope_interp.train.finalize`), its summary says so (``time_budget_s``, ``note``) and the same command
+resumes it. On CUDA, float32 matrix products use TF32 unless ``--precision fp32``; ``--precision
 bf16`` runs training and evaluation under bfloat16 autocast (weights and optimizer state stay float32; on a
 CPU too, for its test; not yet timed on a GPU). The precision is recorded in each summary
-(``matmul_precision``) and in ``OUT/<task>.precision`` (written before training starts), and a run is
-resumed only at its own.
+(``matmul_precision``) and in the command its ``config.json`` records, and a run is resumed only at its own.
+Bad input is one line on stderr and exit status 2.
 
 Then, on any machine: ``nope-interp trajectory --run OUT/<task>`` and ``nope-interp compare --run OUT/*``.
 """
 
 import argparse
 import contextlib
+import dataclasses
+import math
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -40,10 +43,6 @@ from nope_interp.config import TrainConfig, preset
 from nope_interp.errors import NopeInterpError
 from nope_interp.train import finalize, finished_run_message, resolve_device, train
 from tasks import TASK_NAMES
-
-
-class BudgetSpent(Exception):
-    """Raised at the first evaluation past ``--budget-s`` (caught in :func:`run_task`)."""
 
 
 def configs(tiny: bool, task: str) -> tuple:
@@ -58,85 +57,88 @@ def configs(tiny: bool, task: str) -> tuple:
     return preset("paper-recipe"), train_cfg
 
 
+def stored_precision(run_dir: Path) -> str | None:
+    """The ``--precision`` a started run was trained at, read from the command its ``config.json`` records
+    (written under the run's lock when it started); None for a run not started, or one without the flag."""
+    try:
+        words = shlex.split(str(io.read_json(run_dir / io.CONFIG_FILE, "run config").get("command", "")))
+    except (NopeInterpError, OSError, ValueError, AttributeError):
+        return None
+    return words[words.index("--precision") + 1] if "--precision" in words[:-1] else None
+
+
 def run_task(task: str, out: Path, *, tiny: bool, device: str, budget_s: float | None, precision: str,
              command: str) -> str:
-    """Train (or resume, or skip when finished) ``task`` into ``out/task``; returns one line on what happened.
+    """Train (or resume, or skip when finished) ``task`` into ``out/task`` at ``precision`` (``tf32``,
+    ``fp32`` or ``bf16``, the one in effect on ``device``); returns one line on what happened.
 
     Raises:
         NopeInterpError: a run directory with other settings, or being written by another process; a run
-            resumed at another ``precision`` than it was trained at.
+            resumed at another precision than it was trained at.
     """
     model_cfg, train_cfg = configs(tiny, task)
     run_dir = out / task
     if finished_run_message(run_dir) is not None:
         return f"{task}: finished earlier, {run_dir}"
     resume = (run_dir / io.CHECKPOINT_FILE).exists()
-    marker = out / f"{task}.precision"  # beside the run: train() takes a new run directory only empty
-    if resume and marker.is_file() and marker.read_text().strip() != precision:
-        raise NopeInterpError(f"{run_dir} was trained at precision {marker.read_text().strip()}, not {precision}: "
-                              f"resume it with --precision {marker.read_text().strip().removesuffix('-autocast')}")
-    out.mkdir(parents=True, exist_ok=True)
-    marker.write_text(precision + "\n")
-    t0 = time.perf_counter()
-
-    def log(line: str) -> None:
-        print(f"{task}: {line}", flush=True)
-        if budget_s is not None and time.perf_counter() - t0 >= budget_s:
-            raise BudgetSpent
-
-    autocast = (torch.autocast(torch.device(device).type, dtype=torch.bfloat16) if precision == "bf16-autocast"
+    stored = stored_precision(run_dir) if resume else None
+    if stored is not None and stored != precision:
+        how = ("on a CUDA device (--device cuda)" if stored == "tf32" and not device.startswith("cuda")
+               else f"with --precision {stored}")
+        raise NopeInterpError(f"{run_dir} was trained at precision {stored}, not {precision}: resume it {how}")
+    autocast = (torch.autocast(torch.device(device).type, dtype=torch.bfloat16) if precision == "bf16"
                 else contextlib.nullcontext())
-    try:
-        with autocast:
-            result = train(model_cfg, train_cfg, run_dir, resume=resume, device=device, command=command,
-                           progress=False, log=log)
-        steps, acc, extra = result.steps, result.test_acc, {}
-    except BudgetSpent:
-        if not (run_dir / io.CHECKPOINT_FILE).exists():
-            return f"{task}: the time budget ({budget_s:g} s) ran out before the first checkpoint; nothing was kept"
-        with autocast:
+    t0 = time.perf_counter()
+    with autocast:
+        result = train(model_cfg, train_cfg, run_dir, resume=resume, device=device, command=command,
+                       progress=False, log=lambda line: print(f"{task}: {line}", flush=True), time_limit_s=budget_s)
+        extra = {}
+        if result.time_limited:  # stopped at a checkpoint it had just written: the summary scores that step
             summary = finalize(run_dir, device)
-        steps, acc = summary["steps"], summary["test_acc"]
-        extra = {"time_budget_s": budget_s,
-                 "note": f"stopped at the script's time budget ({budget_s:g} s of training in this call) and went "
-                         f"back to its checkpoint at step {steps} of {train_cfg.steps}; summary written by "
-                         f"finalize(); the same command resumes it"}
+            result = dataclasses.replace(result, test_acc=summary["test_acc"])
+            extra = {"time_budget_s": budget_s,
+                     "note": f"stopped at the script's time budget ({budget_s:g} s of training in this call) at its "
+                             f"checkpoint at step {result.steps} of {train_cfg.steps}; summary written by "
+                             "finalize(); the same command resumes it"}
     summary = io.read_json(run_dir / io.SUMMARY_FILE, "run summary")
-    io.write_json(run_dir / io.SUMMARY_FILE, {**summary, **extra, "matmul_precision": precision})
-    return (f"{task}: test exact match {acc:.4f} after {steps} steps ({time.perf_counter() - t0:.0f} s on {device}"
-            f"{', time budget spent' if extra else ''}); {run_dir}")
+    recorded = "bf16-autocast" if precision == "bf16" else precision
+    io.write_json(run_dir / io.SUMMARY_FILE, {**summary, **extra, "matmul_precision": recorded})
+    return (f"{task}: test exact match {result.test_acc:.4f} after {result.steps} steps "
+            f"({time.perf_counter() - t0:.0f} s on {device}{', time budget spent' if extra else ''}); {run_dir}")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Train every task in ``--tasks`` one after the other (skipping finished runs, resuming started ones);
-    returns 0.
-
-    Raises:
-        NopeInterpError: an unavailable ``--device``; a run directory with other settings.
-    """
+    returns 0, or 2 after a one-line error (an unavailable ``--device``, an unusable ``--out``, a run directory
+    with other settings or precision, one being written by another process)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="folder for the four run directories")
     parser.add_argument("--tasks", nargs="+", default=list(TASK_NAMES), choices=list(TASK_NAMES))
     parser.add_argument("--device", default="auto")
     parser.add_argument("--tiny", action="store_true", help="tiny shapes and steps (a CPU test of this script)")
     parser.add_argument("--budget-s", type=float, default=None,
-                        help="seconds of training per task in this call (default: no limit)")
+                        help="seconds of training per task in this call (default, or inf: no limit)")
     parser.add_argument("--precision", choices=["tf32", "fp32", "bf16"], default="tf32",
                         help="float32 matrix products on CUDA (tf32, the default, or fp32), or bfloat16 autocast")
     args = parser.parse_args(argv)
-    if args.budget_s is not None and not args.budget_s > 0:
+    if args.budget_s is not None and not args.budget_s > 0:  # NaN too
         parser.error(f"--budget-s must be > 0 (got {args.budget_s})")
-    device = resolve_device(args.device)
-    out = Path(args.out)
-    precision = "bf16-autocast" if args.precision == "bf16" else args.precision if device.startswith("cuda") else "fp32"
-    if device.startswith("cuda"):
-        torch.backends.cuda.matmul.allow_tf32 = args.precision == "tf32"
-        torch.backends.cudnn.allow_tf32 = args.precision == "tf32"
-    command = (f"python bench/paper_recipe_gpu.py --out {args.out}" + (" --tiny" if args.tiny else "")
-               + (f" --precision {args.precision}" if device.startswith("cuda") or args.precision == "bf16" else ""))
-    for task in args.tasks:
-        print(run_task(task, out, tiny=args.tiny, device=device, budget_s=args.budget_s, precision=precision,
-                       command=command), flush=True)
+    budget_s = None if args.budget_s in (None, math.inf) else args.budget_s
+    try:
+        device = resolve_device(args.device)
+        # the precision in effect: TF32 exists on CUDA only
+        precision = "fp32" if args.precision == "tf32" and not device.startswith("cuda") else args.precision
+        if device.startswith("cuda"):
+            torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+            torch.backends.cudnn.allow_tf32 = precision == "tf32"
+        command = (f"python bench/paper_recipe_gpu.py --out {args.out}" + (" --tiny" if args.tiny else "")
+                   + f" --precision {precision}")
+        for task in args.tasks:
+            print(run_task(task, Path(args.out), tiny=args.tiny, device=device, budget_s=budget_s,
+                           precision=precision, command=command), flush=True)
+    except (NopeInterpError, OSError) as err:
+        print(f"paper_recipe_gpu: error: {err}", file=sys.stderr)
+        return 2
     return 0
 
 

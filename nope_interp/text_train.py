@@ -327,6 +327,9 @@ def _train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: Path, str
         raise NopeInterpError(not_empty_message(run_dir, ckpt_path, "text_train", fields=()))  # no exact match
     else:
         io.write_json(run_dir / io.CONFIG_FILE, config)
+        # the history starts empty: a checkpoint before the first evaluation (a stop, a time limit) resumes, and a
+        # missing file beside a checkpoint always means a lost history
+        io.atomic_write_text(run_dir / io.METRICS_FILE, "")
     held_out = eval_tokens(cfg.eval_windows, cfg.window)
 
     def save_checkpoint(step: int, wall: float) -> None:

@@ -26,7 +26,7 @@ from transformer_lens import HookedTransformer
 
 import tasks as tasks_pkg
 from nope_interp import io
-from nope_interp.config import ModelConfig, TextTrainConfig, TrainConfig, check_train_fits
+from nope_interp.config import ModelConfig, TextTrainConfig, TrainConfig, check_float, check_train_fits
 from nope_interp.errors import NopeInterpError, ScheduleWarning, sigterm_as_exit
 from nope_interp.evaluate import answer_loss, answer_token_loss, exact_match_accuracy
 from nope_interp.model import build_model, check_device, check_nope, load_state
@@ -48,6 +48,9 @@ class TrainResult:
         test_acc: exact match on the whole test split, in [0, 1].
         stopped_early: True if ``target_acc`` was reached before ``steps``.
         wall_time_s: seconds of training in this process and earlier resumed ones.
+        time_limited: True if the run stopped at ``train``'s ``time_limit_s``, at a checkpoint before the end of
+            its schedule: nothing was scored (``test_acc`` is NaN) and no summary written; resume it, or write
+            its summary with :func:`finalize`.
     """
 
     run_dir: Path
@@ -55,6 +58,7 @@ class TrainResult:
     test_acc: float
     stopped_early: bool
     wall_time_s: float
+    time_limited: bool = False
 
 
 def log_spaced_steps(max_step: int) -> list[int]:
@@ -224,6 +228,7 @@ def train(
     command: str | None = None,
     progress: bool = True,
     log: Callable[[str], None] | None = None,
+    time_limit_s: float | None = None,
 ) -> TrainResult:
     """Train a model from scratch (or resume it) and write the run directory.
 
@@ -237,6 +242,9 @@ def train(
         progress: show a tqdm bar with loss and accuracy.
         log: called with one line at every evaluation (step, loss, exact match, answer loss, time), for a run
             without the bar (``nope-interp train --no-progress`` prints them); None: silent.
+        time_limit_s: seconds of training in this call (> 0) after which the run stops at its next checkpoint
+            (every ``checkpoint_every`` steps), so no step is lost; the result then has ``time_limited`` set,
+            no summary is written and the run resumes from there. None: no limit.
 
     Before anything is built or written: the sizes are checked against the task and the free memory
     (:func:`check_train_memory`) and the run directory must be creatable and writable. The run directory
@@ -247,6 +255,7 @@ def train(
 
     Raises:
         NopeInterpError: a bidirectional model (:func:`check_trainable_attention`); ``run_dir`` not a path;
+            ``time_limit_s`` not a finite number > 0;
             n_ctx too small for the task, more examples than the task has, a run that would not
             fit the free memory (the message gives the estimate), a run directory that is a file or not
             writable, one being written by another process, a non-empty run directory without ``resume``,
@@ -258,6 +267,8 @@ def train(
         ScheduleWarning: ``warmup_steps`` >= ``steps`` (the learning rate never reaches ``lr``).
     """
     run_dir = io.as_path(run_dir, "run_dir")
+    if time_limit_s is not None:
+        check_float("time_limit_s", time_limit_s, 0.0, low_open=True)
     check_configs(model_cfg, cfg, TrainConfig)
     check_trainable_attention(model_cfg)
     task = cfg.make_task()
@@ -265,7 +276,8 @@ def train(
     device = resolve_device(device)
     check_train_memory(model_cfg, cfg, task, device)
     return locked_run(run_dir, resume, lambda: _train(model_cfg, cfg, run_dir, task, resume=resume, device=device,
-                                                      command=command, progress=progress, log=log))
+                                                      command=command, progress=progress, log=log,
+                                                      time_limit_s=time_limit_s))
 
 
 def locked_run(run_dir: Path, resume: bool, body: Callable[[], T]) -> T:
@@ -566,7 +578,7 @@ def _remove_new_run(run_dir: Path, keep_dir: bool) -> None:
 
 def _train(model_cfg: ModelConfig, cfg: TrainConfig, run_dir: Path, task: tasks_pkg.Task, *, resume: bool,
            device: str, command: str | None, progress: bool,
-           log: Callable[[str], None] | None = None) -> TrainResult:
+           log: Callable[[str], None] | None = None, time_limit_s: float | None = None) -> TrainResult:
     """The body of :func:`train`, run under the run directory's lock once the arguments are checked."""
     warn_short_schedule(cfg)  # here: a run refused by the lock says nothing more
     config = {
@@ -618,6 +630,9 @@ def _train(model_cfg: ModelConfig, cfg: TrainConfig, run_dir: Path, task: tasks_
         resume_metrics(run_dir, start_step, cfg.steps)
     else:
         io.write_json(run_dir / io.CONFIG_FILE, config)
+        # the history starts empty: a checkpoint before the first evaluation (a stop, a time limit) resumes, and a
+        # missing file beside a checkpoint always means a lost history
+        io.atomic_write_text(run_dir / io.METRICS_FILE, "")
 
     saved_step = [start_step] if resume else []  # the step of the checkpoint on disk, if any
     stamp = settings_stamp(model_cfg, cfg)
@@ -683,6 +698,11 @@ def _train(model_cfg: ModelConfig, cfg: TrainConfig, run_dir: Path, task: tasks_
             save_checkpoint(step, wall_before + time.perf_counter() - t0)
         if stopped_early:
             break
+        if (time_limit_s is not None and saved_step == [step] and step < cfg.steps
+                and time.perf_counter() - t0 >= time_limit_s):  # at a checkpoint just written: nothing lost
+            bar.close()
+            return TrainResult(run_dir=run_dir, steps=step, test_acc=float("nan"), stopped_early=False,
+                               wall_time_s=wall_before + time.perf_counter() - t0, time_limited=True)
     bar.close()
     check_nope(model, model_cfg)
     wall = wall_before + time.perf_counter() - t0

@@ -287,51 +287,93 @@ def test_the_gpu_paper_recipe_script_runs_at_a_tiny_size_and_resumes(tmp_path):
     assert (paper_model.n_layers, paper_model.d_model, paper_train.window, paper_train.batch_size) == (6, 384, 256, 256)
 
 
-def test_the_gpu_script_stops_at_its_time_budget_at_its_checkpoint_and_resumes_to_the_end(tmp_path, capsys):
-    """--budget-s: the run stops at the first evaluation past the budget (step 3 of the tiny run), goes back to
-    its checkpoint (step 2), is scored and summarised as stopped by the budget; the same command without a
-    budget then trains on to the end of the schedule (a new summary, no budget note)."""
+def _gpu_script():
     import runpy
 
-    script = runpy.run_path(str(__import__("pathlib").Path(__file__).parent.parent / "bench" / "paper_recipe_gpu.py"))
-    args = ["--out", str(tmp_path), "--tiny", "--tasks", "reversal", "--device", "cpu"]
-    assert script["main"]([*args, "--budget-s", "1e-9"]) == 0
-    assert "time budget spent" in capsys.readouterr().out
-    summary = json.loads((tmp_path / "reversal" / "summary.json").read_text())
-    assert summary["steps"] == 2 and summary["time_budget_s"] == 1e-9 and not summary["finished_schedule"]
-    assert "time budget" in summary["note"] and summary["matmul_precision"] == "fp32"
-    metrics = (tmp_path / "reversal" / "metrics.jsonl").read_text()
-    assert metrics == ""  # the evaluation at step 3 came after the checkpoint the run went back to
+    return runpy.run_path(str(__import__("pathlib").Path(__file__).parent.parent / "bench" / "paper_recipe_gpu.py"))
+
+
+def test_the_gpu_script_stops_at_its_time_budget_at_a_checkpoint_and_each_rerun_goes_further(tmp_path, capsys):
+    """--budget-s: the run stops at the first checkpoint past the budget (steps 2, then 4: every rerun goes
+    further and no step is lost), is scored and summarised as stopped by the budget; the rerun that reaches
+    the end of the schedule finishes it (a new summary, no budget note). Before: the stop went back to the
+    checkpoint before the evaluation past the budget, so a short budget never got further, and a budget
+    spent at the last evaluation threw the finished schedule away."""
+    script = _gpu_script()
+    args = ["--out", str(tmp_path), "--tiny", "--tasks", "reversal", "--device", "cpu", "--budget-s", "1e-9"]
+    for steps in (2, 4):
+        assert script["main"](args) == 0
+        summary = json.loads((tmp_path / "reversal" / "summary.json").read_text())
+        assert summary["steps"] == steps and summary["time_budget_s"] == 1e-9 and not summary["finished_schedule"]
+        assert "time budget" in summary["note"] and summary["matmul_precision"] == "fp32"
+        assert "time budget spent" in capsys.readouterr().out
+    metrics = [json.loads(line) for line in (tmp_path / "reversal" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [3]  # the evaluation at step 3 is kept: its step was not undone
     assert script["main"](args) == 0
     summary = json.loads((tmp_path / "reversal" / "summary.json").read_text())
     assert summary["steps"] == 6 and "time_budget_s" not in summary and "note" not in summary
-    with pytest.raises(SystemExit) as exc:
-        script["main"]([*args, "--budget-s", "0"])
-    assert exc.value.code == 2
+    assert script["main"](["--out", str(tmp_path / "inf"), "--tiny", "--tasks", "reversal", "--device", "cpu",
+                           "--budget-s", "inf"]) == 0  # inf: no limit
+    assert json.loads((tmp_path / "inf" / "reversal" / "summary.json").read_text())["steps"] == 6
+    for bad in ("0", "-1", "nan"):
+        with pytest.raises(SystemExit) as exc:
+            script["main"]([*args[:-1], bad])
+        assert exc.value.code == 2
+
+
+def test_train_time_limit_stops_at_a_checkpoint_without_a_summary_and_resumes(tiny_train, tmp_path):
+    """train(time_limit_s=...): stops right after a checkpoint (nothing lost), no summary, NaN test_acc;
+    --resume continues; a limit that is not a finite number > 0 is refused before anything is written."""
+    import math
+
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.train import train
+
+    model_cfg, cfg = tiny_train
+    cfg = cfg.replace(steps=8, checkpoint_every=2, eval_every=4)
+    res = train(model_cfg, cfg, tmp_path / "r", progress=False, time_limit_s=1e-9)
+    assert res.time_limited and res.steps == 2 and math.isnan(res.test_acc)
+    assert not (tmp_path / "r" / "summary.json").exists()
+    res = train(model_cfg, cfg, tmp_path / "r", resume=True, progress=False)
+    assert not res.time_limited and res.steps == 8 and (tmp_path / "r" / "summary.json").exists()
+    for bad in (0, -1.0, math.nan, math.inf, "5"):  # as users call it: without the tests' type checker
+        with pytest.raises(NopeInterpError, match="time_limit_s must be a finite number"):
+            unhooked(train)(model_cfg, cfg, tmp_path / "bad", progress=False, time_limit_s=bad)
+        assert not (tmp_path / "bad").exists()
 
 
 def test_the_gpu_script_trains_under_bfloat16_autocast_and_resumes_only_at_its_own_precision(tmp_path, capsys):
     """--precision bf16: the tiny run trains and is scored under bfloat16 autocast (here on the CPU), its
-    weights stay float32, the summary records it; resuming it at another precision is refused, naming the flag."""
-    import runpy
-
+    weights stay float32, the summary records it; resuming it at another precision is refused in one line
+    (exit 2), naming the flag, from the command its config.json records (no side file another call could
+    overwrite); a TF32 run (CUDA only) resumed on a CPU is told to resume on CUDA."""
     from safetensors.torch import load_file
 
-    from nope_interp.errors import NopeInterpError
-
-    script = runpy.run_path(str(__import__("pathlib").Path(__file__).parent.parent / "bench" / "paper_recipe_gpu.py"))
+    script = _gpu_script()
     args = ["--out", str(tmp_path), "--tiny", "--tasks", "ordering", "--device", "cpu"]
     assert script["main"]([*args, "--precision", "bf16", "--budget-s", "1e-9"]) == 0
     summary = json.loads((tmp_path / "ordering" / "summary.json").read_text())
     assert summary["matmul_precision"] == "bf16-autocast" and summary["steps"] == 2
     weights = load_file(tmp_path / "ordering" / "model.safetensors").values()
     assert {t.dtype for t in weights if t.is_floating_point()} == {torch.float32}
-    with pytest.raises(NopeInterpError, match="trained at precision bf16-autocast, not fp32: resume it with "
-                                              "--precision bf16"):
-        script["main"](args)
+    capsys.readouterr()
+    assert script["main"](args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "trained at precision bf16, not fp32: resume it with --precision bf16" in err
+    config = json.loads((tmp_path / "ordering" / "config.json").read_text())
+    (tmp_path / "ordering" / "config.json").write_text(json.dumps(
+        {**config, "command": config["command"].replace("--precision bf16", "--precision tf32")}))
+    assert script["main"](args) == 2
+    assert "resume it on a CUDA device (--device cuda)" in capsys.readouterr().err
+    (tmp_path / "ordering" / "config.json").write_text(json.dumps(config))
     assert script["main"]([*args, "--precision", "bf16"]) == 0
     assert json.loads((tmp_path / "ordering" / "summary.json").read_text())["steps"] == 6
-    assert "ordering: test exact match" in capsys.readouterr().out
+    (tmp_path / "file").write_text("")
+    assert script["main"](["--out", str(tmp_path / "file"), "--tiny", "--tasks", "ordering", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("paper_recipe_gpu: error: ") and err.count("\n") == 1
 
 
 def test_resume_with_other_settings_names_every_differing_field(tiny_train, tmp_path):

@@ -890,7 +890,8 @@ def run(config: AblateConfig, models: list[ModelEntry] | None = None, *, log: Lo
                 # the window every task model given can read with its answer (not only this one)
                 fits = min(e.model.cfg.n_ctx - e.task.max_answer_len - 1 for e in task_models)
                 least = max(e.task.max_prompt_len + 1 for e in task_models)
-                fix = (f": --window {fits} or less fits every model given" if config.protocol == "window"
+                span = f"{fits}" if fits == least else f"from {least} to {fits}"  # a newline and a prompt at least
+                fix = (f": --window {span} fits every model given" if config.protocol == "window"
                        and fits >= least else "")
                 raise NopeInterpError(
                     f"{entry.label}: n_ctx={n_ctx} is too small for {task.name} {config.protocol} contexts of "
