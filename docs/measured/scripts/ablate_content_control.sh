@@ -2,8 +2,7 @@
 # The variance-rich control of the positional projection: `project_out` (top-r directions of the positional
 # means) beside `project_out_content` (top-r principal directions of the content part h - mu) and
 # `project_out_random`, at rank 1 and 4, on the 12 shipped models and seeds and the packed candidates at 99%
-# (full prompts; packed_candidates.sh: 9 since 2026-12-04, with addition seed 4; the stored results are of the
-# 8 before it). Results copied to docs/measured/ablate/content_control/.
+# (full prompts; packed_candidates.sh: 9 since 2026-12-04, with addition seed 4). Results copied to docs/measured/ablate/content_control/.
 # Usage: docs/measured/scripts/ablate_content_control.sh [OUT_ROOT]
 set -euo pipefail
 OUT=${1:-results/measured-content-control}
