@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The size-matched control of the mean ablation: `mean_positional` (h_p - mu[p] + mean mu) beside
 # `mean_positional_random` (h_p moved by the same distance in a random direction), on the packed candidates
-# at 99% (packed_candidates.sh: 9 since 2026-12-04, with addition seed 4) (window contexts of 44 characters, then full prompts) and on the 12 shipped models and seeds (full
-# prompts). Results copied to docs/measured/ablate/shift_control/.
+# at 99% (packed_candidates.sh: 9 since 2026-12-04, with addition seed 4; window contexts of 44 characters,
+# then full prompts) and on the 12 shipped models and seeds (full prompts). Results copied to
+# docs/measured/ablate/shift_control/.
 # Usage: docs/measured/scripts/ablate_shift_control.sh [OUT_ROOT]
 set -euo pipefail
 OUT=${1:-results/measured-shift-control}
