@@ -11,13 +11,13 @@ again resumes a run that has not finished. The tasks train one after the other.
     python bench/paper_recipe_gpu.py --out $OUT --budget-s 360     # on the GPU machine
     python bench/paper_recipe_gpu.py --out /tmp/x --tiny            # tiny, on a CPU (a test)
 
-Measured on one H200 (2026-12-04, TF32): 61 ms per optimizer step alone (10 GiB), about 80 ms with the
-evaluations and checkpoints, so the whole 5,000-step schedule takes about 6.5 minutes per task and about
-27 minutes for the four (less where a task stops early at 99%), not the 10 minutes first planned. Four tasks
-trained at once, one process each on the one GPU, ran at 0.55 s per step each (2.3 times slower in all than
-one after the other), so that option was removed. ``--budget-s`` bounds each task's training time: at the
-first checkpoint past it (every 125 steps) the run stops, is scored on the whole test split
-(:func:`nope_interp.train.finalize`), its summary says so (``time_budget_s``, ``note``) and the same command
+Measured on one H200 (2026-12-04, TF32): 61 ms per optimizer step alone (10 GiB), 72 ms with the
+evaluations and checkpoints, so the whole 5,000-step schedule takes about 6 minutes per task and about
+24 minutes for the four (less where a task stops early at 99%), not the 10 minutes first planned. Four tasks
+trained at once, one process each on the one GPU, ran at 0.55 s per step each (138 ms per step in all
+against 72: 1.9 times slower than one after the other), so that option was removed. ``--budget-s`` bounds
+each task's training time: at the first checkpoint past it (every 125 steps) the run stops, is scored on the
+whole test split (:func:`nope_interp.train.finalize`), its summary says so (``time_budget_s``, ``note``) and the same command
 resumes it. On CUDA, float32 matrix products use TF32 unless ``--precision fp32``; ``--precision
 bf16`` runs training and evaluation under bfloat16 autocast (weights and optimizer state stay float32; on a
 CPU too, for its test; not yet timed on a GPU). The precision is recorded in each summary

@@ -12,10 +12,10 @@
 # the index for the calls (git rm --cached, listed in .git/info/exclude) and put back after (git reset).
 #   bash docs/measured/scripts/gpu_session.sh smoke            # ~1 min: the code path on CUDA, step times
 #   bash docs/measured/scripts/gpu_session.sh main BUDGET_S [TASK ...]   # train (BUDGET_S s per task), score
-# A 15-minute lease fits one task's 5,000 steps (about 6.5 min on an H200): main 420 addition
+# A 15-minute lease fits one task's 5,000 steps (about 6 min on an H200): main 420 addition
 # (PRECISION=bf16 trains under bfloat16 autocast: untimed on a GPU so far, perhaps two tasks per lease)
 # On 2026-12-04 (15 minutes of device time in all): `smoke`, then `main 230` with the four tasks trained at
-# once (then an option of the script, measured 2.3x slower than one after the other and removed), then
+# once (then an option of the script, measured 1.9x slower than one after the other and removed), then
 # reversal alone resumed for 150 s more (bench/paper_recipe_gpu.py --out /tmp/gpu --tasks reversal
 # --device cuda --budget-s 150, then gpu_pack.py). Results: docs/measured/gpu/.
 set -u
