@@ -17,8 +17,8 @@ evaluations and checkpoints, so the whole 5,000-step schedule takes about 6 minu
 trained at once, one process each on the one GPU, ran at 0.55 s per step each (138 ms per step in all
 against 72: 1.9 times slower than one after the other), so that option was removed. ``--budget-s`` bounds
 each task's training time: at the first checkpoint past it (every 125 steps) the run stops, is scored on the
-whole test split (:func:`nope_interp.train.finalize`), its summary says so (``time_budget_s``, ``note``) and the same command
-resumes it. On CUDA, float32 matrix products use TF32 unless ``--precision fp32``; ``--precision
+whole test split (:func:`nope_interp.train.finalize`), its summary says so (``time_budget_s``, ``note``) and
+the same command resumes it. On CUDA, float32 matrix products use TF32 unless ``--precision fp32``; ``--precision
 bf16`` runs training and evaluation under bfloat16 autocast (weights and optimizer state stay float32; on a
 CPU too, for its test; not yet timed on a GPU). The precision is recorded in each summary
 (``matmul_precision``) and in the command its ``config.json`` records, and a run is resumed only at its own.
