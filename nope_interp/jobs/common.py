@@ -225,8 +225,7 @@ def check_inputs_fit(job: str, models: Iterable[ModelEntry], protocols: Iterable
                            "tokens)")
         if bad:
             fits = min(e.model.cfg.n_ctx for e in task_models)
-            fix = (f"; --window {fits} or less fits every model given" if protocol == "window" and fits >= 3
-                   else "; analyse them apart, on the full protocol" if protocol == "authors" else "")
+            fix = f"; --window {fits} or less fits every model given" if protocol == "window" and fits >= 3 else ""
             raise NopeInterpError(f"{job}: the {protocol} inputs do not fit {len(bad)} of {len(task_models)} "
                                   f"models: {', '.join(bad)}{fix}")
 
