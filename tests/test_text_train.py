@@ -372,3 +372,35 @@ def test_train_text_default_names_keep_a_hybrid_apart_from_its_rotary_twin(tmp_p
     assert runs == ["text-rotary-nope1-tiny-s0", "text-rotary-tiny-s0"]
     summary = json.loads((tmp_path / "text-rotary-nope1-tiny-s0" / "summary.json").read_text())
     assert summary["nope_layers"] == [1]
+
+
+def test_a_run_stopped_before_its_first_evaluation_resumes(tmp_path):
+    """A checkpoint written before the first evaluation (checkpoint every 2 steps, evaluation every 4), then a
+    stop: the run resumes to the end (before: refused, "metrics.jsonl is missing", since the history file was
+    first written at the first evaluation)."""
+    import nope_interp.text_train as tt
+    from nope_interp.config import ModelConfig, TextTrainConfig
+
+    cfg_json = json.loads((_train(tmp_path, "ref") / "config.json").read_text())
+    model_cfg = ModelConfig.from_dict(cfg_json["model"])
+    cfg = TextTrainConfig.from_dict(cfg_json["text_train"]).replace(steps=8, checkpoint_every=2, eval_every=4)
+
+    class Stop(Exception):
+        pass
+
+    real = tt.bits_per_char
+
+    def stop(*args, **kwargs):
+        raise Stop
+
+    tt.bits_per_char = stop
+    try:
+        with pytest.raises(Stop):
+            tt.train_text(model_cfg, cfg, tmp_path / "r", progress=False, device="cpu")
+    finally:
+        tt.bits_per_char = real
+    assert torch.load(tmp_path / "r" / "checkpoint.pt")["step"] == 2
+    assert (tmp_path / "r" / "metrics.jsonl").read_text() == ""
+    tt.train_text(model_cfg, cfg, tmp_path / "r", resume=True, progress=False, device="cpu")
+    steps = [json.loads(line)["step"] for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [4, 8] and (tmp_path / "r" / "summary.json").exists()
