@@ -356,7 +356,7 @@ def plot_trajectory(run_traj: RunTrajectory, protocol: str = "full") -> go.Figur
     fig.add_hline(y=0.5, line_dash="dot", line_color="gray", annotation_text="chance", row=1, col=1)
     fig.add_trace(go.Scatter(x=[max(1, s) for s in run_traj.eval_steps], y=list(run_traj.eval_acc),
                              mode="lines+markers", name="eval exact match", line={"color": "black"},
-                             marker={"color": "black"}), row=1, col=2)
+                             marker={"color": "black"}, cliponaxis=False), row=1, col=2)  # 0 and 1: whole markers
     for key, values in mech.items():
         name, color, dash = MECHANISM_STYLE[key]
         col = 2 if key == "l0_attention_entropy" else 1
@@ -417,7 +417,7 @@ def plot_site_by_objective(runs: list[RunTrajectory] | tuple[RunTrajectory, ...]
                                  hovertemplate=f"{r.label}<br>step %{{customdata}}: %{{y:.3f}}<extra></extra>"),
                       row=1, col=col)
         fig.add_trace(go.Scatter(x=[max(1, s) for s in r.eval_steps], y=list(r.eval_acc),
-                                 mode=line_mode(len(r.eval_steps)),
+                                 mode=line_mode(len(r.eval_steps)), cliponaxis=False,  # markers at 0 or 1 whole
                                  name=name, legendgroup=r.label, showlegend=False, line=line,
                                  customdata=list(r.eval_steps),
                                  hovertemplate=f"{r.label}<br>step %{{customdata}}: exact match %{{y:.3f}}"
