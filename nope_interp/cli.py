@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from nope_interp.errors import NopeInterpError, NopeInterpWarning, Terminated, sigterm_as_exit
+from nope_interp.errors import NopeInterpError, NopeInterpWarning, Terminated, one_line, sigterm_as_exit
 
 # the tasks package imports torch (seconds): imported where used, after main() has its Ctrl-C/SIGTERM handling
 
@@ -84,7 +84,7 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         """Print ``message`` on one line (pointing at ``--help``) and exit with status 2."""
-        self.exit(2, f"nope-interp: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+        self.exit(2, f"nope-interp: error: {one_line(message)} (see {self.prog} --help)\n")
 
     def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> argparse.Namespace:
         """argparse's ``parse_args``, but an unknown flag points at the sub-command's ``--help`` (where the
@@ -484,7 +484,7 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     """The toolkit's own warnings as one line on stderr (``nope-interp: warning: ...``), others as Python shows
     them."""
     if issubclass(category, NopeInterpWarning):
-        print(f"nope-interp: warning: {message}", file=sys.stderr if file is None else file)
+        print(f"nope-interp: warning: {one_line(str(message))}", file=sys.stderr if file is None else file)
     else:
         (file or sys.stderr).write(warnings.formatwarning(message, category, filename, lineno, line))
 
@@ -528,7 +528,7 @@ def _run_command(args: argparse.Namespace, argv: list[str]) -> int:
                 return _cmd_sweep(args)
             return _cmd_job(_job(args.command), args)
     except (NopeInterpError, TaskError) as err:
-        print(f"nope-interp: error: {flag_named(str(err), args)}", file=sys.stderr)
+        print(f"nope-interp: error: {one_line(flag_named(str(err), args))}", file=sys.stderr)
         return 2
     except (KeyboardInterrupt, Terminated) as stop:  # Ctrl-C or SIGTERM: one line, not a traceback or silence
         how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"

@@ -12,6 +12,20 @@ from collections.abc import Iterator
 from typing import Any
 
 
+def one_line(text: str) -> str:
+    """``text`` on one line: each line break (any that ``str.splitlines`` knows, with the spaces and tabs around
+    it) becomes one space, and leading and trailing blanks go; every other run of spaces is kept, so a quoted
+    value (``'a  b'``) reads as it was typed. For messages built from other libraries' multi-line errors and for
+    the CLI's one-line errors and warnings. Idempotent.
+
+    Raises:
+        TypeError: ``text`` not a string.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"one_line takes a string, got {type(text).__name__}")
+    return " ".join(part for part in (line.strip(" \t") for line in text.splitlines()) if part).strip()
+
+
 class NopeInterpError(ValueError):
     """Bad input to the toolkit: the message names the parameter and what is allowed."""
 

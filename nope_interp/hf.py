@@ -19,7 +19,7 @@ import torch
 
 from nope_interp.checks import is_int
 from nope_interp.config import check_int
-from nope_interp.errors import NopeInterpError
+from nope_interp.errors import NopeInterpError, one_line
 
 #: The tiny models :func:`tiny_hf_model` builds.
 TINY_KINDS = ("smollm3-mixed", "smollm3-nope", "llama")
@@ -49,7 +49,7 @@ def bridge_from_hf(hf_model: torch.nn.Module, architecture: str | None = None) -
     try:
         bridge = build_bridge_from_module(hf_model.eval(), arch, hf_config=config, tokenizer=None)
     except Exception as err:
-        raise NopeInterpError(f"TransformerLens cannot wrap {arch}: {' '.join(str(err).split())[:300]}") from None
+        raise NopeInterpError(f"TransformerLens cannot wrap {arch}: {one_line(str(err))[:300]}") from None
     return bridge.eval() if hasattr(bridge, "eval") else bridge
 
 
@@ -75,7 +75,7 @@ def load_hf(path: str | Path, what: str = "path (--hf-path)") -> Any:
     try:
         model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager", local_files_only=True)
     except Exception as err:
-        raise NopeInterpError(f"cannot load the Hugging Face model in {path}: {' '.join(str(err).split())[:300]}") \
+        raise NopeInterpError(f"cannot load the Hugging Face model in {path}: {one_line(str(err))[:300]}") \
             from None
     return bridge_from_hf(model)
 
@@ -96,7 +96,7 @@ def load_hf_tokenizer(path: str | Path) -> Any:
     try:
         return AutoTokenizer.from_pretrained(Path(path), local_files_only=True)
     except Exception as err:
-        raise NopeInterpError(f"no tokenizer in {path} ({' '.join(str(err).split())[:200]}): save the model's "
+        raise NopeInterpError(f"no tokenizer in {path} ({one_line(str(err))[:200]}): save the model's "
                               "tokenizer there with tokenizer.save_pretrained(DIR)") from None
 
 

@@ -64,7 +64,7 @@ from nope_interp.config import (
     check_train_fits,
     preset,
 )
-from nope_interp.errors import NopeInterpError, NopeInterpWarning, signals_held, sigterm_as_exit
+from nope_interp.errors import NopeInterpError, NopeInterpWarning, one_line, signals_held, sigterm_as_exit
 
 KINDS = ("init", "train")
 EXECUTORS = ("local", "ray")
@@ -193,7 +193,7 @@ def load_spec(spec: str | Path) -> SweepSpec:
     try:
         data = tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise NopeInterpError(f"{path}: not a valid TOML file ({' '.join(str(err).split())})") from None
+        raise NopeInterpError(f"{path}: not a valid TOML file ({one_line(str(err))})") from None
     unknown = set(data) - _SECTIONS
     if unknown:
         raise NopeInterpError(f"{path}: unknown section(s) {', '.join(sorted(unknown))}; allowed: "
@@ -870,7 +870,7 @@ def _ray_connect(address: str | None, connect: bool) -> Any:
     except Exception as err:
         if ray.is_initialized():
             ray.shutdown()
-        raise NopeInterpError(f"cannot reach the Ray cluster at {address!r}: {' '.join(str(err).split())[:300]}") \
+        raise NopeInterpError(f"cannot reach the Ray cluster at {address!r}: {one_line(str(err))[:300]}") \
             from None
     return ray
 
@@ -902,7 +902,7 @@ def _run_ray(ray: Any, spec: SweepSpec, todo: list[Point], out: Path, threads: i
                 outcome = ray.get(ref)
             except Exception as err:  # the worker process died (e.g. out of memory)
                 outcome = {"key": p.key, "status": "failed", "seconds": 0.0,
-                           "error": f"Ray task failed: {' '.join(str(err).split())[:300]}"}
+                           "error": f"Ray task failed: {one_line(str(err))[:300]}"}
             if outcome["status"] == "busy":  # an orphaned worker of a killed driver still runs it
                 time.sleep(1.0)
                 queue.append(p)
@@ -966,7 +966,7 @@ def load_result(point_dir: str | Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as err:
-        why = "a folder" if path.is_dir() else f"not readable JSON ({' '.join(str(err).split())[:120]})"
+        why = "a folder" if path.is_dir() else f"not readable JSON ({one_line(str(err))[:120]})"
         raise NopeInterpError(f"{path}: {why}") from None
     if not isinstance(data, dict):
         raise NopeInterpError(f"{path}: not a JSON object, got {type(data).__name__}")

@@ -774,3 +774,68 @@ def test_importing_the_cli_imports_no_torch():
             "print(sorted(m for m in ('torch', 'tasks', 'transformer_lens') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("plain", "plain"),
+    ("got 'x  y'", "got 'x  y'"),                     # interior runs of spaces are the user's: kept
+    ("first\nsecond", "first second"),
+    ("  first  \n\n\t second\r\nthird  ", "first second third"),
+    ("a\x0bb\x0cc\x1cd\x85e\u2028f\u2029g", "a b c d e f g"),  # every line boundary str.splitlines knows
+    ("\n\n", ""),
+])
+def test_one_line_joins_lines_and_keeps_the_rest(text, expected):
+    """One line of a message: line breaks (with the blanks around them) become one space, anything else as it
+    was. Checked against a naive character loop over the same boundaries, and idempotent."""
+    from nope_interp.errors import one_line
+
+    breaks = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+    pieces, cur = [], ""
+    for ch in text:  # the reference: split at each boundary character, strip spaces and tabs, drop empties
+        if ch in breaks:
+            pieces.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    pieces.append(cur)
+    naive = " ".join(p.strip(" \t") for p in pieces if p.strip(" \t")).strip()
+    assert one_line(text) == expected == naive
+    assert one_line(one_line(text)) == one_line(text)
+
+
+def test_a_bad_flag_value_is_quoted_as_typed(main, tmp_path, capsys, monkeypatch):
+    """Before: argparse's error was passed through ``" ".join(message.split())``, so ``--n-prompts 'x  y'`` was
+    quoted back as 'x y', not what the user typed. Line breaks still go."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["analyze", "--n-prompts", "x  y"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "got 'x  y'" in err, err
+    assert _files(tmp_path) == []
+
+
+def test_an_error_message_with_a_line_break_is_one_line(main, tmp_path, capsys, monkeypatch):
+    """A toolkit error whose message holds a raw line break (a job's, monkeypatched) is printed on one line, its
+    spacing otherwise kept."""
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs import analyze
+
+    monkeypatch.chdir(tmp_path)
+
+    def boom(*args, **kwargs):
+        raise NopeInterpError("first line\n  second  part")
+
+    monkeypatch.setattr(analyze, "run", boom)
+    assert main(["analyze", "--init", "--task", "addition"]) == 2
+    err = capsys.readouterr().err
+    assert err == "nope-interp: error: first line second  part\n", err
+
+
+def test_a_toolkit_warning_with_a_line_break_is_one_line(capsys):
+    """The CLI's warning line, like its error line: a raw line break in a toolkit warning becomes a space."""
+    from nope_interp.cli import _show_warning
+    from nope_interp.errors import NopeInterpWarning
+
+    _show_warning(NopeInterpWarning("odd\n  input  here"), NopeInterpWarning, "f.py", 1)
+    assert capsys.readouterr().err == "nope-interp: warning: odd input  here\n"
+    _show_warning(UserWarning("other\nlibrary"), UserWarning, "f.py", 1)  # not ours: Python's own format
+    assert "other\nlibrary" in capsys.readouterr().err
