@@ -7,6 +7,7 @@ both reductions of the adjacency score and the lag profile, mean and spread over
 
 import os
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +70,8 @@ class AnalysisResult:
             :data:`EXAMPLE_MAX_POS` positions; NaN at a site whose averaged matrix is constant up to rounding
             (every prompt's vectors parallel there: no order to score).
         n_pos: positions per sequence (0 when unknown: a result built by hand).
+        example_index: which sequence (0-based, in the order given) ``example_prompt`` and ``example_sim`` are:
+            0 unless :func:`analyze_tokens` was given every sequence's text and the first is degenerate.
     """
 
     task: str
@@ -84,6 +87,7 @@ class AnalysisResult:
     lag_per_sequence: Tensor | None = None
     mean_matrix_scores: dict[str, dict[str, float]] = field(default_factory=dict)
     n_pos: int = 0
+    example_index: int = 0
 
     def uniform_causal_lag_profile(self) -> Float[Tensor, " lag"]:
         """The idealised lag profile (:func:`~nope_interp.similarity.uniform_causal_lag_profile`) for the lags
@@ -136,7 +140,8 @@ class AnalysisResult:
         """Summary as plain Python values (scores per reduction and site, not the per-sequence tensors)."""
         out = {"task": self.task, "n_prompts": self.n_prompts, "protocol": self.protocol, "sites": list(self.sites),
                **({"n_pos": self.n_pos} if self.n_pos else {}),
-               "scores": self.scores, "example_prompt": self.example_prompt}
+               "scores": self.scores, "example_prompt": self.example_prompt,
+               **({"example_index": self.example_index} if self.example_index else {})}
         if self.mean_matrix_scores:
             out["mean_matrix_scores"] = self.mean_matrix_scores
         if self.lag_profile and self.n_pos >= 2:
@@ -239,7 +244,7 @@ def analyze_model(
     seed = check_int("seed", seed, 0, 2**63 - 1)
     prompts = protocol_prompts(model, task, n_prompts, seed, exclude, protocol, window)
     length = len(prompts[0])
-    return analyze_tokens(model, task.prompt_tokens(prompts), points, task=task.name, example_prompt=prompts[0],
+    return analyze_tokens(model, task.prompt_tokens(prompts), points, task=task.name, example_prompt=prompts,
                           meta=meta, protocol=protocol, max_bytes=max_bytes,
                           forward="hooked" if length <= EXAMPLE_MAX_POS else "auto")
 
@@ -256,7 +261,7 @@ def analyze_tokens(
     *,
     max_lag: int | None = None,
     task: str = "tokens",
-    example_prompt: str = "",
+    example_prompt: str | Sequence[str] = "",
     meta: dict[str, Any] | None = None,
     protocol: str = "tokens",
     forward: str = "auto",
@@ -275,7 +280,10 @@ def analyze_tokens(
         points: hook points to analyse (:data:`~nope_interp.hooks.ACTIVATION_POINTS`).
         max_lag: the lag profile's largest lag D (default pos - 1; memory and time grow with pos * D).
         task, example_prompt, protocol, meta: recorded in the result (``task`` names the inputs, e.g.
-            ``"random"``; ``example_prompt`` is the text of the first sequence when there is one).
+            ``"random"``). ``example_prompt``: the text of the first sequence (a string), or the text of every
+            sequence (a sequence of ``batch`` strings): then the heatmap's example is the first sequence of the
+            first chunk that is degenerate at no site (a repeated-token sequence has no order to draw), and
+            ``example_index`` says which.
         forward: ``"hooked"`` (``run_with_cache``: user hooks run; TransformerLens keeps every head's
             ``pos x pos`` scores and pattern, 4.9 GB at pos = 8,192 for the ``cpu`` preset), ``"fast"``
             (:func:`~nope_interp.fast_forward.fast_activations`: fused attention, memory linear in pos, equal
@@ -285,9 +293,10 @@ def analyze_tokens(
 
     Raises:
         NopeInterpError: fewer than 3 positions; sequences longer than ``n_ctx``; ids outside the vocabulary;
-            unknown or no points; unknown ``forward``; ``max_bytes`` < 1; ``meta`` not a dict; ``task``,
-            ``example_prompt`` or ``protocol`` not a string; ``forward="fast"`` for a model it does not
-            support or with hooks attached (they would not run); ``max_lag`` outside [1, pos - 1];
+            unknown or no points; unknown ``forward``; ``max_bytes`` < 1; ``meta`` not a dict; ``task`` or
+            ``protocol`` not a string; ``example_prompt`` neither a string nor ``batch`` strings;
+            ``forward="fast"`` for a model it does not support or with hooks attached (they would not run);
+            ``max_lag`` outside [1, pos - 1];
             non-finite or near-zero activations at a site (the message names it); a sequence whose cosine
             similarity matrix (``8 * pos**2`` bytes, with a temporary) would not fit the free memory; a model
             whose parameters are not of ``cfg.dtype`` (``model.half()``: :func:`~nope_interp.model.check_model_dtype`);
@@ -304,12 +313,13 @@ def analyze_tokens(
     max_bytes = check_int("max_bytes", max_bytes, 1, 2**62)
     if meta is not None and not isinstance(meta, dict):
         raise NopeInterpError(f"meta must be a dict of extra result fields or None, got {type(meta).__name__}")
-    for name, value in (("task", task), ("example_prompt", example_prompt), ("protocol", protocol)):
+    for name, value in (("task", task), ("protocol", protocol)):
         if not isinstance(value, str):
             raise NopeInterpError(f"{name} must be a string (it is recorded in the result), got "
                                   f"{type(value).__name__}")
     check_model_dtype(model, "analyze_tokens")
     tokens = check_tokens(model, tokens)
+    example_texts = _example_texts(example_prompt, tokens.shape[0])
     n_pos = tokens.shape[1]
     if n_pos < 3:
         raise NopeInterpError(f"the adjacency score needs at least 3 positions, got pos={n_pos}")
@@ -335,6 +345,7 @@ def analyze_tokens(
     per_chunk: dict[str, list[Tensor]] = {r: [] for r in REDUCTIONS}
     lag_chunks: list[Tensor] = []
     example_sim = None
+    example_index = 0
     keep_mean = n_pos <= EXAMPLE_MAX_POS  # the prompt-averaged matrix: site x pos x pos float64
     sim_sum = torch.zeros(len(labels), n_pos, n_pos, dtype=torch.float64) if keep_mean else None
     if forward == "auto" and why is None and hooked_at and n_pos > EXAMPLE_MAX_POS:
@@ -353,8 +364,6 @@ def analyze_tokens(
                 del got
             else:
                 acts = next(iter_activations(model, toks, points, batch_size=chunk)).acts
-            if example_sim is None:
-                example_sim = cosine_similarity_matrix(acts[:, 0]) if n_pos <= EXAMPLE_MAX_POS else None
             scores_by_site = []
             for i, site in enumerate(labels):  # one site's float64 copies at a time
                 got, total = _scores_and_matrix_sum(acts[i], REDUCTIONS, what=f"activations at {site}",
@@ -362,6 +371,11 @@ def analyze_tokens(
                 scores_by_site.append(got)
                 if sim_sum is not None:
                     sim_sum[i] += total
+            if start == 0 and n_pos <= EXAMPLE_MAX_POS:
+                if len(example_texts) > 1:  # the first sequence with an order to draw at every site
+                    scored = torch.stack([sc["row_mean"] for sc in scores_by_site]).isfinite().all(dim=0)
+                    example_index = int(scored.nonzero()[0, 0]) if bool(scored.any()) else 0
+                example_sim = cosine_similarity_matrix(acts[:, example_index])
             lag_chunks.append(torch.stack([lag_profile(acts[i], max_lag, what=f"activations at {site}")
                                            for i, site in enumerate(labels)]))
             del acts
@@ -384,11 +398,25 @@ def analyze_tokens(
             mean_matrix = {r: {site: float("nan") if bool(flat[i]) else float(adjacency_score(mean_sim[i], r))
                                for i, site in enumerate(labels)} for r in ("row_mean", "pooled")}
     return AnalysisResult(task=task, sites=labels, n_prompts=tokens.shape[0], scores=scores,
-                          per_sequence=per_sequence, example_prompt=example_prompt, example_sim=example_sim,
+                          per_sequence=per_sequence, example_prompt=example_texts[example_index],
+                          example_sim=example_sim, example_index=example_index,
                           meta={**(meta or {}), **({"degenerate_sequences": degenerate} if degenerate else {})},
                           protocol=protocol,
                           lag_profile={site: lag_summary(lags[i]) for i, site in enumerate(labels)},
                           lag_per_sequence=lags, mean_matrix_scores=mean_matrix, n_pos=int(tokens.shape[1]))
+
+
+def _example_texts(example_prompt: Any, batch: int) -> tuple[str, ...]:
+    """``example_prompt`` of :func:`analyze_tokens` as a tuple: one string (sequence 0's text) or ``batch``."""
+    if isinstance(example_prompt, str):
+        return (example_prompt,)
+    if isinstance(example_prompt, (list, tuple)) and len(example_prompt) == batch \
+            and all(isinstance(t, str) for t in example_prompt):
+        return tuple(example_prompt)
+    got = (f"{len(example_prompt)} items" if isinstance(example_prompt, (list, tuple))
+           else type(example_prompt).__name__)
+    raise NopeInterpError(f"example_prompt must be a string (the first sequence's text) or one string per "
+                          f"sequence ({batch}), got {got}")
 
 
 def analysis_chunk_size(n_sites: int, n_pos: int, d_model: int, max_bytes: int = DEFAULT_CHUNK_BYTES) -> int:
@@ -553,7 +581,8 @@ def analyze_text(model: LensModel, texts: str | list[str] | tuple[str, ...], len
     tokens = text_windows_of(texts, length, n_windows, tokenizer)
     kwargs.setdefault("task", "text")
     kwargs.setdefault("protocol", "text")
-    kwargs.setdefault("example_prompt", decode_window(tokens[0], tokenizer)[:200])
+    if "example_prompt" not in kwargs:  # every window's text: the heatmap draws the first with an order
+        kwargs["example_prompt"] = [decode_window(window, tokenizer)[:200] for window in tokens]
     return analyze_tokens(model, tokens, points, **kwargs)
 
 

@@ -372,3 +372,65 @@ def test_the_trajectory_figures_range_ignores_an_undefined_score():
                         scores={site: (float("nan"), 0.2, 0.3)}, eval_steps=(10,), eval_acc=(0.5,))
     low, high = plot_site_by_objective([run], site).layout.yaxis.range
     assert low <= 0.15 + 1e-12 and high == 1.02
+
+
+@pytest.mark.parametrize("first_real, max_bytes", [(1, 2**27), (2, 2**27), (3, 2**27), (1, 1)])
+def test_the_example_heatmap_is_the_first_input_with_an_order(tiny_model, first_real, max_bytes):
+    """Before: the heatmap drew sequence 0 even when it was a repeated token (every cosine 1: no order to see).
+    Given every sequence's text, analyze_tokens draws the first sequence degenerate at no site of the first
+    chunk, records its index and text, and its matrices equal a cosine loop over that sequence's cached
+    activations. One sequence per chunk (max_bytes=1): only the first chunk is searched, so sequence 0 stays."""
+    from nope_interp.analysis import analyze_tokens
+
+    n = 10
+    toks = torch.stack([torch.full((n,), 5 + i) for i in range(first_real)]
+                       + [torch.arange(20, 20 + n), torch.arange(40, 40 + n)])
+    texts = [f"text {i}" for i in range(len(toks))]
+    with pytest.warns(DegenerateInputWarning):
+        res = analyze_tokens(tiny_model, toks, example_prompt=texts, forward="hooked", max_bytes=max_bytes)
+    want = first_real if max_bytes > 1 else 0
+    assert (res.example_index, res.example_prompt) == (want, texts[want])
+    assert res.to_dict().get("example_index", 0) == want
+    _, cache = tiny_model.run_with_cache(toks[want : want + 1])
+    for s, site in enumerate(res.sites):
+        act = cache[site][0].reshape(n, -1).double()
+        naive = torch.tensor([[float(act[i] @ act[j] / (act[i].norm() * act[j].norm())) for j in range(n)]
+                              for i in range(n)], dtype=torch.float64)
+        torch.testing.assert_close(res.example_sim[s].double(), naive, atol=1e-5, rtol=0)
+
+
+def test_one_example_text_keeps_sequence_zero_and_all_degenerate_falls_back_to_it(tiny_model):
+    from nope_interp.analysis import analyze_tokens
+
+    toks = torch.stack([torch.full((8,), 5), torch.arange(20, 28)])
+    with pytest.warns(DegenerateInputWarning):
+        res = analyze_tokens(tiny_model, toks, example_prompt="first")
+    assert (res.example_index, res.example_prompt, "example_index" in res.to_dict()) == (0, "first", False)
+    with pytest.warns(DegenerateInputWarning):
+        res = analyze_tokens(tiny_model, toks[:1].repeat(3, 1), example_prompt=["a", "b", "c"])
+    assert (res.example_index, res.example_prompt) == (0, "a")
+
+
+@pytest.mark.parametrize("bad", [["only one"], ["a", "b", "c"], ["a", 3], 7, None])
+def test_example_texts_of_the_wrong_count_or_type_are_refused(tiny_model, bad):
+    from nope_interp.analysis import analyze_tokens
+    from nope_interp.errors import NopeInterpError
+
+    with pytest.raises(NopeInterpError, match="example_prompt must be a string .* or one string per sequence"):
+        unhooked(analyze_tokens)(tiny_model, torch.stack([torch.arange(8), torch.arange(8) + 9]), example_prompt=bad)
+
+
+def test_cli_analyze_heatmap_of_a_text_file_starting_with_a_repeated_character(tiny_run, tmp_path, capsys):
+    """The figure of `analyze --text-file` whose first window is one repeated character draws the next window
+    and says so in its title."""
+    from nope_interp.cli import main
+
+    text = tmp_path / "a.txt"
+    text.write_text("a" * 8 + "To be, or not to be, that is the question.")
+    out = tmp_path / "out"
+    assert main(["analyze", "--run", str(tiny_run), "--text-file", str(text), "--text-length", "8",
+                 "--out", str(out)]) == 0
+    capsys.readouterr()
+    (page,) = [p for p in out.rglob("*.html") if "cosine" in p.name]
+    html = page.read_text()
+    assert "To be, o" in html and "input 1 (0-based; the first with an order to draw" in html

@@ -182,7 +182,7 @@ def run(config: AnalyzeConfig, models: list[ModelEntry] | None = None, *, log: L
                       + (f" (the file holds only {len(windows)} of the {config.n_prompts} asked for)"
                          if len(windows) < config.n_prompts else "") + " ...")
             res = analyze_tokens(entry.model, windows, tuple(config.points), task="text-file", protocol="text",
-                                 example_prompt=decode_window(windows[0], tokenizer)[:200],
+                                 example_prompt=[decode_window(w, tokenizer)[:200] for w in windows],
                                  meta={**entry.source, "text_file": str(Path(config.text_file).resolve()),
                                        "text_length": length, "windows_asked": config.n_prompts,
                                        "layer_types": list(types), **io.provenance()})
@@ -194,11 +194,14 @@ def run(config: AnalyzeConfig, models: list[ModelEntry] | None = None, *, log: L
             name, protocol, tokens = entry_tokens(entry, config.n_prompts, config.prompt_seed)
             types = layer_positional_types(entry.model)
             emit(log, f"analysing {label}: {_inputs(config.n_prompts)} ({protocol}) of {tokens.shape[1]} tokens ...")
-            example = entry.model.to_string(tokens[0]) if entry.kind == "hf" and entry.model.tokenizer else ""
             if entry.kind == "text":
-                example = tasks_pkg.vocab.decode(tokens[0].tolist())
+                examples = [tasks_pkg.vocab.decode(t.tolist())[:200] for t in tokens]
+            elif entry.model.tokenizer:
+                examples = [entry.model.to_string(t)[:200] for t in tokens]
+            else:
+                examples = [""] * len(tokens)
             res = analyze_tokens(entry.model, tokens, tuple(config.points), task=name, protocol=protocol,
-                                 example_prompt=example[:200],
+                                 example_prompt=examples,
                                  meta={**entry.source, "layer_types": list(types), **io.provenance()})
         else:
             emit(log, f"analysing {label}: {_inputs(config.n_prompts)} ({entry.task.name}, {config.protocol} "
@@ -272,7 +275,10 @@ def plot_cosine(scores: ModelScores) -> go.Figure:
     n_pos = res.example_sim.shape[-1]
     # random tokens of a foreign vocabulary have no characters to show: positions alone
     tokens = res.example_prompt if len(res.example_prompt) == n_pos else [""] * n_pos
-    what = repr(res.example_prompt) if len(res.example_prompt) == n_pos else "the first sequence"
+    nth = "the first input" if res.example_index == 0 else \
+        f"input {res.example_index} (0-based; the first with an order to draw, the earlier ones are degenerate)"
+    what = repr(res.example_prompt) + ("" if res.example_index == 0 else f", {nth}") \
+        if len(res.example_prompt) == n_pos else nth
     return plot_cosine_heatmaps(res.example_sim, res.sites, tokens,
                                 f"{scores.label} ({res.protocol} inputs): cosine similarity of {what}")
 
