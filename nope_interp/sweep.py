@@ -460,8 +460,14 @@ def run_point(kind: str, values: dict[str, Any], out_dir: str, threads: int = 1,
     no CUDA device fails with that message rather than running on the CPU.
 
     Skips a finished point (:func:`finished_result`); returns ``{"key", "status": "done" | "skipped" | "failed" |
-    "busy", "seconds"}`` (``busy``: another process holds the point's lock). A failure writes
-    ``error.json`` and returns ``failed``: it never raises for the point's own errors.
+    "busy", "seconds"}`` (``busy``: another process holds the point's lock), with ``"warnings"`` when the
+    point's own work warned. A failure writes ``error.json`` and returns ``failed``: it never raises for the
+    point's own errors.
+
+    Warnings raised by the point's work (a short schedule, degenerate inputs) are not printed by the worker
+    (where they came out in Python's two-line format, once per point, between the progress bar's lines): they
+    are recorded, each distinct one once, as ``[{"category", "message"}]`` in ``result.json`` or ``error.json``
+    and in the outcome, and :func:`run_sweep` reports them once per sweep.
 
     ``result.json`` holds ``metrics``, ``seconds`` (wall time of the point), ``device``, ``peak_mib`` and
     ``peak_scope``:
@@ -504,16 +510,22 @@ def run_point(kind: str, values: dict[str, Any], out_dir: str, threads: int = 1,
                 return {"key": point.key, "status": "failed", "seconds": time.perf_counter() - t0,
                         "error": f"cannot write the point's folder {pdir}: {why}"}
             per_point = reset_peak_memory()
+            caught: list[warnings.WarningMessage] = []
             try:
-                if device == "cuda" and not torch.cuda.is_available():
-                    raise NopeInterpError("the point runs on cuda (a spec asks for it with [resources] num_gpus "
-                                          "> 0), but this worker sees no CUDA device")
-                metrics = _run_init(point, device) if kind == "init" else _run_train(point, pdir, device)
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")  # every point's own, not once per worker process
+                    if device == "cuda" and not torch.cuda.is_available():
+                        raise NopeInterpError("the point runs on cuda (a spec asks for it with [resources] "
+                                              "num_gpus > 0), but this worker sees no CUDA device")
+                    metrics = _run_init(point, device) if kind == "init" else _run_train(point, pdir, device)
             except Exception as err:  # recorded, never stops the sweep
+                said = point_warnings(caught)
                 io.write_json(pdir / "error.json", {"key": point.key, "error": f"{type(err).__name__}: {err}",
-                                                    "traceback": traceback.format_exc()})
+                                                    "traceback": traceback.format_exc(),
+                                                    **({"warnings": said} if said else {})})
                 return {"key": point.key, "status": "failed", "seconds": time.perf_counter() - t0,
-                        "error": f"{type(err).__name__}: {err}"}
+                        "error": f"{type(err).__name__}: {err}", **({"warnings": said} if said else {})}
+            said = point_warnings(caught)
             seconds = time.perf_counter() - t0
             try:
                 io.write_json(pdir / "result.json", {"key": point.key, "fields": point.fields, "metrics": metrics,
@@ -521,7 +533,7 @@ def run_point(kind: str, values: dict[str, Any], out_dir: str, threads: int = 1,
                                                      "peak_mib": round(peak_memory_mib(per_point), 1),
                                                      "peak_scope": "point" if per_point else "process",
                                                      "pid": os.getpid(), "host": os.uname().nodename,
-                                                     "device": device})
+                                                     "device": device, **({"warnings": said} if said else {})})
             except Exception as err:  # it ran, but its result could not be kept: recorded like any failure
                 why = f"the point ran ({seconds:.1f} s) but its result.json could not be written: " \
                       f"{type(err).__name__}: {err}"
@@ -533,7 +545,7 @@ def run_point(kind: str, values: dict[str, Any], out_dir: str, threads: int = 1,
                 return {"key": point.key, "status": "failed", "seconds": seconds, "error": why}
             with open(pdir / "attempts.log", "a") as fh:
                 fh.write(f"done {time.time():.3f} pid {os.getpid()}\n")
-            return {"key": point.key, "status": "done", "seconds": seconds}
+            return {"key": point.key, "status": "done", "seconds": seconds, **({"warnings": said} if said else {})}
     except io.LockHeldError:
         return {"key": point.key, "status": "busy", "seconds": 0.0}
     except NopeInterpError as err:  # its lock file cannot be created: a failed point, the others go on
@@ -619,6 +631,37 @@ class SweepStatus:
     wall_time_s: float
 
 
+def point_warnings(caught: Sequence[warnings.WarningMessage]) -> list[dict[str, str]]:
+    """The distinct warnings of one point, in the order first raised: ``[{"category": class name, "message":
+    one line}]`` (:func:`~nope_interp.errors.one_line`)."""
+    out: list[dict[str, str]] = []
+    for w in caught:
+        item = {"category": w.category.__name__, "message": one_line(str(w.message))}
+        if item not in out:
+            out.append(item)
+    return out
+
+
+def report_point_warnings(outcomes: Iterable[dict[str, Any]], stacklevel: int = 2) -> None:
+    """Warn once per distinct warning of the points' outcomes (:func:`point_warnings`), naming how many points
+    and which (the first three keys) raised it, with its own category: the toolkit's warnings
+    (:mod:`nope_interp.errors`) and Python's built-in ones; any other library's as ``UserWarning``."""
+    import builtins
+
+    from nope_interp import errors
+
+    seen: dict[tuple[str, str], list[str]] = {}
+    for o in outcomes:
+        for w in o.get("warnings", ()):
+            seen.setdefault((w["category"], w["message"]), []).append(o["key"])
+    for (name, message), keys in seen.items():
+        category = getattr(errors, name, None) or getattr(builtins, name, None)
+        if not (isinstance(category, type) and issubclass(category, Warning)):
+            category = UserWarning
+        which = ", ".join(keys[:3]) + (", ..." if len(keys) > 3 else "")
+        warnings.warn(category(f"{len(keys)} point(s) ({which}) warned: {message}"), stacklevel=stacklevel)
+
+
 def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", workers: int | None = None,
               threads: int = 1, ray_address: str | None = None, log: Callable[[str], None] | None = None,
               progress: bool = True) -> SweepStatus:
@@ -633,6 +676,10 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", 
             (:func:`point_device`), with either executor.
         threads: torch threads per point (default 1, so ``workers`` points fit ``workers`` cores).
         progress: a tqdm bar with done / running / failed and the mean time per point.
+
+    Warns:
+        the points' own warnings, each distinct one once, after the points ran (:func:`report_point_warnings`;
+        each point's are in its ``result.json`` or ``error.json``).
 
     Every check below runs before anything is written: a failed one leaves no folder or file behind.
     ``out_dir/spec.toml`` records the spec; a folder that holds the spec of another sweep (another
@@ -695,6 +742,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", 
         if ray is not None and ray.is_initialized():
             with signals_held():  # a second Ctrl-C or SIGTERM must not leave the cluster connection half shut
                 ray.shutdown()
+    report_point_warnings(outcomes, stacklevel=2)
     done = sum(o["status"] == "done" for o in outcomes)
     skipped += sum(o["status"] == "skipped" for o in outcomes)
     failed = [o for o in outcomes if o["status"] == "failed"]

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -941,3 +942,64 @@ def test_a_worker_that_does_not_end_after_sigterm_is_killed():
     _stop_workers({ends, stuck}, grace_s=0.1)
     assert time.monotonic() - t0 < 5
     assert ends.calls == ["terminate", "join"] and "kill" in stuck.calls and not stuck.alive
+
+
+_WARNING_POINT = ("[sweep]\nname='w'\nkind='train'\n[base]\npreset='tiny'\ntask='addition'\nn_digits=1\nsteps=4\n"
+                  "batch_size=4\nn_train=60\nn_test=20\neval_every=2\neval_n=5\ncheckpoint_every=2\nwarmup_steps=4\n"
+                  "analyze_n_prompts=4\n[axes]\nseed=[0, 1]\n")  # warmup_steps >= steps: a ScheduleWarning
+
+
+def test_a_points_warnings_are_recorded_not_printed(tmp_path, capfd):
+    """Before: a point's warnings (here a schedule whose warmup is the whole run) came out of the worker in
+    Python's two-line format, once per point, between the bar's lines. Now run_point records each distinct one
+    once in result.json and in its outcome, and prints nothing."""
+    from nope_interp.sweep import load_spec, run_point
+
+    spec = load_spec(_write(tmp_path, _WARNING_POINT))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing may leave the point as a warning
+        outcome = run_point(spec.kind, spec.points[0].fields, str(tmp_path / "o"))
+    assert outcome["status"] == "done"
+    assert "ScheduleWarning" not in capfd.readouterr().err
+    (said,) = outcome["warnings"]
+    assert said["category"] == "ScheduleWarning" and "warmup_steps=4 >= steps=4" in said["message"]
+    result = json.loads((tmp_path / "o" / "points" / outcome["key"] / "result.json").read_text())
+    assert result["warnings"] == outcome["warnings"]
+
+
+def test_point_warnings_are_distinct_and_reported_once_with_their_category():
+    import warnings as w
+
+    from nope_interp.errors import DegenerateInputWarning, ScheduleWarning
+    from nope_interp.sweep import point_warnings, report_point_warnings
+
+    def msg(category, text):
+        return w.WarningMessage(category(text), category, "f.py", 1)
+
+    caught = [msg(ScheduleWarning, "short\nschedule"), msg(ScheduleWarning, "short  schedule"),
+              msg(ScheduleWarning, "short\nschedule"), msg(FutureWarning, "old")]
+    assert point_warnings(caught) == [{"category": "ScheduleWarning", "message": "short schedule"},
+                                      {"category": "ScheduleWarning", "message": "short  schedule"},
+                                      {"category": "FutureWarning", "message": "old"}]
+    outcomes = [{"key": f"k{i}", "status": "done", "warnings": [{"category": "DegenerateInputWarning",
+                                                                   "message": "flat"}]} for i in range(5)]
+    outcomes += [{"key": "k9", "status": "failed", "warnings": [{"category": "FutureWarning", "message": "old"},
+                                                               {"category": "SomeLibWarning", "message": "x"}]},
+                 {"key": "k8", "status": "skipped", "seconds": 0.0}]
+    with w.catch_warnings(record=True) as got:
+        w.simplefilter("always")
+        report_point_warnings(outcomes)
+    assert [(g.category, str(g.message)) for g in got] == [
+        (DegenerateInputWarning, "5 point(s) (k0, k1, k2, ...) warned: flat"),
+        (FutureWarning, "1 point(s) (k9) warned: old"),
+        (UserWarning, "1 point(s) (k9) warned: x")]
+
+
+@pytest.mark.slow  # two points in a pool of 2: about 15 s
+def test_a_sweeps_point_warnings_come_out_once_in_one_line(tmp_path):
+    spec = _write(tmp_path, _WARNING_POINT)
+    proc = _cli("sweep", str(spec), "--out-dir", str(tmp_path / "o"), "--workers", "2", "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("nope-interp: warning: 2 point(s) ("), proc.stderr
+    assert "warmup_steps=4 >= steps=4" in lines[0]
