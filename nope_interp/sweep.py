@@ -41,6 +41,7 @@ import math
 import os
 import resource
 import shutil
+import signal
 import sys
 import time
 import tomllib
@@ -784,8 +785,17 @@ def _warm_worker(threads: int, driver: int) -> None:
     """Pool initializer: set the torch threads and import the analysis stack once per worker, so a point's
     ``seconds`` measure the point and not the imports; and end the worker when its driver dies (a killed
     driver would otherwise leave idle workers blocked on its pipe forever; a point cut short this way has
-    no ``result.json`` and is run again, or resumed from its checkpoint, by the next driver)."""
+    no ``result.json`` and is run again, or resumed from its checkpoint, by the next driver).
+
+    The worker ignores SIGINT: a Ctrl-C at a terminal reaches every process of the foreground group, and the
+    driver stops its workers itself (SIGTERM, :func:`_stop_workers`); a worker still importing printed a
+    ``KeyboardInterrupt`` traceback under the driver's line. It was started with SIGINT blocked
+    (:func:`_submit_shielded`), so a Ctrl-C before this point waits, and is dropped here."""
     import threading
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
     def watch() -> None:  # the driver's PID comes from the driver: a worker born after its death ends too
         while os.getppid() == driver:
@@ -800,6 +810,20 @@ def _warm_worker(threads: int, driver: int) -> None:
     import nope_interp.train  # noqa: F401
 
     torch.set_num_threads(threads)
+
+
+def _submit_shielded(pool: Any, fn: Callable[..., Any], *args: Any) -> Any:
+    """``pool.submit(fn, *args)`` with SIGINT blocked in this thread meanwhile: a spawn pool starts a worker
+    inside ``submit``, and the worker inherits the signal mask through fork and exec, so a Ctrl-C while it is
+    still importing (before :func:`_warm_worker` ignores SIGINT) cannot interrupt it. A Ctrl-C meant for the
+    driver during the call is delivered when the mask is restored, right after."""
+    if not hasattr(signal, "pthread_sigmask"):
+        return pool.submit(fn, *args)
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        return pool.submit(fn, *args)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _run_local(spec: SweepSpec, todo: list[Point], out: Path, workers: int, threads: int,
@@ -821,7 +845,8 @@ def _run_local(spec: SweepSpec, todo: list[Point], out: Path, workers: int, thre
             while queue or running:
                 while queue and len(running) < workers:
                     p = queue.pop(0)
-                    running[pool.submit(run_point, spec.kind, p.fields, str(out), threads, point_device(spec))] = p
+                    running[_submit_shielded(pool, run_point, spec.kind, p.fields, str(out), threads,
+                                             point_device(spec))] = p
                 bar.update(len(running), advance=False)
                 finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
                 for fut in finished:
