@@ -316,3 +316,30 @@ def test_seeds_all_on_the_claims_boundary_agree(site, value, n):
     group = compare._group("addition", "r", seeds, ("full",))
     (v,) = [v for v in compare.verdicts(group) if v.site == site and v.kind == "trained"]
     assert v.n_in_range == n and v.verdict == "agrees"
+
+
+def test_a_label_names_the_outputs_so_a_second_comparison_keeps_the_first(tiny_runs, tmp_path, capsys):
+    """Before: every comparison wrote results/compare/compare.* and figures/compare/compare_*.html, so a second
+    call replaced the first one's files. --label names them; the default stays compare; a label that is not
+    one safe file name is refused before any work (one line, exit 2, nothing written)."""
+    from nope_interp.cli import main
+
+    out = tmp_path / "out"
+    common = ["compare", "--run", str(tiny_runs[0]), str(tiny_runs[1]), "--n-prompts", "4", "--protocols", "full",
+              "--out-root", str(out)]
+    assert main(common) == 0
+    assert main([*common[:3], str(tiny_runs[2]), *common[4:], "--label", "packed-only"]) == 0
+    capsys.readouterr()
+    names = {p.name for p in (out / "results" / "compare").iterdir()}
+    assert names == {f"{stem}.{ext}" for stem in ("compare", "packed-only") for ext in ("json", "md", "csv")}
+    assert {p.name for p in (out / "figures" / "compare").glob("*.html")} == {
+        "compare_full.html", "compare_l0_z_full.html", "packed-only_full.html", "packed-only_l0_z_full.html"}
+    first = json.loads((out / "results" / "compare" / "compare.json").read_text())
+    second = json.loads((out / "results" / "compare" / "packed-only.json").read_text())
+    assert len(first["groups"][0]["seeds"]) == 2 and second["config"]["label"] == "packed-only"
+    assert {sd["label"] for g in second["groups"] for sd in g["seeds"]} == {tiny_runs[0].name, tiny_runs[2].name}
+    for bad in ("../x", "a/b", ".hidden", ""):
+        assert main([*common[:-1], str(tmp_path / "bad"), "--label", bad]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--label must be one folder name" in err, err
+        assert not (tmp_path / "bad").exists()

@@ -120,8 +120,13 @@ def test_a_model_without_kept_steps_is_refused():
     from nope_interp.jobs import trajectory
     from nope_interp.jobs.common import ModelSource, load_models
 
-    with pytest.raises(NopeInterpError, match="kept no weights"):
+    with pytest.raises(NopeInterpError, match="has no kept weights .* ship their final weights alone"):
         trajectory.run(trajectory.TrajectoryConfig(n_prompts=4), load_models(ModelSource(pretrained=("reversal",))))
+    from nope_interp.pretrained import CANDIDATES_DIR  # a candidate too (its kept weights are not shipped)
+
+    with pytest.raises(NopeInterpError, match="retrain it with the command in its config.json"):
+        trajectory.run(trajectory.TrajectoryConfig(n_prompts=4),
+                       load_models(ModelSource(run=(str(CANDIDATES_DIR / "reversal-packed-s1"),))))
     with pytest.raises(NopeInterpError, match="needs --run"):
         trajectory.run(trajectory.TrajectoryConfig())
 

@@ -11,8 +11,9 @@ see ``docs/method.md``, "Analysis inputs"). Per group, site and protocol it repo
 adjacency score as mean, std and 95% CI over seeds (:func:`nope_interp.stats.mean_std_ci`), the layer-0
 diagnostics (:func:`nope_interp.diagnostics.diagnose`), each seed's test exact match, and a verdict per
 claim (the claims and ranges of the demo, ``nope_interp.jobs.demo.CLAIMS``) with how many seeds fall in
-the claimed range. Writes ``results/compare/compare.{json,md,csv}`` and ``figures/compare/``: every site by group
-(``compare_<protocol>.html``) and layer 0 of every model at a glance (``compare_l0_z_<protocol>.html``).
+the claimed range. Writes ``results/compare/<label>.{json,md,csv}`` and ``figures/compare/``: every site by group
+(``<label>_<protocol>.html``) and layer 0 of every model at a glance (``<label>_l0_z_<protocol>.html``); the
+label is ``--label`` (default ``compare``).
 """
 
 import json
@@ -28,7 +29,7 @@ import plotly.graph_objects as go
 import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.analysis import analyze_model
-from nope_interp.config import FrozenConfig, check_choices, check_int, check_used, opt
+from nope_interp.config import FrozenConfig, check_choices, check_int, check_name, check_used, opt
 from nope_interp.diagnostics import INTERVENTIONS, diagnose, position_in_values
 from nope_interp.errors import NopeInterpError
 from nope_interp.evaluate import exact_match_on_inputs
@@ -68,7 +69,8 @@ class CompareConfig(FrozenConfig):
     """Settings of ``compare``.
 
     Raises:
-        NopeInterpError: counts out of range; an unknown protocol; protocols not starting with ``full``.
+        NopeInterpError: counts out of range; an unknown protocol; protocols not starting with ``full``; a
+            ``label`` that is not one safe file name (:func:`~nope_interp.config.check_name`).
     """
 
     n_prompts: int = opt(256, "analysis prompts per model (the paper used 256)")
@@ -76,9 +78,13 @@ class CompareConfig(FrozenConfig):
                                      f"analysis inputs, full first: {', '.join(tasks_pkg.PROTOCOLS)}")
     window: int = opt(DEFAULT_WINDOW, "characters per input of the window protocol")
     prompt_seed: int = opt(1, "seed of the prompt sampler (the same prompts for every model of a task)")
+    label: str = opt("compare", "name of the output files (results/compare/<label>.json, .md, .csv and "
+                                "figures/compare/<label>_<protocol>.html): another label keeps an earlier "
+                                "comparison's files")
 
     def __post_init__(self) -> None:
         check_int("n_prompts", self.n_prompts, 2, 100_000)
+        check_name("label", self.label)
         check_choices("protocol", tuple(self.protocols), tasks_pkg.PROTOCOLS)
         if not self.protocols or self.protocols[0] != "full":
             raise NopeInterpError(f"protocols must start with full (the main table), got {self.protocols}")
@@ -584,14 +590,16 @@ def plot_site_summary(result: CompareResult, protocol: str = "full", site: str =
 
 
 def write(result: CompareResult, out_root: str | Path = ".") -> list[Path]:
-    """Write ``results/compare/compare.{json,md,csv}``, ``figures/compare/compare_<protocol>.html`` (every site, a panel
-    per group) and ``figures/compare/compare_l0_z_<protocol>.html`` (:func:`plot_site_summary`), with the
-    ``plotly.min.js`` the figures load (:func:`~nope_interp.plotting.with_plotlyjs`); returns the paths."""
+    """Write ``results/compare/<label>.{json,md,csv}``, ``figures/compare/<label>_<protocol>.html`` (every site, a
+    panel per group) and ``figures/compare/<label>_l0_z_<protocol>.html`` (:func:`plot_site_summary`), with the
+    ``plotly.min.js`` the figures load (:func:`~nope_interp.plotting.with_plotlyjs`); returns the paths. The label
+    is the config's (default ``compare``): a second call with the same label replaces the first one's files."""
     res_dir, fig_dir = io.job_dirs(out_root, NAME)
-    figures = [save_figure(plot_compare(result, p), fig_dir / f"compare_{p}.html") for p in result.config.protocols]
-    figures += [save_figure(plot_site_summary(result, p), fig_dir / f"compare_l0_z_{p}.html")
+    label = result.config.label
+    figures = [save_figure(plot_compare(result, p), fig_dir / f"{label}_{p}.html") for p in result.config.protocols]
+    figures += [save_figure(plot_site_summary(result, p), fig_dir / f"{label}_l0_z_{p}.html")
                 for p in result.config.protocols]
     data = {**result.to_dict(), "figures": [str(p) for p in figures]}
-    return with_plotlyjs([io.write_json(res_dir / "compare.json", data),
-                          io.atomic_write_text(res_dir / "compare.md", render_markdown(data)),
-                          io.atomic_write_text(res_dir / "compare.csv", io.to_csv(csv_rows(result))), *figures])
+    return with_plotlyjs([io.write_json(res_dir / f"{label}.json", data),
+                          io.atomic_write_text(res_dir / f"{label}.md", render_markdown(data)),
+                          io.atomic_write_text(res_dir / f"{label}.csv", io.to_csv(csv_rows(result))), *figures])

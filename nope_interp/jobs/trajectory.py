@@ -248,8 +248,9 @@ def _checked_run(entry: ModelEntry) -> tuple[dict[int, Path], list[dict[str, Any
         raise NopeInterpError(f"{entry.label} is not a trained run; trajectory needs --run directories")
     steps = kept_steps(entry.run.path)
     if not steps:
-        raise NopeInterpError(f"{entry.run.path} kept no weights in {io.TRAJECTORY_DIR}/ (trained before "
-                              "this version, or a shipped model): retrain it to trace it")
+        raise NopeInterpError(f"{entry.run.path} has no kept weights in {io.TRAJECTORY_DIR}/ (the shipped models, "
+                              "seeds and candidates ship their final weights alone, and runs trained before weights "
+                              "were kept have none): retrain it with the command in its config.json to trace it")
     past = [s for s in steps if s > entry.run.train_cfg.steps]
     if past:
         raise NopeInterpError(f"{steps[past[0]]} is past the run's {entry.run.train_cfg.steps} training steps: "
