@@ -159,7 +159,7 @@ def flag_named(message: str, args: argparse.Namespace) -> str:
     set ``seed`` and the message quotes neither value), fits."""
     match = re.match(r"([a-z][a-z0-9_]*)(?==| must | lists | is | has )", message)
     if match is None:
-        return message
+        return _flag_of_unknown_value(message, args)
     field = match.group(1)
     options = {f"--{dest.replace('_', '-')}": value for dest, value in vars(args).items()
                if dest in (field, f"model_{field}") and value is not False}
@@ -171,6 +171,23 @@ def flag_named(message: str, args: argparse.Namespace) -> str:
         if len(options) > 1:  # both set a field of this name: the one whose value the message quotes
             options = {flag: v for flag, v in options.items() if re.search(rf"got {re.escape(str(v))}\b", message)}
     return next(iter(options)) + message[len(field):] if len(options) == 1 else message
+
+
+def _flag_of_unknown_value(message: str, args: argparse.Namespace) -> str:
+    """``message`` refusing an unknown name (``unknown task 'ordring'; allowed: ...``, ``kinds: unknown
+    ablation 'x'``, ``unknown site(s) ['blocks.9.x']``) prefixed with the one flag whose value holds that name
+    (``--pretrained: unknown task 'ordring'; ...``), and a leading ``field:`` dropped: the check that raised it
+    knows the config field or nothing, the user knows the flag. Left as it is when no flag, or more than one,
+    holds the name."""
+    match = re.match(r"(?:([a-z][a-z0-9_]*): )?unknown [^'\"]*?(['\"])(.*?)\2", message)
+    if match is None:
+        return message
+    name = match.group(3)
+    flags = [f"--{dest.replace('_', '-')}" for dest, value in vars(args).items()
+             if value == name or (isinstance(value, list | tuple) and name in value)]
+    if len(flags) != 1:
+        return message
+    return f"{flags[0]}: {message[len(match.group(1)) + 2:] if match.group(1) else message}"
 
 
 def _jobs() -> tuple[Any, ...]:

@@ -100,12 +100,22 @@ BAD = [
     (["train", "--task", "addition", "--steps", "0"], "steps must be an integer in [1, 1000000000], got 0"),
     (["train", "--task", "addition", "--n-digits", "0"], "--n-digits must be an integer in [1, 18]"),
     (["analyze", "--init", "--task", "addition", "--preset", "tiny", "--points", "resid_final"],
-     "unknown activation point 'resid_final'; allowed: embed, resid_pre, z, resid_mid, resid_post"),
-    (["analyze", "--run", "{tmp}/missing"], "run directory not found"),
-    (["analyze", "--pretrained", "sorting"], "unknown task 'sorting'; allowed: addition, reversal, indexing, ordering"),
+     "error: --points: unknown activation point 'resid_final'; allowed: embed, resid_pre, z, resid_mid, resid_post"),
+    (["analyze", "--run", "{tmp}/missing"], "/missing: no such folder"),
+    (["analyze", "--run", "{tmp}"], "is not a run folder: it has no config.json"),
+    (["analyze", "--run", "{tmp}/afile"], "/afile is a file, not a run folder"),
+    (["analyze", "--pretrained", "sorting"],
+     "error: --pretrained: unknown task 'sorting'; allowed: addition, reversal, indexing, ordering"),
+    (["analyze", "--init", "--task", "sortng"], "error: --task: unknown task 'sortng'; allowed: addition,"),
+    (["ablate", "--pretrained", "reversal", "--kinds", "shuffle_positionl"],
+     "error: --kinds: unknown ablation 'shuffle_positionl'; allowed: shuffle_positional,"),
+    (["ablate", "--pretrained", "reversal", "--layers", "9"], "error: --layers lists 9, outside a model of n_layers=3"),
+    (["probe", "--pretrained", "reversal", "--sites", "blocks.9.hook_resid_post"],
+     "error: --sites: unknown site(s) ['blocks.9.hook_resid_post']; allowed: hook_embed,"),
+    (["compare", "--protocols", "full", "padded"], "error: --protocols: unknown protocol 'padded'; allowed: full,"),
     (["analyze", "--init", "--task", "reversal", "--preset", "tiny", "--model-n-ctx", "10"],
      "--model-n-ctx=10 is too small for 'reversal' full inputs of 22 tokens"),
-    (["demo", "--tasks", "sorting"], "unknown task 'sorting'"),
+    (["demo", "--tasks", "sorting"], "error: --tasks: unknown task 'sorting'"),
     (["demo", "--init-preset", "huge"], "--init-preset must be one of paper, paper-recipe, cpu, tiny, got 'huge'"),
     (["train", "--task", "addition", "--objective", "every_token"], "objective must be one of answer_only, packed"),
     (["train", "--task", "addition", "--lr", "nan"], "lr must be a finite number"),
@@ -145,6 +155,7 @@ BAD = [
 
 @pytest.mark.parametrize("argv,message", BAD, ids=[" ".join(a[:3]) + "|" + m[:20] for a, m in BAD])
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(main, tmp_path, capsys, argv, message):
+    (tmp_path / "afile").write_text("not a run")
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     if argv[0] in ("train", "train-text"):
         argv += ["--runs-dir", str(tmp_path / "runs"), "--no-progress"]
@@ -839,3 +850,19 @@ def test_a_toolkit_warning_with_a_line_break_is_one_line(capsys):
     assert capsys.readouterr().err == "nope-interp: warning: odd input  here\n"
     _show_warning(UserWarning("other\nlibrary"), UserWarning, "f.py", 1)  # not ours: Python's own format
     assert "other\nlibrary" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("message, values, expected", [
+    ("unknown task 'x'; allowed: a, b", {"pretrained": ["x"], "task": None},
+     "--pretrained: unknown task 'x'; allowed: a, b"),
+    ("kinds: unknown ablation 'x'; allowed: a", {"kinds": ["x"]}, "--kinds: unknown ablation 'x'; allowed: a"),
+    ("unknown task 'x'", {"pretrained": ["x"], "task": "x"}, "unknown task 'x'"),  # two flags hold it: left alone
+    ("unknown task 'x'", {"pretrained": ["y"]}, "unknown task 'x'"),                # none holds it
+    ("run 'x' is unknown", {"run": ["x"]}, "run 'x' is unknown"),                  # not a refused name
+])
+def test_an_unknown_name_is_prefixed_with_the_one_flag_that_holds_it(message, values, expected):
+    import argparse
+
+    from nope_interp.cli import flag_named
+
+    assert flag_named(message, argparse.Namespace(**values)) == expected

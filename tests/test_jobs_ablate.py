@@ -83,7 +83,7 @@ def test_a_layer_outside_the_model_fails_before_any_work(AJ, tiny_addition_entry
     from nope_interp.errors import NopeInterpError
 
     lines = []
-    with pytest.raises(NopeInterpError, match="out of range"):
+    with pytest.raises(NopeInterpError, match="layers lists 7, outside a model of n_layers="):
         AJ.run(AJ.AblateConfig(layers=(7,)), [tiny_addition_entry], log=lines.append)
     assert lines == []
 

@@ -548,6 +548,10 @@ def ablation_sites(config: AblateConfig, n_layers: int) -> list[str]:
     """
     if config.layers is None:
         return default_sites(n_layers)
+    outside = [layer for layer in config.layers if layer >= n_layers]
+    if outside:
+        raise NopeInterpError(f"layers lists {outside[0]}, outside a model of n_layers={n_layers} "
+                              f"(0..{n_layers - 1})")
     return [hook_name("resid_pre", layer, n_layers=n_layers) for layer in config.layers]
 
 

@@ -383,7 +383,8 @@ def load_models(source: ModelSource, default_with_seeds: bool = False) -> list[M
     ``--with-candidates`` alone adds the candidates to that default instead of replacing the seeds.
 
     Raises:
-        NopeInterpError: a missing or corrupt run directory; a task without a shipped model; a run directory
+        NopeInterpError: a missing or corrupt run directory (a missing one, a file, or a folder without
+            ``config.json`` named as ``--run``); a task without a shipped model; a run directory
             whose name is not a safe label (:func:`~nope_interp.config.check_name`); two run directories of
             the same folder name (the same run given twice, too).
     """
@@ -410,6 +411,16 @@ def load_models(source: ModelSource, default_with_seeds: bool = False) -> list[M
     if (source.with_seeds or source.with_candidates) and not source.pretrained:
         return shipped_entries(tasks_pkg.TASK_NAMES, with_seeds=source.with_seeds or default_with_seeds,
                                with_candidates=source.with_candidates)
+    for path in source.run:  # what is wrong with the folder itself first, naming the flag
+        where = Path(path)
+        if not where.exists():
+            raise NopeInterpError(f"--run {path}: no such folder")
+        if not where.is_dir():
+            raise NopeInterpError(f"--run {path} is a file, not a run folder (one written by nope-interp train "
+                                  "or train-text: config.json, model.safetensors, ...)")
+        if not (where / io.CONFIG_FILE).exists():
+            raise NopeInterpError(f"--run {path} is not a run folder: it has no {io.CONFIG_FILE} (a run folder is "
+                                  "one written by nope-interp train or train-text)")
     seen: dict[str, str] = {}
     for path in source.run:  # labels name result rows, files and figure lines: two models must not share one
         label = run_label(path)
