@@ -186,16 +186,26 @@ def protocol_prompts(model: HookedTransformer, task: tasks_pkg.Task, n: int, see
     # numpy integers as ints: the tasks package (and random.Random) takes Python ints only; tasks checks the rest
     n, seed, window = (int(v) if is_int(v) else v for v in (n, seed, window))
     try:
-        length = tasks_pkg.protocol_length(task, protocol, window)
-        if length > model.cfg.n_ctx:
-            n_ctx = model.cfg.n_ctx
-            fix = f": window {n_ctx} or less fits (--window {n_ctx})" if protocol == "window" and n_ctx >= 3 else ""
-            raise NopeInterpError(
-                f"n_ctx={n_ctx} is too small for {task.name!r} {protocol} inputs of {length} tokens{fix}"
-            )
+        too_long = inputs_too_long(task, protocol, window, model.cfg.n_ctx)
+        if too_long is not None:
+            raise NopeInterpError(too_long)
         return tasks_pkg.protocol_inputs(task, protocol, n, seed, exclude, window)
     except tasks_pkg.TaskError as err:  # a window that is no length, too few held-out prompts, a bad seed
         raise NopeInterpError(str(err)) from None
+
+
+def inputs_too_long(task: tasks_pkg.Task, protocol: str, window: int | None, n_ctx: int) -> str | None:
+    """Why a model of ``n_ctx`` cannot read ``task``'s inputs under ``protocol`` (``window`` characters for the
+    ``window`` protocol), with the ``--window`` that fits where one does; None when they fit.
+
+    Raises:
+        tasks.TaskError: a protocol or window :func:`tasks.protocol_length` refuses.
+    """
+    length = tasks_pkg.protocol_length(task, protocol, window)
+    if length <= n_ctx:
+        return None
+    fix = f": window {n_ctx} or less fits (--window {n_ctx})" if protocol == "window" and n_ctx >= 3 else ""
+    return f"n_ctx={n_ctx} is too small for {task.name!r} {protocol} inputs of {length} tokens{fix}"
 
 
 def analyze_model(

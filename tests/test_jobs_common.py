@@ -395,3 +395,25 @@ def test_inputs_that_do_not_fit_every_model_are_refused_before_any_work_naming_e
     check_inputs_fit(job, [wide, narrow], ["full", "authors"], 64)  # the window matters to the window protocol only
     with pytest.raises(NopeInterpError, match=r"do not fit 2 of 2 models: wide .*, narrow .*--window 40 or less"):
         check_inputs_fit(job, [wide, narrow], ["full", "window"], 80)
+
+
+@pytest.mark.parametrize("job", ["analyze", "compare", "trajectory", "probe"])
+def test_one_model_whose_n_ctx_is_too_small_is_refused_before_the_jobs_first_line(job, tiny_run):
+    """Before: with one model, the check was left to the analysis, so compare printed its start line (``compare:
+    1 trained models, ...``) and then the error. Now every job refuses it before its first line, with the
+    analysis's own message and the window that fits."""
+    import importlib
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.common import ModelSource, load_models
+
+    mod = importlib.import_module(f"nope_interp.jobs.{job}")
+    cfg_cls = {"analyze": "AnalyzeConfig", "probe": "ProbeConfig", "compare": "CompareConfig",
+               "trajectory": "TrajectoryConfig"}[job]
+    kwargs = {"protocols": ("full", "window")} if job == "compare" else {"protocol": "window"}
+    lines = []
+    with pytest.raises(NopeInterpError, match=r"^n_ctx=16 is too small for 'addition' window inputs of 20 tokens: "
+                                              r"window 16 or less fits \(--window 16\)$"):
+        mod.run(getattr(mod, cfg_cls)(window=20, **kwargs), load_models(ModelSource(run=(str(tiny_run),))),
+                log=lines.append)
+    assert lines == []

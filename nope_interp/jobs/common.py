@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 
 import tasks as tasks_pkg
 from nope_interp import io
-from nope_interp.analysis import protocol_prompts
+from nope_interp.analysis import inputs_too_long, protocol_prompts
 from nope_interp.checks import is_int
 from nope_interp.config import (
     FrozenConfig,
@@ -202,15 +202,25 @@ def job_models(job: str, models: object, defaults: Callable[[], list[ModelEntry]
 def check_inputs_fit(job: str, models: Iterable[ModelEntry], protocols: Iterable[str], window: int | None) -> None:
     """Before any work: refuse the task models whose ``n_ctx`` cannot hold the analysis inputs of any of
     ``protocols`` (``window`` characters, = tokens, for the ``window`` protocol), all of them named in one
-    message, with the window that fits every task model given (the least ``n_ctx``). Train-text and Hugging
-    Face models (no task inputs) are not checked, nor a protocol or window the analysis itself refuses; nor one
-    task model alone, which the analysis refuses before any work with its own message (the CLI names the flag).
+    message, with the window that fits every task model given (the least ``n_ctx``); one task model alone gets
+    the analysis's own message (:func:`~nope_interp.analysis.inputs_too_long`; the CLI names the flag).
+    Train-text and Hugging Face models (no task inputs) are not checked, nor a protocol or window the analysis
+    itself refuses.
 
     Raises:
         NopeInterpError: inputs longer than a model's ``n_ctx``, e.g. ``--protocol window --window 64`` with a
             model of ``n_ctx`` 48 beside one of 64.
     """
     task_models = [e for e in models if e.kind not in ("text", "hf")]
+    if len(task_models) == 1:  # the analysis's own message (the CLI names the flag), before the job's first line
+        (e,) = task_models
+        for protocol in protocols:
+            try:
+                why = inputs_too_long(e.task, protocol, protocol_window(protocol, window), e.model.cfg.n_ctx)
+            except tasks_pkg.TaskError:  # a window that is no length: the analysis names it
+                continue
+            if why is not None:
+                raise NopeInterpError(why)
     if len(task_models) < 2:
         return
     for protocol in protocols:
