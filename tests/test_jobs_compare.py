@@ -244,6 +244,10 @@ def test_summary_figure_has_every_seed_at_its_score_and_each_group_mean(tiny_run
                 assert trace.name == {True: "trained, at 99% test exact match", False: "trained, below 99%",
                                       None: "trained, test exact match unknown"}[reached]
     assert {"trained, at 99% test exact match", "trained, test exact match unknown"} <= set(by_name)
+    # the page's width, not a fixed 1300 pixels (which scrolled in a smaller window, hiding the step-0 markers
+    # near 1.0); a left margin that holds the longest row label; the title's first line without the subtitle
+    assert fig.layout.width is None and fig.layout.margin.l >= 6 * max(map(len, rows))
+    assert "<br>" in fig.layout.title.text and len(fig.layout.title.text.split("<br>")[0]) < 80
     with pytest.raises(NopeInterpError, match="protocol 'authors' was not measured"):
         compare.plot_site_summary(result, "authors")
     with pytest.raises(NopeInterpError, match="blocks.9.attn.hook_z was not analysed"):

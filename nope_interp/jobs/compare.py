@@ -579,12 +579,16 @@ def plot_site_summary(result: CompareResult, protocol: str = "full", site: str =
             name=name,
             customdata=[[s.label, "n/a" if s.test_acc is None else fmt_fraction(s.test_acc)] for _, s in chosen],
             hovertemplate="%{customdata[0]}<br>score %{x:.3f}<br>test exact match %{customdata[1]}<extra></extra>"))
-    fig.update_layout(title={"text": f"{site} adjacency score of every model ({protocol} inputs): step 0 vs "
-                                     "trained, a row per task and recipe (number of seeds)", "y": 0.98,
-                             "yanchor": "top"},
+    # the page's width (no fixed width: a 1300-pixel figure scrolled in a smaller window, hiding the step-0
+    # markers near 1.0), a left margin as wide as the longest row label (about 6.5 pixels a character at 11 pt),
+    # and the title in two short lines, clear of the toolbar
+    fig.update_layout(title={"text": f"{site} adjacency score of every model ({protocol} inputs)<br><sup>step 0 vs "
+                                     "trained, a row per task and recipe (number of seeds)</sup>", "yref": "container",
+                             "y": 1, "yanchor": "top", "pad": {"t": 12}, "x": 0.01, "xanchor": "left"},
                       xaxis={"title": "adjacency score (row mean; 0.5 = chance)", "range": [0.3, 1.02]},
                       yaxis={"autorange": "reversed", "tickfont": {"size": 11}},
-                      height=220 + 42 * len(rows), width=1300, margin={"l": 520, "t": 150},
+                      height=240 + 42 * len(rows), autosize=True,
+                      margin={"l": min(560, 40 + int(6.5 * max(map(len, rows)))), "t": 170, "r": 30},
                       legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0})
     return fig
 
