@@ -291,9 +291,9 @@ def analyze_tokens(
         max_lag: the lag profile's largest lag D (default pos - 1; memory and time grow with pos * D).
         task, example_prompt, protocol, meta: recorded in the result (``task`` names the inputs, e.g.
             ``"random"``). ``example_prompt``: the text of the first sequence (a string), or the text of every
-            sequence (a sequence of ``batch`` strings): then the heatmap's example is the first sequence of the
-            first chunk that is degenerate at no site (a repeated-token sequence has no order to draw), and
-            ``example_index`` says which.
+            sequence (a sequence of ``batch`` strings): then the heatmap's example is the first sequence that
+            is degenerate at no site (a repeated-token sequence has no order to draw; sequence 0 when all are),
+            and ``example_index`` says which.
         forward: ``"hooked"`` (``run_with_cache``: user hooks run; TransformerLens keeps every head's
             ``pos x pos`` scores and pattern, 4.9 GB at pos = 8,192 for the ``cpu`` preset), ``"fast"``
             (:func:`~nope_interp.fast_forward.fast_activations`: fused attention, memory linear in pos, equal
@@ -355,7 +355,7 @@ def analyze_tokens(
     per_chunk: dict[str, list[Tensor]] = {r: [] for r in REDUCTIONS}
     lag_chunks: list[Tensor] = []
     example_sim = None
-    example_index = 0
+    example_index, example_found = 0, False
     keep_mean = n_pos <= EXAMPLE_MAX_POS  # the prompt-averaged matrix: site x pos x pos float64
     sim_sum = torch.zeros(len(labels), n_pos, n_pos, dtype=torch.float64) if keep_mean else None
     if forward == "auto" and why is None and hooked_at and n_pos > EXAMPLE_MAX_POS:
@@ -381,11 +381,16 @@ def analyze_tokens(
                 scores_by_site.append(got)
                 if sim_sum is not None:
                     sim_sum[i] += total
-            if start == 0 and n_pos <= EXAMPLE_MAX_POS:
-                if len(example_texts) > 1:  # the first sequence with an order to draw at every site
-                    scored = torch.stack([sc["row_mean"] for sc in scores_by_site]).isfinite().all(dim=0)
-                    example_index = int(scored.nonzero()[0, 0]) if bool(scored.any()) else 0
-                example_sim = cosine_similarity_matrix(acts[:, example_index])
+            if n_pos <= EXAMPLE_MAX_POS and not example_found:
+                # the first sequence with an order to draw at every site, in whichever chunk it comes (sequence 0
+                # when only its text was given, or when every sequence is degenerate)
+                scored = torch.stack([sc["row_mean"] for sc in scores_by_site]).isfinite().all(dim=0)
+                if len(example_texts) == 1 or bool(scored.any()):
+                    local = 0 if len(example_texts) == 1 else int(scored.nonzero()[0, 0])
+                    example_index, example_found = start + local, True
+                    example_sim = cosine_similarity_matrix(acts[:, local])
+                elif start == 0:  # the fallback, until a later chunk holds one
+                    example_sim = cosine_similarity_matrix(acts[:, 0])
             lag_chunks.append(torch.stack([lag_profile(acts[i], max_lag, what=f"activations at {site}")
                                            for i, site in enumerate(labels)]))
             del acts
@@ -423,8 +428,11 @@ def _example_texts(example_prompt: Any, batch: int) -> tuple[str, ...]:
     if isinstance(example_prompt, (list, tuple)) and len(example_prompt) == batch \
             and all(isinstance(t, str) for t in example_prompt):
         return tuple(example_prompt)
-    got = (f"{len(example_prompt)} items" if isinstance(example_prompt, (list, tuple))
-           else type(example_prompt).__name__)
+    if isinstance(example_prompt, (list, tuple)):
+        kinds = sorted({type(t).__name__ for t in example_prompt if not isinstance(t, str)})
+        got = f"{len(example_prompt)} items" + (f", not all strings ({', '.join(kinds)})" if kinds else "")
+    else:
+        got = type(example_prompt).__name__
     raise NopeInterpError(f"example_prompt must be a string (the first sequence's text) or one string per "
                           f"sequence ({batch}), got {got}")
 

@@ -513,8 +513,9 @@ def run_point(kind: str, values: dict[str, Any], out_dir: str, threads: int = 1,
             per_point = reset_peak_memory()
             caught: list[warnings.WarningMessage] = []
             try:
+                # the caller's filters hold (an "error" filter fails the point, as before); entering the block
+                # resets Python's once-per-location memory, so every point records its own
                 with warnings.catch_warnings(record=True) as caught:
-                    warnings.simplefilter("always")  # every point's own, not once per worker process
                     if device == "cuda" and not torch.cuda.is_available():
                         raise NopeInterpError("the point runs on cuda (a spec asks for it with [resources] "
                                               "num_gpus > 0), but this worker sees no CUDA device")
@@ -643,10 +644,13 @@ def point_warnings(caught: Sequence[warnings.WarningMessage]) -> list[dict[str, 
     return out
 
 
-def report_point_warnings(outcomes: Iterable[dict[str, Any]], stacklevel: int = 2) -> None:
+def report_point_warnings(outcomes: Iterable[dict[str, Any]], stacklevel: int = 2,
+                          log: Callable[[str], None] | None = None) -> None:
     """Warn once per distinct warning of the points' outcomes (:func:`point_warnings`), naming how many points
     and which (the first three keys) raised it, with its own category: the toolkit's warnings
-    (:mod:`nope_interp.errors`) and Python's built-in ones; any other library's as ``UserWarning``."""
+    (:mod:`nope_interp.errors`) and Python's built-in ones; any other library's as ``UserWarning``. Where the
+    caller's filters turn a warning into an error, the points have already run: it goes to ``log`` as a
+    ``warning:`` line instead (dropped without one), not a traceback after the work."""
     import builtins
 
     from nope_interp import errors
@@ -660,7 +664,12 @@ def report_point_warnings(outcomes: Iterable[dict[str, Any]], stacklevel: int = 
         if not (isinstance(category, type) and issubclass(category, Warning)):
             category = UserWarning
         which = ", ".join(keys[:3]) + (", ..." if len(keys) > 3 else "")
-        warnings.warn(category(f"{len(keys)} point(s) ({which}) warned: {message}"), stacklevel=stacklevel)
+        text = f"{len(keys)} point(s) ({which}) warned: {message}"
+        try:
+            warnings.warn(category(text), stacklevel=stacklevel + 1)
+        except Warning:  # an "error" filter: the work is done and recorded
+            if log:
+                log(f"warning: {text}")
 
 
 def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", workers: int | None = None,
@@ -743,7 +752,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", 
         if ray is not None and ray.is_initialized():
             with signals_held():  # a second Ctrl-C or SIGTERM must not leave the cluster connection half shut
                 ray.shutdown()
-    report_point_warnings(outcomes, stacklevel=2)
+    report_point_warnings(outcomes, stacklevel=3, log=log)
     done = sum(o["status"] == "done" for o in outcomes)
     skipped += sum(o["status"] == "skipped" for o in outcomes)
     failed = [o for o in outcomes if o["status"] == "failed"]

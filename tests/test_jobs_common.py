@@ -412,8 +412,8 @@ def test_one_model_whose_n_ctx_is_too_small_is_refused_before_the_jobs_first_lin
                "trajectory": "TrajectoryConfig"}[job]
     kwargs = {"protocols": ("full", "window")} if job == "compare" else {"protocol": "window"}
     lines = []
-    with pytest.raises(NopeInterpError, match=r"^n_ctx=16 is too small for 'addition' window inputs of 20 tokens: "
-                                              r"window 16 or less fits \(--window 16\)$"):
+    with pytest.raises(NopeInterpError, match=r"^n_ctx=16 is too small for 'addition' window inputs of 20 "
+                                              r"tokens: window 16 or less fits \(--window 16\)$"):
         mod.run(getattr(mod, cfg_cls)(window=20, **kwargs), load_models(ModelSource(run=(str(tiny_run),))),
                 log=lines.append)
     assert lines == []

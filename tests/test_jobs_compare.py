@@ -347,3 +347,15 @@ def test_a_label_names_the_outputs_so_a_second_comparison_keeps_the_first(tiny_r
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "--label must be one folder name" in err, err
         assert not (tmp_path / "bad").exists()
+
+
+def test_a_label_that_would_collide_with_an_overview_figure_is_refused_and_no_groups_still_plot():
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs import compare
+
+    with pytest.raises(NopeInterpError, match="label must not end in _l0_z"):
+        compare.CompareConfig(label="a_l0_z")
+    compare.CompareConfig(label="a_l0_z_full")  # its files never meet another label's
+    empty = compare.CompareResult(config=compare.CompareConfig(protocols=("full",)), groups=(), verdicts=(),
+                                  wall_time_s=0.0, provenance={})
+    assert compare.plot_site_summary(empty).layout.margin.l == 40

@@ -956,10 +956,10 @@ def test_a_points_warnings_are_recorded_not_printed(tmp_path, capfd):
     from nope_interp.sweep import load_spec, run_point
 
     spec = load_spec(_write(tmp_path, _WARNING_POINT))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # nothing may leave the point as a warning
+    with warnings.catch_warnings(record=True) as outside:
+        warnings.simplefilter("always")
         outcome = run_point(spec.kind, spec.points[0].fields, str(tmp_path / "o"))
-    assert outcome["status"] == "done"
+    assert outcome["status"] == "done" and outside == []  # nothing leaves the point as a warning
     assert "ScheduleWarning" not in capfd.readouterr().err
     (said,) = outcome["warnings"]
     assert said["category"] == "ScheduleWarning" and "warmup_steps=4 >= steps=4" in said["message"]
@@ -1033,3 +1033,20 @@ def test_a_local_sweeps_workers_ignore_ctrl_c_from_their_start():
     with pytest.raises(KeyboardInterrupt):
         _submit_shielded(Pool(), print)
     assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before
+
+
+def test_an_error_filter_fails_the_point_as_before_and_the_report_never_raises(tmp_path):
+    """Under warnings-as-errors a point's warning fails the point (one recorded failure, as before the
+    warnings were recorded); and a report warning that a filter turns into an error after the work is done goes
+    to the log as one line, not a traceback."""
+    from nope_interp.sweep import load_spec, report_point_warnings, run_point
+
+    spec = load_spec(_write(tmp_path, _WARNING_POINT))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        outcome = run_point(spec.kind, spec.points[0].fields, str(tmp_path / "o"))
+        assert outcome["status"] == "failed" and "ScheduleWarning" in outcome["error"]
+        lines = []
+        report_point_warnings([{"key": "k", "status": "done",
+                                "warnings": [{"category": "ScheduleWarning", "message": "short"}]}], log=lines.append)
+    assert lines == ["warning: 1 point(s) (k) warned: short"]

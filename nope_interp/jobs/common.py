@@ -219,7 +219,7 @@ def check_inputs_fit(job: str, models: Iterable[ModelEntry], protocols: Iterable
                 why = inputs_too_long(e.task, protocol, protocol_window(protocol, window), e.model.cfg.n_ctx)
             except tasks_pkg.TaskError:  # a window that is no length: the analysis names it
                 continue
-            if why is not None:
+            if why is not None:  # no label: one model, and the CLI maps n_ctx to the flag that set it
                 raise NopeInterpError(why)
     if len(task_models) < 2:
         return
@@ -422,13 +422,13 @@ def load_models(source: ModelSource, default_with_seeds: bool = False) -> list[M
         return shipped_entries(tasks_pkg.TASK_NAMES, with_seeds=source.with_seeds or default_with_seeds,
                                with_candidates=source.with_candidates)
     for path in source.run:  # what is wrong with the folder itself first, naming the flag
-        where = Path(path)
-        if not where.exists():
+        where = os.fspath(path)  # os.path: a name too long to exist is False, not an OSError
+        if not os.path.exists(where):
             raise NopeInterpError(f"--run {path}: no such folder")
-        if not where.is_dir():
+        if not os.path.isdir(where):
             raise NopeInterpError(f"--run {path} is a file, not a run folder (one written by nope-interp train "
                                   "or train-text: config.json, model.safetensors, ...)")
-        if not (where / io.CONFIG_FILE).exists():
+        if not os.path.exists(os.path.join(where, io.CONFIG_FILE)):
             raise NopeInterpError(f"--run {path} is not a run folder: it has no {io.CONFIG_FILE} (a run folder is "
                                   "one written by nope-interp train or train-text)")
     seen: dict[str, str] = {}

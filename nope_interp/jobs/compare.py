@@ -85,6 +85,9 @@ class CompareConfig(FrozenConfig):
     def __post_init__(self) -> None:
         check_int("n_prompts", self.n_prompts, 2, 100_000)
         check_name("label", self.label)
+        if self.label.endswith("_l0_z"):  # label a's overview figure is a_l0_z_<protocol>.html: it would collide
+            raise NopeInterpError(f"label must not end in _l0_z (the suffix of the overview figures' names), "
+                                  f"got {self.label!r}")
         check_choices("protocol", tuple(self.protocols), tasks_pkg.PROTOCOLS)
         if not self.protocols or self.protocols[0] != "full":
             raise NopeInterpError(f"protocols must start with full (the main table), got {self.protocols}")
@@ -588,7 +591,7 @@ def plot_site_summary(result: CompareResult, protocol: str = "full", site: str =
                       xaxis={"title": "adjacency score (row mean; 0.5 = chance)", "range": [0.3, 1.02]},
                       yaxis={"autorange": "reversed", "tickfont": {"size": 11}},
                       height=240 + 42 * len(rows), autosize=True,
-                      margin={"l": min(560, 40 + int(6.5 * max(map(len, rows)))), "t": 170, "r": 30},
+                      margin={"l": min(560, 40 + int(6.5 * max(map(len, rows), default=0))), "t": 170, "r": 30},
                       legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0})
     return fig
 

@@ -277,9 +277,9 @@ def run(config: TrajectoryConfig, models: list[ModelEntry] | None = None, *, log
             (:func:`nope_interp.io.read_metrics`).
     """
     models = job_models("trajectory", models, lambda: default_models(config))
-    check_inputs_fit("trajectory", models, [config.protocol], config.window)
     t0 = time.perf_counter()
     checked = [_checked_run(entry) for entry in models]  # every file read once before any scoring
+    check_inputs_fit("trajectory", models, [config.protocol], config.window)  # a run without kept weights first
     out = []
     for entry, (steps, metrics) in zip(models, checked, strict=True):
         scores: dict[str, list[float]] = {}
