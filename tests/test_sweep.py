@@ -1030,8 +1030,14 @@ def test_a_local_sweeps_workers_ignore_ctrl_c_from_their_start():
             os.kill(os.getpid(), signal.SIGINT)
             return "submitted"
 
-    with pytest.raises(KeyboardInterrupt):
-        _submit_shielded(Pool(), print)
+    # Python's own Ctrl-C handler for the check: a test run started in the background (nohup ... &) inherits
+    # SIGINT ignored, and then no KeyboardInterrupt could come
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _submit_shielded(Pool(), print)
+    finally:
+        signal.signal(signal.SIGINT, handler)
     assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before
 
 
