@@ -459,8 +459,42 @@ def save_figure(fig: go.Figure, path: str | Path) -> Path:
     except OSError as err:
         raise NopeInterpError(f"cannot create the figure folder {path.parent}: {err.strerror or err}") from None
     ensure_plotlyjs(path.parent)
-    atomic_write_text(path, fig.to_html(include_plotlyjs="directory", full_html=True))
+    atomic_write_text(path, figure_page(fig))
     return path
+
+
+# below this many pixels a figure stops shrinking with the window and scrolls instead (its panels' labels overlap)
+_MIN_PAGE_WIDTH = 640
+
+
+def figure_page(fig: go.Figure) -> str:
+    """The offline HTML page :func:`save_figure` writes: ``fig`` follows the window's width, up to its own.
+
+    A figure drawn with a fixed ``layout.width`` (the plotting functions set one that suits their panels) is
+    written without it, in a block whose maximum width is that width and whose minimum is 640 pixels (or the
+    figure's width, if smaller), with Plotly's ``responsive`` option: in a window narrower than the figure it
+    shrinks to the window instead of scrolling sideways (which hid panels and markers at the right edge), and in a
+    wider one it keeps the drawn width. A figure without a fixed width takes the window's width. The height is the
+    figure's own. ``fig`` itself is not changed (in Jupyter it shows at its drawn size). plotly.js is loaded from
+    the page's folder (``include_plotlyjs="directory"``).
+
+    Raises:
+        NopeInterpError: ``fig`` not a plotly Figure.
+    """
+    if not isinstance(fig, go.Figure):
+        raise NopeInterpError(f"figure_page needs a plotly Figure, got {type(fig).__name__}")
+    width = fig.layout.width
+    page = go.Figure(fig)
+    page.update_layout(width=None, autosize=True)
+    body = page.to_html(include_plotlyjs="directory", full_html=False, default_width="100%",
+                        config={"responsive": True})
+    if width:
+        w = int(math.ceil(width))
+        style = f"max-width: {w}px; min-width: {min(w, _MIN_PAGE_WIDTH)}px;"
+    else:
+        style = f"min-width: {_MIN_PAGE_WIDTH}px;"
+    return ('<html>\n<head><meta charset="utf-8" /></head>\n<body>\n'
+            f'<div class="nope-interp-figure" style="{style}">\n{body}\n</div>\n</body>\n</html>\n')
 
 
 def with_plotlyjs(paths: Iterable[str | Path]) -> list[Path]:

@@ -339,3 +339,31 @@ def test_with_plotlyjs_lists_the_shared_file_of_each_figure_folder_once(tmp_path
     assert with_plotlyjs([tmp_path / "c" / "x.html"]) == [tmp_path / "c" / "x.html"]
     with pytest.raises(NopeInterpError, match="single path"):
         with_plotlyjs(str(a1))
+
+
+@pytest.mark.parametrize("width", [1620, 760, 500, None])
+def test_saved_figures_follow_the_window_up_to_their_drawn_width(tmp_path, width):
+    """Before: a figure drawn 1,100-1,620 pixels wide was written at that fixed width and scrolled sideways in a
+    smaller window (panels and markers at the right edge hidden); now the page shrinks it to the window, never
+    wider than drawn, and the figure object itself keeps its width."""
+    import json
+    import re
+
+    import plotly.graph_objects as go
+
+    from nope_interp.plotting import save_figure
+
+    fig = go.Figure(go.Scatter(x=[0, 1], y=[0, 1]))
+    fig.update_layout(width=width, height=400, title="t")
+    html = save_figure(fig, tmp_path / "f.html").read_text()
+    assert fig.layout.width == width
+    assert not re.search(r"width:\s*\d+px;\">", html.replace("max-width", "").replace("min-width", ""))
+    layout = json.loads(re.search(r'Plotly\.newPlot\(\s*"[^"]+",\s*(\[.*?\]),\s*(\{.*?\}),\s*\{', html, re.S)
+                        .group(2))
+    assert "width" not in layout and layout["autosize"] is True and layout["height"] == 400
+    assert '"responsive": true' in html
+    block = re.search(r'class="nope-interp-figure" style="([^"]*)"', html).group(1)
+    if width is None:
+        assert "max-width" not in block and "min-width: 640px" in block
+    else:
+        assert f"max-width: {width}px" in block and f"min-width: {min(width, 640)}px" in block
