@@ -214,8 +214,12 @@ def plot_adjacency_by_layer(
         fig.add_hline(y=0.5, line_dash="dot", line_color="gray", row=r, col=1)
         fig.update_yaxes(title_text="adjacency score", range=[0, 1.05], row=r, col=1)
     fig.update_xaxes(tickangle=-60, tickfont={"size": 10})
-    fig.update_layout(title=title, height=160 + 300 * len(task_names), width=1100, margin={"t": 140},
-                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.0 + 0.12 / len(task_names),
+    height = 160 + 300 * len(task_names)
+    # the legend hangs from a fixed distance below the title (container coordinates), so that in a narrow window
+    # its rows wrap downwards into the top margin instead of upwards over the title
+    fig.update_layout(title={"text": title, "yref": "container", "y": 1, "yanchor": "top", "pad": {"t": 14}},
+                      height=height, width=1100, margin={"t": 140},
+                      legend={"orientation": "h", "yref": "container", "yanchor": "top", "y": 1 - 52 / height,
                               "x": 0})
     return fig
 

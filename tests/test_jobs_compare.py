@@ -224,6 +224,9 @@ def test_summary_figure_has_every_seed_at_its_score_and_each_group_mean(tiny_run
     result = dataclasses.replace(result, groups=groups)
     z = compare.SUMMARY_SITE
     fig = compare.plot_site_summary(result)
+    # the legend hangs below the two-line title, so that wrapped rows grow downwards, never over the title
+    assert (fig.layout.legend.yref, fig.layout.legend.yanchor) == ("container", "top")
+    assert 60 <= (1 - fig.layout.legend.y) * fig.layout.height <= fig.layout.margin.t - 60
     rows = [f"{g.task}: {g.recipe} ({len(g.seeds)})" for g in result.groups]
     by_name = {t.name: t for t in fig.data}
     assert list(by_name["trained: mean over seeds"].y) == rows

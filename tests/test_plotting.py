@@ -50,6 +50,14 @@ def test_adjacency_by_layer_panels_and_error_bars():
     fig = plot_adjacency_by_layer({"addition": {"trained": one}})
     assert list(fig.data[0].error_y.array) == [None, 0.0]
     assert list(fig.data[0].customdata) == ["hook_embed<br>0.500", "blocks.0.attn.hook_z<br>0.950 ± 0.000"]
+    # the horizontal legend hangs below the title (before: anchored at its bottom above the panels, so that in a
+    # narrow window its wrapped rows grew upwards over the title)
+    for n_tasks in (1, 4):
+        fig = plot_adjacency_by_layer({t: {"trained": one} for t in ["addition", "reversal", "indexing", "ordering"]
+                                       [:n_tasks]})
+        leg, title = fig.layout.legend, fig.layout.title
+        assert (leg.yref, leg.yanchor, title.yref, title.yanchor) == ("container", "top", "container", "top")
+        assert 30 <= (1 - leg.y) * fig.layout.height <= fig.layout.margin.t - 60
 
 
 def test_lag_profile_panels_per_kind_lines_per_layer_and_the_idealised_curve():

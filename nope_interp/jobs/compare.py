@@ -590,9 +590,11 @@ def plot_site_summary(result: CompareResult, protocol: str = "full", site: str =
                              "y": 1, "yanchor": "top", "pad": {"t": 12}, "x": 0.01, "xanchor": "left"},
                       xaxis={"title": "adjacency score (row mean; 0.5 = chance)", "range": [0.3, 1.02]},
                       yaxis={"autorange": "reversed", "tickfont": {"size": 11}},
-                      height=240 + 42 * len(rows), autosize=True,
+                      height=(height := 240 + 42 * len(rows)), autosize=True,
                       margin={"l": min(560, 40 + int(6.5 * max(map(len, rows), default=0))), "t": 170, "r": 30},
-                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0})
+                      # hung below the title, so that in a narrow window its rows wrap downwards, not over the title
+                      legend={"orientation": "h", "yref": "container", "yanchor": "top", "y": 1 - 72 / height,
+                              "x": 0})
     return fig
 
 
