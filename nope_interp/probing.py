@@ -77,14 +77,17 @@ def _check_integer(fn: str, name: str, value: object, low: int, high: int | None
         raise NopeInterpError(f"{fn}: {name} must be an integer {bound}, got {value!r}")
 
 
-def _vector(fn: str, name: str, x: object) -> np.ndarray:
+def _vector(fn: str, name: str, x: object, as_float: bool = True) -> np.ndarray:
+    """``x`` checked as a non-empty 1-D real (integer or floating) array with finite values, as float64 unless
+    ``as_float`` is False (group ids). Float64 before any arithmetic: integer arrays wrap around on subtraction
+    (uint8 ``0 - 50`` is 206), and complex ones lose their imaginary part with only a warning."""
     if isinstance(x, Tensor) or not isinstance(x, np.ndarray) or x.ndim != 1 or len(x) == 0 \
-            or not np.issubdtype(x.dtype, np.number):
-        raise NopeInterpError(f"{fn}: {name} must be a non-empty 1-D numpy array of numbers, got "
-                              f"{type(x).__name__} {getattr(x, 'shape', '')}")
+            or not (np.issubdtype(x.dtype, np.integer) or np.issubdtype(x.dtype, np.floating)):
+        raise NopeInterpError(f"{fn}: {name} must be a non-empty 1-D numpy array of real numbers (integer or "
+                              f"floating), got {type(x).__name__} {getattr(x, 'dtype', '')} {getattr(x, 'shape', '')}")
     if not np.isfinite(x).all():
         raise NopeInterpError(f"{fn}: {name} has NaN or infinite entries")
-    return x
+    return x.astype(np.float64) if as_float else x
 
 
 def position_features(
@@ -201,7 +204,8 @@ def score_predictions(y_true: np.ndarray, y_pred: np.ndarray) -> ProbeScore:
     """NRMSE, Pearson r and MAE of predictions.
 
     Raises:
-        NopeInterpError: ``y_true`` and ``y_pred`` are not 1-D arrays of one length >= 1 with finite values.
+        NopeInterpError: ``y_true`` and ``y_pred`` are not 1-D real (integer or floating) arrays of one length
+            >= 1 with finite values. Both are scored in float64 (an integer array's differences do not wrap).
     """
     y_true, y_pred = _vector("score_predictions", "y_true", y_true), _vector("score_predictions", "y_pred", y_pred)
     if y_true.shape != y_pred.shape:
@@ -243,7 +247,7 @@ def fit_position_probe(
     if not np.isfinite(X).all():
         raise NopeInterpError("fit_position_probe: X has NaN or infinite entries")
     y = _vector("fit_position_probe", "y", y)
-    groups = _vector("fit_position_probe", "groups", groups)
+    groups = _vector("fit_position_probe", "groups", groups, as_float=False)
     if not len(y) == len(groups) == X.shape[0]:
         raise NopeInterpError(f"fit_position_probe: X, y and groups must have one row each, got {X.shape[0]}, "
                               f"{len(y)} and {len(groups)}")

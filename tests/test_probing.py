@@ -101,6 +101,29 @@ def test_score_predictions_against_numpy(P):
     assert sc.pearson_r == pytest.approx(np.corrcoef(y, pred)[0, 1]) and sc.mae == pytest.approx(0.5)
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int16, np.uint32, np.int64, np.float16, np.float32])
+def test_score_predictions_of_integer_and_small_float_arrays_match_float64(P, dtype):
+    """Before: integer arrays were subtracted in their own dtype, so uint8 0 - 50 wrapped to 206 (NRMSE 0.466
+    and MAE 64 against 1.665 and 25) and int8 100 - (-100) overflowed."""
+    lo, hi = (0, 50) if np.issubdtype(dtype, np.unsignedinteger) else (-100, 100)
+    y = np.array([lo, 1, 2, hi, 7], dtype=dtype)
+    pred = np.array([hi, 1, 2, lo, 3], dtype=dtype)
+    yf, pf = y.astype(np.float64), pred.astype(np.float64)
+    sc = P.score_predictions(y, pred)
+    assert sc.nrmse == pytest.approx(np.sqrt(np.mean((yf - pf) ** 2)) / np.std(yf))
+    assert sc.mae == pytest.approx(np.mean(np.abs(yf - pf)))
+    assert sc.pearson_r == pytest.approx(np.corrcoef(yf, pf)[0, 1])
+
+
+@pytest.mark.parametrize("bad", [np.array([1 + 1j, 2, 3]), np.array([True, False, True]),
+                                 np.array(["1", "2", "3"])])
+def test_score_predictions_refuses_complex_bool_and_text(P, bad):
+    from nope_interp.errors import NopeInterpError
+
+    with pytest.raises(NopeInterpError, match="y_true must be a non-empty 1-D numpy array of real numbers"):
+        P.score_predictions(bad, np.array([1.0, 2.0, 3.0]))
+
+
 def test_bad_probe_input(P):
     from nope_interp.errors import NopeInterpError
 
