@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Float, Int, Integer
 from torch import Tensor
 from transformer_lens.hook_points import HookPoint
 
@@ -268,7 +268,7 @@ def _prompt_part(fn: Callable[[Tensor], Tensor], n_prompt: int) -> ResidHook:
 
 
 def ablation_hook(
-    kind: str, mu: Float[Tensor, "pos d_model"], *, perm: Int[Tensor, " pos"] | None = None,
+    kind: str, mu: Float[Tensor, "pos d_model"], *, perm: Integer[Tensor, " pos"] | None = None,
     basis: Float[Tensor, "d_model rank"] | None = None, generator: torch.Generator | None = None,
 ) -> ResidHook:
     """A residual-stream hook for ablation ``kind`` acting on the first ``mu.shape[0]`` positions.
@@ -276,7 +276,8 @@ def ablation_hook(
     Args:
         kind: one of :data:`ABLATIONS` (``project_out_random`` is ``project_out`` with a random basis).
         mu: positional means on the prompt positions.
-        perm: the permutation of prompt positions for ``shuffle_positional``/``shuffle_vectors``.
+        perm: the permutation of prompt positions for ``shuffle_positional``/``shuffle_vectors`` (any integer dtype,
+            uint8 included; used as int64).
         basis: the subspace for ``project_out``, ``project_out_random`` and ``project_out_content``.
         generator: for ``swap_prompts`` (a permutation of the batch without fixed points, drawn once per batch
             size) and ``mean_positional_random`` (its random directions, drawn once when the hook is built).
@@ -311,6 +312,9 @@ def ablation_hook(
                    else type(perm).__name__)
             raise NopeInterpError(f"ablation_hook: perm must be a permutation of range({n}) (an integer tensor of the "
                                   f"{n} prompt positions, each once), got a {got} that is not")
+        # int64 for indexing: torch reads a uint8 index as a boolean mask (a wrong result, with only a deprecation
+        # warning) and refuses int8 / int16 / int32 indices inside the hook
+        perm = perm.to(torch.long)
     if kind in ("project_out", "project_out_random", "project_out_content"):
         if basis is None:
             raise NopeInterpError(f"ablation {kind!r} needs basis")

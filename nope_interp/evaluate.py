@@ -221,7 +221,7 @@ def answer_loss(model: HookedTransformer, batch: Batch, fast: bool = False) -> F
     else:
         logits = model(tokens, return_type="logits")
     mask = mask.to(device)
-    return F.cross_entropy(logits[mask], batch.targets.to(device)[mask])
+    return F.cross_entropy(logits[mask], batch.targets.to(device)[mask].long())  # int8 / int32 ids too
 
 
 

@@ -45,6 +45,23 @@ def test_shuffle_positional_keeps_content_and_permutes_means(AB):
     torch.testing.assert_close(AB.positional_means(mean_out), mu.mean(0).expand(6, 8))
 
 
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64])
+@pytest.mark.parametrize("kind", ["shuffle_positional", "shuffle_vectors"])
+def test_a_permutation_of_any_integer_dtype_permutes_positions(AB, kind, dtype):
+    """Before: a uint8 perm was read by torch as a boolean mask (shuffle_vectors dropped a position: (3, 2, 4)
+    out of 3 positions; shuffle_positional differed from the int64 perm by 1.28) and int8 / int16 perms raised
+    a raw IndexError inside the hook. Checked against a naive loop over positions."""
+    gen = torch.Generator().manual_seed(2)
+    h = torch.randn(3, 5, 4, generator=gen, dtype=torch.float64)
+    mu = AB.positional_means(h)
+    order = [1, 2, 0, 4, 3]
+    out = AB.ablation_hook(kind, mu, perm=torch.tensor(order, dtype=dtype))(h.clone(), hook=None)
+    assert out.shape == h.shape
+    for p, q in enumerate(order):
+        want = h[:, q] if kind == "shuffle_vectors" else h[:, p] - mu[p] + mu[q]
+        torch.testing.assert_close(out[:, p], want)
+
+
 def test_the_random_shift_control_matches_the_mean_ablation_in_size_not_direction(AB):
     """mean_positional_random moves position p by exactly as much as mean_positional does (|mean mu - mu[p]|, by
     a naive per-position loop), in a random direction drawn once per hook (so the same on every call, another
