@@ -458,8 +458,10 @@ def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool | None 
     with a sliding window, min(q + 1, window) per query: ``window`` (keys per query, >= 1) when given, else read
     from the cache's model when it has one (a cache built without its model reads as global attention: give
     ``window`` for a sliding-window model's cache then).
-    ``causal`` (default: the cache's model's ``attention_dir``, else True) decides which keys count; a
-    bidirectional model's pattern checked as causal is refused, not scored above 1.
+    ``causal`` (default: the cache's model's ``attention_dir``, else True) decides which keys count; one that
+    contradicts the cache's model is refused (a causal model's pattern scored as bidirectional would read
+    exactly uniform causal attention as 0.73 of uniform), and so is a bidirectional pattern checked as causal
+    on a cache without a model, not scored above 1.
 
     Warns:
         DegenerateInputWarning: sequences whose observed or predicted cosines are constant up to rounding (one
@@ -472,7 +474,8 @@ def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool | None 
             near-zero vectors in ``hook_z`` (their cosines are undefined); a pattern that is not softmax
             weights of that kind (:func:`nope_interp.averaging.check_pattern`); ``hook_z`` and the pattern
             disagree in batch, positions or heads; fewer than 3 positions; ``layer`` not an integer >= 0, or
-            not below the cache's model's ``n_layers``; ``window`` not an integer >= 1, given with
+            not below the cache's model's ``n_layers``; ``causal`` not a bool or None, or not the cache's model's
+            attention direction; ``window`` not an integer >= 1, given with
             bidirectional attention, or not the cache's model's own window; a cache entry that is not a real
             floating tensor, a cache holding meta-device tensors or an empty batch.
     """
@@ -505,8 +508,17 @@ def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool | None 
     if z_heads is not None and pattern.shape[1] != z_heads:
         raise NopeInterpError(f"{p_name} has {pattern.shape[1]} heads and {z_name} {z_heads}: they must come from "
                               "the same layer of the same model")
+    if causal is not None and not isinstance(causal, bool):
+        raise NopeInterpError(f"averaging_check: causal must be True, False or None (the cache's model's), got "
+                              f"{causal!r}")
+    model_dir = getattr(getattr(model, "cfg", None), "attention_dir", None)
+    if causal is not None and model_dir in ("causal", "bidirectional") and causal != (model_dir == "causal"):
+        # a causal model's pattern checked as bidirectional was scored against the wrong uniform (all keys, not the
+        # q + 1 allowed): a relative entropy of 0.73 for exactly uniform causal attention
+        raise NopeInterpError(f"averaging_check: causal={causal}, but the cache's model has {model_dir} attention: "
+                              f"leave causal out, or give {model_dir == 'causal'}")
     if causal is None:
-        causal = getattr(getattr(model, "cfg", None), "attention_dir", "causal") == "causal"
+        causal = (model_dir or "causal") == "causal"
     own = attention_window(model.cfg, layer) if causal is True and model is not None else None
     if window is not None:
         window = check_int("window", window, 1, 10**9)

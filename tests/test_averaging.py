@@ -139,6 +139,8 @@ def test_sizes_and_generators_are_checked_and_numpy_integers_accepted(A):
 
 def test_averaging_check_reads_the_attention_direction_from_the_model(tiny_cfg):
     """Before: a bidirectional model's cache was scored as causal by default (relative entropy 1.57)."""
+    from transformer_lens import ActivationCache
+
     from nope_interp.errors import NopeInterpError
     from nope_interp.lens import averaging_check
     from nope_interp.model import build_model
@@ -148,10 +150,47 @@ def test_averaging_check_reads_the_attention_direction_from_the_model(tiny_cfg):
     _, cache = model.run_with_cache(tokens)
     check = averaging_check(cache)
     assert 0.0 <= check.relative_entropy <= 1.0
-    with pytest.raises(NopeInterpError, match="later key"):
+    with pytest.raises(NopeInterpError, match="causal=True, but the cache's model has bidirectional attention"):
         averaging_check(cache, causal=True)
+    bare = ActivationCache(dict(cache.cache_dict), None)   # no model to read: the pattern itself is checked
+    with pytest.raises(NopeInterpError, match="later key"):
+        averaging_check(bare, causal=True)
     _, causal_cache = build_model(tiny_cfg).run_with_cache(tokens)
     assert 0.99 <= averaging_check(causal_cache).relative_entropy <= 1.0   # near-uniform at init
+    assert averaging_check(causal_cache, causal=True).to_dict() == averaging_check(causal_cache).to_dict()
+
+
+def test_averaging_check_refuses_a_causal_flag_that_contradicts_the_model(tiny_cfg):
+    """Before: causal=False on a causal model's cache scored its pattern against the uniform over all keys:
+    exactly uniform causal attention read 0.73 of uniform (1.00), with no word. Without the model in the cache
+    the flag is the user's to give, and uniform causal attention scored as bidirectional is checked against a
+    naive per-query loop."""
+    import math
+
+    from conftest import unhooked
+    from transformer_lens import ActivationCache
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.lens import averaging_check
+    from nope_interp.model import build_model
+
+    model = build_model(tiny_cfg)
+    with torch.no_grad():
+        model.blocks[0].attn.W_Q.zero_()   # exactly uniform causal attention
+    tokens = torch.randint(0, 96, (2, 9), generator=torch.Generator().manual_seed(1))
+    _, cache = model.run_with_cache(tokens)
+    assert averaging_check(cache).relative_entropy == pytest.approx(1.0, abs=1e-6)   # float32 pattern
+    with pytest.raises(NopeInterpError, match="causal=False, but the cache's model has causal attention: leave "
+                                              "causal out, or give True"):
+        averaging_check(cache, causal=False)
+    for bad in ("yes", 1, None.__class__):
+        with pytest.raises(NopeInterpError, match="causal must be True, False or None"):
+            unhooked(averaging_check)(cache, causal=bad)
+    bare = ActivationCache(dict(cache.cache_dict), None)
+    n = tokens.shape[1]
+    # query q (0-based) spreads over q + 1 keys: entropy log(q + 1) against log(n) for all keys, queries 1..n-1
+    naive = sum(math.log(q + 1) / math.log(n) for q in range(1, n)) / (n - 1)
+    assert averaging_check(bare, causal=False).relative_entropy == pytest.approx(naive, abs=1e-6)
 
 
 def test_grouped_query_attention_values_serve_their_query_heads():
