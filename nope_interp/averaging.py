@@ -128,11 +128,17 @@ def attention_row_cosine(
     zero-mean and isotropic (module docstring). Values in [0, 1] for non-negative patterns.
 
     Raises:
-        NopeInterpError: ``pattern`` is not a float tensor of at least 2 dimensions with finite entries.
+        NopeInterpError: ``pattern`` is not a float tensor of at least 2 dimensions with finite entries, or has
+            an all-zero row (its cosine is undefined).
     """
     a = _checked(pattern, "pattern", "(*batch, query_pos, key_pos)", "attention_row_cosine", min_ndim=2).double()
     gram = a @ a.transpose(-1, -2)
     norm = torch.linalg.vector_norm(a, dim=-1)
+    if bool((norm == 0).any()):   # a zero row has no direction: its cosines were read as exactly 1 (tied rows)
+        zero = (norm == 0).nonzero()[0].tolist()
+        raise NopeInterpError(f"attention_row_cosine: pattern has {int((norm == 0).sum())} all-zero rows (first at "
+                              f"index {tuple(zero)}); attention rows are weights summing to 1, and the cosine of a "
+                              "zero row is undefined")
     cos = (gram / (norm.unsqueeze(-1) * norm.unsqueeze(-2)).clamp_min(1e-300)).clamp(-1.0, 1.0)
     return tie_equal_vectors(cos, a)  # equal rows (collapsed attention) get exactly equal cosines
 

@@ -37,6 +37,27 @@ def test_sqrt_i_over_k_closed_form_by_monte_carlo(A):
     torch.testing.assert_close(A.attention_row_cosine(A.uniform_causal_pattern(n)), A.closed_form_uniform_cosine(n))
 
 
+@pytest.mark.parametrize("zero_at", [(0,), (2,), (1, 3)])
+def test_attention_row_cosine_refuses_zero_rows(A, zero_at):
+    """Before: all-zero rows had no direction but were read as equal rows (tied), so torch.zeros(3, 3) gave a
+    matrix of 1s; a zero row among weights gave cosine 1 with nothing. Rows with weights still match a naive loop."""
+    from nope_interp.errors import NopeInterpError
+
+    pattern = A.uniform_causal_pattern(4).clone()
+    for q in zero_at:
+        pattern[q] = 0.0
+    with pytest.raises(NopeInterpError, match=rf"{len(zero_at)} all-zero rows \(first at index \({zero_at[0]},\)\)"):
+        A.attention_row_cosine(pattern)
+    with pytest.raises(NopeInterpError, match="all-zero rows"):
+        A.attention_row_cosine(torch.zeros(2, 3, 3, dtype=torch.float64))
+    full = A.attention_row_cosine(A.uniform_causal_pattern(4))
+    rows = A.uniform_causal_pattern(4)
+    for i in range(4):
+        for k in range(4):
+            want = float(rows[i] @ rows[k]) / math.sqrt(float(rows[i] @ rows[i]) * float(rows[k] @ rows[k]))
+            assert full[i, k].item() == pytest.approx(want, abs=1e-12)
+
+
 def test_variance_of_uniform_average_is_one_over_k(A):
     """Chi et al.: per-coordinate variance of the uniform causal average of unit-variance inputs ~ 1/k."""
     x = torch.randn(200, 12, 512, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
