@@ -160,7 +160,8 @@ def protocol_prompts(model: HookedTransformer, task: tasks_pkg.Task, n: int, see
 
     Args:
         model: the model that will read the inputs (only ``cfg.n_ctx`` is used).
-        task: the task. n: inputs (>= 1). seed: seed of the sampler (>= 0). exclude: prompts not to use.
+        task: the task. n: inputs (>= 1). seed: seed of the sampler (>= 0). exclude: prompts not to use (a full
+            line, prompt + answer, excludes its prompt).
         protocol: one of ``tasks.PROTOCOLS`` (``docs/method.md``, "Analysis inputs"): ``full`` (full-length
             prompts), ``authors`` (fixed-length lines left-padded with newlines) or ``window`` (``window``
             characters of concatenated held-out lines).
@@ -227,7 +228,8 @@ def analyze_model(
         task: the task supplying prompts.
         n_prompts: number of prompts (paper: 256); seed: seed of the prompt sampler.
         points: hook points to analyse.
-        exclude: prompts not to use (pass the training prompts of a trained model).
+        exclude: prompts not to use (pass the training prompts of a trained model; a full line excludes its
+            prompt).
         meta: extra fields for :meth:`AnalysisResult.to_dict`.
         protocol: input protocol, one of ``tasks.PROTOCOLS`` (``docs/method.md``, "Analysis inputs"):
             ``full`` (default), ``authors`` or ``window`` (``window`` characters of concatenated lines).

@@ -113,9 +113,20 @@ def _sequence(name: str, values: object, of: type, example: str) -> list:
     return items
 
 
-def _exclude(exclude: object) -> frozenset[str]:
-    """``exclude`` as a frozenset of prompts; a single string (whose ``in`` would test substrings) is refused."""
-    return frozenset(_sequence("exclude", exclude, str, "prompts, e.g. frozenset({'$1+2='})"))
+def _exclude(exclude: object, task: "Task") -> frozenset[str]:
+    """``exclude`` as a frozenset of prompts; a single string (whose ``in`` would test substrings) is refused.
+    A full line of ``task`` (prompt + answer, e.g. a training file's ``$1+2=3$``, with or without its newline)
+    excludes its prompt: before, it matched no prompt and excluded nothing, silently. Entries that are not
+    ``task``'s (another task size's training prompts, as length generalisation passes) exclude nothing."""
+    items = _sequence("exclude", exclude, str, "prompts, e.g. frozenset({'$1+2='})")
+    out = set(items)
+    for e in items:
+        line = e.rstrip("\n")
+        if line.endswith("="):
+            out.add(line)
+        elif "=" in line and task.check_line(line):
+            out.add(line.partition("=")[0] + "=")
+    return frozenset(out)
 
 
 @dataclass(frozen=True)
@@ -261,7 +272,8 @@ class Task(ABC):
         Args:
             n: number of prompts (paper: 256).
             seed: seed of a local ``random.Random``.
-            exclude: prompts not to use (for example the training prompts).
+            exclude: prompts not to use (for example the training prompts; a full line, prompt + answer,
+                excludes its prompt).
 
         Raises:
             TaskError: if fewer than ``n`` such prompts can be found; ``exclude`` is a single string
@@ -269,7 +281,7 @@ class Task(ABC):
         """
         n = _check_int("n", n, 1, 10**7)
         seed = _seed(seed)
-        exclude = _exclude(exclude)
+        exclude = _exclude(exclude, self)
         space = self.n_distinct_prompts()
         if n > space:  # fail at once, not after 50 n samples
             raise TaskError(f"could not find {n} distinct full-length {self.name} prompts: the parameters "
@@ -404,7 +416,7 @@ def held_out_lines(task: Task, n: int, seed: int, exclude: frozenset[str] = froz
         TaskError: fewer than ``n`` (or ``at_least``) distinct prompts outside ``exclude``; ``exclude`` is a
             single string or holds a non-string.
     """
-    exclude = _exclude(exclude)
+    exclude = _exclude(exclude, task)
     prompts = [p for p in task.distinct_prompts(min(task.n_distinct_prompts(), n + len(exclude)), seed)
                if p not in exclude][:n]
     need = n if at_least is None else min(n, at_least)
@@ -434,7 +446,7 @@ def authors_inputs(task: Task, n: int, seed: int = 0, exclude: frozenset[str] = 
     """
     n = _check_int("n", n, 1, 10**7)
     seed = _check_int("seed", seed, 0, 2**63 - 1)
-    exclude = _exclude(exclude)
+    exclude = _exclude(exclude, task)
     length = authors_length(task)
     rng = random.Random(seed)
     lines = held_out_lines(task, max(4 * n, 2000), seed, exclude, at_least=1)  # all of a small task's
@@ -463,7 +475,7 @@ def window_inputs(task: Task, n: int, window: int, seed: int = 0, exclude: froze
     n = _check_int("n", n, 1, 10**7)
     window = _check_int("window", window, 1, 10**7)
     seed = _check_int("seed", seed, 0, 2**63 - 1)
-    exclude = _exclude(exclude)
+    exclude = _exclude(exclude, task)
     rng = random.Random(seed)
     lines = held_out_lines(task, max(2 * n, (2 * window) // max(1, task.max_seq_len) + 2), seed, exclude,
                            at_least=1)
@@ -509,7 +521,7 @@ def protocol_examples(task: Task, protocol: str, n: int, seed: int = 0, exclude:
             fewer than ``n`` held-out prompts that fit; a ``window`` shorter than the task's longest prompt
             plus its newline.
     """
-    exclude = _exclude(exclude)
+    exclude = _exclude(exclude, task)
     n = _check_int("n", n, 1, 10**7)
     seed = _check_int("seed", seed, 0, 2**63 - 1)
     length = protocol_length(task, protocol, window)
@@ -578,7 +590,7 @@ def protocol_inputs(task: Task, protocol: str, n: int, seed: int = 0, exclude: f
             single string (``in`` would test substrings) or holds a non-string; a ``window`` other than
             :data:`DEFAULT_WINDOW` with a protocol other than ``window`` (it would be ignored).
     """
-    exclude = _exclude(exclude)
+    exclude = _exclude(exclude, task)
     seed = _check_int("seed", seed, 0, 2**63 - 1)
     if protocol in PROTOCOLS:
         _check_window_used(protocol, window)

@@ -396,6 +396,31 @@ def test_sequence_arguments_refuse_a_single_string_and_empty_prompts(T):
     assert len(unhooked(T.Task.analysis_prompts)(task, 4, exclude=["$123+456="])) == 4
 
 
+@pytest.mark.parametrize("name", ["addition", "reversal", "indexing", "ordering"])
+@pytest.mark.parametrize("protocol", ["full", "authors", "window"])
+def test_full_training_lines_in_exclude_exclude_their_prompts(T, name, protocol):
+    """Before: exclude held prompts only, so a training file's full lines ('$964+494=8541$') matched nothing and
+    the held-out guarantee was lost without a word. Now a line excludes its prompt (the same inputs as excluding
+    the prompts)."""
+    import tasks
+
+    task = tasks.get_task(name)
+    # the prompts each protocol would draw first, so that excluding them changes its inputs
+    prompts = (task.analysis_prompts(40, seed=3) if protocol == "full"
+               else [line.partition("=")[0] + "=" for line in tasks.held_out_lines(task, 40, 3)])
+    lines = [task.example(p).line for p in prompts]
+    by_prompt = tasks.protocol_inputs(task, protocol, 8, seed=3, exclude=frozenset(prompts))
+    by_line = tasks.protocol_inputs(task, protocol, 8, seed=3, exclude=frozenset(lines))
+    assert by_line == by_prompt
+    assert by_line != tasks.protocol_inputs(task, protocol, 8, seed=3)
+    with_newline = tasks.protocol_inputs(task, protocol, 8, seed=3, exclude=frozenset(x + "\n" for x in lines))
+    assert with_newline == by_prompt
+    # what is not a line of this task excludes nothing (another size's training prompts are passed on purpose)
+    unexcluded = tasks.protocol_inputs(task, protocol, 8, seed=3)
+    assert tasks.protocol_inputs(task, protocol, 8, seed=3, exclude=frozenset(["hello", "x=y", "$1+2=9"])) \
+        == unexcluded
+
+
 def test_decode_reads_only_integer_ids(T):
     import numpy as np
     import torch
