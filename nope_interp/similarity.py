@@ -30,6 +30,7 @@ from nope_interp import ckernel
 from nope_interp.checks import is_int, is_real
 from nope_interp.config import check_int
 from nope_interp.errors import DegenerateInputWarning, NopeInterpError
+from nope_interp.model import check_fits_memory
 
 #: Per-sequence reductions of the adjacency counts (module docstring): the paper's, the authors' code's, and the
 #: authors' reported (rounded) score.
@@ -120,6 +121,26 @@ def _safe_norms(x64: Tensor) -> Tensor:
     half = torch.floor(e / 2)
     n = torch.linalg.vector_norm(y, dim=-1, keepdim=True)
     return (n * torch.exp2(half) * torch.exp2(e - half)).squeeze(-1)
+
+
+#: Estimates below this many bytes are not checked by :func:`check_host_memory` (reading the free memory costs
+#: more than such allocations; they fit any machine that runs the toolkit).
+MEMORY_CHECK_FROM = 2**26
+
+
+def check_host_memory(fn: str, need: dict[str, int], advice: str) -> None:
+    """Refuse, before allocating, a call of ``fn`` (its name and sizes, e.g. ``"closed_form_uniform_cosine(n_pos=
+    1000000)"``) whose tensors (``need``: estimated bytes by part) do not fit the free host memory
+    (:func:`~nope_interp.model.check_fits_memory`): torch's allocator would fail with a traceback, or the
+    operating system kill the process. ``advice`` says what to do instead. Estimates under
+    :data:`MEMORY_CHECK_FROM` bytes pass unchecked.
+
+    Raises:
+        NopeInterpError: the estimate exceeds the free memory; the message gives the estimate.
+    """
+    if sum(need.values()) < MEMORY_CHECK_FROM:
+        return
+    check_fits_memory({k: int(v) for k, v in need.items()}, "cpu", fn, advice)
 
 
 #: The documented shape of activations (vectors per position).
@@ -312,10 +333,13 @@ def row_pair_counts(n_pos: int) -> Int[Tensor, " pos"]:
     """Pairs i < j < k compared in row k: k(k-1)/2 (0 for rows 0 and 1).
 
     Raises:
-        NopeInterpError: ``n_pos`` is not an integer >= 0.
+        NopeInterpError: ``n_pos`` is not an integer >= 0; the counts (and two temporaries of their size) would not
+            fit the free memory.
     """
     if not is_int(n_pos) or n_pos < 0:
         raise NopeInterpError(f"row_pair_counts: n_pos must be an integer >= 0, got {n_pos!r}")
+    check_host_memory(f"row_pair_counts(n_pos={int(n_pos)})", {"counts and temporaries (int64)": 3 * 8 * int(n_pos)},
+                      "use fewer positions")
     k = torch.arange(int(n_pos), dtype=torch.int64)
     return k * (k - 1) // 2
 
@@ -994,7 +1018,8 @@ def sliding_window_lag_profile(n_pos: int, window: int, max_lag: int | None = No
         ``[d - 1]`` = idealised c(d) for d = 1..D (default D = n_pos - 1), in [0, 1), float64.
 
     Raises:
-        NopeInterpError: ``n_pos`` < 2; ``window`` not an integer >= 1; ``max_lag`` not in [1, n_pos - 1].
+        NopeInterpError: ``n_pos`` < 2; ``window`` not an integer >= 1; ``max_lag`` not in [1, n_pos - 1]; a
+            table of positions that would not fit the free memory (:func:`check_host_memory`).
     """
     if not is_int(n_pos):
         raise NopeInterpError(f"n_pos must be an integer >= 2, got {n_pos!r}")
@@ -1003,6 +1028,7 @@ def sliding_window_lag_profile(n_pos: int, window: int, max_lag: int | None = No
     if not is_int(window) or window < 1:
         raise NopeInterpError(f"window must be an integer >= 1, got {window!r}")
     window = min(int(window), n_pos)  # a window of n_pos or more keys is uniform causal attention
+    _check_lag_memory("sliding_window_lag_profile", n_pos, d_max)
 
     def terms(i: Tensor, d: Tensor) -> Tensor:
         j = i - d  # key positions
@@ -1027,18 +1053,29 @@ def uniform_causal_lag_profile(n_pos: int, max_lag: int | None = None) -> Float[
         ``[d - 1]`` = idealised c(d) for d = 1..D (default D = n_pos - 1), in (0, 1), float64.
 
     Raises:
-        NopeInterpError: ``n_pos`` < 2 or not an integer; ``max_lag`` not in [1, n_pos - 1].
+        NopeInterpError: ``n_pos`` < 2 or not an integer; ``max_lag`` not in [1, n_pos - 1]; a table of positions
+            that would not fit the free memory (:func:`check_host_memory`).
     """
     if not is_int(n_pos):
         raise NopeInterpError(f"n_pos must be an integer >= 2, got {n_pos!r}")
     n_pos = int(n_pos)
     d_max = _check_lag(n_pos, max_lag)
+    _check_lag_memory("uniform_causal_lag_profile", n_pos, d_max)
     return _lag_means(n_pos, d_max,
                       lambda i, d: torch.where(i >= d, torch.sqrt(torch.clamp(i - d + 1, min=0) / (i + 1)), 0.0))
 
 
 #: Elements of the (lags x positions) table an idealised lag profile builds at once (32 MiB of float64).
 _LAG_CHUNK = 1 << 22
+
+
+def _check_lag_memory(fn: str, n_pos: int, d_max: int) -> None:
+    """:func:`check_host_memory` for :func:`_lag_means`: the positions (float64) and about six temporaries of
+    one block of lags x positions."""
+    block = min(d_max, max(1, _LAG_CHUNK // n_pos)) * n_pos
+    check_host_memory(f"{fn}(n_pos={n_pos}, max_lag={d_max})",
+                      {"positions (float64)": 8 * n_pos, "a block of lags x positions and temporaries": 6 * 8 * block},
+                      "use fewer positions")
 
 
 def _lag_means(n_pos: int, d_max: int, terms: Callable[[Tensor, Tensor], Tensor]) -> Float[Tensor, " lag"]:

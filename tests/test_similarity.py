@@ -741,3 +741,55 @@ def test_equal_attention_rows_get_equal_predicted_cosines():
         from conftest import unhooked
 
         unhooked(tie_equal_vectors)(cos, a[:5])
+
+
+# Sizes given as numbers are refused before allocating when their tensors would not fit the free memory (before: a
+# raw "DefaultCPUAllocator: can't allocate memory" or, for sliding_window_lag_profile(10**9, 3, 5), the process
+# killed by the operating system). The free memory is patched: nothing large is allocated here.
+def _gen():
+    return torch.Generator().manual_seed(0)
+
+
+#: name: (module, call of the function with size n).
+SIZE_CALLS = {
+    "sliding_window_lag_profile": ("similarity", lambda f, n: f(n, 3, 5)),
+    "uniform_causal_lag_profile": ("similarity", lambda f, n: f(n, 2)),
+    "row_pair_counts": ("similarity", lambda f, n: f(n)),
+    "closed_form_uniform_cosine": ("averaging", lambda f, n: f(n)),
+    "uniform_causal_pattern": ("averaging", lambda f, n: f(n)),
+    "identity_pattern": ("averaging", lambda f, n: f(n)),
+    "random_causal_pattern": ("averaging", lambda f, n: f(torch.zeros(1, n), _gen(), iters=1)),
+    "noise_activations": ("probing", lambda f, n: f(n, n, n)),
+    "random_subspace": ("ablations", lambda f, n: f(n, n, _gen())),
+    "derangement": ("ablations", lambda f, n: f(n, _gen())),
+}
+#: A size whose estimate passes 1 MiB but allocates little, and one that no machine holds.
+SMALL_SIZES = {"sliding_window_lag_profile": 40_000, "uniform_causal_lag_profile": 40_000, "row_pair_counts": 50_000,
+               "closed_form_uniform_cosine": 300, "uniform_causal_pattern": 300, "identity_pattern": 400,
+               "random_causal_pattern": 200, "noise_activations": 70, "random_subspace": 200, "derangement": 70_000}
+HUGE_SIZES = {"sliding_window_lag_profile": 10**13, "uniform_causal_lag_profile": 10**13, "row_pair_counts": 10**13,
+              "closed_form_uniform_cosine": 10**7, "uniform_causal_pattern": 10**7, "identity_pattern": 10**7,
+              "random_causal_pattern": 10**5, "noise_activations": 10**6, "random_subspace": 10**9,
+              "derangement": 10**13}
+
+
+@pytest.mark.parametrize("name", sorted(SIZE_CALLS))
+@pytest.mark.parametrize("which", ["small", "huge"])
+def test_sizes_whose_tensors_do_not_fit_memory_are_refused_before_allocating(name, which, monkeypatch):
+    import nope_interp.model as M
+    import nope_interp.similarity as S
+    from nope_interp.errors import NopeInterpError
+
+    monkeypatch.setattr(S, "MEMORY_CHECK_FROM", 0, raising=False)
+    monkeypatch.setattr(M, "_cpu_available_bytes", lambda: 2**20 if which == "small" else 2**34)
+    import importlib
+
+    module, call = SIZE_CALLS[name]
+    fn = getattr(importlib.import_module(f"nope_interp.{module}"), name)
+    n = (SMALL_SIZES if which == "small" else HUGE_SIZES)[name]
+    with pytest.raises(NopeInterpError, match=rf"^{name}\(.*\) needs about .* but only .* is free on cpu; use ") as e:
+        call(fn, n)
+    assert "\n" not in str(e.value)
+    if which == "small":  # the same call with the memory there runs
+        monkeypatch.setattr(M, "_cpu_available_bytes", lambda: 2**40)
+        call(fn, n)
