@@ -52,8 +52,10 @@ def hook_name(point: str, layer: int | None = None, n_layers: int | None = None)
         n_layers: if given, ``layer`` is checked against ``[0, n_layers)``.
 
     Raises:
-        NopeInterpError: unknown point, missing or out-of-range layer.
+        NopeInterpError: unknown point, missing or out-of-range layer; ``n_layers`` not None nor an integer >= 1.
     """
+    if n_layers is not None and (not is_int(n_layers) or n_layers < 1):
+        raise NopeInterpError(f"hook_name: n_layers must be an integer >= 1 or None, got {n_layers!r}"[:300])
     if not isinstance(point, str):
         raise NopeInterpError(f"hook point must be a name (a str), one of {', '.join(POINTS)}; got "
                               f"{type(point).__name__} {point!r}"[:300])

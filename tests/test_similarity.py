@@ -793,3 +793,16 @@ def test_sizes_whose_tensors_do_not_fit_memory_are_refused_before_allocating(nam
     if which == "small":  # the same call with the memory there runs
         monkeypatch.setattr(M, "_cpu_available_bytes", lambda: 2**40)
         call(fn, n)
+
+
+@pytest.mark.parametrize("value", [0, -3, 2.5, True, None, "8"])
+@pytest.mark.parametrize("fn,name", [("adjacency_counts_sorted", "max_elements"),
+                                     ("adjacency_counts_naive", "max_elements"), ("cosine_spread", "block_elements")])
+def test_a_chunk_size_that_is_not_an_integer_of_at_least_one_is_refused(S, fn, name, value):
+    """Before: adjacency_counts_sorted(max_elements=0 or 2.5) was accepted (a chunk of one sequence) and
+    cosine_spread(block_elements='a') raised a raw TypeError."""
+    from nope_interp.errors import NopeInterpError
+
+    sim = S.cosine_similarity_matrix(torch.randn(2, 6, 4, generator=torch.Generator().manual_seed(0)))
+    with pytest.raises(NopeInterpError, match=rf"^{fn}: {name} must be an integer in \[1, 2\*\*62\], got "):
+        unhooked(getattr(S, fn))(sim, **{name: value})
