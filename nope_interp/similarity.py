@@ -65,7 +65,8 @@ def _describe(x: object) -> str:
 def check_tensor(x: object, name: str, shape: str, *, ndim: int | None = None, min_ndim: int = 0,
                  min_sizes: dict[int, int] | None = None, finite: bool = False, fn: str = "") -> None:
     """The shared check of a tensor argument: a dense, real floating ``torch.Tensor`` with data (not on the
-    meta device), of ``ndim`` dimensions (or at least ``min_ndim``), each dimension ``d`` of ``min_sizes``
+    meta device) of at least 16 bits (float16, bfloat16, float32, float64; 8-bit floats are refused everywhere), of
+    ``ndim`` dimensions (or at least ``min_ndim``), each dimension ``d`` of ``min_sizes``
     (negative indices, e.g. ``{-1: 1}``) at least that large, and with ``finite`` no NaN or inf entry.
 
     ``name`` is the argument (``x``, ``sim``, ...), ``shape`` its documented shape (``"(*batch, pos, d_model)"``),
@@ -79,6 +80,9 @@ def check_tensor(x: object, name: str, shape: str, *, ndim: int | None = None, m
     if (not isinstance(x, Tensor) or not x.is_floating_point() or x.layout != torch.strided
             or x.device.type == "meta"):
         raise NopeInterpError(f"{where}{want}, got {_describe(x)}")
+    if x.dtype.itemsize < 2:  # float8: torch has no isfinite for it, and its 3-bit mantissa rounds every cosine
+        raise NopeInterpError(f"{where}{want} of float16 or a wider float, got {_describe(x)} (8-bit floats are too "
+                              "coarse to compare cosines; convert with .float())")
     if (ndim is not None and x.ndim != ndim) or x.ndim < min_ndim:
         raise NopeInterpError(f"{where}{want}, got {x.ndim} dimension(s): shape {tuple(x.shape)}")
     for dim, low in (min_sizes or {}).items():
@@ -152,7 +156,8 @@ def check_activations(x: object, name: str = "x", fn: str = "") -> None:
     (finiteness is not checked: see :func:`check_finite`).
 
     Raises:
-        NopeInterpError: not a dense real floating tensor with data, fewer than 2 dimensions, or d_model 0.
+        NopeInterpError: not a dense real floating tensor with data of 16 bits or more (float8 is refused), fewer
+            than 2 dimensions, or d_model 0.
     """
     check_tensor(x, name, ACTIVATIONS_SHAPE, min_ndim=2, min_sizes={-1: 1}, fn=fn)
 
@@ -238,7 +243,7 @@ def cosine_similarity_matrix(
 
     Raises:
         NopeInterpError: ``x`` is not a dense real floating torch tensor with data (a list, a numpy array, an
-            integer or complex dtype, a meta tensor), has fewer than 2 dimensions or d_model = 0
+            integer, complex or float8 dtype, a meta tensor), has fewer than 2 dimensions or d_model = 0
             (:func:`check_activations`); ``min_norm`` is not a finite number >= 0.
     """
     check_activations(x, fn="cosine_similarity_matrix")
@@ -294,13 +299,22 @@ def tie_equal_vectors(sim: Float[Tensor, "*batch pos pos"], vectors: Float[Tenso
     pattern-predicted cosine matrices (collapsed attention gives equal rows).
 
     Raises:
-        NopeInterpError: ``vectors`` and ``sim`` disagree in their leading or position dimensions.
+        NopeInterpError: ``sim`` or ``vectors`` not a dense real floating torch tensor with data (of at least 2
+            dimensions; float16 and wider, :func:`check_tensor`); ``vectors`` and ``sim`` disagree in their leading
+            or position dimensions.
     """
+    check_tensor(sim, "sim", SIM_SHAPE, min_ndim=2, fn="tie_equal_vectors")
+    check_tensor(vectors, "vectors", "(*batch, pos, d)", min_ndim=2, fn="tie_equal_vectors")
     if tuple(vectors.shape[:-1]) != tuple(sim.shape[:-1]) or sim.shape[-1] != sim.shape[-2]:
         raise NopeInterpError(f"tie_equal_vectors: sim {tuple(sim.shape)} must be (*batch, pos, pos) for vectors "
                               f"{tuple(vectors.shape)} (*batch, pos, d)")
     rep = _first_equal_position(vectors)
     return sim if rep is None else _gather_representatives(sim, rep)
+
+
+#: The integer dtype of each float width: a float tensor viewed as it holds each entry's bits (viewing float32 as
+#: int64 would pair entries, and fail for an odd width).
+_SAME_WIDTH_INT = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}
 
 
 def _first_equal_position(unit: Tensor) -> Tensor | None:
@@ -316,11 +330,14 @@ def _first_equal_position(unit: Tensor) -> Tensor | None:
     # fast exact screen: an integer hash of each vector's bits (wrapping integer sums do not depend on the
     # summation order, so equal vectors hash equal); no equal hashes in any sequence means no repeats
     coef = torch.randint(-(2**62), 2**62, (d,), generator=torch.Generator().manual_seed(d), dtype=torch.int64)
-    hashes = (flat.contiguous().view(torch.int64) * coef.to(flat.device)).sum(-1).sort(dim=-1).values
+    bits = flat.contiguous().view(_SAME_WIDTH_INT[flat.dtype.itemsize]).long()  # each entry's bits, any float width
+    hashes = (bits * coef.to(flat.device)).sum(-1).sort(dim=-1).values
     if not bool((hashes[:, 1:] == hashes[:, :-1]).any()):
         return None
-    seq = torch.arange(flat.shape[0], dtype=unit.dtype, device=unit.device).repeat_interleave(n).unsqueeze(-1)
-    keys = torch.cat([seq, flat.reshape(-1, d)], dim=-1)  # the sequence index keeps repeats within a sequence
+    # the bits, not the float values, as keys: a float16 sequence index would be inexact past 2048 sequences
+    seq = torch.arange(flat.shape[0], device=unit.device).repeat_interleave(n).unsqueeze(-1)
+    keys = torch.cat([seq, bits.reshape(-1, d)], dim=-1)  # the sequence index keeps repeats within a sequence
+    del bits
     _, inverse = torch.unique(keys, dim=0, return_inverse=True)
     pos = torch.arange(n, device=unit.device).repeat(flat.shape[0])
     first = torch.full((int(inverse.max()) + 1,), n, dtype=torch.int64, device=unit.device)

@@ -806,3 +806,55 @@ def test_a_chunk_size_that_is_not_an_integer_of_at_least_one_is_refused(S, fn, n
     sim = S.cosine_similarity_matrix(torch.randn(2, 6, 4, generator=torch.Generator().manual_seed(0)))
     with pytest.raises(NopeInterpError, match=rf"^{fn}: {name} must be an integer in \[1, 2\*\*62\], got "):
         unhooked(getattr(S, fn))(sim, **{name: value})
+
+
+def _naive_tie(sim, vectors):
+    """tie_equal_vectors by its definition, with loops: each position takes the row and column of the first
+    position of its sequence whose vector has the same bits, and similarity exactly 1 with it."""
+    import itertools
+
+    sim2, v2 = sim.reshape(-1, *sim.shape[-2:]).clone(), vectors.reshape(-1, *vectors.shape[-2:])
+    out = sim2.clone()
+    for b in range(v2.shape[0]):
+        n = v2.shape[1]
+        rep = [next(j for j in range(n) if v2[b, j].numpy().tobytes() == v2[b, k].numpy().tobytes())
+               for k in range(n)]
+        for k, j in itertools.product(range(n), range(n)):
+            out[b, k, j] = 1.0 if rep[k] == rep[j] else sim2[b, rep[k], rep[j]]
+    return out.reshape(sim.shape)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("d", [1, 3, 5, 8])
+def test_tie_equal_vectors_takes_every_float_width_and_odd_widths(S, dtype, d):
+    """Before: float32 vectors of odd width raised a raw RuntimeError ("must be divisible by 2 to view Float as
+    Long"), float16 ones of width not a multiple of 4 too."""
+    g = torch.Generator().manual_seed(d)
+    vectors = torch.randn(3, 7, d, generator=g).to(dtype)
+    vectors[0, 4] = vectors[0, 1]
+    vectors[2, 6] = vectors[2, 0]
+    vectors[2, 3] = vectors[2, 0]
+    sim = torch.rand(3, 7, 7, generator=g, dtype=torch.float64)
+    got = S.tie_equal_vectors(sim, vectors)
+    assert torch.equal(got, _naive_tie(sim, vectors.float() if dtype == torch.bfloat16 else vectors))
+    assert got[0, 4, 1] == 1.0 and torch.equal(got[2, 6], got[2, 0])
+    distinct = torch.arange(10.0 * d).reshape(2, 5, d).to(dtype)
+    assert S.tie_equal_vectors(sim[:2, :5, :5], distinct) is not None
+
+
+@pytest.mark.parametrize("bad,words", [
+    (lambda v: v.int(), "vectors must be a real floating torch tensor"),
+    (lambda v: v.tolist(), "vectors must be a real floating torch tensor"),
+    (lambda v: v.to("meta"), "meta device"),
+    (lambda v: v.to(torch.complex64), "vectors must be a real floating torch tensor"),
+    (lambda v: v[0, 0, 0], "vectors must be a real floating torch tensor"),
+])
+def test_tie_equal_vectors_refuses_vectors_that_are_not_float_tensors(S, bad, words):
+    """Before: int32, list and other inputs raised raw errors from torch."""
+    from nope_interp.errors import NopeInterpError
+
+    v = torch.randn(2, 5, 3)
+    with pytest.raises(NopeInterpError, match=rf"^tie_equal_vectors: .*{words}"):
+        unhooked(S.tie_equal_vectors)(torch.rand(2, 5, 5, dtype=torch.float64), bad(v))
+    with pytest.raises(NopeInterpError, match=r"^tie_equal_vectors: sim must be a real floating torch tensor"):
+        unhooked(S.tie_equal_vectors)(bad(torch.rand(2, 5, 5)), v)
