@@ -361,7 +361,8 @@ def counterfactual_report(
         A :class:`CounterfactualReport` with ``"clean"`` first, then ``kinds`` in order.
 
     Raises:
-        NopeInterpError: ``model`` not a TransformerLens model; an unknown kind or a layer out of range; a kind
+        NopeInterpError: ``model`` not a TransformerLens model; ``kinds`` a single string (not a list), naming an
+            unknown kind or one kind twice (checked before any work); a layer out of range; a kind
             that does not apply to the layer's attention (:func:`~nope_interp.interventions.pattern_kind_unsupported`:
             ``uniform`` or ``random_matched`` on bidirectional or sliding-window attention); a
             model that cannot read the task's inputs (:func:`nope_interp.model.check_model_for_task`); an
@@ -377,6 +378,16 @@ def counterfactual_report(
     pattern_seed = seed if pattern_seed is None else pattern_seed
     # numpy integers (np.arange) as the Python ints the analysis takes; their values are checked where used
     layer, n_prompts, window = (int(v) if is_int(v) else v for v in (layer, n_prompts, window))
+    if isinstance(kinds, (str, bytes)) or not isinstance(kinds, Sequence):  # a str would be read letter by letter
+        raise NopeInterpError(f"counterfactual_report: kinds must be a list of pattern kinds (e.g. [{kinds!r}]), got "
+                              f"{type(kinds).__name__} {kinds!r}; allowed: {', '.join(PATTERN_KINDS)}"[:300])
+    for kind in kinds:
+        if not isinstance(kind, str) or kind not in PATTERN_KINDS:
+            raise NopeInterpError(f"counterfactual_report: unknown pattern kind {kind!r} in kinds; allowed: "
+                                  f"{', '.join(PATTERN_KINDS)}"[:300])
+    twice = sorted({k for k in kinds if list(kinds).count(k) > 1})
+    if twice:  # two identical conditions, and to_dict would keep one
+        raise NopeInterpError(f"counterfactual_report: kinds names {', '.join(map(repr, twice))} more than once")
     for kind in kinds:  # before any work: a causal replacement on a bidirectional or sliding-window layer
         why = pattern_kind_unsupported(model, layer, kind) if kind in PATTERN_KINDS else None
         if why is not None:

@@ -316,3 +316,21 @@ def test_near_zero_hook_z_is_refused_naming_the_site_and_the_cause(checks, fn, i
     with pytest.raises(NopeInterpError, match=r"^activations at blocks\.0\.attn\.hook_z have \d+ near-zero vectors "
                                               r"\(L2 norm < min_norm=1e-08.*their cosines are undefined"):
         call()
+
+
+@pytest.mark.parametrize("kinds,words", [
+    ("uniform", "kinds must be a list of pattern kinds"), (b"uniform", "kinds must be a list of pattern kinds"),
+    (("uniform", "uniform"), "kinds names 'uniform' more than once"),
+    (["identity", "uniform", "identity"], "kinds names 'identity' more than once"),
+    (("flat",), "unknown pattern kind 'flat' in kinds"), ((3,), "unknown pattern kind 3 in kinds"),
+    (None, "kinds must be a list of pattern kinds"),
+])
+def test_counterfactual_kinds_must_be_a_list_of_distinct_kinds(checks, tiny_model, addition_task, kinds, words):
+    """Before: kinds="uniform" said "unknown pattern kind 'u'" (the string read letter by letter) and
+    ("uniform", "uniform") gave two identical conditions."""
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+
+    with pytest.raises(NopeInterpError, match=rf"^counterfactual_report: {words}"):
+        unhooked(checks.counterfactual_report)(tiny_model, addition_task, 0, kinds, n_prompts=4)
