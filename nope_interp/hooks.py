@@ -116,7 +116,13 @@ def activation_hook_names(n_layers: int, points: tuple[str, ...] = ACTIVATION_PO
 def short_label(hook: str) -> str:
     """Compact label of a full hook name for figures: ``blocks.0.attn.hook_z`` -> ``L0 z``,
     ``blocks.2.hook_resid_pre`` -> ``L2 resid_pre``, ``hook_embed`` -> ``embed``. Every table and result
-    file uses the full TransformerLens name; only figure axes use this label."""
+    file uses the full TransformerLens name; only figure axes use this label.
+
+    Raises:
+        NopeInterpError: ``hook`` not a str."""
+    if not isinstance(hook, str):
+        raise NopeInterpError(f"short_label: hook must be a hook name (a str), got {type(hook).__name__} "
+                              f"{hook!r}"[:300])
     parts = hook.split(".")
     if parts[0] == "blocks" and len(parts) >= 3:
         return f"L{parts[1]} {parts[-1].removeprefix('hook_')}"

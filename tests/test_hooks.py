@@ -148,3 +148,15 @@ def test_hook_name_refuses_an_n_layers_that_is_not_a_positive_integer(n_layers):
 
     with pytest.raises(NopeInterpError, match=r"^hook_name: n_layers must be an integer >= 1 or None, got "):
         unhooked(hook_name)("z", 2, n_layers=n_layers)
+
+
+@pytest.mark.parametrize("bad", [3, None, b"blocks.0.attn.hook_z", ("blocks", "0")])
+def test_short_label_refuses_what_is_not_a_hook_name(bad):
+    """Before: short_label(3) raised AttributeError."""
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.hooks import short_label
+
+    with pytest.raises(NopeInterpError, match=r"^short_label: hook must be a hook name \(a str\)"):
+        unhooked(short_label)(bad)
