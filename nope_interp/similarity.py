@@ -699,7 +699,7 @@ def adjacency_score(
     """
     _check_reductions((reduction,))
     _check_square_no_nan(sim, "adjacency_score")
-    _check_positions(sim.shape[-1])
+    _check_positions(sim.shape[-1], fn="adjacency_score", shape=tuple(sim.shape))
     if sim.numel() == 0:
         raise NopeInterpError(f"no matrix to score (shape {tuple(sim.shape)})")
     counts = adjacency_counts(sim)
@@ -719,10 +719,12 @@ def _check_reductions(reductions: object) -> None:
             raise NopeInterpError(f"unknown reduction {reduction!r}; allowed: {', '.join(REDUCTIONS)}")
 
 
-def _check_positions(n: int, what: str = "") -> None:
+def _check_positions(n: int, what: str = "", fn: str = "", shape: tuple[int, ...] | None = None) -> None:
     if n < 3:
         where = f"{what}: " if what and what != "activations" else ""
-        raise NopeInterpError(f"{where}the adjacency score needs at least 3 positions, got pos={n}")
+        seen = f" (shape {shape})" if shape is not None else ""
+        raise NopeInterpError(f"{fn + ': ' if fn else ''}{where}the adjacency score needs at least 3 positions, got "
+                              f"pos={n}{seen}")
 
 
 def _reduce(counts: Tensor, reduction: str) -> Tensor:
@@ -843,7 +845,7 @@ def _scores_and_matrix_sum(
     min_norm = _check_min_norm(min_norm, "adjacency_scores_of_activations")
     max_elements = check_int("max_elements", max_elements, 1, 2**62)  # a Python int: no numpy overflow
     n = x.shape[-2]
-    _check_positions(n, what)
+    _check_positions(n, what, "adjacency_scores_of_activations", tuple(x.shape))
     check_scorable(x, min_norm, what)
     flat = x.reshape(-1, n, x.shape[-1])
     if flat.shape[0] == 0:

@@ -858,3 +858,19 @@ def test_tie_equal_vectors_refuses_vectors_that_are_not_float_tensors(S, bad, wo
         unhooked(S.tie_equal_vectors)(torch.rand(2, 5, 5, dtype=torch.float64), bad(v))
     with pytest.raises(NopeInterpError, match=r"^tie_equal_vectors: sim must be a real floating torch tensor"):
         unhooked(S.tie_equal_vectors)(bad(torch.rand(2, 5, 5)), v)
+
+
+@pytest.mark.parametrize("shape", [(2, 2, 4), (1, 1, 3), (2, 5, 2, 4)])
+@pytest.mark.parametrize("fn", ["adjacency_score_of_activations", "adjacency_scores_of_activations",
+                                "adjacency_score"])
+def test_too_few_positions_names_the_function_and_the_shape(S, fn, shape):
+    """Before: only "the adjacency score needs at least 3 positions", without the function or the shape."""
+    from nope_interp.errors import NopeInterpError
+
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+    if fn == "adjacency_score":
+        x = x[..., : shape[-2]].expand(*shape[:-1], shape[-2]).clone()
+    name = "adjacency_scores_of_activations" if fn != "adjacency_score" else fn
+    with pytest.raises(NopeInterpError, match=rf"^{name}: the adjacency score needs at least 3 positions, got "
+                                              rf"pos={shape[-2]} \(shape \({shape[0]}, "):
+        getattr(S, fn)(x)
