@@ -41,7 +41,7 @@ from transformer_lens.hook_points import HookPoint
 
 from nope_interp.checks import is_int, is_real
 from nope_interp.errors import NopeInterpError
-from nope_interp.similarity import check_tensor
+from nope_interp.similarity import check_host_memory, check_tensor
 
 #: How far ``basis.T @ basis`` may be from the identity for a basis to count as orthonormal (float32 bases
 #: computed by an SVD are orthonormal to about 1e-6).
@@ -215,7 +215,8 @@ def random_subspace(d_model: int, rank: int, generator: torch.Generator) -> Floa
 
     Raises:
         NopeInterpError: ``d_model`` not an integer >= 1; ``rank`` not an integer in [0, d_model]; ``generator``
-            not a ``torch.Generator``.
+            not a ``torch.Generator``; a basis that would not fit the free memory
+            (:func:`~nope_interp.similarity.check_host_memory`).
     """
     if not is_int(d_model) or d_model < 1:
         raise NopeInterpError(f"random_subspace: d_model must be an integer >= 1, got {d_model!r}")
@@ -223,6 +224,9 @@ def random_subspace(d_model: int, rank: int, generator: torch.Generator) -> Floa
     rank = _check_rank(rank, d_model, "random_subspace")
     if not isinstance(generator, torch.Generator):
         raise NopeInterpError(f"random_subspace: generator must be a torch.Generator, got {type(generator).__name__}")
+    check_host_memory(f"random_subspace(d_model={d_model}, rank={rank})",
+                      {"the Gaussian matrix, its QR factors and the basis (float64)": 4 * 8 * d_model * max(rank, 1)
+                       + 8 * max(rank, 1) ** 2}, "use a smaller d_model or rank")
     q, r = torch.linalg.qr(torch.randn(d_model, max(rank, 1), generator=generator, dtype=torch.float64))
     return (q * torch.sign(torch.diagonal(r))).contiguous()[:, :rank]
 
@@ -244,12 +248,15 @@ def derangement(n: int, generator: torch.Generator) -> Int[Tensor, " n"]:
 
     Raises:
         NopeInterpError: ``n`` not an integer >= 2 (one element cannot be moved); ``generator`` not a
-            ``torch.Generator``.
+            ``torch.Generator``; a permutation that would not fit the free memory
+            (:func:`~nope_interp.similarity.check_host_memory`).
     """
     if not is_int(n) or n < 2:
         raise NopeInterpError(f"derangement: n must be an integer >= 2, got {n!r}")
     if not isinstance(generator, torch.Generator):
         raise NopeInterpError(f"derangement: generator must be a torch.Generator, got {type(generator).__name__}")
+    check_host_memory(f"derangement(n={int(n)})", {"the permutation, a range and a mask (int64)": 17 * int(n)},
+                      "use a smaller n")
     while True:
         perm = torch.randperm(int(n), generator=generator)
         if not bool((perm == torch.arange(int(n))).any()):

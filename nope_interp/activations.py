@@ -11,6 +11,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from nope_interp.checks import is_int
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names
 from nope_interp.model import LensModel, check_model_dtype, check_tokens, evaluates
@@ -44,6 +45,13 @@ def _checked(model: LensModel, tokens: Tensor) -> Tensor:
     return tokens
 
 
+def _check_batch_size(batch_size: object, fn: str) -> int:
+    """``batch_size`` as a Python int, checked: an integer >= 1 (True is not 1, 2.5 and '2' are not sizes)."""
+    if not is_int(batch_size) or batch_size < 1:
+        raise NopeInterpError(f"{fn}: batch_size must be an integer >= 1, got {batch_size!r}"[:300])
+    return int(batch_size)
+
+
 def iter_activations(
     model: LensModel,
     tokens: Int[Tensor, "batch pos"],
@@ -56,11 +64,10 @@ def iter_activations(
     sequences ``tokens`` has. The tokens are checked (and the points resolved) before the first forward pass.
 
     Raises:
-        NopeInterpError: as :func:`collect_activations`; ``batch_size`` < 1.
+        NopeInterpError: as :func:`collect_activations`.
     """
     tokens = _checked(model, tokens)
-    if batch_size < 1:
-        raise NopeInterpError(f"batch_size must be >= 1, got {batch_size}")
+    batch_size = _check_batch_size(batch_size, "iter_activations")
     names = activation_hook_names(model.cfg.n_layers, points)
     check_site_widths(model, names)
     return _iter_chunks(model, tokens, names, batch_size)
@@ -120,8 +127,9 @@ def collect_activations(
         NopeInterpError: unknown point; sequences longer than ``n_ctx``; ``tokens`` that are not a 2-D
             integer tensor with at least one sequence and position, or hold an id outside ``[0, d_vocab)``
             (:func:`~nope_interp.model.check_tokens`); ``hook_z`` and residual-stream points of different
-            widths (:func:`check_site_widths`).
+            widths (:func:`check_site_widths`); ``batch_size`` not an integer >= 1 (a bool, a float, None).
     """
+    batch_size = _check_batch_size(batch_size, "collect_activations")
     chunks = [a.acts for a in iter_activations(model, tokens, points, batch_size)]
     return Activations(acts=torch.cat(chunks, dim=1),
                        labels=tuple(activation_hook_names(model.cfg.n_layers, points)))

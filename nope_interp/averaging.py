@@ -24,7 +24,13 @@ from torch import Tensor
 
 from nope_interp.checks import is_int
 from nope_interp.errors import NopeInterpError
-from nope_interp.similarity import check_tensor, degenerate_sequences, degenerate_tolerance, tie_equal_vectors
+from nope_interp.similarity import (
+    check_host_memory,
+    check_tensor,
+    degenerate_sequences,
+    degenerate_tolerance,
+    tie_equal_vectors,
+)
 
 PATTERN_KINDS = ("uniform", "identity", "random_matched")
 
@@ -147,9 +153,12 @@ def uniform_causal_pattern(n_pos: int) -> Float[Tensor, "query_pos key_pos"]:
     """A[q, k] = 1/(q+1) for k <= q, else 0 (what near-zero attention scores give).
 
     Raises:
-        NopeInterpError: ``n_pos`` not an integer >= 1 (:func:`check_size`).
+        NopeInterpError: ``n_pos`` not an integer >= 1 (:func:`check_size`); a matrix that would not fit
+            the free memory (:func:`~nope_interp.similarity.check_host_memory`).
     """
     n_pos = check_size("n_pos", n_pos)
+    check_host_memory(f"uniform_causal_pattern(n_pos={n_pos})",
+                      {"the pattern and its mask (float64)": 2 * 8 * n_pos**2}, "use fewer positions")
     mask = torch.tril(torch.ones(n_pos, n_pos, dtype=torch.float64))
     return mask / mask.sum(-1, keepdim=True)
 
@@ -158,9 +167,12 @@ def identity_pattern(n_pos: int) -> Float[Tensor, "query_pos key_pos"]:
     """Each position attends only to itself (no averaging).
 
     Raises:
-        NopeInterpError: ``n_pos`` not an integer >= 1 (:func:`check_size`).
+        NopeInterpError: ``n_pos`` not an integer >= 1 (:func:`check_size`); a matrix that would not fit
+            the free memory (:func:`~nope_interp.similarity.check_host_memory`).
     """
     n_pos = check_size("n_pos", n_pos)
+    check_host_memory(f"identity_pattern(n_pos={n_pos})", {"the pattern (float64)": 8 * n_pos**2},
+                      "use fewer positions")
     return torch.eye(n_pos, dtype=torch.float64)
 
 
@@ -169,9 +181,12 @@ def closed_form_uniform_cosine(n_pos: int) -> Float[Tensor, "query_pos query_pos
     i.i.d. zero-mean inputs in the limit of large d_model (Zuo, Guerzhoy & Guerzhoy, COLING 2025).
 
     Raises:
-        NopeInterpError: ``n_pos`` not an integer >= 1 (:func:`check_size`).
+        NopeInterpError: ``n_pos`` not an integer >= 1 (:func:`check_size`); a matrix that would not fit
+            the free memory (:func:`~nope_interp.similarity.check_host_memory`).
     """
     n_pos = check_size("n_pos", n_pos)
+    check_host_memory(f"closed_form_uniform_cosine(n_pos={n_pos})",
+                      {"the matrix and three temporaries (float64)": 4 * 8 * n_pos**2}, "use fewer positions")
     pos = torch.arange(1, n_pos + 1, dtype=torch.float64)
     lo, hi = torch.minimum(pos[:, None], pos[None, :]), torch.maximum(pos[:, None], pos[None, :])
     return torch.sqrt(lo / hi)
@@ -251,7 +266,8 @@ def random_causal_pattern(
 
     Raises:
         NopeInterpError: ``target_entropy`` not a float tensor with finite entries; ``generator`` not a
-            ``torch.Generator`` (the draw must be reproducible); ``iters`` not an integer >= 1.
+            ``torch.Generator`` (the draw must be reproducible); ``iters`` not an integer >= 1; patterns that would
+            not fit the free memory (:func:`~nope_interp.similarity.check_host_memory`).
     """
     target_entropy = _checked(target_entropy, "target_entropy", "(*batch, query_pos)", "random_causal_pattern",
                               min_ndim=1)
@@ -261,6 +277,9 @@ def random_causal_pattern(
     iters = check_size("iters", iters)
     n = target_entropy.shape[-1]
     shape = (*target_entropy.shape, n)
+    check_host_memory(f"random_causal_pattern(target_entropy of shape {tuple(target_entropy.shape)})",
+                      {"the logits and five temporaries (float64)": 6 * 8 * math.prod(shape)},
+                      "use fewer or shorter rows")
     logits = torch.randn(shape, generator=generator, dtype=torch.float64)
     allowed = torch.tril(torch.ones(n, n, dtype=torch.bool))
     logits = logits.masked_fill(~allowed, float("-inf"))

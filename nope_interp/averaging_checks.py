@@ -42,7 +42,7 @@ from nope_interp.evaluate import exact_match_accuracy
 from nope_interp.hooks import hook_name
 from nope_interp.interventions import pattern_kind_unsupported, replaced_pattern
 from nope_interp.model import check_model_for_task, evaluates
-from nope_interp.similarity import adjacency_score, check_finite, cosine_similarity_matrix, tie_equal_vectors
+from nope_interp.similarity import adjacency_score, check_scorable, cosine_similarity_matrix, tie_equal_vectors
 from tasks import DEFAULT_WINDOW
 
 
@@ -254,6 +254,16 @@ def _predicted_vs_observed(pattern: Tensor, z: Tensor) -> PredictedVsObserved:
                                adjacency_observed=float(observed.nanmean()))
 
 
+def _check_z_scorable(z: Tensor, layer: int, head: int | None = None) -> None:
+    """Refuse ``hook_z`` (``batch pos n_heads d_head``) of ``layer`` whose vectors, heads concatenated or of one head
+    (every head, or only ``head``), have NaN/inf entries or are near zero: their cosines are undefined
+    (:func:`~nope_interp.similarity.check_scorable`; the message names the site and the head)."""
+    site = hook_name("z", layer)
+    check_scorable(z.flatten(-2), what=f"activations at {site}")
+    for h in range(z.shape[-2]) if head is None else (head,):
+        check_scorable(z[..., h, :], what=f"activations at {site} (head {h})")
+
+
 @evaluates
 @torch.no_grad()
 def averaging_report(
@@ -276,7 +286,8 @@ def averaging_report(
 
     Raises:
         NopeInterpError: ``model`` not a TransformerLens model; prompts shorter than 3 tokens (no rank
-            correlation); NaN or inf entries in a layer's ``hook_z`` (the message names the site); too many
+            correlation); NaN or inf entries or near-zero vectors in a layer's ``hook_z``, heads concatenated or of
+            one head (their cosines are undefined; the message names the site and the head); too many
             prompts asked; an unknown protocol or a bad ``window``; a model that cannot read the task's inputs
             (:func:`nope_interp.model.check_model_for_task`: a string for ``task``, ``n_ctx`` or ``d_vocab``
             too small, ``model.half()``); ``n_prompts`` not an integer >= 1.
@@ -299,7 +310,7 @@ def averaging_report(
         z = cache[hook_name("z", layer)].cpu()
         v = cache[hook_name("v", layer)].cpu()
         z_cat = z.flatten(-2)
-        check_finite(z_cat, f"activations at {hook_name('z', layer)}")
+        _check_z_scorable(z, layer)
         obs_cat = cosine_similarity_matrix(z_cat)
         var = per_position_variance(z_cat)
         var_ratio = (var / var[:, :1]).mean(0)
@@ -350,7 +361,8 @@ def counterfactual_report(
         A :class:`CounterfactualReport` with ``"clean"`` first, then ``kinds`` in order.
 
     Raises:
-        NopeInterpError: ``model`` not a TransformerLens model; an unknown kind or a layer out of range; a kind
+        NopeInterpError: ``model`` not a TransformerLens model; ``kinds`` a single string (not a list), naming an
+            unknown kind or one kind twice (checked before any work); a layer out of range; a kind
             that does not apply to the layer's attention (:func:`~nope_interp.interventions.pattern_kind_unsupported`:
             ``uniform`` or ``random_matched`` on bidirectional or sliding-window attention); a
             model that cannot read the task's inputs (:func:`nope_interp.model.check_model_for_task`); an
@@ -366,6 +378,16 @@ def counterfactual_report(
     pattern_seed = seed if pattern_seed is None else pattern_seed
     # numpy integers (np.arange) as the Python ints the analysis takes; their values are checked where used
     layer, n_prompts, window = (int(v) if is_int(v) else v for v in (layer, n_prompts, window))
+    if isinstance(kinds, (str, bytes)) or not isinstance(kinds, Sequence):  # a str would be read letter by letter
+        raise NopeInterpError(f"counterfactual_report: kinds must be a list of pattern kinds (e.g. [{kinds!r}]), got "
+                              f"{type(kinds).__name__} {kinds!r}; allowed: {', '.join(PATTERN_KINDS)}"[:300])
+    for kind in kinds:
+        if not isinstance(kind, str) or kind not in PATTERN_KINDS:
+            raise NopeInterpError(f"counterfactual_report: unknown pattern kind {kind!r} in kinds; allowed: "
+                                  f"{', '.join(PATTERN_KINDS)}"[:300])
+    twice = sorted({k for k in kinds if list(kinds).count(k) > 1})
+    if twice:  # two identical conditions, and to_dict would keep one
+        raise NopeInterpError(f"counterfactual_report: kinds names {', '.join(map(repr, twice))} more than once")
     for kind in kinds:  # before any work: a causal replacement on a bidirectional or sliding-window layer
         why = pattern_kind_unsupported(model, layer, kind) if kind in PATTERN_KINDS else None
         if why is not None:
@@ -401,7 +423,8 @@ def cosine_example(model: HookedTransformer, task: tasks_pkg.Task, layer: int = 
     Raises:
         NopeInterpError: ``model`` not a TransformerLens model; ``layer`` out of range; a model that cannot
             read the task's inputs (:func:`nope_interp.model.check_model_for_task`); an unknown protocol or a
-            bad ``window``.
+            bad ``window``; NaN or inf entries or near-zero vectors in the layer's ``hook_z`` (their cosines are
+            undefined; the message names the site).
     """
     check_model_for_task(model, task, None, "cosine_example")  # n_ctx: checked for the protocol's inputs
     prompt = protocol_prompts(model, task, 1, seed, exclude, protocol, window)[0]
@@ -409,5 +432,7 @@ def cosine_example(model: HookedTransformer, task: tasks_pkg.Task, layer: int = 
     tokens = task.prompt_tokens([prompt]).to(model.cfg.device)
     _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names, return_type=None)
     pred = _heads_summed_cosine(cache[hook_name("pattern", layer)][0].cpu())
-    obs = cosine_similarity_matrix(cache[hook_name("z", layer)][0].cpu().flatten(-2))
+    z = cache[hook_name("z", layer)][0].cpu()
+    check_scorable(z.flatten(-2), what=f"activations at {hook_name('z', layer)}")  # else an all-NaN observed matrix
+    obs = cosine_similarity_matrix(z.flatten(-2))
     return CosineExample(task=task.name, prompt=prompt, layer=layer, predicted=pred, observed=obs, protocol=protocol)

@@ -82,9 +82,9 @@ def check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
         raise NopeInterpError(f"{name} must be one of {', '.join(map(str, allowed))}, got {value!r}")
 
 
-def check_choices(name: str, values: tuple[str, ...], allowed: tuple[str, ...]) -> None:
+def check_choices(name: str, values: Any, allowed: tuple[str, ...]) -> None:
     """Raise NopeInterpError unless ``values`` is a non-empty sequence (not a single string) and every
-    entry is one of ``allowed``."""
+    entry is one of ``allowed``, each at most once."""
     if isinstance(values, (str, bytes)):
         raise NopeInterpError(f"{name} must be a list of names (e.g. [{allowed[0]!r}]), got the single string "
                               f"{values!r}; allowed: {', '.join(allowed)}")
@@ -93,11 +93,15 @@ def check_choices(name: str, values: tuple[str, ...], allowed: tuple[str, ...]) 
     for v in values:
         if v not in allowed:
             raise NopeInterpError(f"unknown {name} {v!r}; allowed: {', '.join(allowed)}")
+    twice = sorted({v for v in values if list(values).count(v) > 1})
+    if twice:  # one name twice would run (and report) it twice
+        raise NopeInterpError(f"{name} names {', '.join(map(repr, twice))} more than once")
 
 
-def check_tasks(names: tuple[str, ...]) -> None:
-    """Raise NopeInterpError unless ``names`` is a non-empty tuple of known task names."""
-    check_choices("task", tuple(names), tasks_pkg.TASK_NAMES)
+def check_tasks(names: Any) -> None:
+    """Raise NopeInterpError unless ``names`` is a non-empty sequence of known task names, each once (a single
+    string is refused, not read letter by letter)."""
+    check_choices("task", names if isinstance(names, (str, bytes)) else tuple(names), tasks_pkg.TASK_NAMES)
 
 
 #: What a user-given name that becomes a folder or file name (a run name, an output label) may be: one path

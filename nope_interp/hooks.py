@@ -52,8 +52,10 @@ def hook_name(point: str, layer: int | None = None, n_layers: int | None = None)
         n_layers: if given, ``layer`` is checked against ``[0, n_layers)``.
 
     Raises:
-        NopeInterpError: unknown point, missing or out-of-range layer.
+        NopeInterpError: unknown point, missing or out-of-range layer; ``n_layers`` not None nor an integer >= 1.
     """
+    if n_layers is not None and (not is_int(n_layers) or n_layers < 1):
+        raise NopeInterpError(f"hook_name: n_layers must be an integer >= 1 or None, got {n_layers!r}"[:300])
     if not isinstance(point, str):
         raise NopeInterpError(f"hook point must be a name (a str), one of {', '.join(POINTS)}; got "
                               f"{type(point).__name__} {point!r}"[:300])
@@ -114,7 +116,13 @@ def activation_hook_names(n_layers: int, points: tuple[str, ...] = ACTIVATION_PO
 def short_label(hook: str) -> str:
     """Compact label of a full hook name for figures: ``blocks.0.attn.hook_z`` -> ``L0 z``,
     ``blocks.2.hook_resid_pre`` -> ``L2 resid_pre``, ``hook_embed`` -> ``embed``. Every table and result
-    file uses the full TransformerLens name; only figure axes use this label."""
+    file uses the full TransformerLens name; only figure axes use this label.
+
+    Raises:
+        NopeInterpError: ``hook`` not a str."""
+    if not isinstance(hook, str):
+        raise NopeInterpError(f"short_label: hook must be a hook name (a str), got {type(hook).__name__} "
+                              f"{hook!r}"[:300])
     parts = hook.split(".")
     if parts[0] == "blocks" and len(parts) >= 3:
         return f"L{parts[1]} {parts[-1].removeprefix('hook_')}"

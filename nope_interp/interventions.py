@@ -28,6 +28,7 @@ from nope_interp.averaging import (
     random_causal_pattern,
     uniform_causal_pattern,
 )
+from nope_interp.checks import is_int
 from nope_interp.config import check_int
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import hook_name
@@ -78,8 +79,15 @@ def pattern_kind_unsupported(model: HookedTransformer, layer: int, kind: str) ->
     ``identity`` applies to any attention.
 
     Raises:
-        NopeInterpError: ``layer`` not an index into the model's ``attn_types`` when it has them
-            (:func:`~nope_interp.averaging.attention_window`)."""
+        NopeInterpError: ``model`` not a TransformerLens model; ``layer`` not an integer in [0, n_layers); an
+            unknown ``kind``."""
+    check_model(model)
+    n_layers = model.cfg.n_layers
+    if not is_int(layer) or not 0 <= layer < n_layers:  # checked whatever the kind: 99 is no layer of the model
+        raise NopeInterpError(f"pattern_kind_unsupported: layer must be an integer in [0, {n_layers}) for a model "
+                              f"with n_layers={n_layers}, got {layer!r}"[:300])
+    if kind not in PATTERN_KINDS:
+        raise NopeInterpError(f"unknown pattern kind {kind!r}; allowed: {', '.join(PATTERN_KINDS)}"[:300])
     if kind == "identity":
         return None
     if model.cfg.attention_dir != "causal":

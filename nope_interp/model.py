@@ -553,7 +553,8 @@ def check_tokens(model: LensModel, tokens: object, name: str = "tokens") -> Int[
 
     Raises:
         NopeInterpError: ``model`` is not a TransformerLens model (:func:`check_model`); not a tensor; a
-            float, complex or bool dtype; not 2-D; an empty batch or sequence; an id outside
+            float, complex or bool dtype; not 2-D; an empty batch or sequence; on the meta device (no data) or
+            sparse; an id outside
             ``[0, d_vocab)`` (the message gives the first such id and where it is). An id of -1 would
             otherwise silently select the last embedding row.
     """
@@ -564,6 +565,9 @@ def check_tokens(model: LensModel, tokens: object, name: str = "tokens") -> Int[
         raise NopeInterpError(f"{name} must hold integer token ids (torch.long), got dtype {tokens.dtype}")
     if tokens.ndim != 2 or 0 in tokens.shape:
         raise NopeInterpError(f"{name} must be 2-D (batch >= 1, pos >= 1), got shape {tuple(tokens.shape)}")
+    if tokens.device.type == "meta" or tokens.layout != torch.strided:
+        got = "on the meta device (no data)" if tokens.device.type == "meta" else f"of layout {tokens.layout}"
+        raise NopeInterpError(f"{name} must be a dense tensor with data, got one {got}")
     d_vocab = model.cfg.d_vocab
     bad = (tokens < 0) | (tokens >= d_vocab)
     if bool(bad.any()):

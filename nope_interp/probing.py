@@ -56,7 +56,13 @@ from torch import Tensor
 
 from nope_interp.checks import is_int, is_real
 from nope_interp.errors import NopeInterpError
-from nope_interp.similarity import check_finite, check_tensor, cosine_similarity_matrix, near_zero_positions
+from nope_interp.similarity import (
+    check_finite,
+    check_host_memory,
+    check_tensor,
+    cosine_similarity_matrix,
+    near_zero_positions,
+)
 
 FEATURES = ("cos_last", "cos_profile", "variance", "norm", "raw", "variance+norm")
 PROBES = ("mlp", "ridge")
@@ -157,11 +163,14 @@ def noise_activations(batch: int, pos: int, d_model: int, seed: int = 0) -> Floa
     :data:`NOISE_MAX_NRMSE`); a feature that does better reads position off its own construction.
 
     Raises:
-        NopeInterpError: a size not an integer >= 1; ``seed`` not an integer >= 0.
+        NopeInterpError: a size not an integer >= 1; ``seed`` not an integer >= 0; activations that would not fit
+            the free memory (:func:`~nope_interp.similarity.check_host_memory`).
     """
     for name, v in (("batch", batch), ("pos", pos), ("d_model", d_model)):
         _check_integer("noise_activations", name, v, 1)
     _check_integer("noise_activations", "seed", seed, 0)
+    check_host_memory(f"noise_activations(batch={int(batch)}, pos={int(pos)}, d_model={int(d_model)})",
+                      {"activations (float32)": 4 * int(batch) * int(pos) * int(d_model)}, "use smaller sizes")
     return torch.randn(int(batch), int(pos), int(d_model), generator=torch.Generator().manual_seed(int(seed)))
 
 

@@ -30,6 +30,7 @@ from nope_interp import ckernel
 from nope_interp.checks import is_int, is_real
 from nope_interp.config import check_int
 from nope_interp.errors import DegenerateInputWarning, NopeInterpError
+from nope_interp.model import check_fits_memory
 
 #: Per-sequence reductions of the adjacency counts (module docstring): the paper's, the authors' code's, and the
 #: authors' reported (rounded) score.
@@ -64,7 +65,8 @@ def _describe(x: object) -> str:
 def check_tensor(x: object, name: str, shape: str, *, ndim: int | None = None, min_ndim: int = 0,
                  min_sizes: dict[int, int] | None = None, finite: bool = False, fn: str = "") -> None:
     """The shared check of a tensor argument: a dense, real floating ``torch.Tensor`` with data (not on the
-    meta device), of ``ndim`` dimensions (or at least ``min_ndim``), each dimension ``d`` of ``min_sizes``
+    meta device) of at least 16 bits (float16, bfloat16, float32, float64; 8-bit floats are refused everywhere), of
+    ``ndim`` dimensions (or at least ``min_ndim``), each dimension ``d`` of ``min_sizes``
     (negative indices, e.g. ``{-1: 1}``) at least that large, and with ``finite`` no NaN or inf entry.
 
     ``name`` is the argument (``x``, ``sim``, ...), ``shape`` its documented shape (``"(*batch, pos, d_model)"``),
@@ -78,6 +80,9 @@ def check_tensor(x: object, name: str, shape: str, *, ndim: int | None = None, m
     if (not isinstance(x, Tensor) or not x.is_floating_point() or x.layout != torch.strided
             or x.device.type == "meta"):
         raise NopeInterpError(f"{where}{want}, got {_describe(x)}")
+    if x.dtype.itemsize < 2:  # float8: torch has no isfinite for it, and its 3-bit mantissa rounds every cosine
+        raise NopeInterpError(f"{where}{want} of float16 or a wider float, got {_describe(x)} (8-bit floats are too "
+                              "coarse to compare cosines; convert with .float())")
     if (ndim is not None and x.ndim != ndim) or x.ndim < min_ndim:
         raise NopeInterpError(f"{where}{want}, got {x.ndim} dimension(s): shape {tuple(x.shape)}")
     for dim, low in (min_sizes or {}).items():
@@ -122,6 +127,26 @@ def _safe_norms(x64: Tensor) -> Tensor:
     return (n * torch.exp2(half) * torch.exp2(e - half)).squeeze(-1)
 
 
+#: Estimates below this many bytes are not checked by :func:`check_host_memory` (reading the free memory costs
+#: more than such allocations; they fit any machine that runs the toolkit).
+MEMORY_CHECK_FROM = 2**26
+
+
+def check_host_memory(fn: str, need: dict[str, int], advice: str) -> None:
+    """Refuse, before allocating, a call of ``fn`` (its name and sizes, e.g. ``"closed_form_uniform_cosine(n_pos=
+    1000000)"``) whose tensors (``need``: estimated bytes by part) do not fit the free host memory
+    (:func:`~nope_interp.model.check_fits_memory`): torch's allocator would fail with a traceback, or the
+    operating system kill the process. ``advice`` says what to do instead. Estimates under
+    :data:`MEMORY_CHECK_FROM` bytes pass unchecked.
+
+    Raises:
+        NopeInterpError: the estimate exceeds the free memory; the message gives the estimate.
+    """
+    if sum(need.values()) < MEMORY_CHECK_FROM:
+        return
+    check_fits_memory({k: int(v) for k, v in need.items()}, "cpu", fn, advice)
+
+
 #: The documented shape of activations (vectors per position).
 ACTIVATIONS_SHAPE = "(*batch, pos, d_model)"
 
@@ -131,7 +156,8 @@ def check_activations(x: object, name: str = "x", fn: str = "") -> None:
     (finiteness is not checked: see :func:`check_finite`).
 
     Raises:
-        NopeInterpError: not a dense real floating tensor with data, fewer than 2 dimensions, or d_model 0.
+        NopeInterpError: not a dense real floating tensor with data of 16 bits or more (float8 is refused), fewer
+            than 2 dimensions, or d_model 0.
     """
     check_tensor(x, name, ACTIVATIONS_SHAPE, min_ndim=2, min_sizes={-1: 1}, fn=fn)
 
@@ -217,7 +243,7 @@ def cosine_similarity_matrix(
 
     Raises:
         NopeInterpError: ``x`` is not a dense real floating torch tensor with data (a list, a numpy array, an
-            integer or complex dtype, a meta tensor), has fewer than 2 dimensions or d_model = 0
+            integer, complex or float8 dtype, a meta tensor), has fewer than 2 dimensions or d_model = 0
             (:func:`check_activations`); ``min_norm`` is not a finite number >= 0.
     """
     check_activations(x, fn="cosine_similarity_matrix")
@@ -273,13 +299,22 @@ def tie_equal_vectors(sim: Float[Tensor, "*batch pos pos"], vectors: Float[Tenso
     pattern-predicted cosine matrices (collapsed attention gives equal rows).
 
     Raises:
-        NopeInterpError: ``vectors`` and ``sim`` disagree in their leading or position dimensions.
+        NopeInterpError: ``sim`` or ``vectors`` not a dense real floating torch tensor with data (of at least 2
+            dimensions; float16 and wider, :func:`check_tensor`); ``vectors`` and ``sim`` disagree in their leading
+            or position dimensions.
     """
+    check_tensor(sim, "sim", SIM_SHAPE, min_ndim=2, fn="tie_equal_vectors")
+    check_tensor(vectors, "vectors", "(*batch, pos, d)", min_ndim=2, fn="tie_equal_vectors")
     if tuple(vectors.shape[:-1]) != tuple(sim.shape[:-1]) or sim.shape[-1] != sim.shape[-2]:
         raise NopeInterpError(f"tie_equal_vectors: sim {tuple(sim.shape)} must be (*batch, pos, pos) for vectors "
                               f"{tuple(vectors.shape)} (*batch, pos, d)")
     rep = _first_equal_position(vectors)
     return sim if rep is None else _gather_representatives(sim, rep)
+
+
+#: The integer dtype of each float width: a float tensor viewed as it holds each entry's bits (viewing float32 as
+#: int64 would pair entries, and fail for an odd width).
+_SAME_WIDTH_INT = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}
 
 
 def _first_equal_position(unit: Tensor) -> Tensor | None:
@@ -295,11 +330,14 @@ def _first_equal_position(unit: Tensor) -> Tensor | None:
     # fast exact screen: an integer hash of each vector's bits (wrapping integer sums do not depend on the
     # summation order, so equal vectors hash equal); no equal hashes in any sequence means no repeats
     coef = torch.randint(-(2**62), 2**62, (d,), generator=torch.Generator().manual_seed(d), dtype=torch.int64)
-    hashes = (flat.contiguous().view(torch.int64) * coef.to(flat.device)).sum(-1).sort(dim=-1).values
+    bits = flat.contiguous().view(_SAME_WIDTH_INT[flat.dtype.itemsize]).long()  # each entry's bits, any float width
+    hashes = (bits * coef.to(flat.device)).sum(-1).sort(dim=-1).values
     if not bool((hashes[:, 1:] == hashes[:, :-1]).any()):
         return None
-    seq = torch.arange(flat.shape[0], dtype=unit.dtype, device=unit.device).repeat_interleave(n).unsqueeze(-1)
-    keys = torch.cat([seq, flat.reshape(-1, d)], dim=-1)  # the sequence index keeps repeats within a sequence
+    # the bits, not the float values, as keys: a float16 sequence index would be inexact past 2048 sequences
+    seq = torch.arange(flat.shape[0], device=unit.device).repeat_interleave(n).unsqueeze(-1)
+    keys = torch.cat([seq, bits.reshape(-1, d)], dim=-1)  # the sequence index keeps repeats within a sequence
+    del bits
     _, inverse = torch.unique(keys, dim=0, return_inverse=True)
     pos = torch.arange(n, device=unit.device).repeat(flat.shape[0])
     first = torch.full((int(inverse.max()) + 1,), n, dtype=torch.int64, device=unit.device)
@@ -312,10 +350,13 @@ def row_pair_counts(n_pos: int) -> Int[Tensor, " pos"]:
     """Pairs i < j < k compared in row k: k(k-1)/2 (0 for rows 0 and 1).
 
     Raises:
-        NopeInterpError: ``n_pos`` is not an integer >= 0.
+        NopeInterpError: ``n_pos`` is not an integer >= 0; the counts (and two temporaries of their size) would not
+            fit the free memory.
     """
     if not is_int(n_pos) or n_pos < 0:
         raise NopeInterpError(f"row_pair_counts: n_pos must be an integer >= 0, got {n_pos!r}")
+    check_host_memory(f"row_pair_counts(n_pos={int(n_pos)})", {"counts and temporaries (int64)": 3 * 8 * int(n_pos)},
+                      "use fewer positions")
     k = torch.arange(int(n_pos), dtype=torch.int64)
     return k * (k - 1) // 2
 
@@ -348,6 +389,14 @@ def _check_square_no_nan(sim: object, fn: str = "adjacency_counts") -> None:
     if bool(torch.isinf(below).any()):
         raise NopeInterpError(f"{fn}: sim must be finite below the diagonal (cosines are in [-1, 1]), got "
                               f"{int(torch.isinf(below).sum())} inf entries")
+
+
+def _check_elements(value: object, name: str, fn: str) -> int:
+    """A chunk size in tensor elements (``max_elements``, ``block_elements``) as a Python int, checked: an integer
+    >= 1, not a bool (0 and 2.5 would give empty or fractional chunks, a bool is a mistake)."""
+    if not is_int(value) or not 1 <= value <= 2**62:
+        raise NopeInterpError(f"{fn}: {name} must be an integer in [1, 2**62], got {value!r}"[:300])
+    return int(value)
 
 
 #: Below this many positions :func:`adjacency_counts` compares all pairs; from it on, it sorts.
@@ -393,9 +442,10 @@ def adjacency_counts_sorted(
     chunks of about ``max_elements`` matrix entries); no pos^3 tensor.
 
     Raises:
-        NopeInterpError: as :func:`adjacency_counts`.
+        NopeInterpError: as :func:`adjacency_counts`; ``max_elements`` not an integer >= 1.
     """
     _check_square_no_nan(sim, "adjacency_counts_sorted")
+    max_elements = _check_elements(max_elements, "max_elements", "adjacency_counts_sorted")
     n = sim.shape[-1]
     flat = sim.reshape(-1, n, n)
     # bound memory: about max_elements matrix entries per chunk of sequences (at least one sequence)
@@ -458,9 +508,10 @@ def adjacency_counts_naive(
     ``max_elements`` booleans.
 
     Raises:
-        NopeInterpError: as :func:`adjacency_counts`.
+        NopeInterpError: as :func:`adjacency_counts`; ``max_elements`` not an integer >= 1.
     """
     _check_square_no_nan(sim, "adjacency_counts_naive")
+    max_elements = _check_elements(max_elements, "max_elements", "adjacency_counts_naive")
     n = sim.shape[-1]
     flat = sim.reshape(-1, n, n)
     # pair (i, j) counts in row k iff i < j < k
@@ -483,9 +534,10 @@ def cosine_spread(sim: Float[Tensor, "*batch pos pos"], block_elements: int = 2*
     Raises:
         NopeInterpError: ``sim`` is not a dense real floating tensor with data; the last two dimensions are
             not square or there are fewer than 2 positions; an inf entry below the diagonal (cosines are in
-            [-1, 1]: the spread would be inf or NaN).
+            [-1, 1]: the spread would be inf or NaN); ``block_elements`` not an integer >= 1.
     """
     _check_square(sim, "cosine_spread", min_pos=2)
+    block_elements = _check_elements(block_elements, "block_elements", "cosine_spread")
     n = sim.shape[-1]
     flat = sim.reshape(-1, n, n)
     hi = torch.full(flat.shape[:1], float("-inf"), dtype=torch.float64, device=sim.device)
@@ -647,7 +699,7 @@ def adjacency_score(
     """
     _check_reductions((reduction,))
     _check_square_no_nan(sim, "adjacency_score")
-    _check_positions(sim.shape[-1])
+    _check_positions(sim.shape[-1], fn="adjacency_score", shape=tuple(sim.shape))
     if sim.numel() == 0:
         raise NopeInterpError(f"no matrix to score (shape {tuple(sim.shape)})")
     counts = adjacency_counts(sim)
@@ -667,10 +719,12 @@ def _check_reductions(reductions: object) -> None:
             raise NopeInterpError(f"unknown reduction {reduction!r}; allowed: {', '.join(REDUCTIONS)}")
 
 
-def _check_positions(n: int, what: str = "") -> None:
+def _check_positions(n: int, what: str = "", fn: str = "", shape: tuple[int, ...] | None = None) -> None:
     if n < 3:
         where = f"{what}: " if what and what != "activations" else ""
-        raise NopeInterpError(f"{where}the adjacency score needs at least 3 positions, got pos={n}")
+        seen = f" (shape {shape})" if shape is not None else ""
+        raise NopeInterpError(f"{fn + ': ' if fn else ''}{where}the adjacency score needs at least 3 positions, got "
+                              f"pos={n}{seen}")
 
 
 def _reduce(counts: Tensor, reduction: str) -> Tensor:
@@ -791,7 +845,7 @@ def _scores_and_matrix_sum(
     min_norm = _check_min_norm(min_norm, "adjacency_scores_of_activations")
     max_elements = check_int("max_elements", max_elements, 1, 2**62)  # a Python int: no numpy overflow
     n = x.shape[-2]
-    _check_positions(n, what)
+    _check_positions(n, what, "adjacency_scores_of_activations", tuple(x.shape))
     check_scorable(x, min_norm, what)
     flat = x.reshape(-1, n, x.shape[-1])
     if flat.shape[0] == 0:
@@ -994,7 +1048,8 @@ def sliding_window_lag_profile(n_pos: int, window: int, max_lag: int | None = No
         ``[d - 1]`` = idealised c(d) for d = 1..D (default D = n_pos - 1), in [0, 1), float64.
 
     Raises:
-        NopeInterpError: ``n_pos`` < 2; ``window`` not an integer >= 1; ``max_lag`` not in [1, n_pos - 1].
+        NopeInterpError: ``n_pos`` < 2; ``window`` not an integer >= 1; ``max_lag`` not in [1, n_pos - 1]; a
+            table of positions that would not fit the free memory (:func:`check_host_memory`).
     """
     if not is_int(n_pos):
         raise NopeInterpError(f"n_pos must be an integer >= 2, got {n_pos!r}")
@@ -1003,6 +1058,7 @@ def sliding_window_lag_profile(n_pos: int, window: int, max_lag: int | None = No
     if not is_int(window) or window < 1:
         raise NopeInterpError(f"window must be an integer >= 1, got {window!r}")
     window = min(int(window), n_pos)  # a window of n_pos or more keys is uniform causal attention
+    _check_lag_memory("sliding_window_lag_profile", n_pos, d_max)
 
     def terms(i: Tensor, d: Tensor) -> Tensor:
         j = i - d  # key positions
@@ -1027,18 +1083,29 @@ def uniform_causal_lag_profile(n_pos: int, max_lag: int | None = None) -> Float[
         ``[d - 1]`` = idealised c(d) for d = 1..D (default D = n_pos - 1), in (0, 1), float64.
 
     Raises:
-        NopeInterpError: ``n_pos`` < 2 or not an integer; ``max_lag`` not in [1, n_pos - 1].
+        NopeInterpError: ``n_pos`` < 2 or not an integer; ``max_lag`` not in [1, n_pos - 1]; a table of positions
+            that would not fit the free memory (:func:`check_host_memory`).
     """
     if not is_int(n_pos):
         raise NopeInterpError(f"n_pos must be an integer >= 2, got {n_pos!r}")
     n_pos = int(n_pos)
     d_max = _check_lag(n_pos, max_lag)
+    _check_lag_memory("uniform_causal_lag_profile", n_pos, d_max)
     return _lag_means(n_pos, d_max,
                       lambda i, d: torch.where(i >= d, torch.sqrt(torch.clamp(i - d + 1, min=0) / (i + 1)), 0.0))
 
 
 #: Elements of the (lags x positions) table an idealised lag profile builds at once (32 MiB of float64).
 _LAG_CHUNK = 1 << 22
+
+
+def _check_lag_memory(fn: str, n_pos: int, d_max: int) -> None:
+    """:func:`check_host_memory` for :func:`_lag_means`: the positions (float64) and about six temporaries of
+    one block of lags x positions."""
+    block = min(d_max, max(1, _LAG_CHUNK // n_pos)) * n_pos
+    check_host_memory(f"{fn}(n_pos={n_pos}, max_lag={d_max})",
+                      {"positions (float64)": 8 * n_pos, "a block of lags x positions and temporaries": 6 * 8 * block},
+                      "use fewer positions")
 
 
 def _lag_means(n_pos: int, d_max: int, terms: Callable[[Tensor, Tensor], Tensor]) -> Float[Tensor, " lag"]:

@@ -98,6 +98,9 @@ def mean_std_ci(values: Sequence[float]) -> SeedStats:
     scale = big if big > 1e150 or 0.0 < big < 1e-150 else 1.0
     xs = [v / scale for v in vals]
     mean_s = math.fsum(xs) / n
+    if all(v == vals[0] for v in vals):  # constant values: mean exactly the value, spread exactly 0 (no rounding)
+        mean_s, scale = vals[0], 1.0
+        xs = [mean_s] * n
     if n > 1:
         std_s = math.sqrt(math.fsum((x - mean_s) ** 2 for x in xs) / (n - 1))
     else:  # one value: std 0.0 by convention (no spread to estimate), NaN when that value is undefined
@@ -130,15 +133,16 @@ def fmt_mean_std(mean: Any, std: Any, n: Any, digits: Any = 3, sep: str = " ± "
         NaN or None. For example ``fmt_mean_std(0.6, 0.1414, 2, 2)`` is ``"0.60 ± 0.14"``.
 
     Raises:
-        NopeInterpError: ``mean`` not a real number (None, a bool, a string); ``std`` neither a real number nor
-            None, or negative; ``n`` not an int >= 0 or None; ``n`` 0 with a mean that is not NaN; ``digits``
-            not an int in [0, 10]; ``sep`` not a str.
+        NopeInterpError: ``mean`` not a real number (None, a bool, a string) or infinite; ``std`` neither a real
+            number nor None, negative or infinite; ``n`` not an int >= 0 or None; ``n`` 0 with a mean that is not
+            NaN; ``digits`` not an int in [0, 10]; ``sep`` not a str.
     """
 
-    if not is_real(mean):
-        raise NopeInterpError(f"fmt_mean_std needs a real number for the mean, got {mean!r}"[:300])
-    if std is not None and (not is_real(std) or std < 0):
-        raise NopeInterpError(f"fmt_mean_std needs a std >= 0 (NaN or None: undefined), got {std!r}"[:300])
+    if not is_real(mean) or math.isinf(mean):
+        raise NopeInterpError(f"fmt_mean_std needs a finite real number for the mean (NaN: undefined), got "
+                              f"{mean!r}"[:300])
+    if std is not None and (not is_real(std) or std < 0 or math.isinf(std)):
+        raise NopeInterpError(f"fmt_mean_std needs a finite std >= 0 (NaN or None: undefined), got {std!r}"[:300])
     if n is not None and (not is_int(n) or n < 0):
         raise NopeInterpError(f"fmt_mean_std needs n, the number of values, as an int >= 0 (or None), got {n!r}"[:300])
     if n == 0 and not math.isnan(mean):
@@ -167,11 +171,14 @@ def fmt_fraction(x: Any, digits: Any = 4) -> str:
     Raises:
         NopeInterpError: ``x`` not a finite real number; ``digits`` not an integer in [0, 10].
     """
-    from decimal import ROUND_HALF_UP, Decimal
+    from decimal import ROUND_HALF_UP, Decimal, localcontext
 
     if not is_int(digits) or not 0 <= digits <= 10:
         raise NopeInterpError(f"digits must be an integer in [0, 10], got {digits!r}")
     digits = int(digits)  # Decimal.scaleb refuses a numpy integer
     if not is_real(x) or not math.isfinite(x):
         raise NopeInterpError(f"fmt_fraction needs a finite number, got {x!r}")
-    return str(Decimal(repr(float(x))).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP))
+    value = Decimal(repr(float(x)))
+    with localcontext() as ctx:  # enough digits for any finite float (1e308 has 309 before the point)
+        ctx.prec = 330 + digits
+        return str(value.quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP))

@@ -44,7 +44,12 @@ def dialogue(markdown: str) -> str:
 
     Known gap, kept because the shipped text models were trained and scored on it: a stage direction that
     wraps over several lines, and Markdown escapes (``\\--``), stay in (0.6-0.7% of the characters; README,
-    "A NoPE language model on Shakespeare")."""
+    "A NoPE language model on Shakespeare").
+
+    Raises:
+        NopeInterpError: ``markdown`` not a str (None, bytes: decode them first)."""
+    if not isinstance(markdown, str):
+        raise NopeInterpError(f"dialogue: markdown must be a str (decode bytes first), got {type(markdown).__name__}")
     keep = []
     for raw in markdown.splitlines():
         line = raw.strip()

@@ -100,3 +100,18 @@ def test_sites_of_two_widths_are_refused_by_name_and_each_width_alone_is_analyse
     assert z.scores["row_mean"]["blocks.1.attn.hook_z"]["mean"] == pytest.approx(
         ref.summary("blocks.1.attn.hook_z")["mean"], abs=1e-6)
     assert collect_activations(model, tokens, ("resid_post",)).acts.shape == (2, 3, 10, 32)
+
+
+@pytest.mark.parametrize("batch_size", [True, False, 2.5, None, "2", 0, -1])
+@pytest.mark.parametrize("fn", ["collect_activations", "iter_activations"])
+def test_a_batch_size_that_is_not_an_integer_of_at_least_one_is_refused_by_name(tiny_model, fn, batch_size):
+    """Before: True was taken as 1, and 2.5, None and '2' raised a raw TypeError from range()."""
+    from conftest import unhooked
+
+    import nope_interp.activations as A
+    from nope_interp.errors import NopeInterpError
+
+    tokens = torch.randint(0, 96, (3, 5), generator=torch.Generator().manual_seed(0))
+    with pytest.raises(NopeInterpError, match=rf"^{fn}: batch_size must be an integer >= 1, got "):
+        out = unhooked(getattr(A, fn))(tiny_model, tokens, ("z",), batch_size)
+        list(out) if fn == "iter_activations" else None

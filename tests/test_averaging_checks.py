@@ -297,3 +297,40 @@ def test_a_window_too_long_for_n_ctx_says_which_window_fits(tiny_cfg, addition_t
         assert len(protocol_prompts(model, addition_task, 2, 1, frozenset(), "window", n_ctx)[0]) == n_ctx
     with pytest.raises(NopeInterpError, match="'addition' authors inputs of 9 tokens$"):
         protocol_prompts(build_model(tiny_cfg.replace(n_ctx=8)), addition_task, 2, 1, frozenset(), "authors", 64)
+
+
+@pytest.mark.parametrize("init_std", [1e-6, 1e-7])
+@pytest.mark.parametrize("fn", ["averaging_report", "cosine_example"])
+def test_near_zero_hook_z_is_refused_naming_the_site_and_the_cause(checks, fn, init_std):
+    """Before: averaging_report said "lower_triangle_spearman: obs must be finite, got 81 NaN ..." and
+    cosine_example returned an all-NaN observed matrix."""
+    import dataclasses
+
+    import tasks
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.model import build_model, preset
+
+    model = build_model(dataclasses.replace(preset("tiny"), init_std=init_std))
+    call = (lambda: checks.averaging_report(model, tasks.get_task("addition"), 4)) if fn == "averaging_report" \
+        else (lambda: checks.cosine_example(model, tasks.get_task("addition")))
+    with pytest.raises(NopeInterpError, match=r"^activations at blocks\.0\.attn\.hook_z have \d+ near-zero vectors "
+                                              r"\(L2 norm < min_norm=1e-08.*their cosines are undefined"):
+        call()
+
+
+@pytest.mark.parametrize("kinds,words", [
+    ("uniform", "kinds must be a list of pattern kinds"), (b"uniform", "kinds must be a list of pattern kinds"),
+    (("uniform", "uniform"), "kinds names 'uniform' more than once"),
+    (["identity", "uniform", "identity"], "kinds names 'identity' more than once"),
+    (("flat",), "unknown pattern kind 'flat' in kinds"), ((3,), "unknown pattern kind 3 in kinds"),
+    (None, "kinds must be a list of pattern kinds"),
+])
+def test_counterfactual_kinds_must_be_a_list_of_distinct_kinds(checks, tiny_model, addition_task, kinds, words):
+    """Before: kinds="uniform" said "unknown pattern kind 'u'" (the string read letter by letter) and
+    ("uniform", "uniform") gave two identical conditions."""
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+
+    with pytest.raises(NopeInterpError, match=rf"^counterfactual_report: {words}"):
+        unhooked(checks.counterfactual_report)(tiny_model, addition_task, 0, kinds, n_prompts=4)

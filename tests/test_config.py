@@ -281,3 +281,19 @@ def test_describe_presets_names_every_preset_with_its_own_shape(monkeypatch):
     monkeypatch.setitem(config.PRESETS, "drop", config.ModelConfig(n_layers=1, d_model=32, n_heads=2, d_head=16,
                                                                    d_mlp=64, n_ctx=8, dropout=0.1))
     assert "drop (1 layers x d_model 32, n_ctx 8, dropout 0.1)" in config.describe_presets()
+
+
+@pytest.mark.parametrize("values,words", [
+    ("addition", "must be a list of names .* got the single string 'addition'"),
+    (("addition", "addition"), "task names 'addition' more than once"),
+    (["reversal", "addition", "reversal"], "task names 'reversal' more than once"),
+])
+def test_check_tasks_refuses_a_bare_string_and_a_task_named_twice(values, words):
+    """Before: check_tasks("addition") said "unknown task 'a'" and a task named twice was accepted (run twice)."""
+    from nope_interp.config import check_choices, check_tasks
+    from nope_interp.errors import NopeInterpError
+
+    with pytest.raises(NopeInterpError, match=words):
+        check_tasks(values)
+    with pytest.raises(NopeInterpError, match=words.replace("task ", "protocol ")):
+        check_choices("protocol", values, ("addition", "reversal"))

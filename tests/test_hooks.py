@@ -136,3 +136,27 @@ def test_other_unknown_points_get_no_hook_name_hint(given):
     with pytest.raises(NopeInterpError, match="unknown activation point") as err:
         activation_hook_names(2, (given,))
     assert "full hook name" not in str(err.value)
+
+
+@pytest.mark.parametrize("n_layers", [2.5, True, 0, -1, "3"])
+def test_hook_name_refuses_an_n_layers_that_is_not_a_positive_integer(n_layers):
+    """Before: n_layers=2.5 let layer 2 through ("blocks.2...") and True was taken as 1."""
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.hooks import hook_name
+
+    with pytest.raises(NopeInterpError, match=r"^hook_name: n_layers must be an integer >= 1 or None, got "):
+        unhooked(hook_name)("z", 2, n_layers=n_layers)
+
+
+@pytest.mark.parametrize("bad", [3, None, b"blocks.0.attn.hook_z", ("blocks", "0")])
+def test_short_label_refuses_what_is_not_a_hook_name(bad):
+    """Before: short_label(3) raised AttributeError."""
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.hooks import short_label
+
+    with pytest.raises(NopeInterpError, match=r"^short_label: hook must be a hook name \(a str\)"):
+        unhooked(short_label)(bad)

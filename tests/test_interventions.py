@@ -110,3 +110,20 @@ def test_a_key_value_cache_step_is_refused_by_name_and_full_reruns_decode(tiny_m
     for bad in (0, "gen", 1.5):
         with pytest.raises(NopeInterpError, match=r"random_matched' needs a torch.Generator, got"):
             unhooked(pattern_replacement_hook)("random_matched", bad)
+
+
+@pytest.mark.parametrize("layer", [99, 2, -1, 1.0, True, None])
+@pytest.mark.parametrize("kind", ["uniform", "identity", "random_matched"])
+def test_pattern_kind_unsupported_refuses_a_layer_the_model_does_not_have(tiny_model, layer, kind):
+    """Before: pattern_kind_unsupported(model, 99, "uniform") answered None (supported)."""
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.interventions import pattern_kind_unsupported
+
+    with pytest.raises(NopeInterpError, match=r"^pattern_kind_unsupported: layer must be an integer in \[0, 2\) "):
+        unhooked(pattern_kind_unsupported)(tiny_model, layer, kind)
+    with pytest.raises(NopeInterpError, match="unknown pattern kind 'flat'"):
+        pattern_kind_unsupported(tiny_model, 0, "flat")
+    with pytest.raises(NopeInterpError, match="TransformerLens"):
+        unhooked(pattern_kind_unsupported)(object(), 0, kind)

@@ -548,3 +548,23 @@ def test_a_model_or_cache_on_the_meta_device_is_one_line_error():
     for fn in (lambda: averaging_check(cache, 0), lambda: adjacency_scores(cache)):
         with pytest.raises(NopeInterpError, match="meta-device tensors .* at blocks.0.attn.hook_pattern"):
             fn()
+
+
+@pytest.mark.parametrize("entry", ["check_tokens", "collect_activations", "analyze_tokens", "layer_positional_types",
+                                   "diagnose"])
+@pytest.mark.parametrize("device", ["meta", "sparse"])
+def test_tokens_without_data_are_refused_by_every_entry_point(tiny_model, entry, device):
+    """Before: tokens on the meta device raised "Tensor.item() cannot be called on meta tensors"."""
+    import importlib
+
+    import tasks
+    from nope_interp.errors import NopeInterpError
+
+    good = torch.randint(0, 20, (4, 6), generator=torch.Generator().manual_seed(0))
+    tokens = good.to("meta") if device == "meta" else good.to_sparse()
+    module = {"check_tokens": "model", "collect_activations": "activations", "analyze_tokens": "analysis",
+              "layer_positional_types": "positional", "diagnose": "diagnostics"}[entry]
+    fn = getattr(importlib.import_module(f"nope_interp.{module}"), entry)
+    args = (tiny_model, tasks.get_task("addition"), tokens) if entry == "diagnose" else (tiny_model, tokens)
+    with pytest.raises(NopeInterpError, match=r"tokens must be a dense tensor with data, got one (on the meta|of la)"):
+        fn(*args)

@@ -741,3 +741,136 @@ def test_equal_attention_rows_get_equal_predicted_cosines():
         from conftest import unhooked
 
         unhooked(tie_equal_vectors)(cos, a[:5])
+
+
+# Sizes given as numbers are refused before allocating when their tensors would not fit the free memory (before: a
+# raw "DefaultCPUAllocator: can't allocate memory" or, for sliding_window_lag_profile(10**9, 3, 5), the process
+# killed by the operating system). The free memory is patched: nothing large is allocated here.
+def _gen():
+    return torch.Generator().manual_seed(0)
+
+
+#: name: (module, call of the function with size n).
+SIZE_CALLS = {
+    "sliding_window_lag_profile": ("similarity", lambda f, n: f(n, 3, 5)),
+    "uniform_causal_lag_profile": ("similarity", lambda f, n: f(n, 2)),
+    "row_pair_counts": ("similarity", lambda f, n: f(n)),
+    "closed_form_uniform_cosine": ("averaging", lambda f, n: f(n)),
+    "uniform_causal_pattern": ("averaging", lambda f, n: f(n)),
+    "identity_pattern": ("averaging", lambda f, n: f(n)),
+    "random_causal_pattern": ("averaging", lambda f, n: f(torch.zeros(1, n), _gen(), iters=1)),
+    "noise_activations": ("probing", lambda f, n: f(n, n, n)),
+    "random_subspace": ("ablations", lambda f, n: f(n, n, _gen())),
+    "derangement": ("ablations", lambda f, n: f(n, _gen())),
+}
+#: A size whose estimate passes 1 MiB but allocates little, and one that no machine holds.
+SMALL_SIZES = {"sliding_window_lag_profile": 40_000, "uniform_causal_lag_profile": 40_000, "row_pair_counts": 50_000,
+               "closed_form_uniform_cosine": 300, "uniform_causal_pattern": 300, "identity_pattern": 400,
+               "random_causal_pattern": 200, "noise_activations": 70, "random_subspace": 200, "derangement": 70_000}
+HUGE_SIZES = {"sliding_window_lag_profile": 10**13, "uniform_causal_lag_profile": 10**13, "row_pair_counts": 10**13,
+              "closed_form_uniform_cosine": 10**7, "uniform_causal_pattern": 10**7, "identity_pattern": 10**7,
+              "random_causal_pattern": 10**5, "noise_activations": 10**6, "random_subspace": 10**9,
+              "derangement": 10**13}
+
+
+@pytest.mark.parametrize("name", sorted(SIZE_CALLS))
+@pytest.mark.parametrize("which", ["small", "huge"])
+def test_sizes_whose_tensors_do_not_fit_memory_are_refused_before_allocating(name, which, monkeypatch):
+    import nope_interp.model as M
+    import nope_interp.similarity as S
+    from nope_interp.errors import NopeInterpError
+
+    monkeypatch.setattr(S, "MEMORY_CHECK_FROM", 0, raising=False)
+    monkeypatch.setattr(M, "_cpu_available_bytes", lambda: 2**20 if which == "small" else 2**34)
+    import importlib
+
+    module, call = SIZE_CALLS[name]
+    fn = getattr(importlib.import_module(f"nope_interp.{module}"), name)
+    n = (SMALL_SIZES if which == "small" else HUGE_SIZES)[name]
+    with pytest.raises(NopeInterpError, match=rf"^{name}\(.*\) needs about .* but only .* is free on cpu; use ") as e:
+        call(fn, n)
+    assert "\n" not in str(e.value)
+    if which == "small":  # the same call with the memory there runs
+        monkeypatch.setattr(M, "_cpu_available_bytes", lambda: 2**40)
+        call(fn, n)
+
+
+@pytest.mark.parametrize("value", [0, -3, 2.5, True, None, "8"])
+@pytest.mark.parametrize("fn,name", [("adjacency_counts_sorted", "max_elements"),
+                                     ("adjacency_counts_naive", "max_elements"), ("cosine_spread", "block_elements")])
+def test_a_chunk_size_that_is_not_an_integer_of_at_least_one_is_refused(S, fn, name, value):
+    """Before: adjacency_counts_sorted(max_elements=0 or 2.5) was accepted (a chunk of one sequence) and
+    cosine_spread(block_elements='a') raised a raw TypeError."""
+    from nope_interp.errors import NopeInterpError
+
+    sim = S.cosine_similarity_matrix(torch.randn(2, 6, 4, generator=torch.Generator().manual_seed(0)))
+    with pytest.raises(NopeInterpError, match=rf"^{fn}: {name} must be an integer in \[1, 2\*\*62\], got "):
+        unhooked(getattr(S, fn))(sim, **{name: value})
+
+
+def _naive_tie(sim, vectors):
+    """tie_equal_vectors by its definition, with loops: each position takes the row and column of the first
+    position of its sequence whose vector has the same bits, and similarity exactly 1 with it."""
+    import itertools
+
+    sim2, v2 = sim.reshape(-1, *sim.shape[-2:]).clone(), vectors.reshape(-1, *vectors.shape[-2:])
+    out = sim2.clone()
+    for b in range(v2.shape[0]):
+        n = v2.shape[1]
+        rep = [next(j for j in range(n) if v2[b, j].numpy().tobytes() == v2[b, k].numpy().tobytes())
+               for k in range(n)]
+        for k, j in itertools.product(range(n), range(n)):
+            out[b, k, j] = 1.0 if rep[k] == rep[j] else sim2[b, rep[k], rep[j]]
+    return out.reshape(sim.shape)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("d", [1, 3, 5, 8])
+def test_tie_equal_vectors_takes_every_float_width_and_odd_widths(S, dtype, d):
+    """Before: float32 vectors of odd width raised a raw RuntimeError ("must be divisible by 2 to view Float as
+    Long"), float16 ones of width not a multiple of 4 too."""
+    g = torch.Generator().manual_seed(d)
+    vectors = torch.randn(3, 7, d, generator=g).to(dtype)
+    vectors[0, 4] = vectors[0, 1]
+    vectors[2, 6] = vectors[2, 0]
+    vectors[2, 3] = vectors[2, 0]
+    sim = torch.rand(3, 7, 7, generator=g, dtype=torch.float64)
+    got = S.tie_equal_vectors(sim, vectors)
+    assert torch.equal(got, _naive_tie(sim, vectors.float() if dtype == torch.bfloat16 else vectors))
+    assert got[0, 4, 1] == 1.0 and torch.equal(got[2, 6], got[2, 0])
+    distinct = torch.arange(10.0 * d).reshape(2, 5, d).to(dtype)
+    assert S.tie_equal_vectors(sim[:2, :5, :5], distinct) is not None
+
+
+@pytest.mark.parametrize("bad,words", [
+    (lambda v: v.int(), "vectors must be a real floating torch tensor"),
+    (lambda v: v.tolist(), "vectors must be a real floating torch tensor"),
+    (lambda v: v.to("meta"), "meta device"),
+    (lambda v: v.to(torch.complex64), "vectors must be a real floating torch tensor"),
+    (lambda v: v[0, 0, 0], "vectors must be a real floating torch tensor"),
+])
+def test_tie_equal_vectors_refuses_vectors_that_are_not_float_tensors(S, bad, words):
+    """Before: int32, list and other inputs raised raw errors from torch."""
+    from nope_interp.errors import NopeInterpError
+
+    v = torch.randn(2, 5, 3)
+    with pytest.raises(NopeInterpError, match=rf"^tie_equal_vectors: .*{words}"):
+        unhooked(S.tie_equal_vectors)(torch.rand(2, 5, 5, dtype=torch.float64), bad(v))
+    with pytest.raises(NopeInterpError, match=r"^tie_equal_vectors: sim must be a real floating torch tensor"):
+        unhooked(S.tie_equal_vectors)(bad(torch.rand(2, 5, 5)), v)
+
+
+@pytest.mark.parametrize("shape", [(2, 2, 4), (1, 1, 3), (2, 5, 2, 4)])
+@pytest.mark.parametrize("fn", ["adjacency_score_of_activations", "adjacency_scores_of_activations",
+                                "adjacency_score"])
+def test_too_few_positions_names_the_function_and_the_shape(S, fn, shape):
+    """Before: only "the adjacency score needs at least 3 positions", without the function or the shape."""
+    from nope_interp.errors import NopeInterpError
+
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+    if fn == "adjacency_score":
+        x = x[..., : shape[-2]].expand(*shape[:-1], shape[-2]).clone()
+    name = "adjacency_scores_of_activations" if fn != "adjacency_score" else fn
+    with pytest.raises(NopeInterpError, match=rf"^{name}: the adjacency score needs at least 3 positions, got "
+                                              rf"pos={shape[-2]} \(shape \({shape[0]}, "):
+        getattr(S, fn)(x)

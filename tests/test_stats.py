@@ -206,3 +206,33 @@ def test_error_bar_is_none_for_one_value_and_the_std_or_ci_half_otherwise():
             unhooked(error_bar)(bad)
     with pytest.raises(NopeInterpError, match="half must be 'std' or 'ci'"):
         error_bar(two, "sem")
+
+
+@pytest.mark.parametrize("x,digits,want", [(1e300, 2, "1" + "0" * 300 + ".00"), (-1e300, 0, "-1" + "0" * 300),
+                                           (1.7976931348623157e308, 4, "17976931348623157" + "0" * 292 + ".0000"),
+                                           (123456789012345678901234567890.0, 1, "123456789012345680000000000000.0")])
+def test_fmt_fraction_of_a_large_number_is_its_decimal_not_a_decimal_error(x, digits, want):
+    """Before: fmt_fraction(1e300) raised decimal.InvalidOperation (the context's 28 digits). The shortest decimal
+    of the float (its repr) is rounded, as for fractions."""
+    from nope_interp.stats import fmt_fraction
+
+    assert fmt_fraction(x, digits) == want
+
+
+@pytest.mark.parametrize("mean,std", [(math.inf, 0.1), (-math.inf, 0.1), (0.5, math.inf), (math.inf, None)])
+def test_fmt_mean_std_refuses_infinities(mean, std):
+    """Before: fmt_mean_std(inf, 0.1, 3) returned "inf ± 0.100"."""
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.stats import fmt_mean_std
+
+    with pytest.raises(NopeInterpError, match=r"^fmt_mean_std needs a finite "):
+        fmt_mean_std(mean, std, 3)
+
+
+@pytest.mark.parametrize("values", [[0.1] * 3, [0.7] * 5, [1e-320] * 4, [1e300] * 2, [0.3, 0.3], [1 / 3] * 7])
+def test_constant_values_have_exactly_their_mean_and_zero_spread(values):
+    """Before: mean_std_ci([0.1] * 3) gave std 1.7e-17 and a CI that was not the point."""
+    from nope_interp.stats import mean_std_ci
+
+    st = mean_std_ci(values)
+    assert st.mean == values[0] and st.std == 0.0 and st.ci95_low == st.ci95_high == values[0]

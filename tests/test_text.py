@@ -61,3 +61,15 @@ def test_long_context_reads_text(tmp_path):
     assert [(r.input, r.n) for r in res.rows] == [("text", 16), ("text", 64)]
     assert all(0 <= r.scores[r.sites[0]]["row_mean"]["mean"] <= 1 for r in res.rows)
     assert {p.name for p in long_context.write(res, tmp_path)} >= {"score_vs_n_text.html", "lag_profile_text.html"}
+
+
+@pytest.mark.parametrize("bad", [None, b"x", 3, ["# a", "line"]])
+def test_dialogue_refuses_what_is_not_a_str(bad):
+    """Before: dialogue(None) raised AttributeError and dialogue(b"x") TypeError."""
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.text import dialogue
+
+    with pytest.raises(NopeInterpError, match=r"^dialogue: markdown must be a str"):
+        unhooked(dialogue)(bad)

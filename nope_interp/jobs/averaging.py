@@ -83,7 +83,7 @@ class AveragingConfig(FrozenConfig):
     window: int = opt(DEFAULT_WINDOW, "characters per input of the window protocol")
 
     def __post_init__(self) -> None:
-        check_tasks(tuple(self.tasks))
+        check_tasks(self.tasks)
         check_int("n_prompts", self.n_prompts, 3, 100_000)
         check_int("eval_n", self.eval_n, 1)
         check_choice("protocol", self.protocol, tasks_pkg.PROTOCOLS)

@@ -88,7 +88,7 @@ class CompareConfig(FrozenConfig):
         if self.label.endswith("_l0_z"):  # label a's overview figure is a_l0_z_<protocol>.html: it would collide
             raise NopeInterpError(f"label must not end in _l0_z (the suffix of the overview figures' names), "
                                   f"got {self.label!r}")
-        check_choices("protocol", tuple(self.protocols), tasks_pkg.PROTOCOLS)
+        check_choices("protocol", self.protocols, tasks_pkg.PROTOCOLS)
         if not self.protocols or self.protocols[0] != "full":
             raise NopeInterpError(f"protocols must start with full (the main table), got {self.protocols}")
         check_int("window", self.window, 3, 1_000_000)

@@ -98,8 +98,8 @@ class DemoConfig(FrozenConfig):
     window: int = opt(DEFAULT_WINDOW, "characters per input of the window protocol")
 
     def __post_init__(self) -> None:
-        check_tasks(tuple(self.tasks))
-        check_choices("protocol", tuple(self.protocols), tasks_pkg.PROTOCOLS)
+        check_tasks(self.tasks)
+        check_choices("protocol", self.protocols, tasks_pkg.PROTOCOLS)
         if self.protocols[0] != "full":
             raise NopeInterpError(f"protocols must start with full (the main tables), got {self.protocols}")
         check_int("window", self.window, 3, 1_000_000)

@@ -134,7 +134,7 @@ class LongContextConfig(FrozenConfig):
         for name, allowed in (("inputs", INPUTS), ("normalizations", NORMALIZATIONS), ("attentions", ATTENTIONS)):
             if not getattr(self, name):
                 raise NopeInterpError(f"{name} must not be empty")
-            check_choices(name[:-1], tuple(getattr(self, name)), allowed)
+            check_choices(name[:-1], getattr(self, name), allowed)
         check_tasks((self.text_task,))
         check_choice("grid_preset", self.grid_preset, ("paper", "cpu", "tiny"))
 

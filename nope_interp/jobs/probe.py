@@ -123,7 +123,7 @@ class ProbeConfig(FrozenConfig):
     window: int = opt(DEFAULT_WINDOW, "characters per input of the window protocol")
 
     def __post_init__(self) -> None:
-        check_tasks(tuple(self.tasks))
+        check_tasks(self.tasks)
         check_choice("protocol", self.protocol, tasks_pkg.PROTOCOLS)
         check_int("window", self.window, 8, 1_000_000)
         check_used("window", self.window, DEFAULT_WINDOW, self.protocol == "window", "with protocol window")
@@ -133,9 +133,9 @@ class ProbeConfig(FrozenConfig):
         if self.seeds is not None:
             check_int("seeds", self.seeds, 1, 1000)
         if self.features is not None:
-            check_choices("feature", tuple(self.features), FEATURES)
+            check_choices("feature", self.features, FEATURES)
         if self.probes is not None:
-            check_choices("probe", tuple(self.probes), PROBES)
+            check_choices("probe", self.probes, PROBES)
         if self.sites is not None and not self.sites:
             raise NopeInterpError("sites must not be empty (omit it for the default sites)")
 
