@@ -115,7 +115,9 @@ def activation_hook_names(n_layers: int, points: tuple[str, ...] = ACTIVATION_PO
 
 def short_label(hook: str) -> str:
     """Compact label of a full hook name for figures: ``blocks.0.attn.hook_z`` -> ``L0 z``,
-    ``blocks.2.hook_resid_pre`` -> ``L2 resid_pre``, ``hook_embed`` -> ``embed``. Every table and result
+    ``blocks.2.hook_resid_pre`` -> ``L2 resid_pre``, ``blocks.0.ln1.hook_normalized`` -> ``L0 ln1 normalized``,
+    ``blocks.1.mlp.hook_post`` -> ``L1 mlp post``, ``hook_embed`` -> ``embed``: distinct hook names of one model
+    get distinct labels. Every table and result
     file uses the full TransformerLens name; only figure axes use this label.
 
     Raises:
@@ -125,5 +127,8 @@ def short_label(hook: str) -> str:
                               f"{hook!r}"[:300])
     parts = hook.split(".")
     if parts[0] == "blocks" and len(parts) >= 3:
-        return f"L{parts[1]} {parts[-1].removeprefix('hook_')}"
+        # the component is kept except for attention (L0 z, as the paper names it): dropping it gave
+        # blocks.0.ln1.hook_normalized and blocks.0.ln2.hook_normalized one label, drawn as one site
+        middle = [p for p in parts[2:-1] if p != "attn"]
+        return " ".join([f"L{parts[1]}", *middle, parts[-1].removeprefix("hook_")])
     return hook.removeprefix("hook_")

@@ -17,11 +17,22 @@ def test_hook_name_matches_transformer_lens(tiny_model, point, layer, name):
 
 @pytest.mark.parametrize("name,label", [
     ("blocks.0.attn.hook_z", "L0 z"), ("blocks.12.hook_resid_post", "L12 resid_post"), ("hook_embed", "embed"),
+    ("blocks.0.ln1.hook_normalized", "L0 ln1 normalized"), ("blocks.1.mlp.hook_post", "L1 mlp post"),
 ])
 def test_short_label(name, label):
     from nope_interp.hooks import short_label
 
     assert short_label(name) == label
+
+
+def test_short_labels_of_every_hook_of_a_model_are_distinct(tiny_model):
+    """Before: blocks.0.ln1.hook_normalized and blocks.0.ln2.hook_normalized (and the two hook_scale) were both
+    'L0 normalized', so SiteScores.figure drew them at one x and LagProfile.figure as two lines of one name."""
+    from nope_interp.hooks import short_label
+
+    names = list(tiny_model.hook_dict)
+    labels = [short_label(n) for n in names]
+    assert len(set(labels)) == len(names), [lab for lab in labels if labels.count(lab) > 1]
 
 
 def test_bad_points_and_layers():
