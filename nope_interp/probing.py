@@ -210,7 +210,8 @@ class ProbeScore:
 
 
 def score_predictions(y_true: np.ndarray, y_pred: np.ndarray) -> ProbeScore:
-    """NRMSE, Pearson r and MAE of predictions.
+    """NRMSE, Pearson r and MAE of predictions. NRMSE is NaN when ``y_true`` is constant (no spread to divide
+    by), Pearson r when either array is.
 
     Raises:
         NopeInterpError: ``y_true`` and ``y_pred`` are not 1-D real (integer or floating) arrays of one length
@@ -246,7 +247,8 @@ def fit_position_probe(
     Raises:
         NopeInterpError: fewer than 4 sequences; an unknown probe; ``X`` not a 2-D real (float or integer)
             array with at least one feature column, or ``y``/``groups``
-            not 1-D arrays with one row each per row of ``X`` (finite values); ``seed`` not an integer in
+            not 1-D arrays with one row each per row of ``X`` (finite values); ``y`` constant; ``seed`` not an
+            integer in
             [0, 2**32); ``test_fraction`` not a number in (0, 1) or one that leaves no sequence to train on.
     """
     if (isinstance(X, Tensor) or not isinstance(X, np.ndarray) or X.ndim != 2 or X.shape[1] < 1
@@ -256,6 +258,13 @@ def fit_position_probe(
     if not np.isfinite(X).all():
         raise NopeInterpError("fit_position_probe: X has NaN or infinite entries")
     y = _vector("fit_position_probe", "y", y)
+    if float(y.max()) == float(y.min()):
+        raise NopeInterpError(f"fit_position_probe: y is constant ({float(y[0])!r} in every row): a position probe "
+                              "needs at least two distinct targets, and its NRMSE would be undefined (NaN)")
+    # each column divided by its largest magnitude: the probes standardise their features first, so this changes
+    # nothing but keeps finite features of any size finite (1e300 overflowed the scaler's variance: NaN)
+    scale = np.abs(X.astype(np.float64)).max(axis=0)
+    X = X.astype(np.float64) / np.where(scale > 0, scale, 1.0)
     groups = _vector("fit_position_probe", "groups", groups, as_float=False)
     if not len(y) == len(groups) == X.shape[0]:
         raise NopeInterpError(f"fit_position_probe: X, y and groups must have one row each, got {X.shape[0]}, "

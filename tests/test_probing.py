@@ -76,6 +76,30 @@ def test_a_linear_probe_of_one_feature_has_no_shuffled_r_baseline(P, seed):
     assert X.shape[1] > 1 and np.isfinite(P.fit_position_probe(X, y, g, "ridge", seed)["shuffled_baseline"].pearson_r)
 
 
+@pytest.mark.parametrize("probe", ["ridge", "mlp"])
+@pytest.mark.parametrize("factor", [1e-300, 1e200, 1e300])
+def test_a_probe_reads_features_of_any_finite_size_alike(P, probe, factor):
+    """Before: features times 1e300 (finite) overflowed the scaler's variance and sklearn raised "Input X contains
+    NaN". The probes standardise their features, so any positive factor gives the same scores."""
+    acts = _variance_only(torch.Generator().manual_seed(2)) + _adjacency_only(torch.Generator().manual_seed(3))
+    X, y, g = P.position_features(acts, "cos_profile")
+    base = P.fit_position_probe(X, y, g, probe, 0)
+    scaled = P.fit_position_probe(X * factor, y, g, probe, 0)
+    for key in base:
+        assert scaled[key].nrmse == pytest.approx(base[key].nrmse, rel=1e-6, abs=1e-9)
+
+
+def test_a_constant_target_is_refused(P):
+    """Before: a constant y gave NaN scores without a word."""
+    from nope_interp.errors import NopeInterpError
+
+    X = np.random.default_rng(0).normal(size=(40, 3))
+    g = np.repeat(np.arange(8), 5)
+    for y in (np.full(40, 3.0), np.zeros(40, dtype=np.int64)):
+        with pytest.raises(NopeInterpError, match="fit_position_probe: y is constant"):
+            P.fit_position_probe(X, y, g, "ridge", 0)
+
+
 def test_features_targets_split_by_sequence_and_no_leak(P):
     acts = torch.randn(6, 10, 8, dtype=torch.float64)
     X, y, g = P.position_features(acts, "cos_profile")
