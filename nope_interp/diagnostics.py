@@ -445,6 +445,9 @@ def diagnose(model: HookedTransformer, task: tasks_pkg.Task, tokens: Int[Tensor,
     _check_model_dtype(model, "diagnose")
     _check_task(task, "diagnose")
     tokens = _checked_tokens(model, tokens)
+    if tokens.shape[0] < 2:   # before: reported by positional_share, a function the caller never called
+        raise NopeInterpError(f"diagnose needs at least 2 prompts (the per-position mean of hook_z is taken over "
+                              f"prompts), got tokens of shape {tuple(tokens.shape)}")
     _check_task_prompts(task, tokens, "diagnose")
     name = hook_name("z", 0)
     with torch.no_grad(), eval_mode(model):

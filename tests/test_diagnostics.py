@@ -639,3 +639,16 @@ def test_diagnose_draws_with_its_seed(tiny_model):
     for bad in (-1, 2**63, 1.0, True, "0", None):
         with pytest.raises(NopeInterpError, match="seed"):
             unhooked(diagnostics.diagnose)(tiny_model, addition, tokens, seed=bad)
+
+
+def test_diagnose_on_one_prompt_names_itself(tiny_model):
+    """Before: diagnose(model, task, tokens[:1]) was refused by positional_share, a function the caller never
+    called, without diagnose's name."""
+    import tasks
+    from nope_interp import diagnostics
+    from nope_interp.errors import NopeInterpError
+
+    task = tasks.get_task("addition")
+    tokens = task.analysis_tokens(4)
+    with pytest.raises(NopeInterpError, match=r"^diagnose needs at least 2 prompts .* got tokens of shape \(1, "):
+        diagnostics.diagnose(tiny_model, task, tokens[:1])
