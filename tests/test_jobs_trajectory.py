@@ -177,6 +177,13 @@ def test_saved_trajectories_load_back_and_plot_side_by_side(tmp_path):
     assert [t.line.dash for t in score_traces] == ["solid", "dash", "solid"]
     assert list(score_traces[1].x) == [1, 25, 400, 800] and list(score_traces[1].y) == [0.99, 0.9, 0.8, 0.82]
     assert score_traces[2].xaxis == "x2"  # reversal in the second column
+    # the panels keep their height however many runs the legend lists (before: a fixed 720 pixels, so 45 runs'
+    # legend squeezed the panels to a third of the figure)
+    many = tuple(_traj(f"run-{i}", "addition", "packed", [0, 25], [0.99, 0.9]) for i in range(45))
+    for rs in (runs, many):
+        f = trajectory.plot_site_by_objective(rs)
+        assert f.layout.height - f.layout.margin.t - f.layout.margin.b >= 470
+        assert f.layout.margin.b >= 80 + 26 * -(-len(rs) // 4)
     # another protocol writes beside, never over, the full-protocol files
     authors = trajectory.TrajectoryResult(config=trajectory.TrajectoryConfig(protocol="authors"), runs=runs[:2],
                                           wall_time_s=0.0)

@@ -432,8 +432,12 @@ def plot_site_by_objective(runs: list[RunTrajectory] | tuple[RunTrajectory, ...]
     lowest = min((v for r in runs for v in r.scores[site] if not math.isnan(v)), default=0.4)  # NaN: undefined
     fig.update_yaxes(range=[min(0.4, lowest - 0.05), 1.02], row=1)  # never hides a score below 0.4
     fig.update_yaxes(range=[0, 1.02], row=2)
+    # the legend (a line per run, about four to a row at the drawn width) gets its own bottom margin, so that
+    # the panels keep their height however many runs there are (45 runs squeezed them to a third of the figure)
+    legend_px = 26 * math.ceil(len(runs) / 4)
     fig.update_layout(title=f"Adjacency at {site} through training, by task and objective", width=1150,
-                      height=720, legend={"orientation": "h", "yanchor": "top", "y": -0.12, "x": 0})
+                      height=640 + legend_px, margin={"t": 90, "b": 80 + legend_px},
+                      legend={"orientation": "h", "yref": "container", "yanchor": "bottom", "y": 0, "x": 0})
     return fig
 
 
