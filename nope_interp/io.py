@@ -476,6 +476,32 @@ def job_dirs(out_root: str | Path, job: str) -> tuple[Path, Path]:
     return root / "results" / job, root / "figures" / job
 
 
+def prepare_outputs(job: str, result: object, result_type: type, out_root: str | Path) -> tuple[Path, Path]:
+    """The start of every job's ``write``: ``result`` checked to be the job's own result (``result_type``, what its
+    ``run`` returns), then both output folders of :func:`job_dirs` created, before any file is written. Before,
+    a folder that could not be created (a file named ``figures`` in ``out_root``) failed after the results were
+    written, and another job's result was written as this job's files before failing.
+
+    Returns:
+        ``(results folder, figures folder)``, both existing.
+
+    Raises:
+        NopeInterpError: ``result`` not a ``result_type``; a folder cannot be created (the message says nothing
+            was written); ``~`` in ``out_root`` cannot be expanded.
+    """
+    if not isinstance(result, result_type):
+        raise NopeInterpError(f"{job} write needs the {result_type.__name__} that {job}'s run returns, got "
+                              f"{type(result).__name__}; nothing was written")
+    folders = job_dirs(out_root, job)
+    for folder in folders:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise NopeInterpError(f"cannot create the output folder {folder}: {err.strerror or err}; nothing was "
+                                  "written") from None
+    return folders
+
+
 def provenance() -> dict[str, str | None]:
     """The package version and the git commit of the working tree (None outside a checkout)."""
     from nope_interp import __version__

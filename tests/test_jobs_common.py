@@ -417,3 +417,61 @@ def test_one_model_whose_n_ctx_is_too_small_is_refused_before_the_jobs_first_lin
         mod.run(getattr(mod, cfg_cls)(window=20, **kwargs), load_models(ModelSource(run=(str(tiny_run),))),
                 log=lines.append)
     assert lines == []
+
+
+def test_two_models_with_one_label_are_refused_by_every_job():
+    """Before: two ModelEntry objects with one label passed job_models; analyze's result kept one of them (the
+    other, scoring 0.973, was dropped) and write() overwrote one scores file with the other."""
+    import tasks
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.common import entry_from_init, job_models
+    from nope_interp.model import preset
+
+    task = tasks.get_task("reversal")
+    a = entry_from_init(preset("tiny", seed=0), task, "init-tiny")
+    b = entry_from_init(preset("tiny", seed=1, init_std=0.5), task, "init-tiny")
+    c = entry_from_init(preset("tiny", seed=2), task, "other")
+    for models in ([a, b], [a, c, b], [a, a]):
+        with pytest.raises(NopeInterpError, match=r"analyze: models must have distinct labels .* 'init-tiny' more "
+                                                  "than once"):
+            job_models("analyze", models, list)
+    assert job_models("analyze", [a, c], list) == [a, c]
+
+
+def test_prepare_outputs_checks_the_result_and_creates_both_folders_before_any_file(tmp_path):
+    """Before: a file named `figures` in out_root failed after the results were written (8 of 10 jobs), and
+    init_grid.write wrote another job's result as its own files before failing."""
+    from nope_interp import io
+    from nope_interp.errors import NopeInterpError
+
+    class R:
+        pass
+
+    res, fig = io.prepare_outputs("probe", R(), R, tmp_path / "a")
+    assert res.is_dir() and fig.is_dir() and (res, fig) == io.job_dirs(tmp_path / "a", "probe")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "figures").write_text("a file where the figures folder goes")
+    with pytest.raises(NopeInterpError, match=r"cannot create the output folder .*figures.*nothing was written"):
+        io.prepare_outputs("probe", R(), R, tmp_path / "b")
+    with pytest.raises(NopeInterpError, match="probe write needs the R that probe's run returns, got int"):
+        io.prepare_outputs("probe", 3, R, tmp_path / "c")
+    assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize("job", ["analyze", "compare", "ablate", "averaging", "probe", "trajectory", "long_context",
+                                 "length_gen", "init_grid", "demo"])
+def test_every_job_write_refuses_another_jobs_result_before_writing(tmp_path, job):
+    import importlib
+
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.trajectory import TrajectoryConfig, TrajectoryResult
+
+    mod = importlib.import_module(f"nope_interp.jobs.{job}")
+    other = TrajectoryResult(config=TrajectoryConfig(), runs=(), wall_time_s=0.0)
+    if job == "trajectory":
+        other = object()
+    with pytest.raises(NopeInterpError, match=r"write needs the \w+Result that .* returns, got .*nothing was written"):
+        unhooked(mod.write)(other, tmp_path)
+    assert list(tmp_path.iterdir()) == []

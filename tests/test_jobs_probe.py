@@ -275,3 +275,28 @@ def test_rows_say_whether_each_probe_converged_and_the_job_warns(probe_job, tiny
     with open(tmp_path / "results/probe/probe.csv", newline="") as f:
         rows = [r for r in csv.DictReader(f) if r["model"] == "initialised"]
     assert [(r["probe"], r["probe_converged"]) for r in rows] == [("ridge", "True"), ("mlp", "False")]
+
+
+def test_models_whose_rows_would_share_a_key_are_refused():
+    """Before: the shipped reversal model and the same model on 8-digit reversal were both rows of model
+    'trained' on reversal, so the figure drew their mean (0.617) as if they were two seeds of one model."""
+    import dataclasses
+
+    import tasks
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs import probe
+    from nope_interp.jobs.common import entry_from_init
+    from nope_interp.model import preset
+
+    task = tasks.get_task("reversal")
+    base = entry_from_init(preset("tiny"), task, "x")
+    shipped = dataclasses.replace(base, kind="pretrained", label="pretrained-reversal")
+    longer = dataclasses.replace(base, kind="pretrained", label="pretrained-reversal-on-reversal8")
+    assert probe.model_label(shipped) == "trained"
+    assert probe.model_label(longer) == "trained (on reversal8)"
+    a = entry_from_init(preset("tiny", seed=0), task, "init-tiny-reversal")
+    b = entry_from_init(preset("tiny", seed=1), task, "init-tiny")   # both read as "initialised (tiny)"
+    assert probe.model_label(a) == probe.model_label(b)
+    with pytest.raises(NopeInterpError, match=r"probe: the models 'init-tiny-reversal' and 'init-tiny' would both be "
+                                              r"rows of model 'initialised \(tiny\)' on reversal"):
+        probe.run(probe.ProbeConfig(quick=True), [a, b])

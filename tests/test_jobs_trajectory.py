@@ -339,3 +339,25 @@ def test_a_single_evaluation_is_drawn_not_an_empty_line():
     for fig in (trajectory.plot_trajectory(one), trajectory.plot_site_by_objective([one], "blocks.0.attn.hook_z")):
         acc = [t for t in fig.data if list(t.x) == [250] and list(t.y) == [0.0]]
         assert acc and all("markers" in t.mode for t in acc), [(t.name, t.mode) for t in fig.data]
+
+
+def test_write_refuses_an_inconsistent_run_and_a_file_where_a_folder_goes(tmp_path):
+    """Before: a run whose steps were shorter than its scores was written (the CSV dropped steps, the JSON could not
+    be read back), and a file named `figures` failed after the results were written."""
+    import dataclasses
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs import trajectory
+
+    good = _traj("a", "addition", "packed", [0, 25, 40], [0.99, 0.9, 0.8])
+    bad = dataclasses.replace(good, steps=(0, 25))
+    result = trajectory.TrajectoryResult(config=trajectory.TrajectoryConfig(), runs=(good, bad), wall_time_s=0.0)
+    with pytest.raises(NopeInterpError, match=r"trajectory write: the run 'a' is not a consistent trajectory .*"
+                                              r"differ in length.*nothing was written"):
+        trajectory.write(result, tmp_path / "x")
+    assert not list((tmp_path / "x").rglob("*.*"))
+    (tmp_path / "y").mkdir()
+    (tmp_path / "y" / "figures").write_text("")
+    with pytest.raises(NopeInterpError, match="cannot create the output folder"):
+        trajectory.write(dataclasses.replace(result, runs=(good,)), tmp_path / "y")
+    assert not (tmp_path / "y" / "results").exists() or not list((tmp_path / "y" / "results").rglob("*.*"))

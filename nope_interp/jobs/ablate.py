@@ -1096,7 +1096,7 @@ def write(result: AblateResult, out_root: str | Path = ".") -> list[Path]:
     every CSV row starts with the inputs its model read (``protocol``, and ``window`` under the window protocol), and
     its ``run`` is the model's directory as the JSON writes it (:func:`run_path`: absolute, for task and text runs
     alike)."""
-    res_dir, fig_dir = io.job_dirs(out_root, NAME)
+    res_dir, fig_dir = io.prepare_outputs(NAME, result, AblateResult, out_root)
     window = result.config.window_used
     tag = protocol_tag(result.config.protocol, window)
 

@@ -308,7 +308,7 @@ def write(result: AnalyzeResult, out_root: str | Path = ".") -> list[Path]:
     for every model (no ``cosine.html`` for inputs longer than :data:`~nope_interp.analysis.EXAMPLE_MAX_POS` tokens),
     with the ``plotly.min.js`` the figures load (:func:`~nope_interp.plotting.with_plotlyjs`) in each model's folder;
     returns the paths."""
-    res_dir, fig_dir = io.job_dirs(out_root, NAME)
+    res_dir, fig_dir = io.prepare_outputs(NAME, result, AnalyzeResult, out_root)
     paths = []
     for m in result.models:
         paths.append(io.write_json(res_dir / m.label / "scores.json", m.to_dict()))

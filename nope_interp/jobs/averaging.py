@@ -312,7 +312,7 @@ def write(result: AveragingResult, out_root: str | Path = ".") -> list[Path]:
     with the ``plotly.min.js`` the figures load (:func:`~nope_interp.plotting.with_plotlyjs`); returns the paths. Under
     a protocol other than ``full`` every name ends in ``_<protocol_tag>`` (``averaging_authors.json``,
     ``averaging_window64.json``), so the outputs of two protocols or window lengths never overwrite each other."""
-    res_dir, fig_dir = io.job_dirs(out_root, NAME)
+    res_dir, fig_dir = io.prepare_outputs(NAME, result, AveragingResult, out_root)
     tag = protocol_tag(result.config.protocol, result.config.window)
     sfx = f"_{tag}" if tag else ""
     rows = with_protocol(result.csv_rows(), result.config.protocol, result.config.window)

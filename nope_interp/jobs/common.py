@@ -181,7 +181,8 @@ def job_models(job: str, models: object, defaults: Callable[[], list[ModelEntry]
     Raises:
         NopeInterpError: ``models`` an empty list (a mistake, not a request for the defaults), not a list or
             tuple (one entry alone), or holding something that is not a ``ModelEntry`` (a ``LoadedRun`` or a
-            model: the message says how to wrap it).
+            model: the message says how to wrap it); two entries with one label; one trained model twice
+            (:func:`refuse_same_model_twice`).
     """
     if models is None:
         return defaults()
@@ -195,6 +196,11 @@ def job_models(job: str, models: object, defaults: Callable[[], list[ModelEntry]
             hint = (" (wrap a loaded run: nope_interp.jobs.common.entry_from_run(run, label))"
                     if isinstance(m, LoadedRun) else "")
             raise NopeInterpError(f"{job}: models must hold ModelEntry objects, got a {type(m).__name__}{hint}")
+    labels = [m.label for m in models]
+    twice = list(dict.fromkeys(lab for lab in labels if labels.count(lab) > 1))
+    if twice:   # results, rows and files are keyed by label: the second model replaced the first one's
+        raise NopeInterpError(f"{job}: models must have distinct labels (results and files are keyed by them), got "
+                              f"{', '.join(map(repr, twice))} more than once; give each ModelEntry its own label")
     refuse_same_model_twice(job, models)
     return list(models)
 

@@ -603,7 +603,7 @@ def write(result: CompareResult, out_root: str | Path = ".") -> list[Path]:
     panel per group) and ``figures/compare/<label>_l0_z_<protocol>.html`` (:func:`plot_site_summary`), with the
     ``plotly.min.js`` the figures load (:func:`~nope_interp.plotting.with_plotlyjs`); returns the paths. The label
     is the config's (default ``compare``): a second call with the same label replaces the first one's files."""
-    res_dir, fig_dir = io.job_dirs(out_root, NAME)
+    res_dir, fig_dir = io.prepare_outputs(NAME, result, CompareResult, out_root)
     label = result.config.label
     figures = [save_figure(plot_compare(result, p), fig_dir / f"{label}_{p}.html") for p in result.config.protocols]
     figures += [save_figure(plot_site_summary(result, p), fig_dir / f"{label}_l0_z_{p}.html")

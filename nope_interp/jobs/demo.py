@@ -484,7 +484,7 @@ def write(result: DemoResult, out_root: str | Path = ".") -> list[Path]:
     ``results/demo/summary.{json,md}``, with the ``plotly.min.js`` the figures load
     (:func:`~nope_interp.plotting.with_plotlyjs`); returns the paths. ``figures/demo/`` belongs to the demo: heatmaps of
     an earlier run are removed so that the folder matches the summary."""
-    res_dir, fig_dir = io.job_dirs(out_root, NAME)
+    res_dir, fig_dir = io.prepare_outputs(NAME, result, DemoResult, out_root)
     for old in fig_dir.glob("cosine_*.html") if fig_dir.is_dir() else []:
         old.unlink()
     figures = [save_figure(plot_cosine(t, kind), fig_dir / f"cosine_{t.task}_{kind}.html")

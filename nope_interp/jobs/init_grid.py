@@ -476,7 +476,7 @@ def write(result: InitGridResult, out_root: str | Path = ".") -> list[Path]:
     Raises:
         NopeInterpError: a grid with no rows.
     """
-    res_dir, fig_dir = io.job_dirs(out_root, NAME.replace("-", "_"))
+    res_dir, fig_dir = io.prepare_outputs(NAME.replace("-", "_"), result, InitGridResult, out_root)
     paths = [io.write_json(res_dir / "init_grid.json", result.to_dict()),
              io.atomic_write_text(res_dir / "init_grid.csv", io.to_csv([r.to_dict() for r in result.rows])),
              io.atomic_write_text(res_dir / "init_grid_summary.csv",

@@ -307,7 +307,7 @@ def plot_length_gen(result: LengthGenResult) -> go.Figure:
 def write(result: LengthGenResult, out_root: str | Path = ".") -> list[Path]:
     """Write ``results/length_gen/{length_gen.json, length_gen.csv}`` and ``figures/length_gen/length_gen.html``, with
     the ``plotly.min.js`` the figures load (:func:`~nope_interp.plotting.with_plotlyjs`); returns the paths."""
-    res_dir, fig_dir = io.job_dirs(out_root, NAME.replace("-", "_"))
+    res_dir, fig_dir = io.prepare_outputs(NAME.replace("-", "_"), result, LengthGenResult, out_root)
     flat = [{"model": r.model, "task": r.task, "n_digits": r.n_digits, "trained_n_digits": r.trained_n_digits,
              "prompt_len": r.prompt_len, "eval_prefix": r.eval_prefix.encode("unicode_escape").decode("ascii"),
              "n_examples": r.n_examples, "exact_match": r.exact_match, "site": site,

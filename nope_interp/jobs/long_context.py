@@ -536,7 +536,7 @@ def plot_grid(result: LongContextResult, site: str | None = None, kind: str | No
 def write(result: LongContextResult, out_root: str | Path = ".") -> list[Path]:
     """Write the result JSON, the row and summary CSVs and the figures, with the ``plotly.min.js`` the figures load
     (:func:`~nope_interp.plotting.with_plotlyjs`); returns the paths."""
-    res_dir, fig_dir = io.job_dirs(out_root, NAME.replace("-", "_"))
+    res_dir, fig_dir = io.prepare_outputs(NAME.replace("-", "_"), result, LongContextResult, out_root)
     flat = []
     for r in result.rows:
         for site in r.sites:

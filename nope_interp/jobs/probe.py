@@ -276,9 +276,12 @@ def default_models(config: ProbeConfig) -> list[ModelEntry]:
 def model_label(entry: ModelEntry) -> str:
     """The ``model`` column of a row: ``trained`` for a shipped model, ``initialised (<preset>[-<overrides>])``
     for a model from :func:`~nope_interp.jobs.common.load_models` with ``--init`` (label
-    ``init-<preset>-<task>[-<overrides>]``), otherwise the entry's label (a run directory's name)."""
-    if entry.kind == "pretrained":
-        return "trained"
+    ``init-<preset>-<task>[-<overrides>]``), otherwise the entry's label (a run directory's name). A shipped
+    model analysed on another task size is ``trained (on <task><n_digits>)``. :func:`run` refuses models whose
+    rows would share a (task, model) key: they would be averaged as one model's seeds."""
+    if entry.kind == "pretrained":   # on another task size: "trained (on reversal8)", not a second "trained"
+        on = entry.label.partition("-on-")[2]
+        return f"trained (on {on})" if on else "trained"
     prefix = "init-"
     if entry.kind == "init" and entry.label.startswith(prefix):
         return f"initialised ({entry.label.removeprefix(prefix).replace(f'-{entry.task.name}', '', 1)})"
@@ -351,9 +354,19 @@ def run(config: ProbeConfig, models: list[ModelEntry] | None = None, *, log: Log
 
     Raises:
         NopeInterpError: an unknown site; prompts that do not fit a model's ``n_ctx``; inputs too short for the
-            probes (:func:`probe_entry`).
+            probes (:func:`probe_entry`); two models whose rows would share a (task, model) key
+            (:func:`model_label`); the models refused by :func:`~nope_interp.jobs.common.job_models`.
     """
     models = job_models("probe", models, lambda: default_models(config))
+    keys: dict[tuple[str, str], str] = {}
+    for entry in models:   # rows are keyed by (task, model): two models under one key were averaged as seeds
+        task_name = entry.task.name if entry.kind not in ("text", "hf") else entry.label
+        key = (task_name, model_label(entry))
+        if key in keys:
+            raise NopeInterpError(f"probe: the models {keys[key]!r} and {entry.label!r} would both be rows of "
+                                  f"model {key[1]!r} on {key[0]} (averaged as one model's seeds); give them labels "
+                                  "that differ")
+        keys[key] = entry.label
     check_inputs_fit("probe", models, [config.protocol], config.window)
     t0 = time.perf_counter()
     rows: list[ProbeRow] = []
@@ -444,7 +457,7 @@ def write(result: ProbeResult, out_root: str | Path = ".") -> list[Path]:
     returns the paths. Under a protocol other than ``full`` every name ends in ``_<protocol_tag>``
     (``probe_authors.json``, ``probe_window64.json``), so the outputs of two protocols or window lengths never overwrite
     each other."""
-    res_dir, fig_dir = io.job_dirs(out_root, NAME)
+    res_dir, fig_dir = io.prepare_outputs(NAME, result, ProbeResult, out_root)
     tag = protocol_tag(result.config.protocol, result.config.window)
     sfx = f"_{tag}" if tag else ""
     rows = with_protocol([r.to_dict() for r in (*result.rows, *result.noise_rows)], result.config.protocol,

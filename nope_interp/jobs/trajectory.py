@@ -447,7 +447,15 @@ def write(result: TrajectoryResult, out_root: str | Path = ".") -> list[Path]:
     every run has it; also the ``plotly.min.js`` the figures load (:func:`~nope_interp.plotting.with_plotlyjs`). Under a
     protocol other than ``full`` every name ends in ``_<protocol_tag>`` (``<run>_authors.json``), so the outputs of two
     protocols never overwrite each other."""
-    res_dir, fig_dir = io.job_dirs(out_root, NAME)
+    res_dir, fig_dir = io.prepare_outputs(NAME, result, TrajectoryResult, out_root)
+    for r in getattr(result, "runs", ()):
+        # what load_trajectory would refuse is not written (steps shorter than the scores: the CSV dropped
+        # steps silently and the JSON could not be read back)
+        try:
+            RunTrajectory.from_dict(io.json_safe(r.to_dict()))
+        except (NopeInterpError, AttributeError) as err:
+            raise NopeInterpError(f"trajectory write: the run {getattr(r, 'label', r)!r} is not a consistent "
+                                  f"trajectory ({err}); nothing was written") from None
     tag = protocol_tag(result.config.protocol, result.config.window)
     sfx = f"_{tag}" if tag else ""
     paths = []
