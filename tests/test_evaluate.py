@@ -487,6 +487,7 @@ def test_protocol_prompts_refuses_what_is_not_a_model():
             unhooked(protocol_prompts)(bad, tasks.get_task("addition"), 4, 0)
 
 
+@pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad=True to a scalar:UserWarning")
 def test_answer_loss_refuses_batches_it_would_average_wrongly_or_crash_on(tiny_model):
     """An all-False loss_mask returned NaN; 0/1 integer masks, masks and targets of another shape, a plain tuple
     and too many positions failed deep in torch / TransformerLens. Each is now one line naming the field."""
