@@ -287,7 +287,8 @@ def plot_scores(scores: ModelScores) -> go.Figure:
     """Adjacency score (row mean, mean ± std over prompts) by site, from a result."""
     res = scores.analysis
     return plot_adjacency_by_layer({res.task: {scores.label: res.scores["row_mean"]}},
-                                   f"Adjacency score by layer ({res.protocol} inputs)")
+                                   f"{scores.label}: adjacency score (row mean, mean ± std over "
+                                   f"{_inputs(res.n_prompts)}) by site ({res.protocol} inputs)")
 
 
 def _inputs(n: int) -> str:

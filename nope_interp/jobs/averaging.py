@@ -284,7 +284,9 @@ def plot_counterfactuals(result: AveragingResult) -> go.Figure:
 
     def title(name: str, m: ModelAveraging) -> str:
         accs = [f"{c.kind} {c.exact_match:.3f}" for c in m.counterfactual.conditions if c.exact_match is not None]
-        return f"{name} ({m.label})" + (f": exact match {', '.join(accs)}" if accs else "")
+        n_eval = m.counterfactual.n_eval
+        over = f" (of {n_eval} examples)" if n_eval is not None else ""
+        return f"{name} ({m.label})" + (f": exact match{over} {', '.join(accs)}" if accs else "")
 
     fig = make_subplots(rows=max(1, len(panels)), cols=1, subplot_titles=[title(name, m) for name, m in panels],
                         vertical_spacing=0.45 / max(2, len(panels)))
@@ -300,8 +302,8 @@ def plot_counterfactuals(result: AveragingResult) -> go.Figure:
             shown.add(cond.kind)
         fig.update_yaxes(range=[0, 1.05], title_text="adjacency", row=r, col=1)
     fig.update_xaxes(tickangle=-60, tickfont={"size": 9})
-    fig.update_layout(title=f"Layer-{LAYER} attention replaced: adjacency score at every later site (trained models, "
-                            f"{result.config.protocol} inputs)",
+    fig.update_layout(title=f"Layer-{LAYER} attention replaced: adjacency score at every site (trained models, "
+                            f"{result.config.protocol} inputs; sites before layer {LAYER}'s attention are unchanged)",
                       height=200 + 330 * len(panels), width=1100)
     return fig
 

@@ -446,8 +446,9 @@ def plot_grid(result: InitGridResult, grid: str, site: str = hook_name("z", 0)) 
         fig.update_xaxes(title_text=xkey, type="category", row=1, col=c)
         fig.update_yaxes(title_text=ykey if c == 1 else None, type="category", row=1, col=c)
     spread = "one seed" if {r.n_seeds for r in rows} == {1} else "mean ± std over seeds"
-    fig.update_layout(title=f"{grid} grid: adjacency score at {site} ({spread}; 0.5 = chance)",
-                      width=380 * len(task_names), height=460)
+    # at least 640 pixels: one task's 380 cut the title off
+    fig.update_layout(title=f"{grid} grid: adjacency score at {site}<br><sup>{spread}; 0.5 = chance</sup>",
+                      width=max(640, 380 * len(task_names)), height=480)
     return fig
 
 
