@@ -267,7 +267,7 @@ class FrozenConfig:
 
             @functools.wraps(own)
             def __post_init__(self: "FrozenConfig") -> None:  # noqa: N807 - the dataclass hook's name
-                FrozenConfig._check_field_types(self)
+                self._check_field_types()  # a config may first normalise its values
                 own(self)
 
             cls.__post_init__ = __post_init__  # type: ignore[attr-defined]
@@ -348,16 +348,27 @@ class FrozenConfig:
         return getattr(self, "_filled", frozenset())
 
     def given_fields(self) -> tuple[str, ...]:
-        """The fields set to something other than their default, in field order; a field the config filled
-        itself (:meth:`filled_fields`) does not count. A value equal to the default cannot be told from one
-        left out, so it does not count either."""
-        out = []
+        """The fields set to something other than their default, in field order. A field the config filled
+        itself (:meth:`filled_fields`) does not count, nor one of default None holding what the config would
+        fill it with (a copy made by ``dataclasses.replace`` forgets what was filled); a value equal to the
+        default cannot be told from one left out, so it does not count either."""
+        out: list[str] = []
+        refill: Any = None
         for f in fields(self):  # type: ignore[arg-type]
-            if f.name in self.filled_fields():
-                continue
+            value = getattr(self, f.name)
             default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-            if getattr(self, f.name) != default:
-                out.append(f.name)
+            if f.name in self.filled_fields() or value == default:
+                continue
+            if f.default is None:
+                if refill is None:  # the same config with every such field left unset: what it fills them with
+                    try:
+                        refill = dataclasses.replace(self, **{g.name: None for g in fields(self)  # type: ignore
+                                                              if g.default is None})
+                    except NopeInterpError:
+                        refill = False
+                if refill is not False and getattr(refill, f.name) == value:
+                    continue
+            out.append(f.name)
         return tuple(out)
 
     @classmethod

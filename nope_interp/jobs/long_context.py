@@ -56,6 +56,7 @@ from nope_interp.jobs.common import (
     job_models,
     progress,
     random_tokens,
+    refuse_default_only,
     run_path,
 )
 from nope_interp.model import with_context
@@ -294,10 +295,13 @@ def run(config: LongContextConfig, models: list[ModelEntry] | None = None, *, lo
         NopeInterpError: a given model that cannot be run at the longest length (learned positions); inputs
             that none of the models reads, so no row would be measured (:func:`why_no_inputs`; a model that
             cannot read one of several kinds is skipped for that kind, with a line in the log); non-finite or near-zero
-            activations (the message names the site).
+            activations (the message names the site); with ``models`` given, a field of :data:`DEFAULT_ONLY`
+            set (it shapes the default grid only: :func:`~nope_interp.jobs.common.refuse_default_only`).
     """
     given = models is not None
     models = job_models("long-context", models, lambda: default_models(config))
+    if given:
+        refuse_default_only(NAME, config, DEFAULT_ONLY, DEFAULT_MODELS, models)
     if all(why_no_inputs(entry, kind) is not None for entry in models for kind in config.inputs):
         reasons = sorted({why_no_inputs(entry, kind) or "" for entry in models for kind in config.inputs})
         raise NopeInterpError(f"--inputs {' '.join(config.inputs)}: no model here reads them ({'; '.join(reasons)}); "

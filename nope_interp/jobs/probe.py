@@ -60,6 +60,7 @@ from nope_interp.jobs.common import (
     job_models,
     progress,
     protocol_tag,
+    refuse_default_only,
     shipped_entries,
     with_protocol,
 )
@@ -351,9 +352,13 @@ def run(config: ProbeConfig, models: list[ModelEntry] | None = None, *, log: Log
 
     Raises:
         NopeInterpError: an unknown site; prompts that do not fit a model's ``n_ctx``; inputs too short for the
-            probes (:func:`probe_entry`).
+            probes (:func:`probe_entry`); with ``models`` given, ``tasks`` or ``default_preset`` set (they shape
+            the default models only: :func:`~nope_interp.jobs.common.refuse_default_only`).
     """
+    given = models is not None
     models = job_models("probe", models, lambda: default_models(config))
+    if given:
+        refuse_default_only(NAME, config, DEFAULT_ONLY, DEFAULT_MODELS, models)
     check_inputs_fit("probe", models, [config.protocol], config.window)
     t0 = time.perf_counter()
     rows: list[ProbeRow] = []
