@@ -267,7 +267,7 @@ class FrozenConfig:
 
             @functools.wraps(own)
             def __post_init__(self: "FrozenConfig") -> None:  # noqa: N807 - the dataclass hook's name
-                FrozenConfig._check_field_types(self)
+                self._check_field_types()  # a config may first normalise its values
                 own(self)
 
             cls.__post_init__ = __post_init__  # type: ignore[attr-defined]
@@ -318,12 +318,58 @@ class FrozenConfig:
         return cls.from_dict(json.loads(text))
 
     def replace(self: C, **changes: Any) -> C:
-        """A copy with some fields changed (validated again). Raises NopeInterpError on unknown fields."""
+        """A copy with some fields changed (validated again). A field that the config filled itself because it
+        was not given (:meth:`_fill_unset`: what ``quick`` sets) is left unset again unless ``changes`` sets it,
+        so it is filled anew from the new settings: ``LongContextConfig(quick=True).replace(quick=False)`` has the
+        full defaults (before: it kept the quick ones while recording ``quick=False``).
+
+        Raises:
+            NopeInterpError: unknown fields; a bad value.
+        """
         known = {f.name for f in fields(self)}  # type: ignore[arg-type]
         bad = sorted(set(changes) - known)
         if bad:
             raise NopeInterpError(f"unknown {type(self).__name__} field(s) {bad}; allowed: {', '.join(sorted(known))}")
-        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+        unset = {name: None for name in self.filled_fields() if name not in changes}
+        return dataclasses.replace(self, **unset, **changes)  # type: ignore[type-var]
+
+    def _fill_unset(self, values: dict[str, Any]) -> None:
+        """For a config's ``__post_init__``: set each field named in ``values`` that is None (not given) to its
+        value, and remember it as filled (:meth:`filled_fields`), so that :meth:`replace` fills it anew."""
+        filled = set(self.filled_fields())
+        for name, value in values.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
+                filled.add(name)
+        object.__setattr__(self, "_filled", frozenset(filled))
+
+    def filled_fields(self) -> frozenset[str]:
+        """The fields this config filled itself because they were not given (``quick``'s seeds, say)."""
+        return getattr(self, "_filled", frozenset())
+
+    def given_fields(self) -> tuple[str, ...]:
+        """The fields set to something other than their default, in field order. A field the config filled
+        itself (:meth:`filled_fields`) does not count, nor one of default None holding what the config would
+        fill it with (a copy made by ``dataclasses.replace`` forgets what was filled); a value equal to the
+        default cannot be told from one left out, so it does not count either."""
+        out: list[str] = []
+        refill: Any = None
+        for f in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            if f.name in self.filled_fields() or value == default:
+                continue
+            if f.default is None:
+                if refill is None:  # the same config with every such field left unset: what it fills them with
+                    try:
+                        refill = dataclasses.replace(self, **{g.name: None for g in fields(self)  # type: ignore
+                                                              if g.default is None})
+                    except NopeInterpError:
+                        refill = False
+                if refill is not False and getattr(refill, f.name) == value:
+                    continue
+            out.append(f.name)
+        return tuple(out)
 
     @classmethod
     def field_help(cls, name: str) -> str:

@@ -465,14 +465,16 @@ def read_metrics(path: str | Path, numbers: tuple[str, ...] = ()) -> list[dict[s
 FRACTION_FIELDS = ("eval_acc", "test_acc")
 
 
-def job_dirs(out_root: str | Path, job: str) -> tuple[Path, Path]:
+def job_dirs(out_root: object, job: str) -> tuple[Path, Path]:  # object: a bad one is refused in one line
     """``(out_root/results/<job>, out_root/figures/<job>)``: where every analysis job writes (not created here);
     ``~`` in ``out_root`` is expanded (:func:`user_path`: ``--out-root '~/x'`` is the home folder's ``x``).
 
     Raises:
-        NopeInterpError: ``~`` in ``out_root`` cannot be expanded.
+        NopeInterpError: ``out_root`` not a ``str`` or ``os.PathLike``, or empty or blank (it would be the current
+            folder; every job's ``write`` checks it here, before anything else); ``~`` in ``out_root`` cannot be
+            expanded.
     """
-    root = user_path(out_root)
+    root = as_path(out_root, "out_root")
     return root / "results" / job, root / "figures" / job
 
 
@@ -486,13 +488,13 @@ def prepare_outputs(job: str, result: object, result_type: type, out_root: str |
         ``(results folder, figures folder)``, both existing.
 
     Raises:
-        NopeInterpError: ``result`` not a ``result_type``; a folder cannot be created (the message says nothing
-            was written); ``~`` in ``out_root`` cannot be expanded.
+        NopeInterpError: ``out_root`` not a path (:func:`job_dirs`); ``result`` not a ``result_type``; a folder
+            cannot be created (the message says nothing was written); ``~`` in ``out_root`` cannot be expanded.
     """
+    folders = job_dirs(out_root, job)   # out_root checked first (it creates nothing)
     if not isinstance(result, result_type):
         raise NopeInterpError(f"{job} write needs the {result_type.__name__} that {job}'s run returns, got "
                               f"{type(result).__name__}; nothing was written")
-    folders = job_dirs(out_root, job)
     for folder in folders:
         try:
             folder.mkdir(parents=True, exist_ok=True)

@@ -451,3 +451,34 @@ def test_a_metrics_file_cut_short_says_where_and_how_to_recover(tmp_path):
     path.write_text('{"step": 1, "lo\n{"step": 2, "loss": 1.0}\n')
     with pytest.raises(NopeInterpError, match=r"line 1, column 13: Unterminated string starting at$"):
         read_jsonl(path)
+
+
+@pytest.mark.parametrize("module", ["analyze", "compare", "ablate", "averaging", "probe", "trajectory", "long_context",
+                                    "length_gen", "init_grid", "demo"])
+@pytest.mark.parametrize("out_root", [None, 0, "", "   ", b"out", 1.5])
+def test_every_jobs_write_refuses_an_out_root_that_is_no_path(module, out_root, tmp_path, monkeypatch):
+    """Before: ``<job>.write(result, None)`` or ``write(result, 0)`` raised a raw TypeError and ``write(result, "")``
+    wrote into the current folder (the configs refuse an empty path). Checked by ``io.job_dirs``, before anything
+    else of ``write``."""
+    import importlib
+
+    from conftest import unhooked
+
+    from nope_interp.errors import NopeInterpError
+
+    job = importlib.import_module(f"nope_interp.jobs.{module}")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(NopeInterpError, match=r"^out_root must be a non-empty path \(a str or pathlib.Path\)") as err:
+        unhooked(job.write)(object(), out_root)
+    assert "\n" not in str(err.value) and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("out_root", ["out", "~/nope-out", "a/b"])
+def test_job_dirs_takes_a_str_or_path(out_root):
+    from pathlib import Path
+
+    from nope_interp import io
+
+    for given in (out_root, Path(out_root)):
+        res, fig = io.job_dirs(given, "job")
+        assert res == io.user_path(out_root) / "results" / "job" and fig.parent.name == "figures"

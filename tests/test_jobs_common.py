@@ -4,6 +4,7 @@ Exclusion uses the run's own training prompts (never a split rebuilt with the ne
 that takes ``--task`` / ``--n-digits`` either works on them or stops with one line that says why.
 """
 
+import dataclasses
 import json
 
 import pytest
@@ -475,3 +476,166 @@ def test_every_job_write_refuses_another_jobs_result_before_writing(tmp_path, jo
     with pytest.raises(NopeInterpError, match=r"write needs the \w+Result that .* returns, got .*nothing was written"):
         unhooked(mod.write)(other, tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("module", "settings"), [
+    ("long_context", {"text_task": "addition"}),
+    ("long_context", {"grid_preset": "tiny", "seeds": 1, "normalizations": ("none",)}),
+    ("long_context", {"attentions": ("causal",), "window": 8}),
+    ("long_context", {"seeds": 2}),  # quick's number, given without quick
+    ("probe", {"tasks": ("addition",)}), ("probe", {"default_preset": "tiny", "tasks": ("reversal", "addition")}),
+    ("averaging", {"tasks": ("addition",)}), ("averaging", {"tasks": ("reversal", "indexing")}),
+    ("demo", {"tasks": ("addition",)}), ("demo", {"retrain": True, "runs_dir": "elsewhere"}),
+    ("demo", {"from_sweep": "some-spec"})])
+def test_settings_of_the_default_models_are_refused_with_given_models(module, settings, monkeypatch):
+    """Before: ``long_context.run(LongContextConfig(text_task="addition", grid_preset="tiny", seeds=1, ...),
+    [pretrained reversal])`` ran on reversal's text and recorded text_task addition, grid_preset tiny and seeds 1
+    (probe's ``tasks`` / ``default_preset``, averaging's and demo's ``tasks`` alike); the CLI refused them."""
+    import importlib
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.common import entry_from_run
+    from nope_interp.pretrained import load_pretrained
+
+    job = importlib.import_module(f"nope_interp.jobs.{module}")
+
+    def no_work(*a, **k):
+        raise AssertionError("work started before the config was checked")
+
+    monkeypatch.setattr(job, "check_inputs_fit", no_work, raising=False)
+    monkeypatch.setattr(job, "progress", no_work, raising=False)
+    entry = entry_from_run(load_pretrained("reversal"), "pretrained-reversal", "pretrained")
+    with pytest.raises(NopeInterpError, match=rf"^{job.NAME}: ") as err:
+        job.run(job.CONFIG(**settings), [entry])
+    message = str(err.value)
+    assert "\n" not in message and all(name in message for name in settings), message
+
+
+@pytest.mark.parametrize(("module", "settings"), [
+    ("long_context", {}), ("long_context", {"quick": True}), ("long_context", {"text_task": "reversal"}),
+    ("long_context", {"quick": True, "lengths": (64,), "n_sequences": 1}), ("probe", {"quick": True}),
+    ("probe", {"n_prompts": 8}), ("probe", {"tasks": ("reversal",)}), ("averaging", {"n_prompts": 5}),
+    ("averaging", {"tasks": ("reversal",)}), ("demo", {"init_preset": "tiny"}), ("demo", {"tasks": ("reversal",)})])
+def test_settings_that_apply_to_given_models_are_not_refused(module, settings):
+    """Settings that shape the given models' run, or that name exactly the given models' tasks, are kept."""
+    import importlib
+
+    from nope_interp.jobs.common import entry_from_run, refuse_default_only
+    from nope_interp.pretrained import load_pretrained
+
+    job = importlib.import_module(f"nope_interp.jobs.{module}")
+    entry = entry_from_run(load_pretrained("reversal"), "pretrained-reversal", "pretrained")
+    refuse_default_only(job.NAME, job.CONFIG(**settings), job.DEFAULT_ONLY, job.DEFAULT_MODELS, [entry])
+    refuse_default_only(job.NAME, dataclasses.replace(job.CONFIG(**settings), n_prompts=9) if module != "long_context"
+                        else dataclasses.replace(job.CONFIG(**settings), max_lag=5), job.DEFAULT_ONLY,
+                        job.DEFAULT_MODELS, [entry])  # a copy made by dataclasses.replace, too
+
+
+def _good_entry_fields():
+    import tasks
+    from nope_interp.config import preset
+    from nope_interp.model import build_model
+
+    cfg = preset("tiny")
+    return {"label": "m", "kind": "init", "model": build_model(cfg), "model_cfg": cfg,
+            "task": tasks.get_task("reversal")}
+
+
+@pytest.mark.parametrize(("changes", "match"), [
+    ({"task": "reversal"}, r"task must be a tasks\.Task .*tasks\.get_task\('reversal'\)"),
+    ({"task": None}, "task must be a tasks.Task"),
+    ({"model": "x"}, "model must be a HookedTransformer or a TransformerBridge, got str"),
+    ({"model": None}, "model must be"),
+    ({"kind": "bogus"}, "kind must be one of init, run, pretrained, hf, text, got str 'bogus'"),
+    ({"kind": 3}, "kind must be one of"),
+    ({"model_cfg": {"n_layers": 2}}, "model_cfg must be a ModelConfig"),
+    ({"model_cfg": None}, "model_cfg must be a ModelConfig"),  # only a Hugging Face model has none
+    ({"run": "runs/x"}, "run must be a LoadedRun or None"),
+    ({"source": ["x"]}, "source must be a dict"),
+    ({"train_prompts": "rev(1)="}, "train_prompts must be a set of prompt strings")])
+def test_model_entry_refuses_what_a_job_cannot_use(changes, match):
+    """Before: ``ModelEntry(task="reversal")`` or ``model="x"`` was accepted and ``analyze.run`` failed with an
+    AttributeError; ``kind="bogus"`` ran as a task model."""
+    from conftest import build_unhooked
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.common import ModelEntry
+
+    with pytest.raises(NopeInterpError, match=match) as err:
+        build_unhooked(ModelEntry, **{**_good_entry_fields(), **changes})
+    assert "\n" not in str(err.value) and str(err.value).startswith("ModelEntry m: ")
+
+
+def test_model_entry_accepts_a_hugging_face_model_without_config_and_a_set_of_prompts():
+    from conftest import build_unhooked
+
+    from nope_interp.jobs.common import ModelEntry
+
+    fields = _good_entry_fields()
+    assert ModelEntry(**{**fields, "kind": "hf", "model_cfg": None}).model_cfg is None
+    entry = build_unhooked(ModelEntry, **fields, train_prompts={"rev(1)="})
+    assert entry.train_prompts == frozenset({"rev(1)="})
+
+
+@pytest.mark.parametrize("paths", [("/tmp",), ("a", "b/c")])
+@pytest.mark.parametrize("as_type", [str, "path"])
+def test_model_source_takes_run_paths_as_str_or_path(paths, as_type):
+    """Before: ``ModelSource(run=(Path("/tmp"),))`` said "run must be a list of strings" while the check of each
+    path said "(a str or pathlib.Path)"."""
+    from pathlib import Path
+
+    from conftest import build_unhooked
+
+    from nope_interp.jobs.common import ModelSource
+
+    given = tuple(Path(p) for p in paths) if as_type == "path" else paths
+    source = build_unhooked(ModelSource, run=given)
+    assert source.run == paths and source.to_dict()["run"] == list(paths)
+
+
+@pytest.mark.parametrize("value", [0, b"x", ""])
+def test_model_source_refuses_a_run_or_hf_path_that_is_no_path_in_one_consistent_message(value):
+    from conftest import build_unhooked
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.common import ModelSource
+
+    for field, given in (("run", (value,)), ("hf_path", value)):
+        with pytest.raises(NopeInterpError, match=r"must be a non-empty path \(a str or pathlib.Path\)"):
+            build_unhooked(ModelSource, **{field: given})
+
+
+@pytest.mark.parametrize("n_digits", [0, -3, 10**6, 65])
+@pytest.mark.parametrize("source", [{"pretrained": ("reversal",)}, {"task": "addition"},
+                                    {"init": True, "task": "indexing"}, {"pretrained": ("reversal", "ordering")}])
+def test_n_digits_outside_the_tasks_range_is_refused_up_front(source, n_digits):
+    """Before: ``ModelSource(pretrained=("reversal",), n_digits=0)`` (also -3, 10**6) was accepted and
+    ``load_models`` raised a TaskError, not a NopeInterpError."""
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.common import ModelSource
+
+    with pytest.raises(NopeInterpError, match=rf"--n-digits {n_digits} .*n_digits must be an integer in \[1, "):
+        ModelSource(**source, n_digits=n_digits)
+
+
+@pytest.mark.parametrize("n_digits", [True, 2.0, "3"])
+def test_n_digits_that_is_no_integer_is_refused(n_digits):
+    from conftest import build_unhooked
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.common import ModelSource
+
+    with pytest.raises(NopeInterpError, match="n_digits must be an integer"):
+        build_unhooked(ModelSource, pretrained=("reversal",), n_digits=n_digits)
+
+
+@pytest.mark.parametrize("n_digits", [0, 19, 10**6])
+def test_a_run_at_an_n_digits_its_task_cannot_take_is_a_nope_interp_error(tiny_run, n_digits):
+    """``--run`` names no task before it is loaded: the run's own task (addition, at most 18 digits) checks it,
+    and its TaskError comes out as a NopeInterpError."""
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.common import ModelSource, load_models
+
+    with pytest.raises(NopeInterpError, match=r"--n-digits .*n_digits must be an integer in \[1, 18\]") as err:
+        load_models(ModelSource(run=(str(tiny_run),), n_digits=n_digits))
+    assert type(err.value) is NopeInterpError

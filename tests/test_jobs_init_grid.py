@@ -66,6 +66,20 @@ def test_config_round_trips_and_the_written_grid_reproduces_it(J):
                                     "quick", "wide_std"}
 
 
+@pytest.mark.parametrize("given", [{}, {"seeds": 3}, {"depths": (2,)}, {"widths": (48, 96)}, {"n_prompts": 8},
+                                   {"stds": (0.5,)}, {"tasks": ("reversal",)},
+                                   {"depths": (6, 12), "widths": (192, 384), "seeds": 2, "n_prompts": 16}])
+@pytest.mark.parametrize("flag", ["quick", "wide_std"])
+def test_replace_of_quick_or_wide_std_recomputes_what_they_filled(J, given, flag):
+    """Before: ``InitGridConfig(quick=True).replace(quick=False)`` kept the quick grid (2 seeds, depths 6 12, ...)
+    while recording ``quick=False``; the same for ``wide_std`` and its stds."""
+    on = J.InitGridConfig(**{flag: True}, **given)
+    off = on.replace(**{flag: False})
+    assert off == J.InitGridConfig(**given) and getattr(off, flag) is False
+    assert off.replace(**{flag: True}) == on
+    assert on.replace(means=(1.0,)) == J.InitGridConfig(**{flag: True}, means=(1.0,), **given)
+
+
 def test_the_grid_records_wide_std_and_quick_even_when_explicit_values_win(J):
     """Before: ``--wide-std --stds 0.5`` ran 0.5 (explicit wins, as documented) and the JSON did not say that
     ``wide_std`` had been asked for (``grid_dict`` left it and ``quick`` out)."""

@@ -263,6 +263,34 @@ def test_quick_fills_only_what_was_not_given():
         LongContextConfig(quick=True, lengths=(512, 64, 64))  # a repeat would count as another measurement
 
 
+@pytest.mark.parametrize("given", [
+    {"seeds": 3}, {"lengths": (32, 128, 512, 2048)}, {"n_sequences": 4},
+    {"seeds": 3, "lengths": (32, 128, 512, 2048), "n_sequences": 4}, {"seeds": 1, "lengths": (64,)}])
+def test_quick_keeps_every_explicit_value_even_one_equal_to_the_full_default(given):
+    """Before: ``quick=True, seeds=3`` ran 2 seeds and ``quick=True, lengths=(32, 128, 512, 2048)`` ran 3 lengths
+    (a value equal to the full default read as not given)."""
+    from nope_interp.jobs.long_context import QUICK, LongContextConfig
+
+    q = LongContextConfig(quick=True, **given)
+    for name, value in QUICK.items():
+        assert getattr(q, name) == (tuple(sorted(given[name])) if name == "lengths" and name in given
+                                    else given.get(name, value)), name
+
+
+@pytest.mark.parametrize("given", [{}, {"seeds": 5}, {"lengths": (64,)}, {"n_sequences": 7}, {"max_lag": 5},
+                                   {"seeds": 2, "lengths": (32, 128, 512), "n_sequences": 2}])
+def test_replace_quick_recomputes_what_quick_filled(given):
+    """Before: ``LongContextConfig(quick=True).replace(quick=False)`` kept the quick lengths, seeds and sequences
+    while recording ``quick=False``."""
+    from nope_interp.jobs.long_context import LongContextConfig
+
+    q = LongContextConfig(quick=True, **given)
+    full = q.replace(quick=False)
+    assert full == LongContextConfig(**given) and full.quick is False
+    assert full.replace(quick=True) == q
+    assert q.replace(window=8) == LongContextConfig(quick=True, window=8, **given)
+
+
 def test_cli_long_context_writes_and_reports(tmp_path, capsys):
     from nope_interp.cli import main
 

@@ -49,6 +49,7 @@ from nope_interp.jobs.common import (
     job_models,
     progress,
     protocol_tag,
+    refuse_default_only,
     with_protocol,
 )
 from nope_interp.plotting import save_figure, with_plotlyjs
@@ -60,6 +61,8 @@ HELP = JOB_HELP[NAME]
 TAKES_MODELS = False
 DEFAULT_MODELS = ("per task: an initialised paper-shape model, a bidirectional control and the shipped "
                   "trained model")
+#: Config fields that choose the default models only (refused by ``run`` with models given).
+DEFAULT_ONLY = ("tasks",)
 
 #: The layer whose attention pattern the counterfactuals replace and the figures show.
 LAYER = 0
@@ -219,11 +222,14 @@ def run(config: AveragingConfig, models: list[ModelEntry] | None = None, *, log:
         log: receives one line per model.
 
     Raises:
-        NopeInterpError: a model whose inputs do not fit its ``n_ctx``; too few held-out prompts.
+        NopeInterpError: a model whose inputs do not fit its ``n_ctx``; too few held-out prompts; with ``models``
+            given, ``tasks`` set (it chooses the default models only:
+            :func:`~nope_interp.jobs.common.refuse_default_only`).
     """
     t0 = time.perf_counter()
     if models is not None:
         models = job_models("averaging", models, lambda: [])
+        refuse_default_only(NAME, config, DEFAULT_ONLY, DEFAULT_MODELS, models)
         names = list(dict.fromkeys(e.task.name for e in models))
         groups = {n: [e for e in models if e.task.name == n] for n in names}
     else:

@@ -69,7 +69,8 @@ class ModelSource(FrozenConfig):
             ``task``; ``with_seeds`` or ``with_candidates`` with ``run``, ``init`` or ``hf_path``; an unknown
             task, preset or model field;
             ``model_overrides`` or a preset other than ``paper`` without ``init`` (they would be ignored);
-            ``task`` or ``n_digits`` with ``hf_path``.
+            ``task`` or ``n_digits`` with ``hf_path``; ``n_digits`` outside the range of a task it applies to
+            (``task``, or each of ``pretrained``; a run's own task checks it when loaded: :func:`load_models`).
     """
 
     run: tuple[str, ...] = opt((), "run directories (runs/<name>/)")
@@ -87,6 +88,18 @@ class ModelSource(FrozenConfig):
                                     "wrapped in a TransformerBridge")
     model_overrides: dict[str, Any] = opt({}, "ModelConfig fields for --init (the --model-* flags)")
 
+    def _check_field_types(self) -> None:
+        # a pathlib.Path is a path as a str is (as_path's message says so): kept as its str, JSON-safe
+        if isinstance(self.run, (list, tuple)):
+            object.__setattr__(self, "run", tuple(os.fspath(p) if isinstance(p, os.PathLike) else p for p in self.run))
+        if isinstance(self.hf_path, os.PathLike):
+            object.__setattr__(self, "hf_path", os.fspath(self.hf_path))
+        for path in self.run if isinstance(self.run, tuple) else ():  # before "a list of strings": the path words
+            io.as_path(path, "--run")
+        if self.hf_path is not None:
+            io.as_path(self.hf_path, "--hf-path")
+        super()._check_field_types()
+
     def __post_init__(self) -> None:
         for path in self.run:  # an empty path would read as the current folder
             io.as_path(path, "--run")
@@ -101,6 +114,9 @@ class ModelSource(FrozenConfig):
             check_tasks(self.pretrained)
         if self.task is not None:
             check_tasks((self.task,))
+        if self.n_digits is not None:  # each task's own range, before any model is loaded
+            for name in (self.task,) if self.task is not None else self.pretrained:
+                task_or_error(name, self.n_digits)
         if self.init:
             if self.task is None:
                 raise NopeInterpError(f"--init needs --task (one of: {', '.join(tasks_pkg.TASK_NAMES)})")
@@ -139,6 +155,10 @@ class ModelSource(FrozenConfig):
         return {} if self.n_digits is None else {"n_digits": self.n_digits}
 
 
+#: The kinds of :class:`ModelEntry`.
+ENTRY_KINDS = ("init", "run", "pretrained", "hf", "text")
+
+
 @dataclass(frozen=True)
 class ModelEntry:
     """One model to analyse, with its task and the prompts it must not be analysed on.
@@ -156,7 +176,11 @@ class ModelEntry:
 
     Raises:
         NopeInterpError: a label that is not one safe path component (:func:`~nope_interp.config.check_name`;
-            e.g. a run directory named ``..`` or with a space).
+            e.g. a run directory named ``..`` or with a space); a ``kind`` not in :data:`ENTRY_KINDS`; a
+            ``model`` that is not a HookedTransformer or TransformerBridge; a ``model_cfg`` that is not a
+            ModelConfig (None is allowed for kind ``hf`` only); a ``task`` that is not a ``tasks.Task`` (a task
+            name: use ``tasks.get_task``); ``train_prompts`` not a set of strings (a set is stored as a frozenset);
+            ``run`` not a LoadedRun or None; ``source`` not a dict.
     """
 
     label: str
@@ -171,6 +195,43 @@ class ModelEntry:
     def __post_init__(self) -> None:
         # jobs write files named after the label: it must be one safe path component
         check_name("model label", self.label)
+
+        def bad(what: str, value: object) -> NopeInterpError:
+            return NopeInterpError(f"ModelEntry {self.label}: {what}, got {type(value).__name__} {value!r}"[:400])
+
+        if not isinstance(self.kind, str) or self.kind not in ENTRY_KINDS:
+            raise bad(f"kind must be one of {', '.join(ENTRY_KINDS)}", self.kind)
+        if not isinstance(self.model, LensModel):
+            raise bad("model must be a HookedTransformer or a TransformerBridge", self.model)
+        if not isinstance(self.model_cfg, ModelConfig) and not (self.model_cfg is None and self.kind == "hf"):
+            raise bad("model_cfg must be a ModelConfig (None only for a Hugging Face model, kind 'hf')",
+                      self.model_cfg)
+        if not isinstance(self.task, tasks_pkg.Task):
+            hint = f" (tasks.get_task({self.task!r}) for a task name)" if isinstance(self.task, str) else ""
+            raise bad(f"task must be a tasks.Task{hint}", self.task)
+        if not isinstance(self.train_prompts, (set, frozenset)) or \
+                not all(isinstance(p, str) for p in self.train_prompts):
+            raise bad("train_prompts must be a set of prompt strings", self.train_prompts)
+        object.__setattr__(self, "train_prompts", frozenset(self.train_prompts))
+        if self.run is not None and not isinstance(self.run, LoadedRun):
+            raise bad("run must be a LoadedRun or None", self.run)
+        if not isinstance(self.source, dict):
+            raise bad("source must be a dict", self.source)
+
+
+def task_or_error(name: str, n_digits: int | None, base: dict[str, Any] | None = None) -> tasks_pkg.Task:
+    """``tasks.get_task(name, **base, n_digits=n_digits)`` (``n_digits`` None: left out) with its TaskError (an
+    ``n_digits`` outside the task's own range) as a one-line NopeInterpError naming ``--n-digits``.
+
+    Raises:
+        NopeInterpError: the task refuses the parameters (an unknown task name too).
+    """
+    params = {**(base or {}), **({} if n_digits is None else {"n_digits": n_digits})}
+    try:
+        return tasks_pkg.get_task(name, **params)
+    except tasks_pkg.TaskError as err:
+        where = f"--n-digits {n_digits!r} does not fit task {name}: " if n_digits is not None else ""
+        raise NopeInterpError(f"{where}{err}") from None
 
 
 def job_models(job: str, models: object, defaults: Callable[[], list[ModelEntry]]) -> list[ModelEntry]:
@@ -203,6 +264,30 @@ def job_models(job: str, models: object, defaults: Callable[[], list[ModelEntry]
                               f"{', '.join(map(repr, twice))} more than once; give each ModelEntry its own label")
     refuse_same_model_twice(job, models)
     return list(models)
+
+
+def refuse_default_only(job: str, config: FrozenConfig, default_only: Iterable[str], default_models: str,
+                        models: Iterable[ModelEntry]) -> None:
+    """For a job's ``run(config, models)`` with ``models`` given: refuse the config fields that shape the job's
+    default models only (its ``DEFAULT_ONLY``) when they are set to something other than their default
+    (:meth:`~nope_interp.config.FrozenConfig.given_fields`; a field the config filled itself, such as
+    ``quick``'s seeds, does not count): they would be ignored, yet recorded in the result. ``tasks`` naming
+    exactly the given models' tasks and ``text_task`` naming the one task of every given model agree with
+    them and are kept. The CLI refuses the same flags with ``--run`` / ``--pretrained`` / ``--init`` /
+    ``--hf-path``.
+
+    Raises:
+        NopeInterpError: such a field set; the message names every one of them.
+    """
+    names = tuple(dict.fromkeys(e.task.name for e in models))
+    agrees = {"tasks": lambda v: set(v) == set(names), "text_task": lambda v: names == (v,)}
+    given = [name for name in config.given_fields() if name in tuple(default_only)
+             and not (name in agrees and agrees[name](getattr(config, name)))]
+    if given:
+        one = len(given) == 1
+        raise NopeInterpError(f"{job}: {', '.join(given)} shape{'s' if one else ''} the default models "
+                              f"({default_models}), not the models given to run(): {'it' if one else 'they'} "
+                              f"would be ignored; leave {'it' if one else 'them'} at the default")
 
 
 def check_inputs_fit(job: str, models: Iterable[ModelEntry], protocols: Iterable[str], window: int | None) -> None:
@@ -402,14 +487,15 @@ def load_models(source: ModelSource, default_with_seeds: bool = False) -> list[M
         NopeInterpError: a missing or corrupt run directory (a missing one, a file, or a folder without
             ``config.json`` named as ``--run``); a task without a shipped model; a run directory
             whose name is not a safe label (:func:`~nope_interp.config.check_name`); two run directories of
-            the same folder name (the same run given twice, too).
+            the same folder name (the same run given twice, too); ``n_digits`` outside the range of a run's own
+            task.
     """
-    task = None if source.task is None else tasks_pkg.get_task(source.task, **source.task_params)
+    task = None if source.task is None else task_or_error(source.task, source.n_digits)
 
     def own_task(run: LoadedRun) -> tasks_pkg.Task | None:  # --n-digits alone: the run's own task at that size
         if task is not None or source.n_digits is None:
             return task
-        return tasks_pkg.get_task(run.task.name, **{**run.task.params(), **source.task_params})
+        return task_or_error(run.task.name, source.n_digits, run.task.params())
 
     if source.hf_path:
         from nope_interp.hf import load_hf

@@ -47,6 +47,7 @@ from nope_interp.jobs.common import (
     job_models,
     progress,
     protocol_window,
+    refuse_default_only,
     resolved_dir,
 )
 from nope_interp.model import build_model
@@ -60,6 +61,8 @@ NAME = "demo"
 HELP = JOB_HELP[NAME]
 TAKES_MODELS = False
 DEFAULT_MODELS = "the shipped model of each task"
+#: Config fields that choose the default models only (refused by ``run`` with models given).
+DEFAULT_ONLY = ("tasks", "retrain", "runs_dir", "device", "from_sweep", "sweep_dir")
 
 #: The paper's claims checked by the demo: (low, high, wording) of the score range claimed.
 CLAIMS = {
@@ -310,8 +313,12 @@ def run(config: DemoConfig, models: list[ModelEntry] | None = None, *, log: Log 
     """Run the demo on ``models`` (default :func:`default_models`: one trained model per task).
 
     Raises:
-        NopeInterpError: a model whose ``n_ctx`` does not fit its task.
+        NopeInterpError: a model whose ``n_ctx`` does not fit its task; with ``models`` given, a field of
+            :data:`DEFAULT_ONLY` set (``tasks``, ``retrain``, ... choose the default models only:
+            :func:`~nope_interp.jobs.common.refuse_default_only`).
     """
+    if models is not None:
+        refuse_default_only(NAME, config, DEFAULT_ONLY, DEFAULT_MODELS, job_models(NAME, models, list))
     t_start = time.perf_counter()
     emit(log, f"demo: {len(config.tasks)} task{'s' if len(config.tasks) != 1 else ''}, {config.n_prompts} "
               "prompts per model" + (" (retraining first)" if config.retrain else ""))

@@ -89,7 +89,8 @@ class InitGridConfig(FrozenConfig):
     32; ``depths`` and ``widths`` left at None become (6, 12) and (192, 384) with ``quick``, else
     :data:`DEFAULT_DEPTHS` and :data:`DEFAULT_WIDTHS`; ``stds`` left at None becomes :data:`WIDE_STDS` with
     ``wide_std``, else :data:`DEFAULT_STDS`. A value given explicitly always wins, even one equal to a default
-    (before 2026-12-03 ``quick=True, depths=(6, 12, 24)`` ran (6, 12)).
+    (before 2026-12-03 ``quick=True, depths=(6, 12, 24)`` ran (6, 12)), and :meth:`replace` fills anew what was
+    not given (``replace(quick=False)`` gives the full grid; before, it kept the quick one).
 
     Raises:
         NopeInterpError: an empty grid axis; a mean outside [-1000, 1000]; a std outside (0, 1000] (NaN and
@@ -120,15 +121,9 @@ class InitGridConfig(FrozenConfig):
         for name in ("means", "stds", "depths", "widths", "tasks"):
             if isinstance(getattr(self, name), list):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
-        grid = QUICK_GRID if self.quick else FULL_GRID
-        for name in ("seeds", "n_prompts"):
-            if getattr(self, name) is None:
-                object.__setattr__(self, name, grid[name])
-        for name in ("depths", "widths"):
-            if getattr(self, name) is None:
-                object.__setattr__(self, name, grid[name])
-        if self.stds is None:
-            object.__setattr__(self, "stds", WIDE_STDS if self.wide_std else DEFAULT_STDS)
+        # filled fields are remembered, so that replace(quick=False) fills them anew (before: it kept the quick grid)
+        self._fill_unset({**(QUICK_GRID if self.quick else FULL_GRID),
+                          "stds": WIDE_STDS if self.wide_std else DEFAULT_STDS})
         for name in ("means", "stds", "depths", "widths", "tasks"):
             value = getattr(self, name)
             if not isinstance(value, tuple) or not value:

@@ -56,6 +56,7 @@ from nope_interp.jobs.common import (
     job_models,
     progress,
     random_tokens,
+    refuse_default_only,
     run_path,
 )
 from nope_interp.model import with_context
@@ -77,16 +78,20 @@ INPUTS = ("random", "task", "text")
 #: Normalisations and attentions of the default grid.
 NORMALIZATIONS = ("LN", "RMS", "none")
 ATTENTIONS = ("causal", "sliding")
-#: What ``quick`` sets when the field is left at its default.
+#: What ``quick`` sets when the field is not given.
 QUICK: dict[str, Any] = {"lengths": (32, 128, 512), "seeds": 2, "n_sequences": 2}
+#: What the fields ``quick`` would set are when not given and ``quick`` is off.
+FULL: dict[str, Any] = {"lengths": (32, 128, 512, 2048), "seeds": 3, "n_sequences": 4}
 
 
 @dataclass(frozen=True)
 class LongContextConfig(FrozenConfig):
     """Settings of ``long-context``.
 
-    ``quick`` replaces ``lengths``, ``seeds`` and ``n_sequences`` by :data:`QUICK` where they are left at
-    their defaults (a value given explicitly wins).
+    ``lengths``, ``seeds`` and ``n_sequences`` left at None are filled by ``__post_init__`` from :data:`QUICK`
+    with ``quick``, else from :data:`FULL`, so that after construction they hold what is run. A value given
+    explicitly always wins, even one equal to a full default (before: ``quick=True, seeds=3`` ran 2 seeds), and
+    :meth:`replace` fills anew what was not given (``replace(quick=False)`` gives the full defaults).
 
     Raises:
         NopeInterpError: a length outside [max(3, ``max_lag`` + 1), 65536] (a repeated length is refused;
@@ -95,32 +100,29 @@ class LongContextConfig(FrozenConfig):
             attention, task or preset; empty lists.
     """
 
-    lengths: tuple[int, ...] = opt((32, 128, 512, 2048), "sequence lengths n in tokens (up to 65536)")
+    lengths: tuple[int, ...] | None = opt(None, "sequence lengths n in tokens, up to 65536 (unset: 32 128 512 2048; "
+                                                "--quick: 32 128 512)")
     inputs: tuple[str, ...] = opt(("random", "task"), f"input kinds: {', '.join(INPUTS)} (task: windows of task "
                                                       "text; text: Shakespeare, needs the text extra)")
     text_task: str = opt("reversal", "task whose text the default grid's task inputs are (a model given by "
                                      "--run/--pretrained/--init reads its own task's text)")
-    n_sequences: int = opt(4, "sequences per model, input and length")
+    n_sequences: int | None = opt(None, "sequences per model, input and length (unset: 4; --quick: 2)")
     max_lag: int = opt(31, "largest lag D of the lag profile and the recency gap c(1) - c(D)")
     points: tuple[str, ...] = opt(("z", "resid_post"), f"hook points: {', '.join(ACTIVATION_POINTS)}")
-    seeds: int = opt(3, "seeds of the default grid (init and inputs)")
+    seeds: int | None = opt(None, "seeds of the default grid, init and inputs (unset: 3; --quick: 2)")
     normalizations: tuple[str, ...] = opt(NORMALIZATIONS, "normalisations of the default grid")
     attentions: tuple[str, ...] = opt(ATTENTIONS, "attentions of the default grid (sliding uses --window)")
     window: int = opt(16, "keys per query of sliding-window attention in the default grid")
     grid_preset: str = opt("cpu", f"model shape of the default grid: {describe_presets()}")
-    quick: bool = opt(False, "lengths 32 128 512, 2 seeds, 2 sequences")
+    quick: bool = opt(False, "lengths 32 128 512, 2 seeds, 2 sequences (explicit flags win)")
 
     def __post_init__(self) -> None:
         if not isinstance(self.quick, bool):
             raise NopeInterpError(f"quick must be true or false, got {self.quick!r}")
-        default = {f: getattr(type(self), f) for f in QUICK}
         for name in ("lengths", "inputs", "points", "normalizations", "attentions"):
             if isinstance(getattr(self, name), list):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
-        if self.quick:
-            for name, value in QUICK.items():
-                if getattr(self, name) == default[name]:
-                    object.__setattr__(self, name, value)
+        self._fill_unset(QUICK if self.quick else FULL)
         check_int("max_lag", self.max_lag, 1, 4096)
         if not self.lengths:
             raise NopeInterpError("lengths must not be empty")
@@ -293,10 +295,13 @@ def run(config: LongContextConfig, models: list[ModelEntry] | None = None, *, lo
         NopeInterpError: a given model that cannot be run at the longest length (learned positions); inputs
             that none of the models reads, so no row would be measured (:func:`why_no_inputs`; a model that
             cannot read one of several kinds is skipped for that kind, with a line in the log); non-finite or near-zero
-            activations (the message names the site).
+            activations (the message names the site); with ``models`` given, a field of :data:`DEFAULT_ONLY`
+            set (it shapes the default grid only: :func:`~nope_interp.jobs.common.refuse_default_only`).
     """
     given = models is not None
     models = job_models("long-context", models, lambda: default_models(config))
+    if given:
+        refuse_default_only(NAME, config, DEFAULT_ONLY, DEFAULT_MODELS, models)
     if all(why_no_inputs(entry, kind) is not None for entry in models for kind in config.inputs):
         reasons = sorted({why_no_inputs(entry, kind) or "" for entry in models for kind in config.inputs})
         raise NopeInterpError(f"--inputs {' '.join(config.inputs)}: no model here reads them ({'; '.join(reasons)}); "

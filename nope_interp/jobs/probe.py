@@ -60,6 +60,7 @@ from nope_interp.jobs.common import (
     job_models,
     progress,
     protocol_tag,
+    refuse_default_only,
     shipped_entries,
     with_protocol,
 )
@@ -355,8 +356,11 @@ def run(config: ProbeConfig, models: list[ModelEntry] | None = None, *, log: Log
     Raises:
         NopeInterpError: an unknown site; prompts that do not fit a model's ``n_ctx``; inputs too short for the
             probes (:func:`probe_entry`); two models whose rows would share a (task, model) key
-            (:func:`model_label`); the models refused by :func:`~nope_interp.jobs.common.job_models`.
+            (:func:`model_label`); the models refused by :func:`~nope_interp.jobs.common.job_models`; with
+            ``models`` given, ``tasks`` or ``default_preset`` set (they shape the default models only:
+            :func:`~nope_interp.jobs.common.refuse_default_only`).
     """
+    given = models is not None
     models = job_models("probe", models, lambda: default_models(config))
     keys: dict[tuple[str, str], str] = {}
     for entry in models:   # rows are keyed by (task, model): two models under one key were averaged as seeds
@@ -367,6 +371,8 @@ def run(config: ProbeConfig, models: list[ModelEntry] | None = None, *, log: Log
                                   f"model {key[1]!r} on {key[0]} (averaged as one model's seeds); give them labels "
                                   "that differ")
         keys[key] = entry.label
+    if given:
+        refuse_default_only(NAME, config, DEFAULT_ONLY, DEFAULT_MODELS, models)
     check_inputs_fit("probe", models, [config.protocol], config.window)
     t0 = time.perf_counter()
     rows: list[ProbeRow] = []
