@@ -478,7 +478,7 @@ def job_dirs(out_root: object, job: str) -> tuple[Path, Path]:  # object: a bad 
     return root / "results" / job, root / "figures" / job
 
 
-def prepare_outputs(job: str, result: object, result_type: type, out_root: str | Path) -> tuple[Path, Path]:
+def prepare_outputs(job: str, result: object, result_type: type, out_root: object) -> tuple[Path, Path]:
     """The start of every job's ``write``: ``result`` checked to be the job's own result (``result_type``, what its
     ``run`` returns), then both output folders of :func:`job_dirs` created, before any file is written. Before,
     a folder that could not be created (a file named ``figures`` in ``out_root``) failed after the results were
