@@ -160,7 +160,7 @@ def test_to_dict_is_json_with_the_old_layout(AJ, tiny_ablation):
                                                   "content"]
     summary = data["seed_summary"]["addition"]
     assert list(summary) == ["runs", "clean_exact_match", "accuracy_loss", "rank_curve", "decomposition",
-                             "eval_prefix", "protocol"]
+                             "eval_prefix", "protocol", "rank"]
     assert summary["protocol"] == "full" and summary["clean_exact_match"]["n_seeds"] == 1
     assert list(summary["rank_curve"]) == ["0", "2"]
     assert list(summary["rank_curve"]["2"]) == ["positional", "random", "content"]
@@ -907,6 +907,13 @@ def test_rank_is_written_only_when_a_project_out_kind_ran(AJ, tiny_ablation, mix
     # applies: tiny_config runs project_out at rank 0
     result, _ = tiny_ablation
     assert result.runs[0].rank == 0 and result.to_dict()["results"][0]["rank"] == 0
+    # and the outputs say so (before: neither ablate_seeds.md nor the figures named the table's rank, so rank 0,
+    # which removes nothing, read as "project_out leaves 1.000")
+    (summary,) = result.seed_summary
+    assert summary.rank == 0 and summary.to_dict()["rank"] == 0
+    assert "the project_out* kinds remove rank 0." in AJ.seed_markdown(result.seed_summary, result.runs)
+    assert AJ.plot_seed_summary(result.seed_summary).layout.title.text.endswith("; project_out* bars at rank 0")
+    assert AJ.plot_ablations(result.runs).layout.title.text.endswith("; project_out* bars at rank 0")
     # does not apply: shuffle_positional alone, for a text and a task model alike
     assert [r.rank for r in mixed_ablation.runs] == [None, None]
     AJ.write(mixed_ablation, tmp_path)

@@ -163,7 +163,7 @@ class AblateConfig(FrozenConfig):
                 if k not in KINDS:
                     raise NopeInterpError(f"kinds: unknown ablation {k!r}; allowed: {', '.join(KINDS)}")
         if self.rank is not None:
-            check_int("rank", self.rank, 0, 100_000)
+            check_int("rank", self.rank, 0, 100_000)   # 0 removes nothing: an identity control, stated in the outputs
         check_used("rank", self.rank, None, any(k.startswith("project_out") for k in self.kinds_used),
                    "with a project_out* ablation among the kinds (the rank curve has its own ranks)")
         if not self.ranks:
@@ -461,6 +461,8 @@ class TaskSeedSummary:
             different prefixes, e.g. packed and answer-only models, have different prompt positions and
             are summarised apart).
         protocol, window: the inputs every run of the group read (:attr:`RunAblation.protocol`, ``window``).
+        rank: the rank of the ``project_out*`` kinds in ``accuracy_loss`` (:attr:`RunAblation.rank`; None when
+            no such kind ran).
     """
 
     task: str
@@ -473,6 +475,7 @@ class TaskSeedSummary:
     eval_prefix: str = ""
     protocol: str = "full"
     window: int = DEFAULT_WINDOW
+    rank: int | None = None
 
     @property
     def group(self) -> str:
@@ -496,7 +499,7 @@ class TaskSeedSummary:
                 "rank_curve": {str(p.rank): {"positional": p.positional.to_dict(), "random": p.random.to_dict(),
                                              "content": p.content.to_dict()} for p in self.rank_curve},
                 "decomposition": {d.site: d.to_dict() for d in self.decomposition}, "eval_prefix": self.eval_prefix,
-                "protocol": self.protocol}
+                "protocol": self.protocol, "rank": self.rank}
 
 
 @dataclass(frozen=True)
@@ -848,7 +851,7 @@ def seed_summary(runs: Sequence[RunAblation]) -> tuple[TaskSeedSummary, ...]:
         out.append(TaskSeedSummary(task=task, runs=tuple(r.run for r in rs), run_names=tuple(r.run_name for r in rs),
                                    clean_exact_match=mean_std_ci([r.clean.exact_match for r in rs]),
                                    accuracy_loss=tuple(losses), rank_curve=tuple(curve), decomposition=tuple(decs),
-                                   eval_prefix=prefix, protocol=protocol, window=window))
+                                   eval_prefix=prefix, protocol=protocol, window=window, rank=rs[0].rank))
     return tuple(out)
 
 
@@ -962,8 +965,9 @@ def plot_ablations(runs: Sequence[RunAblation]) -> go.Figure:
         fig.update_yaxes(title_text="accuracy lost", row=i, col=1)
         fig.update_yaxes(title_text=_metric_words(res.metric), range=[-0.02, 1.02], row=i, col=2)
         fig.update_xaxes(title_text="rank r", row=i, col=2)
+    ranks = {r.rank for r in runs if r.rank is not None}
     fig.update_layout(barmode="group", title="Ablating the positional structure of the residual stream"
-                      + _inputs_words(runs),
+                      + _inputs_words(runs) + (f"; project_out* bars at rank {ranks.pop()}" if len(ranks) == 1 else ""),
                       height=200 + 360 * len(runs), width=1250)
     return fig
 
@@ -1005,6 +1009,8 @@ def seed_markdown(summaries: Sequence[TaskSeedSummary], runs: Sequence[RunAblati
         lines += [f"## {e.group} ({n} run{'s' if n != 1 else ''}; clean {metric} {_fmt(e.clean_exact_match)})", ""]
         lines += ["runs: " + ", ".join(e.run_names), ""]
         kinds = list(e.accuracy_loss[0].by_kind) if e.accuracy_loss else []
+        if e.rank is not None and any(k.startswith("project_out") for k in kinds):
+            lines += [f"Accuracy lost by site; the project_out* kinds remove rank {e.rank}.", ""]
         lines += ["| site | " + " | ".join(kinds) + " |", "|---" * (len(kinds) + 1) + "|"]
         lines += [f"| {s.site} | " + " | ".join(_fmt(s.by_kind[k]) for k in kinds) + " |" for s in e.accuracy_loss]
         lines += ["", f"| rank r | {metric}, positional removed | {metric}, random removed | "
@@ -1081,8 +1087,10 @@ def plot_seed_summary(summaries: Sequence[TaskSeedSummary]) -> go.Figure:
         fig.update_yaxes(title_text="score / share (dots: chance adjacency)", range=[0, 1.05], row=i, col=3)
         fig.update_xaxes(title_text="rank r", row=i, col=2)
     words = {f" ({e.protocol} inputs)" if e.protocol not in ("full", "text") else "" for e in summaries}
+    ranks = {e.rank for e in summaries if e.rank is not None}
     fig.update_layout(barmode="group", title="Ablations over seeds (same recipe, other --seed/--model-seed)"
-                      + (words.pop() if len(words) == 1 else ""),
+                      + (words.pop() if len(words) == 1 else "")
+                      + (f"; project_out* bars at rank {ranks.pop()}" if len(ranks) == 1 else ""),
                       height=220 + 380 * len(summaries), width=1620, legend={"font": {"size": 11}})
     return fig
 
