@@ -467,18 +467,21 @@ def save_figure(fig: go.Figure, path: str | Path) -> Path:
     return path
 
 
-# below this many pixels a figure stops shrinking with the window and scrolls instead (its panels' labels overlap)
+# a figure shrinks with the window down to this many pixels, or to this share of its drawn width if more, and
+# scrolls below that: further down, the panels' titles and labels of the wide multi-panel figures overlap
 _MIN_PAGE_WIDTH = 640
+_MIN_WIDTH_SHARE = 0.7
 
 
 def figure_page(fig: go.Figure) -> str:
     """The offline HTML page :func:`save_figure` writes: ``fig`` follows the window's width, up to its own.
 
     A figure drawn with a fixed ``layout.width`` (the plotting functions set one that suits their panels) is
-    written without it, in a block whose maximum width is that width and whose minimum is 640 pixels (or the
-    figure's width, if smaller), with Plotly's ``responsive`` option: in a window narrower than the figure it
-    shrinks to the window instead of scrolling sideways (which hid panels and markers at the right edge), and in a
-    wider one it keeps the drawn width. A figure without a fixed width takes the window's width. The height is the
+    written without it, in a block whose maximum width is that width and whose minimum is 70% of it or 640
+    pixels, whichever is more (the drawn width, if smaller), with Plotly's ``responsive`` option: in a window
+    narrower than the figure it shrinks to the window instead of scrolling sideways (which hid panels and markers
+    at the right edge), and in a wider one it keeps the drawn width; below 70% a wide figure scrolls, since its
+    panels' titles would overlap. A figure without a fixed width takes the window's width. The height is the
     figure's own. ``fig`` itself is not changed (in Jupyter it shows at its drawn size). plotly.js is loaded from
     the page's folder (``include_plotlyjs="directory"``).
 
@@ -494,7 +497,7 @@ def figure_page(fig: go.Figure) -> str:
                         config={"responsive": True})
     if width:
         w = int(math.ceil(width))
-        style = f"max-width: {w}px; min-width: {min(w, _MIN_PAGE_WIDTH)}px;"
+        style = f"max-width: {w}px; min-width: {min(w, max(_MIN_PAGE_WIDTH, round(_MIN_WIDTH_SHARE * w)))}px;"
     else:
         style = f"min-width: {_MIN_PAGE_WIDTH}px;"
     return ('<html>\n<head><meta charset="utf-8" /></head>\n<body>\n'

@@ -374,4 +374,5 @@ def test_saved_figures_follow_the_window_up_to_their_drawn_width(tmp_path, width
     if width is None:
         assert "max-width" not in block and "min-width: 640px" in block
     else:
-        assert f"max-width: {width}px" in block and f"min-width: {min(width, 640)}px" in block
+        assert f"max-width: {width}px" in block and f"min-width: {min(width, max(640, round(0.7 * width)))}px" in block
+        assert {1620: 1134, 760: 640, 500: 500}[width] == min(width, max(640, round(0.7 * width)))

@@ -372,7 +372,8 @@ def run(config: DemoConfig, models: list[ModelEntry] | None = None, *, log: Log 
         emit(log, f"[{i}/{len(models)}] {task.name}: embed {init_res.scores['row_mean']['hook_embed']['mean']:.3f} -> "
                   f"L0 hook_z {init_res.scores['row_mean'][z]['mean']:.3f} (initialised), "
                   f"{trained_res.scores['row_mean'][z]['mean']:.3f} (trained); "
-                  f"test exact match {fmt_fraction(acc)} ({time.perf_counter() - t0:.0f}s)")
+                  f"test exact match {fmt_fraction(acc)} on {len(test):,} held-out prompts (remeasured; the "
+                  f"shipped full-test value is in summary.md) ({time.perf_counter() - t0:.0f}s)")
     return DemoResult(config=config, init_model=init_cfg, tasks=tuple(per_task), claims=tuple(claims),
                       wall_time_s=round(time.perf_counter() - t_start, 1), provenance=io.provenance())
 
