@@ -247,10 +247,13 @@ def run(config: AveragingConfig, models: list[ModelEntry] | None = None, *, log:
             except NopeInterpError as err:  # e.g. inputs longer than this model's n_ctx: say which model
                 raise NopeInterpError(f"{name} {entry.label}: {err}") from None
             kinds = [k for k in PATTERN_KINDS if pattern_kind_unsupported(model, LAYER, k) is None]
-            for k in PATTERN_KINDS:
-                if k not in kinds:
-                    emit(log, f"{name} {entry.label}: no {k} counterfactual: "
-                              f"{pattern_kind_unsupported(model, LAYER, k)}")
+            skipped = {k: pattern_kind_unsupported(model, LAYER, k) for k in PATTERN_KINDS if k not in kinds}
+            if skipped:   # one line per model (two lines per control read like errors in a new user's trial)
+                heads = {str(v).split(" (")[0] for v in skipped.values()}   # "bidirectional attention", say
+                reason = heads.pop() if len(heads) == 1 else "; ".join(f"{k}: {v}" for k, v in skipped.items())
+                emit(log, f"{name} {entry.label}: {reason}, so the {' and '.join(skipped)} counterfactual"
+                          f"{'s are' if len(skipped) > 1 else ' is'} skipped (causal replacement patterns; "
+                          "expected, not an error)")
             cf = counterfactual_report(model, task, LAYER, kinds=kinds, n_prompts=config.n_prompts,
                                        eval_examples=_eval_examples(entry, config.eval_n, log),
                                        prefix=eval_prefix(entry), pattern_seed=draw_seed(f"{name}/{entry.label}"),
