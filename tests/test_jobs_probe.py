@@ -300,3 +300,20 @@ def test_models_whose_rows_would_share_a_key_are_refused():
     with pytest.raises(NopeInterpError, match=r"probe: the models 'init-tiny-reversal' and 'init-tiny' would both be "
                                               r"rows of model 'initialised \(tiny\)' on reversal"):
         probe.run(probe.ProbeConfig(quick=True), [a, b])
+
+
+def test_the_progress_line_gives_the_best_probe_mean_over_seeds():
+    """Before: the progress line said only '30 probes'; it now gives the lowest NRMSE, a mean over seeds."""
+    from nope_interp.jobs import probe
+    from nope_interp.probing import ProbeScore
+
+    def row(site, feature, seed, nrmse):
+        sc = ProbeScore(nrmse=nrmse, pearson_r=0.5, mae=1.0)
+        return probe.ProbeRow(task="addition", model="trained", site=site, feature=feature, probe="mlp", seed=seed,
+                              score=sc, mean_baseline=sc, shuffled_baseline=sc)
+
+    rows = [row("hook_embed", "raw", 0, 0.20), row("hook_embed", "raw", 1, 0.80),          # mean 0.50
+            row("blocks.0.attn.hook_z", "cos_profile", 0, 0.30), row("blocks.0.attn.hook_z", "cos_profile", 1, 0.40),
+            row("blocks.0.attn.hook_z", "norm", 0, float("nan"))]
+    assert probe._headline(rows) == "; best: NRMSE 0.35 (cos_profile, mlp at blocks.0.attn.hook_z; 1.0 = chance)"
+    assert probe._headline([]) == ""

@@ -21,8 +21,10 @@ the shuffled-target baseline).
 """
 
 import dataclasses
+import math
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -350,6 +352,19 @@ def noise_control(config: ProbeConfig, task: tasks_pkg.Task | str, d_model: int,
                        "noise")
 
 
+def _headline(rows: Sequence[ProbeRow]) -> str:
+    """``"; best: NRMSE 0.31 (cos_profile, mlp at blocks.0.attn.hook_z; 1.0 = chance)"``: the (site, feature,
+    probe) of lowest NRMSE, mean over seeds, for the progress line; empty without rows."""
+    by_key: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    for r in rows:
+        if not math.isnan(r.score.nrmse):
+            by_key[(r.site, r.feature, r.probe)].append(r.score.nrmse)
+    if not by_key:
+        return ""
+    (site, feature, probe), vals = min(by_key.items(), key=lambda kv: sum(kv[1]) / len(kv[1]))
+    return f"; best: NRMSE {sum(vals) / len(vals):.2f} ({feature}, {probe} at {site}; 1.0 = chance)"
+
+
 def run(config: ProbeConfig, models: list[ModelEntry] | None = None, *, log: Log = None) -> ProbeResult:
     """Probe every model of ``models`` (default :func:`default_models`) on its task (see the module docstring).
 
@@ -388,7 +403,7 @@ def run(config: ProbeConfig, models: list[ModelEntry] | None = None, *, log: Log
                           "task_params": entry.task.params() if task_model else {},
                           "inputs": new[0].inputs if new else config.protocol,
                           "source": io.json_safe(entry.source)})
-        emit(log, f"{name} {model_label(entry)}: {len(new)} probes ({time.perf_counter() - t0:.0f}s)")
+        emit(log, f"{name} {model_label(entry)}: {len(new)} probes{_headline(new)} ({time.perf_counter() - t0:.0f}s)")
         d_model = int(entry.model.cfg.d_model)
         if entry.kind in ("text", "hf"):
             n_pos = int(entry.source["text_window"]) if entry.kind == "text" else hf_random_length(entry.model)
