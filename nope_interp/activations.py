@@ -11,7 +11,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from nope_interp.checks import is_int
+from nope_interp.config import check_int
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names
 from nope_interp.model import LensModel, check_model_dtype, check_tokens, evaluates
@@ -45,13 +45,6 @@ def _checked(model: LensModel, tokens: Tensor) -> Tensor:
     return tokens
 
 
-def _check_batch_size(batch_size: object, fn: str) -> int:
-    """``batch_size`` as a Python int, checked: an integer >= 1 (True is not 1, 2.5 and '2' are not sizes)."""
-    if not is_int(batch_size) or batch_size < 1:
-        raise NopeInterpError(f"{fn}: batch_size must be an integer >= 1, got {batch_size!r}"[:300])
-    return int(batch_size)
-
-
 def iter_activations(
     model: LensModel,
     tokens: Int[Tensor, "batch pos"],
@@ -67,7 +60,7 @@ def iter_activations(
         NopeInterpError: as :func:`collect_activations`.
     """
     tokens = _checked(model, tokens)
-    batch_size = _check_batch_size(batch_size, "iter_activations")
+    batch_size = check_int("iter_activations: batch_size", batch_size, 1, 10**9)
     names = activation_hook_names(model.cfg.n_layers, points)
     check_site_widths(model, names)
     return _iter_chunks(model, tokens, names, batch_size)
@@ -129,7 +122,7 @@ def collect_activations(
             (:func:`~nope_interp.model.check_tokens`); ``hook_z`` and residual-stream points of different
             widths (:func:`check_site_widths`); ``batch_size`` not an integer >= 1 (a bool, a float, None).
     """
-    batch_size = _check_batch_size(batch_size, "collect_activations")
+    batch_size = check_int("collect_activations: batch_size", batch_size, 1, 10**9)
     chunks = [a.acts for a in iter_activations(model, tokens, points, batch_size)]
     return Activations(acts=torch.cat(chunks, dim=1),
                        labels=tuple(activation_hook_names(model.cfg.n_layers, points)))

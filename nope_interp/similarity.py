@@ -391,14 +391,6 @@ def _check_square_no_nan(sim: object, fn: str = "adjacency_counts") -> None:
                               f"{int(torch.isinf(below).sum())} inf entries")
 
 
-def _check_elements(value: object, name: str, fn: str) -> int:
-    """A chunk size in tensor elements (``max_elements``, ``block_elements``) as a Python int, checked: an integer
-    >= 1, not a bool (0 and 2.5 would give empty or fractional chunks, a bool is a mistake)."""
-    if not is_int(value) or not 1 <= value <= 2**62:
-        raise NopeInterpError(f"{fn}: {name} must be an integer in [1, 2**62], got {value!r}"[:300])
-    return int(value)
-
-
 #: Below this many positions :func:`adjacency_counts` compares all pairs; from it on, it sorts.
 SORT_THRESHOLD = 48
 
@@ -445,7 +437,7 @@ def adjacency_counts_sorted(
         NopeInterpError: as :func:`adjacency_counts`; ``max_elements`` not an integer >= 1.
     """
     _check_square_no_nan(sim, "adjacency_counts_sorted")
-    max_elements = _check_elements(max_elements, "max_elements", "adjacency_counts_sorted")
+    max_elements = check_int("adjacency_counts_sorted: max_elements", max_elements, 1, 2**62)
     n = sim.shape[-1]
     flat = sim.reshape(-1, n, n)
     # bound memory: about max_elements matrix entries per chunk of sequences (at least one sequence)
@@ -511,7 +503,7 @@ def adjacency_counts_naive(
         NopeInterpError: as :func:`adjacency_counts`; ``max_elements`` not an integer >= 1.
     """
     _check_square_no_nan(sim, "adjacency_counts_naive")
-    max_elements = _check_elements(max_elements, "max_elements", "adjacency_counts_naive")
+    max_elements = check_int("adjacency_counts_naive: max_elements", max_elements, 1, 2**62)
     n = sim.shape[-1]
     flat = sim.reshape(-1, n, n)
     # pair (i, j) counts in row k iff i < j < k
@@ -537,7 +529,7 @@ def cosine_spread(sim: Float[Tensor, "*batch pos pos"], block_elements: int = 2*
             [-1, 1]: the spread would be inf or NaN); ``block_elements`` not an integer >= 1.
     """
     _check_square(sim, "cosine_spread", min_pos=2)
-    block_elements = _check_elements(block_elements, "block_elements", "cosine_spread")
+    block_elements = check_int("cosine_spread: block_elements", block_elements, 1, 2**62)
     n = sim.shape[-1]
     flat = sim.reshape(-1, n, n)
     hi = torch.full(flat.shape[:1], float("-inf"), dtype=torch.float64, device=sim.device)

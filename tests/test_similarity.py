@@ -804,7 +804,7 @@ def test_a_chunk_size_that_is_not_an_integer_of_at_least_one_is_refused(S, fn, n
     from nope_interp.errors import NopeInterpError
 
     sim = S.cosine_similarity_matrix(torch.randn(2, 6, 4, generator=torch.Generator().manual_seed(0)))
-    with pytest.raises(NopeInterpError, match=rf"^{fn}: {name} must be an integer in \[1, 2\*\*62\], got "):
+    with pytest.raises(NopeInterpError, match=rf"^{fn}: {name} must be an integer in \[1, {2**62}\], got "):
         unhooked(getattr(S, fn))(sim, **{name: value})
 
 
