@@ -311,8 +311,9 @@ def plot_counterfactuals(result: AveragingResult) -> go.Figure:
             shown.add(cond.kind)
         fig.update_yaxes(range=[0, 1.05], title_text="adjacency", row=r, col=1)
     fig.update_xaxes(tickangle=-60, tickfont={"size": 9})
-    fig.update_layout(title=f"Layer-{LAYER} attention replaced: adjacency score at every site (trained models, "
-                            f"{result.config.protocol} inputs; sites before layer {LAYER}'s attention are unchanged)",
+    fig.update_layout(title=f"Layer-{LAYER} attention replaced: adjacency score by site<br><sup>trained models, "
+                            f"{result.config.protocol} inputs; the sites before layer {LAYER}'s attention do not "
+                            "change</sup>",
                       height=200 + 330 * len(panels), width=1100)
     return fig
 
