@@ -296,28 +296,38 @@ def halve(run_dir: str | Path) -> Path:
     """Store a run's ``model.safetensors`` at half precision, in place: half the bytes (a maintainer's tool
     to keep the repository's weights small).
 
-    Only for models that are analysed, never for the shipped models the demo measures (those stay float32):
-    the measured effect of the rounding on every kept candidate and extra seed (test exact match and
-    adjacency scores, float32 vs float16) is in ``docs/measured/half_precision/half_precision.md``, and a
-    test checks it on shipped models. A run already at half precision is left as it is. The run directory is
-    locked while the file is rewritten, as training locks it, so a training in progress there is refused.
+    Only for models that are analysed, never for the shipped task models the demo measures (those stay
+    float32): the measured effect of the rounding on every kept candidate and extra seed (test exact match
+    and adjacency scores, float32 vs float16) is in ``docs/measured/half_precision/half_precision.md``, and
+    a test checks it on shipped models; for the ``train-text`` language models (bits per character and every
+    text measurement of the README) it is in ``docs/measured/half_precision/text.md``. A run already at half
+    precision is left as it is. The run directory is locked while the file is rewritten, as training locks
+    it, so a training in progress there is refused.
 
     Args:
-        run_dir: a finished or stopped task run directory (``config.json``, ``model.safetensors``).
+        run_dir: a finished or stopped run directory (``config.json``, ``model.safetensors``) of a task model
+            (``nope-interp train``) or a language model (``nope-interp train-text``).
 
     Returns:
         The weights file.
 
     Raises:
-        NopeInterpError: the run cannot be loaded (a text model's folder is refused here too); it is a shipped
-            task model folder, ``.../pretrained/<task>/`` (:func:`is_shipped_dir`); its weights do not fit
-            float16 (:func:`half_precision`); another process (a training) holds the run directory.
+        NopeInterpError: the run cannot be loaded; it is a shipped task model folder,
+            ``.../pretrained/<task>/`` (:func:`is_shipped_dir`); its weights do not fit float16
+            (:func:`half_precision`); another process (a training) holds the run directory.
     """
     if is_shipped_dir(run_dir):
         raise NopeInterpError(f"{run_dir} is a shipped task model: the demo measures it, so it stays float32")
-    run = load_run(run_dir)
-    weights = run.path / io.WEIGHTS_FILE
-    with io.exclusive(run.path, "run directory"):
+    path = io.as_path(run_dir, "run_dir")
+    config = io.read_json(path / io.CONFIG_FILE, "run config")
+    if isinstance(config, dict) and isinstance(config.get("text_train"), dict) and "train" not in config:
+        from nope_interp.text_train import load_text_run  # imports this module
+
+        load_text_run(path)  # a text run whose weights load
+    else:
+        path = load_run(path).path
+    weights = path / io.WEIGHTS_FILE
+    with io.exclusive(path, "run directory"):
         state = io.load_weights(weights)
         if stored_dtype(state) != "float16":
             io.save_weights(weights, half_precision(state), io.weights_metadata(weights) or None)

@@ -320,7 +320,9 @@ def test_ablate_and_probe_take_text_runs_with_next_character_accuracy(tmp_path, 
 def test_ship_text_copies_a_finished_run_and_shipped_text_models_reproduce_their_summary(tmp_path, monkeypatch,
                                                                                           tiny_run):
     import nope_interp.text_train as tt
+    from nope_interp import io
     from nope_interp.errors import NopeInterpError
+    from nope_interp.pretrained import stored_dtype
 
     shipped = tt.available_text_models()  # the real ones, checked below
     run = _train(tmp_path, "nope")
@@ -341,7 +343,12 @@ def test_ship_text_copies_a_finished_run_and_shipped_text_models_reproduce_their
         summary = json.loads((path / "summary.json").read_text())
         assert (path / "model.safetensors").stat().st_size <= 10 * 2**20
         got = tt.bits_per_char(model, tt.eval_tokens(cfg.eval_windows, cfg.window))
-        assert got == pytest.approx(summary["bpc_1x"], rel=1e-6)
+        if stored_dtype(io.load_weights(path / "model.safetensors")) == "float16":
+            # summary.json was written from the float32 weights; rounding them to float16 moved bits per
+            # character by less than 1e-4 (docs/measured/half_precision/text.md)
+            assert got == pytest.approx(summary["bpc_1x"], abs=2e-4)
+        else:
+            assert got == pytest.approx(summary["bpc_1x"], rel=1e-6)
         assert json.loads((path / "config.json").read_text())["command"].startswith("nope-interp train-text")
 
 
@@ -404,3 +411,30 @@ def test_a_run_stopped_before_its_first_evaluation_resumes(tmp_path):
     tt.train_text(model_cfg, cfg, tmp_path / "r", resume=True, progress=False, device="cpu")
     steps = [json.loads(line)["step"] for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
     assert steps == [4, 8] and (tmp_path / "r" / "summary.json").exists()
+
+
+def test_halve_stores_a_text_run_at_float16_and_its_bits_per_char_barely_move(tmp_path):
+    """Before: halve refused every train-text run ("a language model run, not a task run")."""
+    import nope_interp.text_train as tt
+    from nope_interp import io
+    from nope_interp.pretrained import halve, stored_dtype
+
+    run = _train(tmp_path, "nope")
+    weights = run / "model.safetensors"
+    model, _, cfg = tt.load_text_run(run)
+    windows = tt.eval_tokens(cfg.eval_windows, cfg.window)
+    before, size = tt.bits_per_char(model, windows), weights.stat().st_size
+    state32 = io.load_weights(weights)
+    assert halve(run) == weights
+    state16 = io.load_weights(weights)
+    assert stored_dtype(state32) == "float32" and stored_dtype(state16) == "float16"
+    assert weights.stat().st_size < 0.6 * size
+    for name, value in state32.items():  # each weight is its float32 value rounded to float16
+        assert torch.equal(state16[name], value.to(torch.float16)), name
+    model16, _, _ = tt.load_text_run(run)  # the stamp survives; the model computes in float32
+    assert next(model16.parameters()).dtype == torch.float32
+    assert tt.bits_per_char(model16, windows) == pytest.approx(before, abs=1e-3)
+    assert tt.bits_per_char(model16, windows) != before  # the rounding is real
+    bytes16 = weights.read_bytes()
+    halve(run)  # already half: left as it is
+    assert weights.read_bytes() == bytes16
