@@ -27,7 +27,6 @@ Bad input is one line on stderr and exit status 2.
 Then, on any machine: ``nope-interp trajectory --run OUT/<task>`` and ``nope-interp compare --run OUT/*``.
 """
 
-import argparse
 import contextlib
 import dataclasses
 import math
@@ -39,6 +38,7 @@ from pathlib import Path
 import torch
 
 from nope_interp import io
+from nope_interp.cli import OneLineParser
 from nope_interp.config import TrainConfig, preset
 from nope_interp.errors import NopeInterpError
 from nope_interp.train import finalize, finished_run_message, resolve_device, train
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     """Train every task in ``--tasks`` one after the other (skipping finished runs, resuming started ones);
     returns 0, or 2 after a one-line error (an unavailable ``--device``, an unusable ``--out``, a run directory
     with other settings or precision, one being written by another process)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="paper_recipe_gpu.py", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="folder for the four run directories")
     parser.add_argument("--tasks", nargs="+", default=list(TASK_NAMES), choices=list(TASK_NAMES))
     parser.add_argument("--device", default="auto")

@@ -80,12 +80,13 @@ def ascii_float(text: str) -> float:
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose errors are one line on stderr, ``nope-interp: error: ...``, with exit
-    status 2 (argparse's own prints the whole usage first). Sub-commands inherit it."""
+    """An ``ArgumentParser`` whose errors are one line on stderr, ``nope-interp: error: ...`` (the first word
+    of ``prog``: a script using it names itself), with exit status 2 (argparse's own prints the whole usage
+    first). Sub-commands inherit it."""
 
     def error(self, message: str) -> NoReturn:
         """Print ``message`` on one line (pointing at ``--help``) and exit with status 2."""
-        self.exit(2, f"nope-interp: error: {one_line(message)} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.prog.split()[0]}: error: {one_line(message)} (see {self.prog} --help)\n")
 
     def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> argparse.Namespace:
         """argparse's ``parse_args``, but an unknown flag points at the sub-command's ``--help`` (where the

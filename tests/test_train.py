@@ -315,10 +315,13 @@ def test_the_gpu_script_stops_at_its_time_budget_at_a_checkpoint_and_each_rerun_
     assert script["main"](["--out", str(tmp_path / "inf"), "--tiny", "--tasks", "reversal", "--device", "cpu",
                            "--budget-s", "inf"]) == 0  # inf: no limit
     assert json.loads((tmp_path / "inf" / "reversal" / "summary.json").read_text())["steps"] == 6
-    for bad in ("0", "-1", "nan"):
+    capsys.readouterr()
+    for bad in (["--budget-s", "0"], ["--budget-s", "-1"], ["--budget-s", "nan"], ["--precision", "nope"]):
         with pytest.raises(SystemExit) as exc:
-            script["main"]([*args[:-1], bad])
+            script["main"]([*args[:-2], *bad])
         assert exc.value.code == 2
+        err = capsys.readouterr().err  # one line naming the flag (before: argparse's usage, then the error)
+        assert err.count("\n") == 1 and err.startswith("paper_recipe_gpu.py: error: ") and bad[0] in err, err
 
 
 def test_train_time_limit_stops_at_a_checkpoint_without_a_summary_and_resumes(tiny_train, tmp_path):
