@@ -280,10 +280,12 @@ class FrozenConfig:
         if own is not None:  # run the type checks first, then the config's own checks
 
             @functools.wraps(own)
-            def __post_init__(self: "FrozenConfig") -> None:  # noqa: N807 - the dataclass hook's name
+            def __post_init__(self: "FrozenConfig", *initvars: Any) -> None:  # noqa: N807 - the dataclass hook's name
                 with _refused_by(type(self)):
                     self._check_field_types()  # a config may first normalise its values
-                    own(self)
+                    own(self, *initvars)
+                if isinstance(getattr(self, "_filled", None), dict):  # the values filled, as the checks left them
+                    object.__setattr__(self, "_filled", {name: getattr(self, name) for name in self._filled})
 
             cls.__post_init__ = __post_init__  # type: ignore[attr-defined]
 
@@ -337,7 +339,8 @@ class FrozenConfig:
         """A copy with some fields changed (validated again). A field that the config filled itself because it
         was not given (:meth:`_fill_unset`: what ``quick`` sets) is left unset again unless ``changes`` sets it,
         so it is filled anew from the new settings: ``LongContextConfig(quick=True).replace(quick=False)`` has the
-        full defaults (before: it kept the quick ones while recording ``quick=False``).
+        full defaults (before: it kept the quick ones while recording ``quick=False``). ``dataclasses.replace``
+        does the same where it can (:meth:`_fill_unset`).
 
         Raises:
             NopeInterpError: unknown fields; a bad value.
@@ -347,21 +350,47 @@ class FrozenConfig:
         if bad:
             raise NopeInterpError(f"unknown {type(self).__name__} field(s) {bad}; allowed: {', '.join(sorted(known))}")
         unset = {name: None for name in self.filled_fields() if name not in changes}
-        return dataclasses.replace(self, **unset, **changes)  # type: ignore[type-var]
+        # what changes gives counts as given, even a value equal to the one filled: nothing is carried over
+        carried = {"_filled": None} if "_filled" in self.__dataclass_fields__ else {}  # type: ignore[attr-defined]
+        return dataclasses.replace(self, **unset, **changes, **carried)  # type: ignore[type-var]
 
-    def _fill_unset(self, values: dict[str, Any]) -> None:
+    def _fill_unset(self, values: dict[str, Any], carried: dict[str, Any] | None = None) -> None:
         """For a config's ``__post_init__``: set each field named in ``values`` that is None (not given) to its
-        value, and remember it as filled (:meth:`filled_fields`), so that :meth:`replace` fills it anew."""
+        value, and remember it as filled (:meth:`filled_fields`), so that :meth:`replace` fills it anew.
+
+        A config that fills fields declares ``_filled: InitVar[dict[str, Any] | None] = None`` and passes it on as
+        ``carried``: ``dataclasses.replace`` copies every field it is not given, the filled ones too, and with
+        them this InitVar, the values the copied config filled. A field still holding its carried value was not
+        given a new one (or was given the same): it is filled anew, as :meth:`replace` does, when these settings
+        fill it with that same value; when they would fill another (``dataclasses.replace(cfg, quick=False)``), a
+        copy cannot tell a carried value from one given, and refuses rather than keep the old settings' value.
+
+        Raises:
+            NopeInterpError: a field carried over that these settings would fill with another value.
+        """
+        carried = carried if isinstance(carried, dict) else {}
+        kept = [name for name, value in carried.items()
+                if name in values and getattr(self, name) is not None and getattr(self, name) == value]
+        stale = [name for name in kept if values[name] != carried[name]]
+        if stale:
+            raise NopeInterpError(
+                f"dataclasses.replace cannot tell whether {', '.join(f'{n}={carried[n]!r}' for n in stale)} "
+                f"{'was' if len(stale) == 1 else 'were'} given or copied from a {type(self).__name__} that filled "
+                f"{'it' if len(stale) == 1 else 'them'}, and these settings fill {'it' if len(stale) == 1 else 'them'} "
+                f"otherwise: use the config's replace method, which fills {'it' if len(stale) == 1 else 'them'} anew")
+        for name in kept:  # carried over: filled again, with the same value
+            object.__setattr__(self, name, None)
         filled = set(self.filled_fields())
         for name, value in values.items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
                 filled.add(name)
-        object.__setattr__(self, "_filled", frozenset(filled))
+        object.__setattr__(self, "_filled", {f.name: getattr(self, f.name) for f in fields(self)  # type: ignore
+                                             if f.name in filled})
 
     def filled_fields(self) -> frozenset[str]:
         """The fields this config filled itself because they were not given (``quick``'s seeds, say)."""
-        return getattr(self, "_filled", frozenset())
+        return frozenset(getattr(self, "_filled", None) or ())
 
     def given_fields(self) -> tuple[str, ...]:
         """The fields set to something other than their default, in field order. A field the config filled
