@@ -117,7 +117,7 @@ def collect_activations(
             them: use :func:`iter_activations` to stream).
 
     Raises:
-        NopeInterpError: unknown point; sequences longer than ``n_ctx``; ``tokens`` that are not a 2-D
+        NopeInterpError: unknown or repeated point; sequences longer than ``n_ctx``; ``tokens`` that are not a 2-D
             integer tensor with at least one sequence and position, or hold an id outside ``[0, d_vocab)``
             (:func:`~nope_interp.model.check_tokens`); ``hook_z`` and residual-stream points of different
             widths (:func:`check_site_widths`); ``batch_size`` not an integer >= 1 (a bool, a float, None).

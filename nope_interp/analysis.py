@@ -242,7 +242,7 @@ def analyze_model(
     Raises:
         NopeInterpError: ``model`` not a TransformerLens model (a loaded run: pass ``.model``); ``task`` not
             a :class:`tasks.Task`; ``n_prompts`` < 1; ``seed`` not an integer >= 0; the inputs do not fit
-            ``n_ctx``; unknown or no points; unknown protocol; activations with NaN or inf entries
+            ``n_ctx``; unknown, repeated or no points; unknown protocol; activations with NaN or inf entries
             (non-finite weights), or near-zero vectors, at a site (the message names it).
 
     Warns:
@@ -305,7 +305,7 @@ def analyze_tokens(
 
     Raises:
         NopeInterpError: fewer than 3 positions; sequences longer than ``n_ctx``; ids outside the vocabulary;
-            unknown or no points; unknown ``forward``; ``max_bytes`` < 1; ``meta`` not a dict; ``task`` or
+            unknown, repeated or no points; unknown ``forward``; ``max_bytes`` < 1; ``meta`` not a dict; ``task`` or
             ``protocol`` not a string; ``example_prompt`` neither a string nor ``batch`` strings;
             ``forward="fast"`` for a model it does not support or with hooks attached (they would not run);
             ``max_lag`` outside [1, pos - 1];

@@ -152,27 +152,71 @@ def config_kwargs(args: argparse.Namespace, cls: type, prefix: str = "") -> dict
     return out
 
 
-def flag_named(message: str, args: argparse.Namespace) -> str:
-    """``message`` with a leading config field name (``dropout must be ...``, ``n_layers=0 ...``) replaced by
-    the command-line flag that set it (``--model-dropout must be ...``): the configs check their fields by
-    name, and a user of the CLI knows the flags. A message saying ``got None`` names the flag of that field
-    that was not given (``--model-window`` for a sliding window, not the training ``--window``). Left as it is
-    when no flag, or more than one that the message cannot tell apart (``--seed`` and ``--model-seed`` both
-    set ``seed`` and the message quotes neither value), fits."""
-    match = re.match(r"([a-z][a-z0-9_]*)(?==| must | lists | is | has )", message)
-    if match is None:
+#: A config field leading a message: ``dropout must be ...``, ``nope_layers lists ...``, ``window needs ...``.
+_LEADING_FIELD = re.compile(r"([a-z][a-z0-9_]*)(?= must | lists | is | has | needs )")
+#: A setting a message quotes as ``field=value`` (``window=8``, ``attention='sliding'``): not part of a flag
+#: (``--window=8``), a dotted name (``model.n_ctx=``) or a quoted text.
+_SETTING = re.compile(r"(?<![\w.'\"-])([a-z][a-z0-9_]*)=('[^'\s]*'|[^\s,;:()'\"\[\]]+)")
+
+
+def flag_named(message: str, args: argparse.Namespace, config: type | None = None) -> str:
+    """``message`` with the config fields it names spelt as the command-line flags that set them: the configs
+    check their fields by name, and a user of the CLI knows the flags.
+
+    A leading field name (``dropout must be ...``) becomes the flag that set it (``--model-dropout must be ...``);
+    a message saying ``got None`` names the flag of that field that was not given (``--model-window`` for a
+    sliding window, not the training ``--window``). A setting quoted as ``field=value`` (``window=8``,
+    ``attention='sliding'``) becomes ``--flag=value`` (``--model-window=8``, ``--model-attention=sliding``) when a
+    flag gave that value, or when a config's own check raised the message (its fields are the flags or their
+    defaults); a value from elsewhere (a ``--pretrained`` model's ``n_layers=3``) keeps its name. ``config``: the
+    config class whose check raised it (``NopeInterpError.config``): ModelConfig's fields are the ``--model-*``
+    flags, every other config's the plain ones. Without it, a field that two flags set (``--seed`` and
+    ``--model-seed``) is the flag whose value the message quotes. A name is left as it is when no flag, or more
+    than one that the message cannot tell apart, fits."""
+    match = _LEADING_FIELD.match(message)
+    if match is None and _SETTING.match(message) is None:
         return _flag_of_unknown_value(message, args)
-    field = match.group(1)
-    options = {f"--{dest.replace('_', '-')}": value for dest, value in vars(args).items()
-               if dest in (field, f"model_{field}") and value is not False}
-    unset = "got None" in message   # the field was left unset: the flag the user did not give
-    if unset:
-        options = {flag: v for flag, v in options.items() if v is None}
-    else:
-        options = {flag: v for flag, v in options.items() if v is not None}
-        if len(options) > 1:  # both set a field of this name: the one whose value the message quotes
-            options = {flag: v for flag, v in options.items() if re.search(rf"got {re.escape(str(v))}\b", message)}
-    return next(iter(options)) + message[len(field):] if len(options) == 1 else message
+    if match is not None:
+        field = match.group(1)
+        options = _flags_of(field, args, config)
+        unset = "got None" in message   # the field was left unset: the flag the user did not give
+        if unset:
+            options = {flag: v for flag, v in options.items() if v is None}
+        else:
+            options = {flag: v for flag, v in options.items() if v is not None}
+            if len(options) > 1:  # both set a field of this name: the one whose value the message quotes
+                options = {flag: v for flag, v in options.items()
+                           if re.search(rf"got {re.escape(str(v))}\b", message)}
+        if len(options) == 1:
+            message = next(iter(options)) + message[len(field):]
+    for m in reversed(list(_SETTING.finditer(message))):  # from the end: the spans before stay where they are
+        value = m.group(2).strip("'")
+        flag = _flag_of_setting(m.group(1), value, args, config)
+        if flag is not None:
+            message = f"{message[:m.start()]}{flag}={value}{message[m.end():]}"
+    return message
+
+
+def _flags_of(field: str, args: argparse.Namespace, config: type | None) -> dict[str, Any]:
+    """The flags that may set the config field ``field``, with their values: ``--<field>`` and
+    ``--model-<field>``, or only the one of ``config`` (the ``--model-*`` flags are ModelConfig's)."""
+    dests = (field, f"model_{field}")
+    if config is not None:
+        from nope_interp.config import ModelConfig  # imported already: a config raised the message
+
+        dests = dests[1:] if config is ModelConfig else dests[:1]
+    return {f"--{dest.replace('_', '-')}": value for dest, value in vars(args).items()
+            if dest in dests and value is not False}
+
+
+def _flag_of_setting(field: str, value: str, args: argparse.Namespace, config: type | None) -> str | None:
+    """The flag of the setting ``field=value`` in a message, or None: the flag that gave the value, else with
+    ``config`` (a config's own check raised the message) the one flag of that config's field."""
+    options = _flags_of(field, args, config)
+    given = [flag for flag, v in options.items() if v is not None and value in (str(v), repr(v))]
+    if len(given) == 1:
+        return given[0]
+    return next(iter(options)) if config is not None and len(options) == 1 else None
 
 
 def _flag_of_unknown_value(message: str, args: argparse.Namespace) -> str:
@@ -547,7 +591,8 @@ def _run_command(args: argparse.Namespace, argv: list[str]) -> int:
                 return _cmd_sweep(args)
             return _cmd_job(_job(args.command), args)
     except (NopeInterpError, TaskError) as err:
-        print(f"nope-interp: error: {one_line(flag_named(str(err), args))}", file=sys.stderr)
+        config = getattr(err, "config", None)  # a TaskError has none
+        print(f"nope-interp: error: {one_line(flag_named(str(err), args, config))}", file=sys.stderr)
         return 2
     except (KeyboardInterrupt, Terminated) as stop:  # Ctrl-C or SIGTERM: one line, not a traceback or silence
         how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"

@@ -7,6 +7,7 @@ bad values raise :class:`~nope_interp.errors.NopeInterpError` naming the field a
 method behind the defaults is described in ``docs/method.md``.
 """
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -15,6 +16,7 @@ import os
 import re
 import types
 import typing
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
@@ -247,6 +249,18 @@ def _field_types(cls: type) -> dict[str, Any]:
     return {f.name: hints.get(f.name, Any) for f in fields(cls)}  # type: ignore[arg-type]
 
 
+@contextlib.contextmanager
+def _refused_by(cls: type) -> Iterator[None]:
+    """Mark a NopeInterpError leaving a config's checks with that config's class (``err.config``), unless a config
+    built inside them marked it first (a ModelSource's ModelConfig): the CLI names the flags of that config."""
+    try:
+        yield
+    except NopeInterpError as err:
+        if err.config is None:
+            err.config = cls
+        raise
+
+
 class FrozenConfig:
     """Mixin for frozen dataclass configs: JSON round-trip, validated copies, field help.
 
@@ -266,15 +280,19 @@ class FrozenConfig:
         if own is not None:  # run the type checks first, then the config's own checks
 
             @functools.wraps(own)
-            def __post_init__(self: "FrozenConfig") -> None:  # noqa: N807 - the dataclass hook's name
-                self._check_field_types()  # a config may first normalise its values
-                own(self)
+            def __post_init__(self: "FrozenConfig", *initvars: Any) -> None:  # noqa: N807 - the dataclass hook's name
+                with _refused_by(type(self)):
+                    self._check_field_types()  # a config may first normalise its values
+                    own(self, *initvars)
+                if isinstance(getattr(self, "_filled", None), dict):  # the values filled, as the checks left them
+                    object.__setattr__(self, "_filled", {name: getattr(self, name) for name in self._filled})
 
             cls.__post_init__ = __post_init__  # type: ignore[attr-defined]
 
     def __post_init__(self) -> None:
         """Check every field against its annotation (configs without checks of their own)."""
-        self._check_field_types()
+        with _refused_by(type(self)):
+            self._check_field_types()
 
     def _check_field_types(self) -> None:
         """Raise NopeInterpError for a field whose value does not fit its annotation; lists -> tuples."""
@@ -321,7 +339,8 @@ class FrozenConfig:
         """A copy with some fields changed (validated again). A field that the config filled itself because it
         was not given (:meth:`_fill_unset`: what ``quick`` sets) is left unset again unless ``changes`` sets it,
         so it is filled anew from the new settings: ``LongContextConfig(quick=True).replace(quick=False)`` has the
-        full defaults (before: it kept the quick ones while recording ``quick=False``).
+        full defaults (before: it kept the quick ones while recording ``quick=False``). ``dataclasses.replace``
+        does the same where it can (:meth:`_fill_unset`).
 
         Raises:
             NopeInterpError: unknown fields; a bad value.
@@ -331,21 +350,47 @@ class FrozenConfig:
         if bad:
             raise NopeInterpError(f"unknown {type(self).__name__} field(s) {bad}; allowed: {', '.join(sorted(known))}")
         unset = {name: None for name in self.filled_fields() if name not in changes}
-        return dataclasses.replace(self, **unset, **changes)  # type: ignore[type-var]
+        # what changes gives counts as given, even a value equal to the one filled: nothing is carried over
+        carried = {"_filled": None} if "_filled" in self.__dataclass_fields__ else {}  # type: ignore[attr-defined]
+        return dataclasses.replace(self, **unset, **changes, **carried)  # type: ignore[type-var]
 
-    def _fill_unset(self, values: dict[str, Any]) -> None:
+    def _fill_unset(self, values: dict[str, Any], carried: dict[str, Any] | None = None) -> None:
         """For a config's ``__post_init__``: set each field named in ``values`` that is None (not given) to its
-        value, and remember it as filled (:meth:`filled_fields`), so that :meth:`replace` fills it anew."""
+        value, and remember it as filled (:meth:`filled_fields`), so that :meth:`replace` fills it anew.
+
+        A config that fills fields declares ``_filled: InitVar[dict[str, Any] | None] = None`` and passes it on as
+        ``carried``: ``dataclasses.replace`` copies every field it is not given, the filled ones too, and with
+        them this InitVar, the values the copied config filled. A field still holding its carried value was not
+        given a new one (or was given the same): it is filled anew, as :meth:`replace` does, when these settings
+        fill it with that same value; when they would fill another (``dataclasses.replace(cfg, quick=False)``), a
+        copy cannot tell a carried value from one given, and refuses rather than keep the old settings' value.
+
+        Raises:
+            NopeInterpError: a field carried over that these settings would fill with another value.
+        """
+        carried = carried if isinstance(carried, dict) else {}
+        kept = [name for name, value in carried.items()
+                if name in values and getattr(self, name) is not None and getattr(self, name) == value]
+        stale = [name for name in kept if values[name] != carried[name]]
+        if stale:
+            raise NopeInterpError(
+                f"dataclasses.replace cannot tell whether {', '.join(f'{n}={carried[n]!r}' for n in stale)} "
+                f"{'was' if len(stale) == 1 else 'were'} given or copied from a {type(self).__name__} that filled "
+                f"{'it' if len(stale) == 1 else 'them'}, and these settings fill {'it' if len(stale) == 1 else 'them'} "
+                f"otherwise: use the config's replace method, which fills {'it' if len(stale) == 1 else 'them'} anew")
+        for name in kept:  # carried over: filled again, with the same value
+            object.__setattr__(self, name, None)
         filled = set(self.filled_fields())
         for name, value in values.items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
                 filled.add(name)
-        object.__setattr__(self, "_filled", frozenset(filled))
+        object.__setattr__(self, "_filled", {f.name: getattr(self, f.name) for f in fields(self)  # type: ignore
+                                             if f.name in filled})
 
     def filled_fields(self) -> frozenset[str]:
         """The fields this config filled itself because they were not given (``quick``'s seeds, say)."""
-        return getattr(self, "_filled", frozenset())
+        return frozenset(getattr(self, "_filled", None) or ())
 
     def given_fields(self) -> tuple[str, ...]:
         """The fields set to something other than their default, in field order. A field the config filled
@@ -433,7 +478,7 @@ class ModelConfig(FrozenConfig):
     n_layers: int = opt(2, "number of transformer blocks")
     d_model: int = opt(128, "residual stream width")
     n_heads: int = opt(4, "attention heads per layer")
-    d_head: int = opt(32, "width of each head (n_heads * d_head must equal d_model)")
+    d_head: int = opt(32, "width of each head (--model-n-heads times it must equal --model-d-model)")
     d_mlp: int = opt(512, "MLP hidden width")
     n_ctx: int = opt(64, "maximum sequence length")
     d_vocab: int = opt(96, "vocabulary size (the tasks use 96 characters)")
@@ -455,9 +500,8 @@ class ModelConfig(FrozenConfig):
         for name in ("n_layers", "d_model", "n_heads", "d_head", "d_mlp", "n_ctx", "d_vocab"):
             check_int(name, getattr(self, name), 1, 1_000_000)
         if self.n_heads * self.d_head != self.d_model:
-            raise NopeInterpError(
-                f"n_heads * d_head must equal d_model, got {self.n_heads} * {self.d_head} != {self.d_model}"
-            )
+            raise NopeInterpError(f"d_model={self.d_model} must equal n_heads={self.n_heads} times "
+                                  f"d_head={self.d_head} ({self.n_heads * self.d_head})")
         check_choice("act_fn", self.act_fn, ACT_FN_CHOICES)
         check_choice("normalization", self.normalization, NORMALIZATION_CHOICES)
         check_choice("positional", self.positional, POSITIONAL_CHOICES)
@@ -469,8 +513,8 @@ class ModelConfig(FrozenConfig):
             raise NopeInterpError(f"tied_embeddings must be true or false, got {self.tied_embeddings!r}")
         if self.nope_layers is not None:
             if self.positional != "rotary":
-                raise NopeInterpError(f"nope_layers needs positional rotary (a hybrid of RoPE and NoPE layers), "
-                                      f"got positional {self.positional!r}")
+                raise NopeInterpError(f"nope_layers needs positional='rotary' (a hybrid of RoPE and NoPE layers), "
+                                      f"got positional={self.positional!r}")
             if not self.nope_layers:
                 raise NopeInterpError("nope_layers must not be empty (None: every layer rotary)")
             for layer in self.nope_layers:
@@ -484,8 +528,8 @@ class ModelConfig(FrozenConfig):
                                       "with attention='sliding', got None")
             check_int("window", self.window, 1, 1_000_000)
         elif self.window is not None:
-            raise NopeInterpError(f"window must be None (null) unless attention='sliding', got {self.window!r} "
-                                  f"with attention={self.attention!r}")
+            raise NopeInterpError(f"window needs attention='sliding' (it is the sliding window's width), got "
+                                  f"window={self.window!r} with attention={self.attention!r}")
 
     @property
     def positional_label(self) -> str:
@@ -546,8 +590,8 @@ def check_optimizer_fields(cfg: Any) -> None:
             raise NopeInterpError(f"{name} must be in [0, 1), got {getattr(cfg, name)!r}")
     check_float("weight_decay", cfg.weight_decay, 0.0, 1e3)
     if cfg.lr * cfg.weight_decay > 1.0:  # AdamW multiplies the weights by 1 - lr * weight_decay
-        raise NopeInterpError(f"lr * weight_decay must be at most 1 (AdamW scales the weights by "
-                              f"1 - lr * weight_decay each step), got {cfg.lr!r} * {cfg.weight_decay!r}")
+        raise NopeInterpError(f"lr={cfg.lr!r} times weight_decay={cfg.weight_decay!r} must be at most 1 (AdamW scales "
+                              f"the weights by 1 minus their product each step)")
     check_float("grad_clip", cfg.grad_clip, 0.0, 1e9, low_open=True)
 
 
@@ -600,7 +644,7 @@ class TrainConfig(FrozenConfig):
     checkpoint_every: int = opt(250, "steps between checkpoints")
     seed: int = opt(0, "seed of the batch sampler")
     objective: str = opt("answer_only", f"training objective: {', '.join(OBJECTIVES)}")
-    window: int = opt(256, "tokens per window of the packed objective (at most n_ctx)")
+    window: int = opt(256, "tokens per window of the packed objective (at most --model-n-ctx)")
 
     def __post_init__(self) -> None:
         if not isinstance(self.task_params, dict):
@@ -617,7 +661,7 @@ class TrainConfig(FrozenConfig):
         check_used("window", self.window, 256, self.objective == "packed", "with objective packed")
         if self.eval_n > self.n_test:
             raise NopeInterpError(f"eval_n={self.eval_n} is more than n_test={self.n_test}: each evaluation would use "
-                                  f"only the {self.n_test} test prompts; lower eval_n or raise n_test")
+                                  f"only the {self.n_test} test prompts")
 
     @property
     def eval_prefix(self) -> str:
@@ -651,7 +695,7 @@ class TextTrainConfig(FrozenConfig):
 
     steps: int = opt(5_000, "optimizer steps (end of the cosine decay)")
     batch_size: int = opt(32, "windows per step")
-    window: int = opt(128, "characters per training window: the training context (at most n_ctx)")
+    window: int = opt(128, "characters per training window: the training context (at most --model-n-ctx)")
     lr: float = opt(1e-3, "peak learning rate")
     min_lr_ratio: float = opt(0.1, "final lr as a fraction of the peak")
     warmup_steps: int = opt(200, "linear warmup steps")
@@ -690,7 +734,7 @@ def check_train_fits(model_cfg: "ModelConfig", task: tasks_pkg.Task, cfg: "Train
                               f"sweep TOML window, model_n_ctx)")
     if model_cfg.n_ctx < need:
         raise NopeInterpError(
-            f"n_ctx={model_cfg.n_ctx} is too small for task {task.name!r}: its examples need n_ctx >= {need}"
+            f"n_ctx={model_cfg.n_ctx} is too small for task {task.name!r}: its examples need {need} positions"
         )
     if cfg.objective == "packed" and cfg.window < need:  # no window would ever hold a whole example
         raise NopeInterpError(f"window={cfg.window} cannot hold one whole {task.name} example with the newlines "

@@ -27,7 +27,15 @@ def one_line(text: str) -> str:
 
 
 class NopeInterpError(ValueError):
-    """Bad input to the toolkit: the message names the parameter and what is allowed."""
+    """Bad input to the toolkit: the message names the parameter and what is allowed.
+
+    Attributes:
+        config: the config class (:class:`~nope_interp.config.FrozenConfig`) whose own checks refused a value, set
+            as the error leaves them (the innermost config, when one config builds another); None otherwise. The
+            CLI names that config's flags from it (``--model-window``, not the training ``--window``).
+    """
+
+    config: type | None = None
 
 
 class Terminated(SystemExit):

@@ -319,13 +319,16 @@ def fast_activations(
         names: TransformerLens hook names of the forms in :data:`FAST_HOOKS`.
 
     Raises:
-        NopeInterpError: an unsupported model option or hook name; tokens that
-            :func:`nope_interp.model.check_tokens` refuses (an id outside ``[0, d_vocab)``, a float or
-            1-D tensor) or longer than ``n_ctx``.
+        NopeInterpError: an unsupported model option or hook name; a hook name given twice (the result holds
+            one entry per name); tokens that :func:`nope_interp.model.check_tokens` refuses (an id outside
+            ``[0, d_vocab)``, a float or 1-D tensor) or longer than ``n_ctx``.
     """
     why = fast_activations_unsupported(model, names)
     if why is not None:
         raise NopeInterpError(f"fast_activations does not support {why}; use run_with_cache")
+    twice = list(dict.fromkeys(n for n in names if list(names).count(n) > 1))
+    if twice:
+        raise NopeInterpError(f"fast_activations: names holds {', '.join(map(repr, twice))} more than once")
     tokens = check_tokens(model, tokens)
     if tokens.shape[1] > model.cfg.n_ctx:
         raise NopeInterpError(f"tokens have {tokens.shape[1]} positions, more than n_ctx={model.cfg.n_ctx}")

@@ -78,8 +78,9 @@ def check_points(points: object) -> tuple[str, ...]:
     the one check of every ``points`` argument and ``--points`` flag.
 
     Raises:
-        NopeInterpError: a single string rather than a sequence, an empty sequence, or an unknown name (a full
-            hook name such as ``blocks.0.attn.hook_z`` is answered with its point, ``z``).
+        NopeInterpError: a single string rather than a sequence, an empty sequence, an unknown name (a full
+            hook name such as ``blocks.0.attn.hook_z`` is answered with its point, ``z``), or a name given twice
+            (each point is one set of sites: it was analysed once, the result having fewer sites than asked).
     """
     if isinstance(points, (str, bytes)):
         raise NopeInterpError(f"points must be a sequence of point names (e.g. ({points!r},)), got the single "
@@ -94,6 +95,9 @@ def check_points(points: object) -> tuple[str, ...]:
     for p in points:
         if not isinstance(p, str) or p not in ACTIVATION_POINTS:
             raise _unknown_point(p, ACTIVATION_POINTS, "activation point", "; that point is measured at every layer")
+    twice = [p for p in ACTIVATION_POINTS if points.count(p) > 1]
+    if twice:
+        raise NopeInterpError(f"points names {', '.join(map(repr, twice))} more than once; give each point once")
     return points
 
 
@@ -102,7 +106,7 @@ def activation_hook_names(n_layers: int, points: tuple[str, ...] = ACTIVATION_PO
 
     Raises:
         NopeInterpError: ``n_layers`` not an integer >= 1; ``points`` is a single string rather than a sequence
-            of names, is empty, or holds a point that is not in :data:`ACTIVATION_POINTS`.
+            of names, is empty, holds a point that is not in :data:`ACTIVATION_POINTS` or one point twice.
     """
     if not is_int(n_layers) or n_layers < 1:
         raise NopeInterpError(f"n_layers must be an integer >= 1, got {n_layers!r}")

@@ -5,6 +5,7 @@ the sign of a cosine reads at a glance.
 """
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -73,10 +74,41 @@ def _labels(values: object, name: str, fn: str, what: str) -> list[str]:
     return out
 
 
+#: The slider of :func:`plot_cosine_heatmaps`: its label font size, and the pixels a character of a label takes at
+#: that size in the widest of plotly's default fonts (Verdana; "resid_post" is 46 px in Open Sans).
+_STEP_FONT_SIZE = 10
+_STEP_CHAR_PX = 6.2
+#: plotly.js's slider geometry: the padding it wants beside each label, the inset of the first and last steps.
+_STEP_LABEL_PAD = 8
+_STEP_INSET = 10
+#: Figure width of :func:`plot_cosine_heatmaps` (and its least), the widest it grows to give every slider step
+#: room for its label, the heatmap's width in pixels, and the left and right margins.
+_COSINE_WIDTH, _COSINE_MAX_WIDTH, _COSINE_HEATMAP_PX, _COSINE_MARGIN = 760, 1600, 560, 80
+
+
+def _step_label(site: str) -> str:
+    """A slider step's label: the site's :func:`~nope_interp.hooks.short_label` a word per line, words split at
+    ``_`` too (``blocks.0.hook_resid_post`` -> ``L0<br>resid<br>post``), narrow enough for a step of its own."""
+    return "<br>".join(word for word in re.split(r"[\s_]+", short_label(site)) if word)
+
+
+def _step_width(labels: Sequence[str]) -> float:
+    """Pixels between two slider steps that plotly needs to draw every one of ``labels`` (it draws only every
+    k-th label when the widest does not fit, its ``labelStride``)."""
+    widest = max(len(line) for label in labels for line in label.split("<br>"))
+    return _STEP_CHAR_PX * widest + _STEP_LABEL_PAD
+
+
 def plot_cosine_heatmaps(
     sim: Float[Tensor, "site pos pos"], site_labels: Sequence[str], tokens: str | Sequence[str], title: str = ""
 ) -> go.Figure:
     """Interactive cosine-similarity heatmaps, one per hook site, chosen with a slider.
+
+    Every step of the slider is labelled with the site's short label a word per line (``L0<br>resid<br>post``;
+    the title names the site in full): the figure grows wider than 760 pixels as the sites need, up to 1600,
+    where 37 sites of the analysis points fit (a 9-layer model; 1116 pixels for 25), but 21 with words of 10
+    letters (``ln1.hook_normalized``); past that plotly labels every second step or fewer. The heatmap keeps its
+    size.
 
     Args:
         sim: cosine matrices of one prompt at each site, values in [-1, 1].
@@ -125,15 +157,26 @@ def plot_cosine_heatmaps(
             hovertemplate="pos i %{y}<br>pos j %{x}<br>cos %{z:.3f}<extra>" + label + "</extra>",
         ))
     steps = [
-        {"method": "update", "label": label,
+        {"method": "update", "label": _step_label(label), "value": label,
          "args": [{"visible": [i == s for i in range(len(site_labels))]}, {"title.text": f"{title}<br>{label}"}]}
         for s, label in enumerate(site_labels)
     ]
+    # wide enough that every step has room for its label (before: the full hook names, of which plotly drew every
+    # third at 9 sites and every tenth at 31); the heatmap keeps its width, the colorbar beside it
+    slider_px = 2 * _STEP_INSET + (len(steps) - 1) * _step_width([step["label"] for step in steps])
+    width = int(min(_COSINE_MAX_WIDTH, max(_COSINE_WIDTH, math.ceil(slider_px) + 2 * _COSINE_MARGIN)))
+    heatmap = _COSINE_HEATMAP_PX / (width - 2 * _COSINE_MARGIN)
+    fig.update_traces(colorbar={"x": heatmap + 0.02, "xanchor": "left"})
     fig.update_layout(
         title={"text": f"{title}<br>{site_labels[0]}"},
-        sliders=[{"active": 0, "steps": steps, "currentvalue": {"prefix": "hook: "}, "pad": {"t": 60}}],
-        xaxis={"title": "pos j (column)", "tickangle": 0}, yaxis={"title": "pos i (row)", "autorange": "reversed"},
-        width=760, height=820,
+        sliders=[{"active": 0, "steps": steps, "currentvalue": {"visible": False}, "pad": {"t": 60},
+                  "font": {"size": _STEP_FONT_SIZE}}],
+        xaxis={"title": "pos j (column)", "tickangle": 0, "domain": [0, heatmap], "constrain": "domain",
+               "constraintoward": "left"},
+        # square cells: a wide figure shown narrower than drawn (the page follows the window) shrinks the heatmap
+        # whole, not its width alone
+        yaxis={"title": "pos i (row)", "autorange": "reversed", "scaleanchor": "x", "constrain": "domain"},
+        width=width, height=820, margin={"l": _COSINE_MARGIN, "r": _COSINE_MARGIN},
     )
     return fig
 

@@ -709,6 +709,9 @@ def _check_reductions(reductions: object) -> None:
     for reduction in reductions:
         if reduction not in REDUCTIONS:
             raise NopeInterpError(f"unknown reduction {reduction!r}; allowed: {', '.join(REDUCTIONS)}")
+    twice = [r for r in REDUCTIONS if list(reductions).count(r) > 1]
+    if twice:  # the result holds one score per reduction: the second would be dropped
+        raise NopeInterpError(f"reductions names {', '.join(map(repr, twice))} more than once")
 
 
 def _check_positions(n: int, what: str = "", fn: str = "", shape: tuple[int, ...] | None = None) -> None:
@@ -812,8 +815,8 @@ def adjacency_scores_of_activations(
 
     Raises:
         NopeInterpError: ``x`` not a dense real floating torch tensor with data of at least 2 dimensions and
-            d_model >= 1 (:func:`check_activations`); ``reductions`` empty, a single string or naming an unknown
-            reduction; fewer than 3 positions; a batch of 0; vectors with NaN or inf entries
+            d_model >= 1 (:func:`check_activations`); ``reductions`` empty, a single string, naming an unknown
+            reduction or one twice; fewer than 3 positions; a batch of 0; vectors with NaN or inf entries
             (:func:`check_finite`); near-zero vectors (norm below ``min_norm``), whose cosines are undefined;
             ``min_norm`` not a finite number >= 0; ``max_elements`` not an integer >= 1.
 

@@ -392,9 +392,9 @@ def resolve(kind: str, values: dict[str, Any]) -> Point:
         pts = v["points"]
         if not isinstance(pts, list) or not pts:
             raise NopeInterpError(f"points must be a non-empty list of hook points, got {pts!r}")
-        activation_hook_names(model.n_layers, tuple(pts))  # validates the point names
+        activation_hook_names(model.n_layers, tuple(pts))  # validates the point names (each once)
         _check_init_fits(model, task_obj)
-        # the analysis reads the sites in forward order whatever the list's order or repeats: one point, one key
+        # the analysis reads the sites in forward order whatever the list's order: one point, one key
         pts = [p for p in ACTIVATION_POINTS if p in pts]
         settings: dict[str, Any] = {"n_prompts": n, "points": pts, "prompt_seed": seed}
     else:

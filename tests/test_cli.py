@@ -94,7 +94,7 @@ BAD = [
     (["train", "--task", "addition", "--preset", "huge"],
      "unknown preset 'huge'; available presets: paper, paper-recipe, cpu, tiny"),
     (["train", "--task", "reversal", "--preset", "tiny", "--model-n-ctx", "20"],
-     "--model-n-ctx=20 is too small for task 'reversal': its examples need n_ctx >= 39"),
+     "--model-n-ctx=20 is too small for task 'reversal': its examples need 39 positions"),
     (["train", "--task", "addition", "--model-d-model", "-5"],
      "--model-d-model must be an integer in [1, 1000000], got -5"),
     (["train", "--task", "addition", "--steps", "0"], "steps must be an integer in [1, 1000000000], got 0"),
@@ -122,13 +122,27 @@ BAD = [
     (["train", "--task", "addition", "--objective", "every_token"], "objective must be one of answer_only, packed"),
     (["train", "--task", "addition", "--lr", "nan"], "lr must be a finite number"),
     (["train", "--task", "addition", "--model-dropout", "1.0"], "dropout must be a finite number in [0.0, 1.0)"),
-    (["train", "--task", "addition", "--model-nope-layers", "1"], "nope_layers needs positional rotary"),
+    (["train", "--task", "addition", "--model-nope-layers", "1"],
+     "--model-nope-layers needs --model-positional=rotary (a hybrid of RoPE and NoPE layers), got "
+     "--model-positional=none"),
+    # a config's message names the flags of every setting it quotes (before: --model-window 8 said "window must be
+    # None (null) unless attention='sliding'", and --model-attention sliding alone named no flag at all)
+    (["train", "--task", "addition", "--model-window", "8"],
+     "error: --model-window needs --model-attention=sliding (it is the sliding window's width), got --model-window=8 "
+     "with --model-attention=causal"),
+    (["train", "--task", "addition", "--model-attention", "sliding"],
+     "error: --model-window must be an integer >= 1 (keys per query, itself included) with --model-attention=sliding, "
+     "got None"),
+    (["analyze", "--init", "--task", "reversal", "--preset", "tiny", "--model-attention", "sliding"],
+     "error: --model-window must be an integer >= 1"),
+    (["train", "--task", "addition", "--model-n-heads", "3"],
+     "error: --model-d-model=128 must equal --model-n-heads=3 times --model-d-head=32 (96)"),
     (["analyze", "--init", "--task", "reversal", "--preset", "tiny", "--model-positional", "rotary",
       "--model-nope-layers", "1", "0"], "--model-nope-layers must be strictly increasing, got [1, 0]"),
     (["train", "--task", "addition", "--model-positional", "rotary", "--model-nope-layers", "3"],
      "--model-nope-layers must be an integer in [0, 2], got 3"),
     (["train", "--task", "addition", "--preset", "tiny", "--objective", "packed", "--window", "100"],
-     "window=100 is longer than the model's n_ctx=48"),
+     "--window=100 is longer than the model's n_ctx=48"),
     (["train", "--task", "addition", "--preset", "tiny", "--window", "64"],
      "--window=64 is only used with objective packed; here it would be ignored"),
     (["trajectory", "--run", "runs/x", "--window", "32"], "--window=32 is only used with protocol window"),
@@ -417,7 +431,8 @@ BAD_VALUES = [
     (["train", "--task", "addition", "--grad-clip", "nan"], "--grad-clip must be a finite number"),
     (["train", "--task", "addition", "--lr", "1e30"], "lr must be a finite number in (0.0, 10.0], got 1e+30"),
     (["train", "--task", "addition", "--beta2", "1"], "beta2 must be in [0, 1), got 1.0"),
-    (["train", "--task", "addition", "--lr", "0.5", "--weight-decay", "3"], "lr * weight_decay must be at most 1"),
+    (["train", "--task", "addition", "--lr", "0.5", "--weight-decay", "3"],
+     "--lr=0.5 times --weight-decay=3.0 must be at most 1"),
     (["train", "--task", "addition", "--model-dropout", "nan"], "dropout must be a finite number"),
     (["init-grid", "--stds", "0.02", "1e39"], "stds must be a finite number in (0.0, 1000.0]"),
     (["init-grid", "--means", "nan"], "means must be a finite number"),
@@ -444,9 +459,9 @@ BAD_VALUES = [
     (["train-text", "--threads", "100000"], "--threads must be an integer in [1, "),
     # settings that would be silently ignored
     (["analyze", "--init", "--task", "addition", "--window", "10"], "window=10 is only used with protocol window"),
-    (["demo", "--device", "cpu"], "device='cpu' is only used with retrain"),
-    (["train", "--task", "addition", "--n-test", "5", "--eval-n", "10"], "--eval-n=10 is more than n_test=5"),
-    (["demo", "--runs-dir", "elsewhere"], "--runs-dir='elsewhere' is only used with retrain"),
+    (["demo", "--device", "cpu"], "--device=cpu is only used with retrain"),
+    (["train", "--task", "addition", "--n-test", "5", "--eval-n", "10"], "--eval-n=10 is more than --n-test=5"),
+    (["demo", "--runs-dir", "elsewhere"], "--runs-dir=elsewhere is only used with retrain"),
 ]
 
 
@@ -650,7 +665,7 @@ def test_every_job_declares_known_sources():
     (["long-context", "--pretrained", "reversal", "--normalizations", "LN", "--window", "8"],
      "--normalizations, --window shape long-context's default models"),
     (["probe", "--pretrained", "reversal", "--tasks", "addition"], "--tasks shapes probe's default models"),
-    (["length-gen", "--n-prompts", "30", "--n-examples", "20"], "--n-prompts=30 exceeds n_examples=20"),
+    (["length-gen", "--n-prompts", "30", "--n-examples", "20"], "--n-prompts=30 exceeds --n-examples=20"),
 ])
 def test_options_that_would_be_ignored_are_refused(main, tmp_path, capsys, argv, message):
     assert main([*argv, "--out-root", str(tmp_path)]) == 2
@@ -683,6 +698,38 @@ def test_a_config_fields_name_in_an_error_becomes_the_flag_that_set_it():
     assert flag_named("window must be an integer >= 1 with attention='sliding', got None", both).startswith(
         "--model-window must be")
     assert flag_named("window must be an integer >= 1, got 4", both).startswith("--window must be")
+
+
+def test_the_settings_a_config_error_quotes_become_flags():
+    """Before: only a leading field became a flag, so ``--model-window 8`` printed the Python API's ``... unless
+    attention='sliding'`` and ``--model-attention sliding`` alone (both window flags unset) named no flag."""
+    from argparse import Namespace
+
+    from nope_interp.cli import flag_named
+    from nope_interp.config import ModelConfig, TrainConfig
+    from nope_interp.errors import NopeInterpError
+
+    unset = Namespace(window=None, model_window=None, model_attention="sliding", n_test=None, eval_n=10)
+    message = "window must be an integer >= 1 with attention='sliding', got None"
+    assert flag_named(message, unset, ModelConfig) == ("--model-window must be an integer >= 1 with "
+                                                       "--model-attention=sliding, got None")
+    assert flag_named(message, unset, TrainConfig).startswith("--window must be")  # the config that refused it
+    assert flag_named(message, unset) == ("window must be an integer >= 1 with --model-attention=sliding, "
+                                          "got None")  # two window flags, neither given: which one is not known
+    # a config's own check: each setting it quotes is a flag or the flag's default (quotes dropped)
+    assert flag_named("eval_n=10 is more than n_test=5", unset, TrainConfig) == "--eval-n=10 is more than --n-test=5"
+    # elsewhere only a value a flag gave: a --pretrained model's n_layers=3 is no flag's; flags, quoted texts stay
+    assert flag_named("eval_n=10 is more than n_test=5", unset) == "--eval-n=10 is more than n_test=5"
+    for message in ("b (n_ctx=48 is too small)", "--window=4 is long", "unknown task 'eval_n=10'"):
+        assert flag_named(message, unset) == message
+    # the configs mark what they raise with themselves, the innermost config first
+    from nope_interp.jobs.common import ModelSource
+
+    for build, cls in ((lambda: ModelConfig(window=8), ModelConfig), (lambda: TrainConfig(eval_n=30_000), TrainConfig),
+                       (lambda: ModelSource(init=True, task="reversal", model_overrides={"window": 8}), ModelConfig)):
+        with pytest.raises(NopeInterpError) as err:
+            build()
+        assert err.value.config is cls
 
 
 def test_finalize_finds_the_run_its_flags_name_and_refuses_flags_it_would_ignore(main, tiny_run, tmp_path, capsys):

@@ -133,6 +133,19 @@ def test_fast_paths_check_their_tokens_as_the_hooked_paths_do(tiny_cfg):
             unhooked(fast_logits)(model, torch.zeros(2, 4, dtype=torch.long), dropout=bad)
 
 
+def test_fast_activations_refuses_a_hook_name_given_twice(tiny_cfg):
+    """Before: the names were taken as a set, so a name given twice came back once and said nothing."""
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.fast_forward import fast_activations
+    from nope_interp.model import build_model
+
+    model, tokens = build_model(tiny_cfg), torch.zeros(2, 4, dtype=torch.long)
+    with pytest.raises(NopeInterpError, match=r"^fast_activations: names holds 'blocks.0.attn.hook_z' more than once$"):
+        fast_activations(model, tokens, ["blocks.0.attn.hook_z", "hook_embed", "blocks.0.attn.hook_z"])
+    assert set(fast_activations(model, tokens, ["hook_embed", "blocks.0.attn.hook_z"])) == {
+        "hook_embed", "blocks.0.attn.hook_z"}
+
+
 def test_a_transposed_token_batch_gives_the_contiguous_batch_s_numbers(tiny_cfg):
     """Before: a non-contiguous batch failed in TransformerLens's embedding (view size is not compatible)."""
     from nope_interp.activations import collect_activations

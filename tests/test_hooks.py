@@ -1,6 +1,7 @@
 """Hook names: built in one place, full TransformerLens names, one short label for figures."""
 
 import pytest
+import torch
 
 
 @pytest.mark.parametrize("point,layer,name", [
@@ -46,6 +47,25 @@ def test_bad_points_and_layers():
     with pytest.raises(NopeInterpError, match="has no layer"):
         hook_name("embed", 0)
     assert activation_hook_names(1, ("embed", "z")) == ["hook_embed", "blocks.0.attn.hook_z"]
+
+
+def test_a_point_given_twice_is_refused_by_every_points_argument(tiny_model):
+    """Before: ``points=("z", "z")`` was taken as ``("z",)`` (the hook names are chosen by membership), so an
+    analysis returned fewer sites than it was asked for, and said nothing."""
+    from nope_interp.activations import collect_activations
+    from nope_interp.analysis import analyze_tokens
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.hooks import activation_hook_names, check_points
+
+    tokens = torch.randint(0, 96, (2, 6), generator=torch.Generator().manual_seed(0))
+    for call in (lambda p: check_points(p), lambda p: activation_hook_names(2, p),
+                 lambda p: collect_activations(tiny_model, tokens, p), lambda p: analyze_tokens(tiny_model, tokens, p)):
+        with pytest.raises(NopeInterpError, match=r"^points names 'z', 'resid_post' more than once; give each point "
+                                                  r"once$"):
+            call(("resid_post", "z", "embed", "z", "resid_post"))
+        with pytest.raises(NopeInterpError, match="^points names 'z' more than once"):
+            call(("z", "z"))
+    assert check_points(["z", "resid_post"]) == ("z", "resid_post")
 
 
 @pytest.mark.parametrize("points", ["embed", "z", "resid_post"])

@@ -80,6 +80,29 @@ def test_replace_of_quick_or_wide_std_recomputes_what_they_filled(J, given, flag
     assert on.replace(means=(1.0,)) == J.InitGridConfig(**{flag: True}, means=(1.0,), **given)
 
 
+@pytest.mark.parametrize("given", [{}, {"seeds": 3}, {"stds": (0.5,)},
+                                   {"depths": (6, 12), "widths": (192, 384), "seeds": 2, "n_prompts": 16}])
+@pytest.mark.parametrize("flag", ["quick", "wide_std"])
+def test_dataclasses_replace_of_quick_or_wide_std_fills_anew_or_refuses(J, given, flag):
+    """Before: ``dataclasses.replace(InitGridConfig(quick=True), quick=False)`` kept the quick grid while recording
+    ``quick=False``, and a copy with any other change forgot what was filled (its ``.replace`` kept it too)."""
+    import dataclasses
+
+    from nope_interp.errors import NopeInterpError
+
+    on = J.InitGridConfig(**{flag: True}, **given)
+    copy = dataclasses.replace(on, means=(1.0,))
+    assert copy == on.replace(means=(1.0,)) and copy.filled_fields() == on.filled_fields()
+    assert copy.replace(**{flag: False}) == J.InitGridConfig(means=(1.0,), **given)
+    refilled = {"quick": ("depths", "widths", "seeds", "n_prompts"), "wide_std": ("stds",)}[flag]
+    stale = [name for name in refilled if name in on.filled_fields()]
+    if stale:  # what the flag filled, carried into a config without it: refused, not kept
+        with pytest.raises(NopeInterpError, match=rf"^dataclasses.replace cannot tell whether {stale[0]}="):
+            dataclasses.replace(on, **{flag: False})
+    else:
+        assert dataclasses.replace(on, **{flag: False}) == on.replace(**{flag: False})
+
+
 def test_the_grid_records_wide_std_and_quick_even_when_explicit_values_win(J):
     """Before: ``--wide-std --stds 0.5`` ran 0.5 (explicit wins, as documented) and the JSON did not say that
     ``wide_std`` had been asked for (``grid_dict`` left it and ``quick`` out)."""

@@ -291,6 +291,34 @@ def test_replace_quick_recomputes_what_quick_filled(given):
     assert q.replace(window=8) == LongContextConfig(quick=True, window=8, **given)
 
 
+@pytest.mark.parametrize("given", [{}, {"seeds": 5}, {"lengths": (64,)}, {"max_lag": 5},
+                                   {"seeds": 2, "lengths": (32, 128, 512), "n_sequences": 2}])
+def test_dataclasses_replace_fills_anew_as_replace_does_or_refuses(given):
+    """Before: ``dataclasses.replace(LongContextConfig(quick=True), quick=False)`` kept the quick lengths, seeds
+    and sequences while recording ``quick=False`` (only ``.replace`` knew what quick had filled), and a copy with
+    any other change forgot what was filled, so that its ``.replace(quick=False)`` kept them too."""
+    import dataclasses
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.long_context import LongContextConfig
+
+    q = LongContextConfig(quick=True, **given)
+    copy = dataclasses.replace(q, window=8)
+    assert copy == q.replace(window=8) and copy.filled_fields() == q.filled_fields()
+    assert copy.replace(quick=False) == LongContextConfig(window=8, **given)
+    assert dataclasses.replace(q) == q and dataclasses.replace(q).filled_fields() == q.filled_fields()
+    filled = [name for name in ("lengths", "n_sequences", "seeds") if name in q.filled_fields()]
+    if filled:  # the quick values carried into a full config cannot be told from values given: refused, not kept
+        with pytest.raises(NopeInterpError, match=rf"^dataclasses.replace cannot tell whether {filled[0]}=.* given "
+                                                  r"or copied from a LongContextConfig .* use the config's replace"):
+            dataclasses.replace(q, quick=False)
+    else:
+        assert dataclasses.replace(q, quick=False) == q.replace(quick=False)
+    new = {"lengths": (64,), "seeds": 4, "n_sequences": 3}  # values other than the filled ones: given
+    assert dataclasses.replace(q, quick=False, **new) == q.replace(quick=False, **new) == \
+        LongContextConfig(**{**given, **new})
+
+
 def test_cli_long_context_writes_and_reports(tmp_path, capsys):
     from nope_interp.cli import main
 

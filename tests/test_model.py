@@ -401,7 +401,7 @@ def test_hybrid_rotary_model_has_nope_layers_where_asked():
 
 
 @pytest.mark.parametrize("overrides,match", [
-    ({"nope_layers": (1,)}, "needs positional rotary"),
+    ({"nope_layers": (1,)}, "needs positional='rotary'"),
     ({"positional": "rotary", "nope_layers": ()}, "must not be empty"),
     ({"positional": "rotary", "nope_layers": (2,)}, "nope_layers"),
     ({"positional": "rotary", "nope_layers": (1, 0)}, "strictly increasing"),

@@ -22,6 +22,29 @@ def test_cosine_heatmaps_have_fixed_diverging_scale_slider_and_prompt_axes():
     assert fig.layout.sliders[0].steps[1].args[0]["visible"] == [False, True, False]
 
 
+def test_every_slider_step_has_a_short_label_with_room_for_it():
+    """Before: the steps were labelled with the full hook names, and plotly draws only the labels that fit (every
+    k-th, its labelStride): a 2-layer model's slider labelled every third site, one of 3 layers x 10 sites every
+    tenth. Now the short labels, a word per line, on a figure as wide as they need (up to 1600 pixels)."""
+    from nope_interp.hooks import activation_hook_names
+    from nope_interp.plotting import plot_cosine_heatmaps
+
+    for n_layers, width in ((2, 760), (3, 760), (6, 1116), (10, 1600)):
+        sites = activation_hook_names(n_layers)
+        fig = plot_cosine_heatmaps(torch.eye(4, dtype=torch.float64).repeat(len(sites), 1, 1), sites, "abcd", "t")
+        steps = fig.layout.sliders[0].steps
+        assert [s.label for s in steps[:4]] == ["embed", "L0<br>resid<br>pre", "L0<br>z", "L0<br>resid<br>mid"]
+        assert steps[-1].label == f"L{n_layers - 1}<br>resid<br>post" and [s.value for s in steps] == sites
+        assert steps[2].args[1] == {"title.text": "t<br>blocks.0.attn.hook_z"}  # the title names the site in full
+        assert fig.layout.width == width and fig.layout.sliders[0].font.size == 10
+        # plotly draws every label when the widest, with its padding of 8 pixels, fits between two steps (the first
+        # and last 10 pixels in); 6.2 pixels a character at size 10 in Verdana, the widest of its default fonts
+        widest = max(len(line) for s in steps for line in s.label.split("<br>")) * 6.2 + 8
+        room = (width - fig.layout.margin.l - fig.layout.margin.r - 20) / (len(steps) - 1)
+        assert (room >= widest) == (n_layers < 10), n_layers  # 41 sites: past the widest figure
+        assert fig.layout.xaxis.domain[1] * (width - fig.layout.margin.l - fig.layout.margin.r) == pytest.approx(560)
+
+
 def test_cosine_heatmaps_reject_mismatched_labels():
     from nope_interp.errors import NopeInterpError
     from nope_interp.plotting import plot_cosine_heatmaps

@@ -516,6 +516,16 @@ def test_empty_or_non_list_reductions_are_refused(S, gen):
     assert set(S.adjacency_scores_of_activations(x, ("row_mean", "pooled"))) == {"row_mean", "pooled"}
 
 
+def test_a_reduction_given_twice_is_refused(S, gen):
+    """Before: ``reductions=("row_mean", "row_mean")`` returned one score, the second silently dropped."""
+    from nope_interp.errors import NopeInterpError
+
+    x = torch.randn(2, 6, 4, generator=gen)
+    for bad in (("row_mean", "row_mean"), ["pooled", "row_mean", "pooled"]):
+        with pytest.raises(NopeInterpError, match=f"^reductions names {bad[0]!r} more than once$"):
+            S.adjacency_scores_of_activations(x, bad)
+
+
 def test_min_norm_and_chunk_sizes_are_checked(S, gen):
     from nope_interp.errors import NopeInterpError
 

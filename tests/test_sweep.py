@@ -188,9 +188,12 @@ def test_faithful_arms_spec_retrains_the_candidates(candidate):
     ("[sweep]\nname='t'\nkind='train'\n[base]\npreset='tiny'\ntask='reversal'\nn_digits=64\n",
      "n_ctx=48 is too small for task 'reversal'"),
     ("[sweep]\nname='t'\nkind='init'\n[base]\npreset='tiny'\ntask='reversal'\nmodel_d_vocab=5\n", "d_vocab"),
-    # the analysis reads the sites in forward order: the order and repeats of points make no other point
+    # the analysis reads the sites in forward order: the order of points makes no other point, and a point
+    # listed twice is refused (before: read as once, as every analysis did)
     ("[sweep]\nname='t'\nkind='init'\n[base]\ntask='addition'\n[axes]\npoints=[['z', 'resid_post'], "
-     "['resid_post', 'z', 'z']]\n", "point 1 .*duplicates point 0"),
+     "['resid_post', 'z']]\n", "point 1 .*duplicates point 0"),
+    ("[sweep]\nname='t'\nkind='init'\n[base]\ntask='addition'\n[axes]\npoints=[['z', 'resid_post', 'z']]\n",
+     r"point 0 \(points=\['z', 'resid_post', 'z'\]\): points names 'z' more than once; give each point once"),
     # the task's default size spelled out is the same point as leaving it out
     ("[sweep]\nname='t'\nkind='init'\n[base]\ntask='addition'\n[[points]]\n[[points]]\nn_digits=3\n",
      "point 1 .*duplicates point 0"),

@@ -20,7 +20,7 @@ and task. Writes ``results/init_grid/{init_grid.json, init_grid.csv, init_grid_s
 import itertools
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +90,9 @@ class InitGridConfig(FrozenConfig):
     :data:`DEFAULT_DEPTHS` and :data:`DEFAULT_WIDTHS`; ``stds`` left at None becomes :data:`WIDE_STDS` with
     ``wide_std``, else :data:`DEFAULT_STDS`. A value given explicitly always wins, even one equal to a default
     (before 2026-12-03 ``quick=True, depths=(6, 12, 24)`` ran (6, 12)), and :meth:`replace` fills anew what was
-    not given (``replace(quick=False)`` gives the full grid; before, it kept the quick one).
+    not given (``replace(quick=False)`` gives the full grid; before, it kept the quick one). ``dataclasses.replace``
+    does too, but refuses ``quick=False`` (or ``wide_std=False``) while the values they filled are carried over (a
+    copy cannot tell them from values given; :meth:`~nope_interp.config.FrozenConfig._fill_unset`).
 
     Raises:
         NopeInterpError: an empty grid axis; a mean outside [-1000, 1000]; a std outside (0, 1000] (NaN and
@@ -113,8 +115,9 @@ class InitGridConfig(FrozenConfig):
     quick: bool = opt(False, "a small grid: the paper's 3x3 init grid at 6x384, sizes (6,12)x(192,384), "
                              "2 seeds, 16 prompts")
     wide_std: bool = opt(False, "the authors' wider std list 0.0002 ... 2")
+    _filled: InitVar[dict[str, Any] | None] = None  # what dataclasses.replace carries over (FrozenConfig._fill_unset)
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, _filled: dict[str, Any] | None = None) -> None:
         for name in ("quick", "wide_std"):
             if not isinstance(getattr(self, name), bool):
                 raise NopeInterpError(f"{name} must be true or false, got {getattr(self, name)!r}")
@@ -123,7 +126,7 @@ class InitGridConfig(FrozenConfig):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
         # filled fields are remembered, so that replace(quick=False) fills them anew (before: it kept the quick grid)
         self._fill_unset({**(QUICK_GRID if self.quick else FULL_GRID),
-                          "stds": WIDE_STDS if self.wide_std else DEFAULT_STDS})
+                          "stds": WIDE_STDS if self.wide_std else DEFAULT_STDS}, _filled)
         for name in ("means", "stds", "depths", "widths", "tasks"):
             value = getattr(self, name)
             if not isinstance(value, tuple) or not value:

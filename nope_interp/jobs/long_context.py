@@ -23,7 +23,7 @@ default grid).
 
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +92,8 @@ class LongContextConfig(FrozenConfig):
     with ``quick``, else from :data:`FULL`, so that after construction they hold what is run. A value given
     explicitly always wins, even one equal to a full default (before: ``quick=True, seeds=3`` ran 2 seeds), and
     :meth:`replace` fills anew what was not given (``replace(quick=False)`` gives the full defaults).
+    ``dataclasses.replace`` does too, but refuses ``quick=False`` while the quick values are carried over (a copy
+    cannot tell them from values given; :meth:`~nope_interp.config.FrozenConfig._fill_unset`).
 
     Raises:
         NopeInterpError: a length outside [max(3, ``max_lag`` + 1), 65536] (a repeated length is refused;
@@ -115,14 +117,15 @@ class LongContextConfig(FrozenConfig):
     window: int = opt(16, "keys per query of sliding-window attention in the default grid")
     grid_preset: str = opt("cpu", f"model shape of the default grid: {describe_presets()}")
     quick: bool = opt(False, "lengths 32 128 512, 2 seeds, 2 sequences (explicit flags win)")
+    _filled: InitVar[dict[str, Any] | None] = None  # what dataclasses.replace carries over (FrozenConfig._fill_unset)
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, _filled: dict[str, Any] | None = None) -> None:
         if not isinstance(self.quick, bool):
             raise NopeInterpError(f"quick must be true or false, got {self.quick!r}")
         for name in ("lengths", "inputs", "points", "normalizations", "attentions"):
             if isinstance(getattr(self, name), list):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
-        self._fill_unset(QUICK if self.quick else FULL)
+        self._fill_unset(QUICK if self.quick else FULL, _filled)
         check_int("max_lag", self.max_lag, 1, 4096)
         if not self.lengths:
             raise NopeInterpError("lengths must not be empty")
