@@ -15,7 +15,8 @@ the CSVs kept in ``docs/measured/text/`` (a check that the measurements are repe
 the shipped folders are then stored at float16, but only if no bits-per-character value moved by more than
 ``--max-bpc-change`` and no score by more than ``--max-score-change``.
 
-    .venv/bin/python docs/measured/scripts/half_precision_text.py [--convert] [--scratch DIR] [FOLDER ...]
+    .venv/bin/python docs/measured/scripts/half_precision_text.py [--convert] [--scratch DIR] [--reuse-float32]
+        [FOLDER ...]
 """
 
 import argparse
@@ -55,13 +56,15 @@ def bpc(folder: Path) -> dict[str, float | None]:
     return out
 
 
-def text_measurements(models_dir: Path, out: Path) -> dict[str, list[dict[str, str]]]:
-    """Run text_models.sh on the folders in ``models_dir``; {csv name: rows} of what it wrote."""
-    env = {**os.environ, "BIN": str(ROOT / ".venv" / "bin" / "nope-interp"), "OMP_NUM_THREADS": "1"}
-    t0 = time.time()
-    subprocess.run(["bash", str(ROOT / "docs/measured/scripts/text_models.sh"), str(models_dir), str(out)],
-                   check=True, env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
-    print(f"  text_models.sh on {models_dir}: {time.time() - t0:.0f} s", flush=True)
+def text_measurements(models_dir: Path, out: Path, run: bool = True) -> dict[str, list[dict[str, str]]]:
+    """Run text_models.sh on the folders in ``models_dir`` (unless ``run`` is False: what ``out`` holds already);
+    {csv name: rows} of what it wrote."""
+    if run:
+        env = {**os.environ, "BIN": str(ROOT / ".venv" / "bin" / "nope-interp"), "OMP_NUM_THREADS": "1"}
+        t0 = time.time()
+        subprocess.run(["bash", str(ROOT / "docs/measured/scripts/text_models.sh"), str(models_dir), str(out)],
+                       check=True, env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
+        print(f"  text_models.sh on {models_dir}: {time.time() - t0:.0f} s", flush=True)
     found = {}
     for path in sorted(out.rglob("*.csv")):
         with path.open() as f:
@@ -123,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("folders", nargs="*", type=Path, help="text model folders (default: the shipped ones)")
     parser.add_argument("--scratch", type=Path, default=Path("/tmp/half_precision_text"))
     parser.add_argument("--convert", action="store_true", help="then store the folders at float16")
+    parser.add_argument("--reuse-float32", action="store_true",
+                        help="keep the float32 copies and measurements already in --scratch (an interrupted run's)")
     parser.add_argument("--max-bpc-change", type=float, default=0.001)
     parser.add_argument("--max-score-change", type=float, default=0.001)
     args = parser.parse_args(argv)
@@ -132,7 +137,9 @@ def main(argv: list[str] | None = None) -> int:
         dtype = stored_dtype(io.load_weights(folder / io.WEIGHTS_FILE))
         if dtype != "float32":
             raise SystemExit(f"{folder}: stored as {dtype} already: no float32 reference to compare with")
-    shutil.rmtree(args.scratch, ignore_errors=True)
+    reuse = args.reuse_float32 and (args.scratch / "out-float32" / "results" / "probe" / "probe.csv").is_file()
+    for old in ([args.scratch / "float16", args.scratch / "out-float16"] if reuse else [args.scratch]):
+        shutil.rmtree(old, ignore_errors=True)
     report: dict = {"models": [f.name for f in folders], "bpc": {}, "csv_float16_vs_float32": {},
                     "csv_float32_vs_kept": {}}
     measured = {}
@@ -140,14 +147,15 @@ def main(argv: list[str] | None = None) -> int:
         models_dir = args.scratch / precision
         for folder in folders:
             dest = models_dir / folder.name
-            dest.mkdir(parents=True)
+            dest.mkdir(parents=True, exist_ok=reuse)
             for name in FILES:
                 shutil.copyfile(folder / name, dest / name)
             if precision == "float16":
                 halve(dest)
             report["bpc"].setdefault(folder.name, {})[precision] = bpc(dest)
             print(f"{folder.name} {precision}: {report['bpc'][folder.name][precision]}", flush=True)
-        measured[precision] = text_measurements(models_dir, args.scratch / f"out-{precision}")
+        measured[precision] = text_measurements(models_dir, args.scratch / f"out-{precision}",
+                                                run=not (reuse and precision == "float32"))
     bpc_change = max(abs(p["float16"][k] - p["float32"][k]) for p in report["bpc"].values()
                      for k in p["float32"] if p["float32"][k] is not None)
     for name, rows in measured["float32"].items():
