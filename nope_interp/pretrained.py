@@ -17,7 +17,7 @@ from transformer_lens import HookedTransformer
 import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.checks import is_int, is_real
-from nope_interp.config import ModelConfig, TrainConfig
+from nope_interp.config import ModelConfig, TextTrainConfig, TrainConfig
 from nope_interp.errors import NopeInterpError
 from nope_interp.model import build_model, check_nope, load_state
 
@@ -321,9 +321,11 @@ def halve(run_dir: str | Path) -> Path:
     path = io.as_path(run_dir, "run_dir")
     config = io.read_json(path / io.CONFIG_FILE, "run config")
     if isinstance(config, dict) and isinstance(config.get("text_train"), dict) and "train" not in config:
-        from nope_interp.text_train import load_text_run  # imports this module
-
-        load_text_run(path)  # a text run whose weights load
+        # a text run whose weights load (nope_interp.text_train.load_text_run, which imports this module)
+        model_cfg, cfg = parse_run_config(config, path / io.CONFIG_FILE,
+                                          (("model", ModelConfig), ("text_train", TextTrainConfig)))
+        check_settings_stamp(path / io.WEIGHTS_FILE, model_cfg, cfg, path / io.CONFIG_FILE)
+        load_state(build_model(model_cfg), io.load_weights(path / io.WEIGHTS_FILE), f"the weights of {path}")
     else:
         path = load_run(path).path
     weights = path / io.WEIGHTS_FILE
