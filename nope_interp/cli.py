@@ -95,7 +95,8 @@ class OneLineParser(argparse.ArgumentParser):
         if extras:
             command = getattr(ns, "command", None)
             prog = f"{self.prog} {command}" if command else self.prog
-            self.exit(2, f"nope-interp: error: unrecognized arguments: {' '.join(extras)} (see {prog} --help)\n")
+            self.exit(2, f"{self.prog.split()[0]}: error: unrecognized arguments: {' '.join(extras)} "
+                         f"(see {prog} --help)\n")
         return ns
 
 

@@ -261,6 +261,11 @@ def _refused_by(cls: type) -> Iterator[None]:
         raise
 
 
+def _a(noun: str) -> str:
+    """``noun`` with its indefinite article (``an InitGridConfig``, ``a LongContextConfig``)."""
+    return ("an " if noun[:1].lower() in "aeiou" else "a ") + noun
+
+
 class FrozenConfig:
     """Mixin for frozen dataclass configs: JSON round-trip, validated copies, field help.
 
@@ -375,7 +380,7 @@ class FrozenConfig:
         if stale:
             raise NopeInterpError(
                 f"dataclasses.replace cannot tell whether {', '.join(f'{n}={carried[n]!r}' for n in stale)} "
-                f"{'was' if len(stale) == 1 else 'were'} given or copied from a {type(self).__name__} that filled "
+                f"{'was' if len(stale) == 1 else 'were'} given or copied from {_a(type(self).__name__)} that filled "
                 f"{'it' if len(stale) == 1 else 'them'}, and these settings fill {'it' if len(stale) == 1 else 'them'} "
                 f"otherwise: use the config's replace method, which fills {'it' if len(stale) == 1 else 'them'} anew")
         for name in kept:  # carried over: filled again, with the same value
@@ -661,7 +666,7 @@ class TrainConfig(FrozenConfig):
         check_used("window", self.window, 256, self.objective == "packed", "with objective packed")
         if self.eval_n > self.n_test:
             raise NopeInterpError(f"eval_n={self.eval_n} is more than n_test={self.n_test}: each evaluation would use "
-                                  f"only the {self.n_test} test prompts")
+                                  f"only the {self.n_test} test prompts (lower the first or raise the second)")
 
     @property
     def eval_prefix(self) -> str:

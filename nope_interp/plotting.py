@@ -88,8 +88,10 @@ _COSINE_WIDTH, _COSINE_MAX_WIDTH, _COSINE_HEATMAP_PX, _COSINE_MARGIN = 760, 1600
 
 def _step_label(site: str) -> str:
     """A slider step's label: the site's :func:`~nope_interp.hooks.short_label` a word per line, words split at
-    ``_`` too (``blocks.0.hook_resid_post`` -> ``L0<br>resid<br>post``), narrow enough for a step of its own."""
-    return "<br>".join(word for word in re.split(r"[\s_]+", short_label(site)) if word)
+    ``_`` and ``.`` too (``blocks.0.hook_resid_post`` -> ``L0<br>resid<br>post``, ``ln_final.hook_normalized`` ->
+    ``ln<br>final<br>hook<br>normalized``), narrow enough for a step of its own; the site itself when it has no
+    word."""
+    return "<br>".join(word for word in re.split(r"[\s_.]+", short_label(site)) if word) or site
 
 
 def _step_width(labels: Sequence[str]) -> float:

@@ -306,7 +306,8 @@ def halve(run_dir: str | Path) -> Path:
 
     Args:
         run_dir: a finished or stopped run directory (``config.json``, ``model.safetensors``) of a task model
-            (``nope-interp train``) or a language model (``nope-interp train-text``).
+            (``nope-interp train``) or a language model (``nope-interp train-text``). A stopped run resumed
+            later (``--resume``) continues from its float32 ``checkpoint.pt`` and writes float32 weights again.
 
     Returns:
         The weights file.
@@ -319,6 +320,8 @@ def halve(run_dir: str | Path) -> Path:
     if is_shipped_dir(run_dir):
         raise NopeInterpError(f"{run_dir} is a shipped task model: the demo measures it, so it stays float32")
     path = io.as_path(run_dir, "run_dir")
+    if not path.is_dir():
+        raise NopeInterpError(f"run directory not found: {path}")
     config = io.read_json(path / io.CONFIG_FILE, "run config")
     if isinstance(config, dict) and isinstance(config.get("text_train"), dict) and "train" not in config:
         # a text run whose weights load (nope_interp.text_train.load_text_run, which imports this module)

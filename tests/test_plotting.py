@@ -399,3 +399,13 @@ def test_saved_figures_follow_the_window_up_to_their_drawn_width(tmp_path, width
     else:
         assert f"max-width: {width}px" in block and f"min-width: {min(width, max(640, round(0.7 * width)))}px" in block
         assert {1620: 1134, 760: 640, 500: 500}[width] == min(width, max(640, round(0.7 * width)))
+
+
+def test_slider_labels_split_dotted_and_underscored_names_and_never_come_out_empty():
+    """Before: ln_final.hook_normalized gave 'ln<br>final.hook<br>normalized' and '___' an empty label."""
+    from nope_interp.plotting import _step_label
+
+    assert _step_label("ln_final.hook_normalized") == "ln<br>final<br>hook<br>normalized"
+    assert _step_label("blocks.0.hook_resid_post") == "L0<br>resid<br>post"
+    assert _step_label("model.layers.0.self_attn.o_proj").count("<br>") >= 5
+    assert _step_label("___") == "___"

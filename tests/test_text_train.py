@@ -438,3 +438,14 @@ def test_halve_stores_a_text_run_at_float16_and_its_bits_per_char_barely_move(tm
     bytes16 = weights.read_bytes()
     halve(run)  # already half: left as it is
     assert weights.read_bytes() == bytes16
+
+
+def test_halve_names_a_missing_run_directory(tmp_path):
+    """Before the check: halve of a missing folder said 'run config not found: .../config.json'."""
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.pretrained import halve
+
+    (tmp_path / "a_file").write_text("x")
+    for missing in (tmp_path / "nonexistent", tmp_path / "a_file"):
+        with pytest.raises(NopeInterpError, match=f"^run directory not found: {missing}$"):
+            halve(missing)

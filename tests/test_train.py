@@ -316,7 +316,8 @@ def test_the_gpu_script_stops_at_its_time_budget_at_a_checkpoint_and_each_rerun_
                            "--budget-s", "inf"]) == 0  # inf: no limit
     assert json.loads((tmp_path / "inf" / "reversal" / "summary.json").read_text())["steps"] == 6
     capsys.readouterr()
-    for bad in (["--budget-s", "0"], ["--budget-s", "-1"], ["--budget-s", "nan"], ["--precision", "nope"]):
+    for bad in (["--budget-s", "0"], ["--budget-s", "-1"], ["--budget-s", "nan"], ["--precision", "nope"],
+                ["--bogus", "1"]):  # an unknown flag too (before: "nope-interp: error: unrecognized arguments")
         with pytest.raises(SystemExit) as exc:
             script["main"]([*args[:-2], *bad])
         assert exc.value.code == 2
