@@ -1,4 +1,5 @@
-"""The two type tests behind every integer and real-number argument check of the toolkit.
+"""The two type tests behind every integer and real-number argument check of the toolkit, and the test for
+repeated entries behind every list argument that counts each entry once.
 
 Every validation of an integer argument (a step count, a layer, a batch size, a seed) or a real one (a
 learning rate, a tolerance) goes through :func:`is_int` / :func:`is_real`, so all entry points accept
@@ -33,3 +34,18 @@ def is_real(value: Any) -> bool:
     ``math.isfinite`` too. Callers that store the value convert it with ``float(value)`` after the check.
     """
     return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
+def repeated(values: Any) -> list[Any]:
+    """The entries that ``values`` (any iterable) holds more than once, each listed once, in the order they first
+    appear; [] when every entry is distinct. Equality decides (``1`` and ``1.0`` are one entry), so unhashable
+    entries work too."""
+    seen: list[Any] = []
+    twice: list[Any] = []
+    for v in values:
+        if v in seen:
+            if v not in twice:
+                twice.append(v)
+        else:
+            seen.append(v)
+    return twice

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 import tasks as tasks_pkg
-from nope_interp.checks import is_int, is_real
+from nope_interp.checks import is_int, is_real, repeated
 from nope_interp.errors import NopeInterpError
 
 
@@ -235,12 +235,8 @@ def _repeated_entry(tp: Any, value: Any) -> Any:
     seq = next((a for a in (tp, *typing.get_args(tp)) if typing.get_origin(a) is tuple), None)
     if seq is None or typing.get_args(seq)[-1:] != (Ellipsis,) or not isinstance(value, tuple):
         return None
-    seen: list[Any] = []
-    for v in value:
-        if v in seen:
-            return v
-        seen.append(v)
-    return None
+    twice = repeated(value)
+    return twice[0] if twice else None
 
 
 @functools.cache

@@ -29,6 +29,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer
 
+from nope_interp.checks import repeated
 from nope_interp.config import check_float
 from nope_interp.errors import NopeInterpError
 from nope_interp.model import TiedUnembed, check_tokens
@@ -326,7 +327,7 @@ def fast_activations(
     why = fast_activations_unsupported(model, names)
     if why is not None:
         raise NopeInterpError(f"fast_activations does not support {why}; use run_with_cache")
-    twice = list(dict.fromkeys(n for n in names if list(names).count(n) > 1))
+    twice = repeated(names)
     if twice:
         raise NopeInterpError(f"fast_activations: names holds {', '.join(map(repr, twice))} more than once")
     tokens = check_tokens(model, tokens)

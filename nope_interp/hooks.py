@@ -8,7 +8,7 @@ what the authors' code analysed). ``pattern``, ``attn_out`` and ``mlp_out`` are 
 
 import re
 
-from nope_interp.checks import is_int
+from nope_interp.checks import is_int, repeated
 from nope_interp.errors import NopeInterpError
 
 #: Points collected by :func:`nope_interp.activations.collect_activations` (all have width d_model).
@@ -95,7 +95,7 @@ def check_points(points: object) -> tuple[str, ...]:
     for p in points:
         if not isinstance(p, str) or p not in ACTIVATION_POINTS:
             raise _unknown_point(p, ACTIVATION_POINTS, "activation point", "; that point is measured at every layer")
-    twice = [p for p in ACTIVATION_POINTS if points.count(p) > 1]
+    twice = repeated(points)
     if twice:
         raise NopeInterpError(f"points names {', '.join(map(repr, twice))} more than once; give each point once")
     return points

@@ -27,7 +27,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from nope_interp import ckernel
-from nope_interp.checks import is_int, is_real
+from nope_interp.checks import is_int, is_real, repeated
 from nope_interp.config import check_int
 from nope_interp.errors import DegenerateInputWarning, NopeInterpError
 from nope_interp.model import check_fits_memory
@@ -709,7 +709,7 @@ def _check_reductions(reductions: object) -> None:
     for reduction in reductions:
         if reduction not in REDUCTIONS:
             raise NopeInterpError(f"unknown reduction {reduction!r}; allowed: {', '.join(REDUCTIONS)}")
-    twice = [r for r in REDUCTIONS if list(reductions).count(r) > 1]
+    twice = repeated(reductions)
     if twice:  # the result holds one score per reduction: the second would be dropped
         raise NopeInterpError(f"reductions names {', '.join(map(repr, twice))} more than once")
 

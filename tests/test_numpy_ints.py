@@ -443,3 +443,19 @@ def test_numpy_values_nested_in_any_fields_become_python_numbers():
     json.loads(held.to_json())
     plain = {"a": [1, (0.5, "x")]}
     assert Holder(extra=plain).extra is plain  # nothing to convert: the same object
+
+
+def test_repeated_lists_each_entry_held_twice_once_in_first_order():
+    """The one test for repeated entries behind points, reductions, fast_activations names and list options,
+    against a naive count."""
+    from nope_interp.checks import repeated
+
+    for values in ([], ["a"], ["a", "b"], ["z", "z"], ["a", "b", "a", "b", "a"], [2, 1, 1, 2], [1, 1.0, True],
+                   [[1], [1], [2]], ("x", "y", "y", "x", "x"), iter(["q", "q"])):
+        as_list = list(values) if not hasattr(values, "__next__") else ["q", "q"]
+        naive = []
+        for i, v in enumerate(as_list):
+            if v in as_list[:i] and v not in naive:
+                naive.append(v)
+        assert repeated(as_list) == naive
+    assert repeated(iter(["q", "q"])) == ["q"]
