@@ -133,6 +133,18 @@ def check_field_value(cls: type, name: str, value: Any, label: str | None = None
 C = TypeVar("C", bound="FrozenConfig")
 
 
+class _Recorded(dict):  # a dict: it passes the ``_filled`` InitVar's annotation, under a type-checking import hook
+    """The type of :data:`RECORDED` (empty; only its identity counts)."""
+
+    def __repr__(self) -> str:
+        return "RECORDED"
+
+
+#: What :meth:`FrozenConfig.from_dict` passes as a filling config's ``_filled``: its values were read back from a
+#: dict that does not say which were given, and one equal to what the config fills counts as filled.
+RECORDED = _Recorded()
+
+
 def _type_words(tp: Any) -> str:
     """How a field's annotation reads in an error message (``a list of integers``, ``true or false``)."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
@@ -314,7 +326,16 @@ class FrozenConfig:
 
     @classmethod
     def from_dict(cls: type[C], data: Any) -> C:
-        """Inverse of :meth:`to_dict`. Raises NopeInterpError on unknown keys or bad values."""
+        """Inverse of :meth:`to_dict`. A config that fills fields itself (``quick``'s seeds; :meth:`_fill_unset`)
+        records the filled values in its dict like any other, and the dict cannot say which were given: a value
+        equal to what the config's settings fill counts as filled (as :meth:`given_fields` counts it), so
+        ``from_dict(cfg.to_dict()).replace(quick=False)`` has the full defaults like ``cfg.replace(quick=False)``,
+        and ``dataclasses.replace`` of it refuses ``quick=False`` as it does for ``cfg`` (before: both kept the
+        quick values while recording ``quick=False``).
+
+        Raises:
+            NopeInterpError: ``data`` not a dict; unknown keys; bad values.
+        """
         known = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
         if not isinstance(data, dict):
             raise NopeInterpError(f"{cls.__name__} must be a JSON object, got {type(data).__name__}")
@@ -322,6 +343,8 @@ class FrozenConfig:
         if unknown:
             raise NopeInterpError(f"unknown {cls.__name__} field(s) {unknown}; allowed: {', '.join(sorted(known))}")
         kw = {k: (tuple(v) if isinstance(v, list) and "tuple" in str(known[k].type) else v) for k, v in data.items()}
+        if "_filled" in cls.__dataclass_fields__:  # type: ignore[attr-defined] # a config that fills fields
+            kw["_filled"] = RECORDED  # a value equal to what it would fill was filled (_fill_unset)
         try:
             return cls(**kw)
         except TypeError as err:
@@ -365,10 +388,14 @@ class FrozenConfig:
         given a new one (or was given the same): it is filled anew, as :meth:`replace` does, when these settings
         fill it with that same value; when they would fill another (``dataclasses.replace(cfg, quick=False)``), a
         copy cannot tell a carried value from one given, and refuses rather than keep the old settings' value.
+        :meth:`from_dict` passes :data:`RECORDED` instead: every value equal to the one these settings fill is
+        filled (a dict read back records filled values as if given).
 
         Raises:
             NopeInterpError: a field carried over that these settings would fill with another value.
         """
+        if carried is RECORDED:  # from_dict: a value equal to the one these settings fill counts as filled
+            carried = {name: value for name, value in values.items() if getattr(self, name) == value}
         carried = carried if isinstance(carried, dict) else {}
         kept = [name for name, value in carried.items()
                 if name in values and getattr(self, name) is not None and getattr(self, name) == value]

@@ -92,7 +92,9 @@ class InitGridConfig(FrozenConfig):
     (before 2026-12-03 ``quick=True, depths=(6, 12, 24)`` ran (6, 12)), and :meth:`replace` fills anew what was
     not given (``replace(quick=False)`` gives the full grid; before, it kept the quick one). ``dataclasses.replace``
     does too, but refuses ``quick=False`` (or ``wide_std=False``) while the values they filled are carried over (a
-    copy cannot tell them from values given; :meth:`~nope_interp.config.FrozenConfig._fill_unset`).
+    copy cannot tell them from values given; :meth:`~nope_interp.config.FrozenConfig._fill_unset`). A config read
+    back by :meth:`~nope_interp.config.FrozenConfig.from_dict` counts a value equal to what its flags fill as filled,
+    so the two do the same for it (before: both kept the quick grid).
 
     Raises:
         NopeInterpError: an empty grid axis; a mean outside [-1000, 1000]; a std outside (0, 1000] (NaN and
