@@ -57,13 +57,17 @@ def check_threads(name: str, value: Any) -> int:
 
 def check_used(name: str, value: Any, default: Any, used: bool, when: str) -> None:
     """Refuse a setting given a non-default ``value`` where it would be silently ignored (``used`` False):
-    ``--window 10`` with ``--protocol full``, say. ``when`` says when it is used, for the message.
+    ``--window 10`` with ``--protocol full``, say. ``when`` says when it is used, for the message, with the
+    config fields it names as ``{field}`` (``"with {protocol} window"``): the message says ``window=10 is only
+    used with protocol window``, the CLI ``--window=10 is only used with --protocol window``
+    (:meth:`~nope_interp.errors.NopeInterpError.naming`).
 
     Raises:
         NopeInterpError: ``value != default`` and not ``used``.
     """
     if not used and value != default:
-        raise NopeInterpError(f"{name}={value!r} is only used {when}; here it would be ignored")
+        raise NopeInterpError.naming(f"{{{name}}}={{value!r}} is only used {when}; here it would be ignored",
+                                     value=value)
 
 
 def check_float(name: str, value: Any, low: float = -math.inf, high: float = math.inf, *,
@@ -686,7 +690,7 @@ class TrainConfig(FrozenConfig):
         check_optimizer_fields(self)
         check_choice("objective", self.objective, OBJECTIVES)
         check_int("window", self.window, 1, 1_000_000)
-        check_used("window", self.window, 256, self.objective == "packed", "with objective packed")
+        check_used("window", self.window, 256, self.objective == "packed", "with {objective} packed")
         if self.eval_n > self.n_test:
             raise NopeInterpError(f"eval_n={self.eval_n} is more than n_test={self.n_test}: each evaluation would use "
                                   f"only the {self.n_test} test prompts (lower the first or raise the second)")
@@ -745,6 +749,12 @@ class TextTrainConfig(FrozenConfig):
         check_optimizer_fields(self)
 
 
+def _of_training(err: NopeInterpError) -> NopeInterpError:
+    """``err`` marked as refusing TrainConfig's fields (the CLI names ``--window``, not ``--model-window``)."""
+    err.config = TrainConfig
+    return err
+
+
 def check_train_fits(model_cfg: "ModelConfig", task: tasks_pkg.Task, cfg: "TrainConfig") -> None:
     """What a training of ``model_cfg`` on ``task`` with ``cfg`` needs before it starts (checked by ``train``
     and when a sweep spec loads): ``n_ctx`` holds the longest example (prefix, prompt, answer, newline) and,
@@ -765,11 +775,13 @@ def check_train_fits(model_cfg: "ModelConfig", task: tasks_pkg.Task, cfg: "Train
             f"n_ctx={model_cfg.n_ctx} is too small for task {task.name!r}: its examples need {need} positions"
         )
     if cfg.objective == "packed" and cfg.window < need:  # no window would ever hold a whole example
-        raise NopeInterpError(f"window={cfg.window} cannot hold one whole {task.name} example with the newlines "
-                              f"around it ({need} tokens: newline, prompt, answer, newline): use --window >= {need}")
+        raise _of_training(NopeInterpError.naming(
+            "{window}={value} cannot hold one whole {task} example with the newlines around it ({need} tokens: "
+            "newline, prompt, answer, newline): use {window} >= {need}", value=cfg.window, task=task.name, need=need))
     if model_cfg.d_vocab != tasks_pkg.D_VOCAB:
         raise NopeInterpError(f"d_vocab must be {tasks_pkg.D_VOCAB} (the task vocabulary), got {model_cfg.d_vocab}")
     space = task.n_distinct_prompts()
     if cfg.n_train + cfg.n_test > space:
-        raise NopeInterpError(f"n_train + n_test = {cfg.n_train + cfg.n_test} but task {task.name!r} with "
-                              f"{task.params()} has only {space} distinct prompts; lower --n-train/--n-test")
+        raise _of_training(NopeInterpError.naming(
+            "{n_train} + {n_test} = {total} but task {task!r} with {params} has only {space} distinct prompts; lower "
+            "{n_train} or {n_test}", total=cfg.n_train + cfg.n_test, task=task.name, params=task.params(), space=space))

@@ -242,7 +242,7 @@ def test_an_input_kind_no_model_reads_is_refused_before_any_work(tiny_run, tmp_p
     ({"attentions": ("global",)}, "attention"), ({"n_sequences": 0}, "n_sequences"), ({"seeds": 0}, "seeds"),
     ({"text_task": "sorting"}, "task"), ({"grid_preset": "huge"}, "grid_preset"), ({"quick": "yes"}, "quick"),
     ({"points": ("pattern",)}, "point"), ({"window": 0}, "window"), ({"lengths": (64, 70000)}, "length"),
-    ({"lengths": (2,), "max_lag": 1}, r"length must be an integer in \[3, 65536\]")])  # a score needs 3 positions
+    ({"lengths": (2,), "max_lag": 1}, r"^lengths must be an integer in \[3, 65536\]")])  # a score needs 3 positions
 def test_bad_config_is_one_clear_error(kwargs, match):
     from nope_interp.errors import NopeInterpError
     from nope_interp.jobs.long_context import LongContextConfig

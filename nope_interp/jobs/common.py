@@ -95,21 +95,21 @@ class ModelSource(FrozenConfig):
         if isinstance(self.hf_path, os.PathLike):
             object.__setattr__(self, "hf_path", os.fspath(self.hf_path))
         for path in self.run if isinstance(self.run, tuple) else ():  # before "a list of strings": the path words
-            io.as_path(path, "--run")
+            io.as_path(path, "run")
         if self.hf_path is not None:
-            io.as_path(self.hf_path, "--hf-path")
+            io.as_path(self.hf_path, "hf_path")
         super()._check_field_types()
 
     def __post_init__(self) -> None:
         for path in self.run:  # an empty path would read as the current folder
-            io.as_path(path, "--run")
+            io.as_path(path, "run")
         if self.hf_path is not None:  # "" would read as not given
-            io.as_path(self.hf_path, "--hf-path")
-        given = [n for n, v in (("--run", self.run), ("--pretrained", self.pretrained), ("--init", self.init),
-                                ("--hf-path", self.hf_path)) if v]
+            io.as_path(self.hf_path, "hf_path")
+        given = [n for n, v in (("run", self.run), ("pretrained", self.pretrained), ("init", self.init),
+                                ("hf_path", self.hf_path)) if v]
         if len(given) > 1:
-            raise NopeInterpError(f"give at most one of --run, --pretrained, --init, --hf-path; "
-                                  f"got {' and '.join(given)}")
+            raise NopeInterpError.naming("give at most one of {run}, {pretrained}, {init}, {hf_path}; got "
+                                         + " and ".join(f"{{{n}}}" for n in given))
         if self.pretrained:
             check_tasks(self.pretrained)
         if self.task is not None:
@@ -119,28 +119,30 @@ class ModelSource(FrozenConfig):
                 task_or_error(name, self.n_digits)
         if self.init:
             if self.task is None:
-                raise NopeInterpError(f"--init needs --task (one of: {', '.join(tasks_pkg.TASK_NAMES)})")
+                raise NopeInterpError.naming("{init} needs {task} (one of: {tasks})",
+                                             tasks=", ".join(tasks_pkg.TASK_NAMES))
             preset(self.preset, **self.model_overrides)  # validates preset and overrides
         else:  # they shape an initialised model only: with any other source they would be ignored
-            shaping = [f"--model-{k.replace('_', '-')}" for k in self.model_overrides]
-            shaping += ["--preset"] if self.preset != "paper" else []
+            shaping = {f"model_{k}": f"model_overrides[{k!r}]" for k in self.model_overrides}  # the --model-* flags
+            shaping.update({"preset": "preset"} if self.preset != "paper" else {})
             if shaping:
-                raise NopeInterpError(f"{', '.join(shaping)} shape{'s' if len(shaping) == 1 else ''} an --init model; "
-                                      f"a trained, shipped or Hugging Face model has its own shape: drop "
-                                      f"{'it' if len(shaping) == 1 else 'them'}")
+                raise NopeInterpError.naming(
+                    ", ".join(f"{{{n}}}" for n in shaping) + f" shape{'s' if len(shaping) == 1 else ''} an {{init}} "
+                    f"model; a trained, shipped or Hugging Face model has its own shape: drop "
+                    f"{'it' if len(shaping) == 1 else 'them'}", shaping)
         if self.hf_path and (self.task is not None or self.n_digits is not None):
-            raise NopeInterpError("--task and --n-digits name task inputs; a Hugging Face model (--hf-path) reads "
-                                  "random ids of its own vocabulary (or --text-file): drop them")
-        for flag, on in (("--with-seeds", self.with_seeds), ("--with-candidates", self.with_candidates)):
+            raise NopeInterpError.naming("{task} and {n_digits} name task inputs; a Hugging Face model ({hf_path}) "
+                                         "reads random ids of its own vocabulary (or {text_file}): drop them")
+        for flag, on in (("with_seeds", self.with_seeds), ("with_candidates", self.with_candidates)):
             if not on:
                 continue
-            other = [n for n, v in (("--run", self.run), ("--init", self.init), ("--hf-path", self.hf_path)) if v]
+            other = [n for n, v in (("run", self.run), ("init", self.init), ("hf_path", self.hf_path)) if v]
             if other:
-                raise NopeInterpError(f"{flag} adds repository models to --pretrained (or the default); "
-                                      f"with {other[0]}, list every model yourself")
+                raise NopeInterpError.naming(f"{{{flag}}} adds repository models to {{pretrained}} (or the default); "
+                                             f"with {{{other[0]}}}, list every model yourself")
             if not self.pretrained and (self.task is not None or self.n_digits is not None):
-                raise NopeInterpError(f"{flag} alone means every shipped task's models; with --task or --n-digits "
-                                      f"name them: --pretrained TASK [TASK ...] {flag}")
+                raise NopeInterpError.naming(f"{{{flag}}} alone means every shipped task's models; with {{task}} or "
+                                             f"{{n_digits}} name them: {{pretrained}} TASK [TASK ...] {{{flag}}}")
 
     @property
     def given(self) -> bool:

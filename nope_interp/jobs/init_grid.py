@@ -147,8 +147,9 @@ class InitGridConfig(FrozenConfig):
             check_int("widths", w, 1, 1_000_000)
         bad = list(dict.fromkeys(w for w in (*self.widths, INIT_GRID_SHAPE[1]) if w % self.n_heads))
         if bad:
-            raise NopeInterpError(f"widths (and {INIT_GRID_SHAPE[1]}, the init grid's width) must be multiples of "
-                                  f"n_heads={self.n_heads}, got {bad}")
+            raise NopeInterpError.naming("{widths} (and {width}, the init grid's width) must be multiples of "
+                                         "{n_heads}={value}, got {bad}", width=INIT_GRID_SHAPE[1], value=self.n_heads,
+                                         bad=bad)
 
     def grid_dict(self) -> dict[str, Any]:
         """The effective grid as JSON, with ``quick`` and ``wide_std`` as asked for: every field they fill is

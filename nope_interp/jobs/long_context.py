@@ -132,7 +132,7 @@ class LongContextConfig(FrozenConfig):
         if not self.lengths:
             raise NopeInterpError("lengths must not be empty")
         for n in self.lengths:
-            check_int("length", n, max(3, self.max_lag + 1), 65536)  # the adjacency score needs 3 positions
+            check_int("lengths", n, max(3, self.max_lag + 1), 65536)  # the adjacency score needs 3 positions
         object.__setattr__(self, "lengths", tuple(sorted(set(self.lengths))))
         check_int("n_sequences", self.n_sequences, 1, 10_000)
         check_int("seeds", self.seeds, 1, 100)

@@ -81,7 +81,7 @@ class TrajectoryConfig(FrozenConfig):
         check_points(self.points)
         check_choice("protocol", self.protocol, tasks_pkg.PROTOCOLS)
         check_int("window", self.window, 3, 1_000_000)
-        check_used("window", self.window, DEFAULT_WINDOW, self.protocol == "window", "with protocol window")
+        check_used("window", self.window, DEFAULT_WINDOW, self.protocol == "window", "with {protocol} window")
         check_int("prompt_seed", self.prompt_seed, 0, 2**63 - 1)
 
 
