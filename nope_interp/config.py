@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 import tasks as tasks_pkg
-from nope_interp.checks import is_int, is_real, repeated
+from nope_interp.checks import in_order, is_int, is_real, repeated
 from nope_interp.errors import NopeInterpError
 
 
@@ -89,25 +89,27 @@ def check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
 
 
 def check_choices(name: str, values: Any, allowed: tuple[str, ...]) -> None:
-    """Raise NopeInterpError unless ``values`` is a non-empty sequence (not a single string) and every
-    entry is one of ``allowed``, each at most once."""
+    """Raise NopeInterpError unless ``values`` is a non-empty sequence (not a single string, a set or a dict view:
+    :func:`~nope_interp.checks.in_order`) and every entry is one of ``allowed``, each at most once. A generator is
+    read once (before, the first check used it up and the rest saw nothing)."""
     if isinstance(values, (str, bytes)):
         raise NopeInterpError(f"{name} must be a list of names (e.g. [{allowed[0]!r}]), got the single string "
                               f"{values!r}; allowed: {', '.join(allowed)}")
+    values = in_order(name, values, f"names ({', '.join(allowed)})")
     if not values:
         raise NopeInterpError(f"{name} must not be empty; allowed: {', '.join(allowed)}")
     for v in values:
         if v not in allowed:
             raise NopeInterpError(f"unknown {name} {v!r}; allowed: {', '.join(allowed)}")
-    twice = sorted({v for v in values if list(values).count(v) > 1})
+    twice = sorted(repeated(values))
     if twice:  # one name twice would run (and report) it twice
         raise NopeInterpError(f"{name} names {', '.join(map(repr, twice))} more than once")
 
 
 def check_tasks(names: Any) -> None:
     """Raise NopeInterpError unless ``names`` is a non-empty sequence of known task names, each once (a single
-    string is refused, not read letter by letter)."""
-    check_choices("task", names if isinstance(names, (str, bytes)) else tuple(names), tasks_pkg.TASK_NAMES)
+    string is refused, not read letter by letter; a set or a dict view too: :func:`check_choices`)."""
+    check_choices("task", names, tasks_pkg.TASK_NAMES)
 
 
 #: What a user-given name that becomes a folder or file name (a run name, an output label) may be: one path

@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.analysis import inputs_too_long, protocol_prompts
-from nope_interp.checks import is_int
+from nope_interp.checks import in_order, is_int
 from nope_interp.config import (
     FrozenConfig,
     ModelConfig,
@@ -279,11 +279,13 @@ def refuse_default_only(job: str, config: FrozenConfig, default_only: Iterable[s
     ``--hf-path``.
 
     Raises:
-        NopeInterpError: such a field set; the message names every one of them.
+        NopeInterpError: such a field set; the message names every one of them. A generator given as
+            ``default_only`` is read once (before, the first field's test used it up).
     """
+    default_only = tuple(default_only)
     names = tuple(dict.fromkeys(e.task.name for e in models))
     agrees = {"tasks": lambda v: set(v) == set(names), "text_task": lambda v: names == (v,)}
-    given = [name for name in config.given_fields() if name in tuple(default_only)
+    given = [name for name in config.given_fields() if name in default_only
              and not (name in agrees and agrees[name](getattr(config, name)))]
     if given:
         one = len(given) == 1
@@ -302,8 +304,10 @@ def check_inputs_fit(job: str, models: Iterable[ModelEntry], protocols: Iterable
 
     Raises:
         NopeInterpError: inputs longer than a model's ``n_ctx``, e.g. ``--protocol window --window 64`` with a
-            model of ``n_ctx`` 48 beside one of 64.
+            model of ``n_ctx`` 48 beside one of 64; ``protocols`` a set or a dict view (the first protocol that does
+            not fit is the one named: :func:`~nope_interp.checks.in_order`).
     """
+    protocols = in_order("protocols", protocols, "protocol names", "check_inputs_fit")
     task_models = [e for e in models if e.kind not in ("text", "hf")]
     if len(task_models) == 1:  # the analysis's own message (the CLI names the flag), before the job's first line
         (e,) = task_models
@@ -747,11 +751,13 @@ def shipped_entries(task_names: Iterable[str], with_seeds: bool = False,
     candidate runs with ``with_candidates``).
 
     Raises:
-        NopeInterpError: ``task_names`` is a single string (give a list of task names).
+        NopeInterpError: ``task_names`` is a single string (give a list of task names), a set or a dict view (the
+            entries follow its order: :func:`~nope_interp.checks.in_order`).
     """
     if isinstance(task_names, str):
         raise NopeInterpError(f"task_names must be a list of task names, got the single string {task_names!r} "
                               f"(write [{task_names!r}] for a list of one)")
+    task_names = in_order("task_names", task_names, "task names", "shipped_entries")
     entries = []
     for name in task_names:
         if name in available_pretrained():

@@ -19,6 +19,7 @@ import plotly.graph_objects as go
 import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.analysis import AnalysisResult, analyze_model
+from nope_interp.checks import in_order
 from nope_interp.config import (
     PRESETS,
     FrozenConfig,
@@ -279,9 +280,15 @@ def sweep_models(spec: str, tasks: tuple[str, ...], sweep_dir: str | Path = "") 
 
     Raises:
         NopeInterpError: a bad spec; a spec of kind ``init``; a task with no finished point (the message
-            gives the command that runs the sweep).
+            gives the command that runs the sweep); ``tasks`` a single string, a set or a dict view (the models
+            follow its order: :func:`~nope_interp.checks.in_order`).
     """
     from nope_interp.sweep import finished_result, load_spec
+
+    if isinstance(tasks, (str, bytes)):
+        raise NopeInterpError(f"sweep_models: tasks must be a list of task names, got the single string {tasks!r} "
+                              f"(write [{tasks!r}] for a list of one)")
+    tasks = tuple(in_order("tasks", tasks, "task names", "sweep_models"))
 
     sp = load_spec(spec)
     if sp.kind != "train":
