@@ -190,3 +190,29 @@ def test_refuse_default_only_reads_a_generator_once():
                          (n for n in long_context.DEFAULT_ONLY)):
         with pytest.raises(NopeInterpError, match=r"^long-context: seeds, window, grid_preset shape the default"):
             unhooked(refuse_default_only)("long-context", cfg, default_only, "the grid", models)
+
+
+@pytest.mark.parametrize("kind", list(UNORDERED))
+def test_task_lists_whose_order_is_the_results_refuse_unordered_collections(kind):
+    from tasks import TaskError, get_task, packed_stream
+
+    task = get_task("addition", n_digits=2)
+    prompts = ["$12+34=", "$56+78=", "$90+12="]
+    examples = [task.example(p) for p in prompts]
+    for name, call, good in (("prompts", lambda p: unhooked(type(task).prompt_tokens)(task, p), prompts),
+                             ("examples", lambda e: unhooked(type(task).training_batch)(task, e), examples),
+                             ("examples", lambda e: unhooked(packed_stream)(e, 0), examples)):
+        with pytest.raises(TaskError) as err:
+            call(UNORDERED[kind](good))
+        _one_line_naming(err, name)
+        for once in ONCE.values():  # read once, as a list
+            assert torch.equal(_tensor(call(once(good))), _tensor(call(good)))
+    # exclude is a set of prompts by nature: still accepted
+    analysis_prompts = unhooked(type(task).analysis_prompts)
+    if kind != "dict items":
+        assert analysis_prompts(task, 3, 0, exclude=UNORDERED[kind](prompts[:1])) == \
+            analysis_prompts(task, 3, 0, exclude=frozenset(prompts[:1]))
+
+
+def _tensor(out):
+    return out.tokens if hasattr(out, "tokens") else out
