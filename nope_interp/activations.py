@@ -11,9 +11,10 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from nope_interp.checks import in_order
 from nope_interp.config import check_int
 from nope_interp.errors import NopeInterpError
-from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names
+from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names, check_points
 from nope_interp.model import LensModel, check_model_dtype, check_tokens, evaluates
 
 
@@ -61,7 +62,7 @@ def iter_activations(
     """
     tokens = _checked(model, tokens)
     batch_size = check_int("iter_activations: batch_size", batch_size, 1, 10**9)
-    names = activation_hook_names(model.cfg.n_layers, points)
+    names = activation_hook_names(model.cfg.n_layers, check_points(points))
     check_site_widths(model, names)
     return _iter_chunks(model, tokens, names, batch_size)
 
@@ -73,8 +74,10 @@ def check_site_widths(model: LensModel, names: list[str] | tuple[str, ...]) -> N
 
     Raises:
         NopeInterpError: ``hook_z`` sites mixed with residual-stream sites in a model where
-            ``n_heads * d_head != d_model`` (the message says to analyse ``("z",)`` on its own).
+            ``n_heads * d_head != d_model`` (the message says to analyse ``("z",)`` on its own); ``names`` a set or
+            a dict view (:func:`~nope_interp.checks.in_order`). A generator is read once.
     """
+    names = in_order("names", names, "hook names", "check_site_widths")  # read once: any() and all() below
     cfg = model.cfg
     z_width = int(cfg.n_heads) * int(cfg.d_head)
     if z_width != cfg.d_model and any(n.endswith("hook_z") for n in names) and \
@@ -123,6 +126,7 @@ def collect_activations(
             widths (:func:`check_site_widths`); ``batch_size`` not an integer >= 1 (a bool, a float, None).
     """
     batch_size = check_int("collect_activations: batch_size", batch_size, 1, 10**9)
+    points = check_points(points)  # read once: a generator would be empty for the labels below
     chunks = [a.acts for a in iter_activations(model, tokens, points, batch_size)]
     return Activations(acts=torch.cat(chunks, dim=1),
                        labels=tuple(activation_hook_names(model.cfg.n_layers, points)))

@@ -22,7 +22,7 @@ from nope_interp.checks import is_int
 from nope_interp.config import check_int
 from nope_interp.errors import DegenerateInputWarning, NopeInterpError
 from nope_interp.fast_forward import attached_hooks, fast_activations, fast_activations_unsupported
-from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names
+from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names, check_points
 from nope_interp.model import LensModel, check_fits_memory, check_model, check_model_dtype, check_tokens, evaluates
 from nope_interp.similarity import (
     REDUCTIONS,
@@ -341,6 +341,7 @@ def analyze_tokens(
     # tokens 64 GiB, which would fail in torch's allocator with a traceback
     check_fits_memory({"one sequence's cosine similarity matrix and a temporary (float64)": 2 * 8 * n_pos**2}, "cpu",
                       f"the adjacency score of {n_pos}-token sequences", "use shorter sequences")
+    points = check_points(points)  # read once: a generator given is used twice below
     labels = tuple(activation_hook_names(model.cfg.n_layers, points))
     check_site_widths(model, labels)
     why = fast_activations_unsupported(model, labels)

@@ -1,16 +1,20 @@
-"""The two type tests behind every integer and real-number argument check of the toolkit, and the test for
-repeated entries behind every list argument that counts each entry once.
+"""The two type tests behind every integer and real-number argument check of the toolkit, the test for
+repeated entries behind every list argument that counts each entry once, and the reading of every list argument
+whose order matters (:func:`in_order`).
 
 Every validation of an integer argument (a step count, a layer, a batch size, a seed) or a real one (a
 learning rate, a tolerance) goes through :func:`is_int` / :func:`is_real`, so all entry points accept
-the same values. This module imports only the standard library and numpy (never ``nope_interp``), so
-any module can use it without an import cycle.
+the same values. This module imports only the standard library, numpy and :mod:`nope_interp.errors` (which
+imports nothing of ``nope_interp``), so any module can use it without an import cycle.
 """
 
 import numbers
+from collections.abc import Iterable, Set, ValuesView
 from typing import Any
 
 import numpy as np
+
+from nope_interp.errors import NopeInterpError
 
 
 def is_int(value: Any) -> bool:
@@ -49,3 +53,25 @@ def repeated(values: Any) -> list[Any]:
         else:
             seen.append(v)
     return twice
+
+
+def in_order(name: str, values: Any, what: str = "names", fn: str = "") -> list[Any]:
+    """``values``, a list argument whose order matters (sites, hook names, points, options: the results follow it),
+    as a list, read once: a list, a tuple, a numpy array or any other ordered iterable, a generator or an iterator
+    (``iter([...])``) too, which a check that read it first would have left empty for the work after it. The
+    checks of the caller then run on the list.
+
+    Raises:
+        NopeInterpError: ``values`` is unordered: a set, a frozenset or a dict view (``d.keys()``, ``d.values()``,
+            ``d.items()``), whose order the results would follow at random (give a list, e.g. ``sorted(...)``); or
+            it is not iterable. One line, naming ``name`` (after ``fn: `` when ``fn`` is given) and ``what`` it
+            lists.
+    """
+    where = f"{fn}: " if fn else ""
+    if isinstance(values, (Set, ValuesView)):  # set, frozenset, dict.keys() / .items() (Sets) and dict.values()
+        raise NopeInterpError(f"{where}{name} must be a list or tuple of {what} (their order is the results' order), "
+                              f"got an unordered {type(values).__name__}; give a list, e.g. sorted({name})")
+    if not isinstance(values, Iterable):
+        raise NopeInterpError(f"{where}{name} must be a list or tuple of {what}, got {type(values).__name__} "
+                              f"{values!r}"[:300])
+    return list(values)

@@ -198,6 +198,27 @@ def flag_named(message: str, args: argparse.Namespace, config: type | None = Non
     return message
 
 
+def spelt_as_flags(err: NopeInterpError, args: argparse.Namespace, config: type | None = None) -> str:
+    """The message of ``err`` with the config fields that :meth:`~nope_interp.errors.NopeInterpError.naming` marked
+    in it spelt as this command's flags (:func:`flag_of_field`; a field without one keeps its name), and a quoted
+    word after a flag's ``=`` unquoted, as typed (``--runs-dir=elsewhere``); the message of any other error as it
+    is."""
+    if err.template is None:
+        return str(err)
+    message = err.spelt(lambda field: flag_of_field(field, args, config))
+    return re.sub(r"(?<![\w-])(--[a-z][a-z0-9-]*)='([^'\s]*)'", r"\1=\2", message)
+
+
+def flag_of_field(field: str, args: argparse.Namespace, config: type | None = None) -> str | None:
+    """The flag that sets the config field ``field`` in this command (``--from-sweep`` for ``from_sweep``;
+    ``--model-window`` for ModelConfig's ``window``): the one flag of ``config``'s field, or of the two that may set
+    it (``--seed``, ``--model-seed``) the one given; None when the command has no such flag or cannot tell."""
+    options = _flags_of(field, args, config)
+    if len(options) > 1:
+        options = {flag: v for flag, v in options.items() if v is not None}
+    return next(iter(options)) if len(options) == 1 else None
+
+
 def _flags_of(field: str, args: argparse.Namespace, config: type | None) -> dict[str, Any]:
     """The flags that may set the config field ``field``, with their values: ``--<field>`` and
     ``--model-<field>``, or only the one of ``config`` (the ``--model-*`` flags are ModelConfig's)."""
@@ -593,7 +614,8 @@ def _run_command(args: argparse.Namespace, argv: list[str]) -> int:
             return _cmd_job(_job(args.command), args)
     except (NopeInterpError, TaskError) as err:
         config = getattr(err, "config", None)  # a TaskError has none
-        print(f"nope-interp: error: {one_line(flag_named(str(err), args, config))}", file=sys.stderr)
+        message = spelt_as_flags(err, args, config) if isinstance(err, NopeInterpError) else str(err)
+        print(f"nope-interp: error: {one_line(flag_named(message, args, config))}", file=sys.stderr)
         return 2
     except (KeyboardInterrupt, Terminated) as stop:  # Ctrl-C or SIGTERM: one line, not a traceback or silence
         how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 import tasks as tasks_pkg
-from nope_interp.checks import is_int, is_real, repeated
+from nope_interp.checks import in_order, is_int, is_real, repeated
 from nope_interp.errors import NopeInterpError
 
 
@@ -57,13 +57,17 @@ def check_threads(name: str, value: Any) -> int:
 
 def check_used(name: str, value: Any, default: Any, used: bool, when: str) -> None:
     """Refuse a setting given a non-default ``value`` where it would be silently ignored (``used`` False):
-    ``--window 10`` with ``--protocol full``, say. ``when`` says when it is used, for the message.
+    ``--window 10`` with ``--protocol full``, say. ``when`` says when it is used, for the message, with the
+    config fields it names as ``{field}`` (``"with {protocol} window"``): the message says ``window=10 is only
+    used with protocol window``, the CLI ``--window=10 is only used with --protocol window``
+    (:meth:`~nope_interp.errors.NopeInterpError.naming`).
 
     Raises:
         NopeInterpError: ``value != default`` and not ``used``.
     """
     if not used and value != default:
-        raise NopeInterpError(f"{name}={value!r} is only used {when}; here it would be ignored")
+        raise NopeInterpError.naming(f"{{{name}}}={{value!r}} is only used {when}; here it would be ignored",
+                                     value=value)
 
 
 def check_float(name: str, value: Any, low: float = -math.inf, high: float = math.inf, *,
@@ -85,25 +89,27 @@ def check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
 
 
 def check_choices(name: str, values: Any, allowed: tuple[str, ...]) -> None:
-    """Raise NopeInterpError unless ``values`` is a non-empty sequence (not a single string) and every
-    entry is one of ``allowed``, each at most once."""
+    """Raise NopeInterpError unless ``values`` is a non-empty sequence (not a single string, a set or a dict view:
+    :func:`~nope_interp.checks.in_order`) and every entry is one of ``allowed``, each at most once. A generator is
+    read once (before, the first check used it up and the rest saw nothing)."""
     if isinstance(values, (str, bytes)):
         raise NopeInterpError(f"{name} must be a list of names (e.g. [{allowed[0]!r}]), got the single string "
                               f"{values!r}; allowed: {', '.join(allowed)}")
+    values = in_order(name, values, f"names ({', '.join(allowed)})")
     if not values:
         raise NopeInterpError(f"{name} must not be empty; allowed: {', '.join(allowed)}")
     for v in values:
         if v not in allowed:
             raise NopeInterpError(f"unknown {name} {v!r}; allowed: {', '.join(allowed)}")
-    twice = sorted({v for v in values if list(values).count(v) > 1})
+    twice = sorted(repeated(values))
     if twice:  # one name twice would run (and report) it twice
         raise NopeInterpError(f"{name} names {', '.join(map(repr, twice))} more than once")
 
 
 def check_tasks(names: Any) -> None:
     """Raise NopeInterpError unless ``names`` is a non-empty sequence of known task names, each once (a single
-    string is refused, not read letter by letter)."""
-    check_choices("task", names if isinstance(names, (str, bytes)) else tuple(names), tasks_pkg.TASK_NAMES)
+    string is refused, not read letter by letter; a set or a dict view too: :func:`check_choices`)."""
+    check_choices("task", names, tasks_pkg.TASK_NAMES)
 
 
 #: What a user-given name that becomes a folder or file name (a run name, an output label) may be: one path
@@ -131,6 +137,18 @@ def check_field_value(cls: type, name: str, value: Any, label: str | None = None
 
 
 C = TypeVar("C", bound="FrozenConfig")
+
+
+class _Recorded(dict):  # a dict: it passes the ``_filled`` InitVar's annotation, under a type-checking import hook
+    """The type of :data:`RECORDED` (empty; only its identity counts)."""
+
+    def __repr__(self) -> str:
+        return "RECORDED"
+
+
+#: What :meth:`FrozenConfig.from_dict` passes as a filling config's ``_filled``: its values were read back from a
+#: dict that does not say which were given, and one equal to what the config fills counts as filled.
+RECORDED = _Recorded()
 
 
 def _type_words(tp: Any) -> str:
@@ -314,7 +332,16 @@ class FrozenConfig:
 
     @classmethod
     def from_dict(cls: type[C], data: Any) -> C:
-        """Inverse of :meth:`to_dict`. Raises NopeInterpError on unknown keys or bad values."""
+        """Inverse of :meth:`to_dict`. A config that fills fields itself (``quick``'s seeds; :meth:`_fill_unset`)
+        records the filled values in its dict like any other, and the dict cannot say which were given: a value
+        equal to what the config's settings fill counts as filled (as :meth:`given_fields` counts it), so
+        ``from_dict(cfg.to_dict()).replace(quick=False)`` has the full defaults like ``cfg.replace(quick=False)``,
+        and ``dataclasses.replace`` of it refuses ``quick=False`` as it does for ``cfg`` (before: both kept the
+        quick values while recording ``quick=False``).
+
+        Raises:
+            NopeInterpError: ``data`` not a dict; unknown keys; bad values.
+        """
         known = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
         if not isinstance(data, dict):
             raise NopeInterpError(f"{cls.__name__} must be a JSON object, got {type(data).__name__}")
@@ -322,6 +349,8 @@ class FrozenConfig:
         if unknown:
             raise NopeInterpError(f"unknown {cls.__name__} field(s) {unknown}; allowed: {', '.join(sorted(known))}")
         kw = {k: (tuple(v) if isinstance(v, list) and "tuple" in str(known[k].type) else v) for k, v in data.items()}
+        if "_filled" in cls.__dataclass_fields__:  # type: ignore[attr-defined] # a config that fills fields
+            kw["_filled"] = RECORDED  # a value equal to what it would fill was filled (_fill_unset)
         try:
             return cls(**kw)
         except TypeError as err:
@@ -365,10 +394,14 @@ class FrozenConfig:
         given a new one (or was given the same): it is filled anew, as :meth:`replace` does, when these settings
         fill it with that same value; when they would fill another (``dataclasses.replace(cfg, quick=False)``), a
         copy cannot tell a carried value from one given, and refuses rather than keep the old settings' value.
+        :meth:`from_dict` passes :data:`RECORDED` instead: every value equal to the one these settings fill is
+        filled (a dict read back records filled values as if given).
 
         Raises:
             NopeInterpError: a field carried over that these settings would fill with another value.
         """
+        if carried is RECORDED:  # from_dict: a value equal to the one these settings fill counts as filled
+            carried = {name: value for name, value in values.items() if getattr(self, name) == value}
         carried = carried if isinstance(carried, dict) else {}
         kept = [name for name, value in carried.items()
                 if name in values and getattr(self, name) is not None and getattr(self, name) == value]
@@ -659,7 +692,7 @@ class TrainConfig(FrozenConfig):
         check_optimizer_fields(self)
         check_choice("objective", self.objective, OBJECTIVES)
         check_int("window", self.window, 1, 1_000_000)
-        check_used("window", self.window, 256, self.objective == "packed", "with objective packed")
+        check_used("window", self.window, 256, self.objective == "packed", "with {objective} packed")
         if self.eval_n > self.n_test:
             raise NopeInterpError(f"eval_n={self.eval_n} is more than n_test={self.n_test}: each evaluation would use "
                                   f"only the {self.n_test} test prompts (lower the first or raise the second)")
@@ -718,6 +751,12 @@ class TextTrainConfig(FrozenConfig):
         check_optimizer_fields(self)
 
 
+def _of_training(err: NopeInterpError) -> NopeInterpError:
+    """``err`` marked as refusing TrainConfig's fields (the CLI names ``--window``, not ``--model-window``)."""
+    err.config = TrainConfig
+    return err
+
+
 def check_train_fits(model_cfg: "ModelConfig", task: tasks_pkg.Task, cfg: "TrainConfig") -> None:
     """What a training of ``model_cfg`` on ``task`` with ``cfg`` needs before it starts (checked by ``train``
     and when a sweep spec loads): ``n_ctx`` holds the longest example (prefix, prompt, answer, newline) and,
@@ -738,11 +777,13 @@ def check_train_fits(model_cfg: "ModelConfig", task: tasks_pkg.Task, cfg: "Train
             f"n_ctx={model_cfg.n_ctx} is too small for task {task.name!r}: its examples need {need} positions"
         )
     if cfg.objective == "packed" and cfg.window < need:  # no window would ever hold a whole example
-        raise NopeInterpError(f"window={cfg.window} cannot hold one whole {task.name} example with the newlines "
-                              f"around it ({need} tokens: newline, prompt, answer, newline): use --window >= {need}")
+        raise _of_training(NopeInterpError.naming(
+            "{window}={value} cannot hold one whole {task} example with the newlines around it ({need} tokens: "
+            "newline, prompt, answer, newline): use {window} >= {need}", value=cfg.window, task=task.name, need=need))
     if model_cfg.d_vocab != tasks_pkg.D_VOCAB:
         raise NopeInterpError(f"d_vocab must be {tasks_pkg.D_VOCAB} (the task vocabulary), got {model_cfg.d_vocab}")
     space = task.n_distinct_prompts()
     if cfg.n_train + cfg.n_test > space:
-        raise NopeInterpError(f"n_train + n_test = {cfg.n_train + cfg.n_test} but task {task.name!r} with "
-                              f"{task.params()} has only {space} distinct prompts; lower --n-train/--n-test")
+        raise _of_training(NopeInterpError.naming(
+            "{n_train} + {n_test} = {total} but task {task!r} with {params} has only {space} distinct prompts; lower "
+            "{n_train} or {n_test}", total=cfg.n_train + cfg.n_test, task=task.name, params=task.params(), space=space))

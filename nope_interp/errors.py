@@ -7,8 +7,9 @@ and the allowed values. The CLI turns it into exit status 2.
 
 import contextlib
 import signal
+import string
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -33,9 +34,53 @@ class NopeInterpError(ValueError):
         config: the config class (:class:`~nope_interp.config.FrozenConfig`) whose own checks refused a value, set
             as the error leaves them (the innermost config, when one config builds another); None otherwise. The
             CLI names that config's flags from it (``--model-window``, not the training ``--window``).
+        template, values, names: set by :meth:`naming` (None, {} and {} otherwise): the message with the config
+            fields it names as ``{field}`` placeholders, the other placeholders' values, and the Python spelling of
+            a placeholder that is not a field's own name. :meth:`spelt` fills them in.
     """
 
     config: type | None = None
+    template: str | None = None
+    values: dict[str, Any] = {}  # noqa: RUF012 - replaced per instance, never mutated
+    names: dict[str, str] = {}  # noqa: RUF012
+
+    @classmethod
+    def naming(cls, template: str, names: dict[str, str] | None = None, /, **values: Any) -> "NopeInterpError":
+        """An error whose message names config fields anywhere in it, not only at its start: ``template`` is a
+        :meth:`str.format` text whose placeholders that ``values`` does not fill are field names (``"{from_sweep}
+        and {retrain} exclude each other"``, ``"{window}={value!r} is only used with {objective} packed"`` with
+        ``value=8``). The message (what Python users see) spells each field as its name, or as ``names[field]``
+        (``{"model_n_layers": "model_overrides['n_layers']"}``); the CLI spells it as the flag that sets it
+        (``--from-sweep and --retrain exclude each other``) through :meth:`spelt`.
+
+        Raises:
+            KeyError, IndexError, ValueError: ``template`` is not a valid format text (a bug at the raise site).
+        """
+        names = dict(names or {})
+        err = cls(_fill(template, lambda field: names.get(field, field), values))
+        err.template, err.values, err.names = template, values, names
+        return err
+
+    def spelt(self, spell: Callable[[str], str | None]) -> str:
+        """The message with each field that :meth:`naming` marked spelt as ``spell(field)`` (its flag on the
+        command line), or as in the message where ``spell`` gives None; the message itself for an error not made
+        by :meth:`naming`."""
+        if self.template is None:
+            return str(self)
+        return _fill(self.template, lambda field: spell(field) or self.names.get(field, field), self.values)
+
+
+def _fill(template: str, spell: Callable[[str], str], values: dict[str, Any]) -> str:
+    """``template`` formatted with ``values``, each other placeholder (a field) replaced by ``spell(field)``."""
+    fields = {name for _, name, _, _ in string.Formatter().parse(template) if name and name not in values}
+    return template.format(**{field: _Verbatim(spell(field)) for field in fields}, **values)
+
+
+class _Verbatim(str):
+    """A spelt field name: its ``!r`` conversion is the name itself, as its ``!s``."""
+
+    def __repr__(self) -> str:
+        return str(self)
 
 
 class Terminated(SystemExit):

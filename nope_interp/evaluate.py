@@ -17,7 +17,7 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 
-from nope_interp.checks import is_int
+from nope_interp.checks import in_order, is_int
 from nope_interp.errors import NopeInterpError
 from nope_interp.fast_forward import attached_hooks, fast_logits, unsupported_reason
 from nope_interp.model import check_model_dtype, check_model_for_task, check_tokens, evaluates
@@ -105,8 +105,10 @@ def predict(model: HookedTransformer, task: Task, prompts: Sequence[str], batch_
             every example follows a newline); not part of the answer.
 
     Raises:
-        NopeInterpError: ``prompts`` is a single string; a prompt that is not a string, is empty (with no
-            ``prefix``) or holds a character outside the vocabulary (the message gives its index);
+        NopeInterpError: ``prompts`` is a single string, a set or a dict view (the answers follow its order:
+            :func:`~nope_interp.checks.in_order`; a generator is read once: before, it raised a TypeError); a
+            prompt that is not a string, is empty (with no ``prefix``) or holds a character outside the
+            vocabulary (the message gives its index);
             ``batch_size`` < 1; prompts that do not fit the model's ``n_ctx``; a model that cannot read the
             task's inputs (:func:`nope_interp.model.check_model_for_task`: ``task`` a string, ``d_vocab`` too
             small, ``model.half()``).
@@ -115,6 +117,7 @@ def predict(model: HookedTransformer, task: Task, prompts: Sequence[str], batch_
     if isinstance(prompts, (str, bytes)):
         raise NopeInterpError(f"prompts must be a sequence of prompt strings, got the single string {prompts!r} "
                               f"(write [{prompts!r}] for one prompt)")
+    prompts = in_order("prompts", prompts, "prompt strings", "predict")  # read once: encoded, then counted
     if not is_int(batch_size) or batch_size < 1:
         raise NopeInterpError(f"batch_size must be an integer >= 1, got {batch_size!r}")
     batch_size = int(batch_size)

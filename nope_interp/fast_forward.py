@@ -29,7 +29,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer
 
-from nope_interp.checks import repeated
+from nope_interp.checks import in_order, repeated
 from nope_interp.config import check_float
 from nope_interp.errors import NopeInterpError
 from nope_interp.model import TiedUnembed, check_tokens
@@ -321,9 +321,15 @@ def fast_activations(
 
     Raises:
         NopeInterpError: an unsupported model option or hook name; a hook name given twice (the result holds
-            one entry per name); tokens that :func:`nope_interp.model.check_tokens` refuses (an id outside
-            ``[0, d_vocab)``, a float or 1-D tensor) or longer than ``n_ctx``.
+            one entry per name); ``names`` a set or a dict view (:func:`~nope_interp.checks.in_order`; a generator
+            is read once: before, the checks used it up and the result was ``{}``); tokens that
+            :func:`nope_interp.model.check_tokens` refuses (an id outside ``[0, d_vocab)``, a float or 1-D tensor)
+            or longer than ``n_ctx``.
     """
+    if isinstance(names, (str, bytes)):
+        raise NopeInterpError(f"fast_activations: names must be a list of hook names, got the single string "
+                              f"{names!r} (write [{names!r}] for a list of one)")
+    names = in_order("names", names, "hook names", "fast_activations")  # read once: checked, then computed
     why = fast_activations_unsupported(model, names)
     if why is not None:
         raise NopeInterpError(f"fast_activations does not support {why}; use run_with_cache")
@@ -339,7 +345,12 @@ def fast_activations(
 def fast_activations_unsupported(model: torch.nn.Module, names: list[str] | tuple[str, ...] = ()) -> str | None:
     """Why :func:`fast_activations` cannot compute ``names`` for ``model``, or None when it can: not a
     ``HookedTransformer`` (a ``TransformerBridge`` runs Hugging Face modules), the reasons of
-    :func:`unsupported_reason` except sliding-window attention (supported here), and unknown hook names."""
+    :func:`unsupported_reason` except sliding-window attention (supported here), and unknown hook names.
+
+    Raises:
+        NopeInterpError: ``names`` a set or a dict view (:func:`~nope_interp.checks.in_order`).
+    """
+    names = in_order("names", names, "hook names", "fast_activations_unsupported")
     if not isinstance(model, HookedTransformer):
         return f"a {type(model).__name__} (only HookedTransformer)"
     why = unsupported_reason(model, allow_sliding=True)

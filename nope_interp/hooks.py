@@ -7,8 +7,9 @@ what the authors' code analysed). ``pattern``, ``attn_out`` and ``mlp_out`` are 
 """
 
 import re
+from collections.abc import Iterable
 
-from nope_interp.checks import is_int, repeated
+from nope_interp.checks import in_order, is_int, repeated
 from nope_interp.errors import NopeInterpError
 
 #: Points collected by :func:`nope_interp.activations.collect_activations` (all have width d_model).
@@ -78,18 +79,19 @@ def check_points(points: object) -> tuple[str, ...]:
     the one check of every ``points`` argument and ``--points`` flag.
 
     Raises:
-        NopeInterpError: a single string rather than a sequence, an empty sequence, an unknown name (a full
-            hook name such as ``blocks.0.attn.hook_z`` is answered with its point, ``z``), or a name given twice
-            (each point is one set of sites: it was analysed once, the result having fewer sites than asked).
+        NopeInterpError: a single string rather than a sequence, an unordered collection (a set or a dict view:
+            the sites follow the points' order; :func:`~nope_interp.checks.in_order`), an empty sequence, an
+            unknown name (a full hook name such as ``blocks.0.attn.hook_z`` is answered with its point, ``z``), or a
+            name given twice (each point is one set of sites: it was analysed once, the result having fewer sites
+            than asked). A generator or iterator is read once.
     """
     if isinstance(points, (str, bytes)):
         raise NopeInterpError(f"points must be a sequence of point names (e.g. ({points!r},)), got the single "
                               f"string {points!r}; allowed: {', '.join(ACTIVATION_POINTS)}")
-    try:
-        points = tuple(points)
-    except TypeError:
+    if not isinstance(points, Iterable):
         raise NopeInterpError(f"points must be a sequence of point names, got {type(points).__name__} "
-                              f"{points!r}; allowed: {', '.join(ACTIVATION_POINTS)}"[:300]) from None
+                              f"{points!r}; allowed: {', '.join(ACTIVATION_POINTS)}"[:300])
+    points = tuple(in_order("points", points, f"point names ({', '.join(ACTIVATION_POINTS)})"))  # read once
     if not points:
         raise NopeInterpError(f"points must not be empty; allowed: {', '.join(ACTIVATION_POINTS)}")
     for p in points:

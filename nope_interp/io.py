@@ -31,7 +31,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from nope_interp.checks import is_int, is_real
+from nope_interp.checks import in_order, is_int, is_real
 from nope_interp.errors import NopeInterpError
 
 CONFIG_FILE = "config.json"
@@ -521,7 +521,13 @@ def provenance() -> dict[str, str | None]:
 
 
 def to_csv(rows: list[dict[str, Any]]) -> str:
-    """CSV text with the union of the rows' keys as columns (missing cells empty)."""
+    """CSV text with the union of the rows' keys as columns (missing cells empty), rows in the order given.
+
+    Raises:
+        NopeInterpError: ``rows`` a set or a dict view (:func:`~nope_interp.checks.in_order`; a generator is read
+            once: before, the columns used it up and the CSV had a header only).
+    """
+    rows = in_order("rows", rows, "dicts", "to_csv")
     cols: list[str] = []
     for r in rows:
         cols += [k for k in r if k not in cols]

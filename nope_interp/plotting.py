@@ -18,7 +18,7 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 from torch import Tensor
 
-from nope_interp.checks import is_int, is_real
+from nope_interp.checks import in_order, is_int, is_real
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import short_label
 from nope_interp.similarity import check_tensor
@@ -66,7 +66,7 @@ def _labels(values: object, name: str, fn: str, what: str) -> list[str]:
         return list(values)
     if isinstance(values, (bytes, bytearray, Mapping)) or not isinstance(values, Iterable):
         raise NopeInterpError(f"{fn}: {name} must be {what}, got {type(values).__name__} {values!r}"[:300])
-    out = list(values)
+    out = in_order(name, values, "labels", fn)  # a set would draw the labels in no order
     bad = [v for v in out if not isinstance(v, str)]
     if bad:
         raise NopeInterpError(f"{fn}: {name} must be {what}, got {bad[0]!r} ({type(bad[0]).__name__}) among "
@@ -124,8 +124,9 @@ def plot_cosine_heatmaps(
         NopeInterpError: ``sim`` not a real float tensor ``(site, pos, pos)`` of square matrices with at least
             one site, or with a value outside [-1, 1] (NaN is allowed: the cosine of a zero vector); ``site_labels``
             is a single string, not a sequence, or holds a label that is not a string; ``tokens`` is None, not a
-            string or sequence, or holds a label that is not a string (None, an int); the number of labels or
-            characters does not match ``sim``.
+            string or sequence, or holds a label that is not a string (None, an int); ``site_labels`` or ``tokens``
+            a set or a dict view (their order is the sites' and positions' order:
+            :func:`~nope_interp.checks.in_order`); the number of labels or characters does not match ``sim``.
     """
     check_tensor(sim, "sim", "(site, pos, pos)", ndim=3, min_sizes={0: 1, 1: 1}, fn="plot_cosine_heatmaps")
     if sim.shape[1] != sim.shape[2]:
@@ -141,7 +142,8 @@ def plot_cosine_heatmaps(
     if isinstance(site_labels, (str, bytes)):
         raise NopeInterpError(f"site_labels must be a sequence of labels, one per site, got the single string "
                               f"{site_labels!r}")
-    site_labels = list(site_labels) if isinstance(site_labels, Iterable) else site_labels
+    if isinstance(site_labels, Iterable):  # a set would put the labels on the wrong sites
+        site_labels = in_order("site_labels", site_labels, "site labels", "plot_cosine_heatmaps")
     if not isinstance(site_labels, list) or any(not isinstance(label, str) for label in site_labels):
         raise NopeInterpError(f"plot_cosine_heatmaps: site_labels must be strings, got {site_labels!r}"[:300])
     tokens = _labels(tokens, "tokens", "plot_cosine_heatmaps", "the prompt's characters (a string) or one label "

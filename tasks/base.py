@@ -20,6 +20,7 @@ import random
 import re
 from abc import ABC, abstractmethod
 from collections import OrderedDict
+from collections.abc import Set, ValuesView
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -98,10 +99,15 @@ def _text(name: str, value: object) -> str:
     return value
 
 
-def _sequence(name: str, values: object, of: type, example: str) -> list:
-    """``values`` as a list after checking it is a sequence (not a single string) of ``of`` instances."""
+def _sequence(name: str, values: object, of: type, example: str, ordered: bool = True) -> list:
+    """``values`` as a list, read once (a generator too), after checking it is a sequence (not a single string)
+    of ``of`` instances; with ``ordered`` (the result follows its order) not a set or a dict view either, whose
+    order is arbitrary (and for strings changes from one run to the next)."""
     if isinstance(values, (str, bytes)):
         raise TaskError(f"{name} must be a sequence of {example}, got the single string {values!r}")
+    if ordered and isinstance(values, (Set, ValuesView)):
+        raise TaskError(f"{name} must be a list or tuple of {example} (their order is the result's order), got an "
+                        f"unordered {type(values).__name__}; give a list, e.g. sorted({name})")
     try:
         items = list(values)  # type: ignore[call-overload]
     except TypeError:
@@ -118,7 +124,7 @@ def _exclude(exclude: object, task: "Task") -> frozenset[str]:
     A full line of ``task`` (prompt + answer, e.g. a training file's ``$1+2=3$``, with or without its newline)
     excludes its prompt: before, it matched no prompt and excluded nothing, silently. Entries that are not
     ``task``'s (another task size's training prompts, as length generalisation passes) exclude nothing."""
-    items = _sequence("exclude", exclude, str, "prompts, e.g. frozenset({'$1+2='})")
+    items = _sequence("exclude", exclude, str, "prompts, e.g. frozenset({'$1+2='})", ordered=False)
     out = set(items)
     for e in items:
         line = e.rstrip("\n")
@@ -304,8 +310,8 @@ class Task(ABC):
         """Encode prompts of equal length as one batch (no padding).
 
         Raises:
-            TaskError: ``prompts`` is empty, a single string, or holds a non-string or an empty prompt; the
-                prompts do not all have the same length.
+            TaskError: ``prompts`` is empty, a single string, a set or a dict view (the rows follow its order), or
+                holds a non-string or an empty prompt; the prompts do not all have the same length.
             UnknownCharacterError: a character outside the vocabulary.
         """
         prompts = _sequence("prompts", prompts, str, "prompt strings")
@@ -330,7 +336,8 @@ class Task(ABC):
         """Right-padded per-example batch with an answer-only loss mask (see the module docstring).
 
         Raises:
-            TaskError: no examples; ``examples`` is not a sequence of :class:`Example`.
+            TaskError: no examples; ``examples`` is not a sequence of :class:`Example`, or is a set or a dict view
+                (the rows follow its order).
         """
         examples = _sequence("examples", examples, Example, "Example, e.g. task.example('$1+2=')")
         if not examples:
@@ -360,7 +367,8 @@ def packed_stream(examples: "list[Example] | tuple[Example, ...]", seed: int) ->
     ``random.Random(seed)``, each followed by a newline, concatenated (the authors' training file).
 
     Raises:
-        TaskError: no examples; ``examples`` is not a sequence of :class:`Example`.
+        TaskError: no examples; ``examples`` is not a sequence of :class:`Example`, or is a set or a dict view
+            (the shuffle by ``seed`` starts from its order: a set's would make the stream differ between runs).
     """
     examples = _sequence("examples", examples, Example, "Example, e.g. task.example('$1+2=')")
     if not examples:

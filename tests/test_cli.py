@@ -144,8 +144,8 @@ BAD = [
     (["train", "--task", "addition", "--preset", "tiny", "--objective", "packed", "--window", "100"],
      "--window=100 is longer than the model's n_ctx=48"),
     (["train", "--task", "addition", "--preset", "tiny", "--window", "64"],
-     "--window=64 is only used with objective packed; here it would be ignored"),
-    (["trajectory", "--run", "runs/x", "--window", "32"], "--window=32 is only used with protocol window"),
+     "--window=64 is only used with --objective packed; here it would be ignored"),
+    (["trajectory", "--run", "runs/x", "--window", "32"], "--window=32 is only used with --protocol window"),
     (["analyze", "--init", "--task", "addition", "--protocol", "padded"],
      "protocol must be one of full, authors, window"),
     (["trajectory", "--pretrained", "reversal"], "unrecognized arguments: --pretrained reversal"),
@@ -458,10 +458,11 @@ BAD_VALUES = [
     (["train", "--task", "addition", "--threads", "100000"], "--threads must be an integer in [1, "),
     (["train-text", "--threads", "100000"], "--threads must be an integer in [1, "),
     # settings that would be silently ignored
-    (["analyze", "--init", "--task", "addition", "--window", "10"], "window=10 is only used with protocol window"),
-    (["demo", "--device", "cpu"], "--device=cpu is only used with retrain"),
+    (["analyze", "--init", "--task", "addition", "--window", "10"],
+     "error: --window=10 is only used with --protocol window"),
+    (["demo", "--device", "cpu"], "--device=cpu is only used with --retrain"),
     (["train", "--task", "addition", "--n-test", "5", "--eval-n", "10"], "--eval-n=10 is more than --n-test=5"),
-    (["demo", "--runs-dir", "elsewhere"], "--runs-dir=elsewhere is only used with retrain"),
+    (["demo", "--runs-dir", "elsewhere"], "--runs-dir=elsewhere is only used with --retrain"),
 ]
 
 
@@ -916,3 +917,118 @@ def test_an_unknown_name_is_prefixed_with_the_one_flag_that_holds_it(message, va
     from nope_interp.cli import flag_named
 
     assert flag_named(message, argparse.Namespace(**values)) == expected
+
+
+#: (argv, the config and its fields that refuse the same, what the CLI says, what Python says): a config's
+#: message that names fields elsewhere than at its start (NopeInterpError.naming).
+NAMED_ANYWHERE = [
+    (["init-grid", "--widths", "100", "--n-heads", "3"], "init_grid", {"widths": (100,), "n_heads": 3},
+     "--widths (and 384, the init grid's width) must be multiples of --n-heads=3, got [100]",
+     "widths (and 384, the init grid's width) must be multiples of n_heads=3, got [100]"),
+    (["demo", "--from-sweep", "spec", "--retrain"], "demo", {"from_sweep": "spec", "retrain": True},
+     "--from-sweep and --retrain exclude each other", "from_sweep and retrain exclude each other"),
+    (["demo", "--sweep-dir", "d"], "demo", {"sweep_dir": "d"},
+     "--sweep-dir needs --from-sweep (the spec", "sweep_dir needs from_sweep (the spec"),
+    (["demo", "--runs-dir", "r"], "demo", {"runs_dir": "r"},
+     "--runs-dir=r is only used with --retrain;", "runs_dir='r' is only used with retrain;"),
+    (["demo", "--from-sweep", ""], "demo", {"from_sweep": ""},
+     "--from-sweep must be a non-empty path", "from_sweep must be a non-empty path"),
+    (["train", "--task", "addition", "--window", "8"], "train", {"window": 8},
+     "--window=8 is only used with --objective packed;", "window=8 is only used with objective packed;"),
+    (["analyze", "--init", "--task", "addition", "--window", "10"], "analyze", {"window": 10},
+     "--window=10 is only used with --protocol window;", "window=10 is only used with protocol window;"),
+    (["analyze", "--init", "--task", "addition", "--text-length", "10"], "analyze", {"text_length": 10},
+     "--text-length=10 is only used with --text-file;", "text_length=10 is only used with text_file;"),
+    (["analyze", "--init", "--task", "addition", "--text-file", "t.txt", "--protocol", "window"], "analyze",
+     {"text_file": "t.txt", "protocol": "window"},
+     "--text-file and --protocol window exclude each other", "text_file and protocol window exclude each other"),
+    (["compare", "--run", "a", "--window", "32"], "compare", {"window": 32},
+     "--window=32 is only used when --protocols include window;", "window=32 is only used when protocols include "
+                                                                   "window;"),
+    (["ablate", "--kinds", "swap_prompts", "--n-analysis", "1"], "ablate", {"kinds": ("swap_prompts",),
+                                                                            "n_analysis": 1},
+     "it needs --n-eval and --n-analysis >= 2, got 200 and 1; raise them or leave swap_prompts out of --kinds",
+     "it needs n_eval and n_analysis >= 2, got 200 and 1; raise them or leave swap_prompts out of kinds"),
+    (["ablate", "--kinds", "shuffle_positional", "--rank", "3"], "ablate", {"kinds": ("shuffle_positional",),
+                                                                           "rank": 3},
+     "--rank=3 is only used with a project_out* ablation among the --kinds", "rank=3 is only used with a "
+                                                                               "project_out* ablation among the kinds"),
+    (["length-gen", "--n-prompts", "100", "--n-examples", "50"], "length_gen", {"n_prompts": 100, "n_examples": 50},
+     "--n-prompts=100 exceeds --n-examples=50: the prompts analysed are drawn from the prompts scored; lower "
+     "--n-prompts or raise --n-examples", "n_prompts=100 exceeds n_examples=50: the prompts analysed are drawn from "
+                                          "the prompts scored; lower n_prompts or raise n_examples"),
+    (["analyze", "--run", "a", "--init", "--task", "addition"], "source", {"run": ("a",), "init": True,
+                                                                          "task": "addition"},
+     "give at most one of --run, --pretrained, --init, --hf-path; got --run and --init",
+     "give at most one of run, pretrained, init, hf_path; got run and init"),
+    (["analyze", "--init"], "source", {"init": True}, "--init needs --task (one of:", "init needs task (one of:"),
+    (["probe", "--preset", "tiny", "--model-n-layers", "1"], "source", {"preset": "tiny",
+                                                                        "model_overrides": {"n_layers": 1}},
+     "--model-n-layers, --preset shape an --init model", "model_overrides['n_layers'], preset shape an init model"),
+    (["analyze", "--hf-path", "x", "--task", "addition"], "source", {"hf_path": "x", "task": "addition"},
+     "--task and --n-digits name task inputs; a Hugging Face model (--hf-path) reads random ids of its own "
+     "vocabulary (or --text-file)", "task and n_digits name task inputs; a Hugging Face model (hf_path) reads "
+                                    "random ids of its own vocabulary (or text_file)"),
+    (["analyze", "--run", "a", "--with-seeds"], "source", {"run": ("a",), "with_seeds": True},
+     "--with-seeds adds repository models to --pretrained (or the default); with --run, list",
+     "with_seeds adds repository models to pretrained (or the default); with run, list"),
+    (["analyze", "--with-candidates", "--task", "reversal"], "source", {"with_candidates": True, "task": "reversal"},
+     "--with-candidates alone means every shipped task's models; with --task or --n-digits name them: --pretrained "
+     "TASK [TASK ...] --with-candidates", "with_candidates alone means every shipped task's models; with task or "
+                                          "n_digits name them: pretrained TASK [TASK ...] with_candidates"),
+]
+
+
+@pytest.mark.parametrize("argv,config,kwargs,cli_words,python_words", NAMED_ANYWHERE,
+                         ids=[" ".join(case[0][:3]) for case in NAMED_ANYWHERE])
+def test_fields_named_anywhere_in_a_message_are_flags_on_the_command_line_and_names_in_python(
+        main, tmp_path, capsys, argv, config, kwargs, cli_words, python_words):
+    """Before: a config's message that did not start with a field name kept the Python names on the command line
+    (``from_sweep and retrain exclude each other``, ``--window=8 is only used with objective packed``, ``widths
+    ... multiples of n_heads=3``), and some were written with the flags, which Python users then saw
+    (``--sweep-dir needs --from-sweep``, ``--init needs --task``). Now the CLI says the flags, Python the fields."""
+    import importlib
+
+    from nope_interp.config import TrainConfig
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.common import ModelSource
+
+    test_bad_input_exits_2_with_one_line_and_writes_nothing(main, tmp_path, capsys, argv, cli_words)
+    cls = {"train": TrainConfig, "source": ModelSource}.get(config) or importlib.import_module(
+        f"nope_interp.jobs.{config}").CONFIG
+    with pytest.raises(NopeInterpError) as err:
+        cls(**kwargs)
+    assert python_words in str(err.value) and "--" not in str(err.value).split(" got ")[0], str(err.value)
+
+
+def test_check_train_fits_names_training_flags_on_the_command_line(main, tmp_path, capsys):
+    """Before: ``use --window >= 13`` and ``lower --n-train/--n-test`` were flags in Python too."""
+    from nope_interp.config import ModelConfig, TrainConfig, check_train_fits, preset
+    from nope_interp.errors import NopeInterpError
+    from tasks import get_task
+
+    short = ["train", "--task", "addition", "--preset", "tiny", "--objective", "packed", "--window", "5"]
+    test_bad_input_exits_2_with_one_line_and_writes_nothing(main, tmp_path, capsys, short, "use --window >= 16")
+    many = ["train", "--task", "addition", "--n-digits", "1", "--n-train", "90", "--n-test", "20", "--eval-n", "10"]
+    test_bad_input_exits_2_with_one_line_and_writes_nothing(main, tmp_path, capsys, many,
+                                                            "--n-train + --n-test = 110 but task 'addition'")
+    task = get_task("addition")
+    with pytest.raises(NopeInterpError, match=r"^window=5 cannot hold .*: use window >= 16$"):
+        check_train_fits(preset("tiny"), task, TrainConfig(objective="packed", window=5))
+    with pytest.raises(NopeInterpError, match=r"^n_train \+ n_test = 110 but .* lower n_train or n_test$"):
+        check_train_fits(ModelConfig(), get_task("addition", n_digits=1), TrainConfig(n_train=90, n_test=20, eval_n=10))
+
+
+@pytest.mark.parametrize("template,values,python,cli", [
+    ("{a} and {b_c} exclude each other", {}, "a and b_c exclude each other", "--a and --b-c exclude each other"),
+    ("{a}={v!r} is only used with {b_c}", {"v": "x{y}"}, "a='x{y}' is only used with b_c",
+     "--a='x{y}' is only used with --b-c"),
+    ("{a!r} got {d}", {"d": {"k": [1]}}, "a got {'k': [1]}", "--a got {'k': [1]}"),
+])
+def test_naming_fills_fields_and_values(template, values, python, cli):
+    from nope_interp.errors import NopeInterpError
+
+    err = NopeInterpError.naming(template, **values)
+    assert str(err) == python and err.spelt(lambda f: "--" + f.replace("_", "-")) == cli
+    assert err.spelt(lambda f: None) == python and NopeInterpError("plain").spelt(lambda f: "--x") == "plain"
+    assert str(NopeInterpError.naming("{a} x", {"a": "model_overrides['a']"})) == "model_overrides['a'] x"

@@ -160,7 +160,7 @@ def test_other_silently_ignored_source_settings_are_refused():
     for kwargs in ({"hf_path": "x", "task": "addition"}, {"hf_path": "x", "n_digits": 3}):
         with pytest.raises(NopeInterpError, match="a Hugging Face model .* reads random ids"):
             ModelSource(**kwargs)
-    with pytest.raises(NopeInterpError, match="prompt_seed=9 is only used without --text-file"):
+    with pytest.raises(NopeInterpError, match="^prompt_seed=9 is only used without text_file "):
         AnalyzeConfig(text_file="t.txt", prompt_seed=9)
     ModelSource(init=True, task="reversal", preset="tiny", model_overrides={"n_layers": 1})  # where they apply
     AnalyzeConfig(text_file="t.txt")

@@ -138,9 +138,10 @@ def test_demo_from_a_training_sweep_takes_each_tasks_lowest_seed(tmp_path):
         demo.sweep_models(str(spec_path), ("addition",), out)
     with pytest.raises(NopeInterpError, match="kind 'init'"):
         demo.sweep_models("tiny-init", ("reversal",), out)
-    for kwargs, match in (({"retrain": True}, "exclude each other"), ({"from_sweep": None}, "--sweep-dir needs"),
-                          ({"from_sweep": ""}, "--from-sweep must be a non-empty path"),  # before: the shipped demo
-                          ({"sweep_dir": "  "}, "--sweep-dir must be a non-empty path")):  # before: a folder '  '
+    for kwargs, match in (({"retrain": True}, "^from_sweep and retrain exclude each other"),
+                          ({"from_sweep": None}, "^sweep_dir needs from_sweep"),
+                          ({"from_sweep": ""}, "^from_sweep must be a non-empty path"),  # before: the shipped demo
+                          ({"sweep_dir": "  "}, "^sweep_dir must be a non-empty path")):  # before: a folder '  '
         with pytest.raises(NopeInterpError, match=match):
             demo.DemoConfig(**{"from_sweep": str(spec_path), "sweep_dir": str(out), **kwargs})
 

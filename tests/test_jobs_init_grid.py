@@ -103,6 +103,36 @@ def test_dataclasses_replace_of_quick_or_wide_std_fills_anew_or_refuses(J, given
         assert dataclasses.replace(on, **{flag: False}) == on.replace(**{flag: False})
 
 
+@pytest.mark.parametrize("given", [{}, {"seeds": 3}, {"depths": (2,)}, {"widths": (48, 96)}, {"n_prompts": 8},
+                                   {"stds": (0.5,)}, {"tasks": ("reversal",)},
+                                   {"depths": (6, 12), "widths": (192, 384), "seeds": 2, "n_prompts": 16}])
+@pytest.mark.parametrize("flag", ["quick", "wide_std"])
+def test_replace_after_from_dict_fills_anew_what_the_flags_fill(J, given, flag):
+    """Before: ``InitGridConfig.from_dict(InitGridConfig(quick=True).to_dict())`` took the quick grid it read back as
+    given, so ``.replace(quick=False)`` and ``dataclasses.replace(..., quick=False)`` kept it while recording
+    ``quick=False`` (the same for ``wide_std`` and its stds). A value read back equal to what the settings fill now
+    counts as filled: ``.replace`` fills it anew and ``dataclasses.replace`` refuses, as for a config just built."""
+    import dataclasses
+
+    from nope_interp.errors import NopeInterpError
+
+    on = J.InitGridConfig(**{flag: True}, **given)
+    fill = {**(J.QUICK_GRID if flag == "quick" else J.FULL_GRID),
+            "stds": J.WIDE_STDS if flag == "wide_std" else J.DEFAULT_STDS}
+    kept = {k: v for k, v in given.items() if fill.get(k, object()) != v}  # equal to the filled: filled
+    for back in (J.InitGridConfig.from_dict(on.to_dict()), J.InitGridConfig.from_dict(on.grid_dict()),
+                 J.InitGridConfig.from_json(on.to_json())):
+        assert back == on and back.filled_fields() == set(fill) - set(kept)
+        assert back.replace(**{flag: False}) == J.InitGridConfig(**kept)
+        assert back.replace(means=(1.0,)) == J.InitGridConfig(**{flag: True}, means=(1.0,), **kept)
+        refilled = {"quick": ("depths", "widths", "seeds", "n_prompts"), "wide_std": ("stds",)}[flag]
+        if any(name not in kept for name in refilled):
+            with pytest.raises(NopeInterpError, match=r"^dataclasses.replace cannot tell whether "):
+                dataclasses.replace(back, **{flag: False})
+        else:
+            assert dataclasses.replace(back, **{flag: False}) == J.InitGridConfig(**kept)
+
+
 def test_the_grid_records_wide_std_and_quick_even_when_explicit_values_win(J):
     """Before: ``--wide-std --stds 0.5`` ran 0.5 (explicit wins, as documented) and the JSON did not say that
     ``wide_std`` had been asked for (``grid_dict`` left it and ``quick`` out)."""

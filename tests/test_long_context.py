@@ -242,7 +242,7 @@ def test_an_input_kind_no_model_reads_is_refused_before_any_work(tiny_run, tmp_p
     ({"attentions": ("global",)}, "attention"), ({"n_sequences": 0}, "n_sequences"), ({"seeds": 0}, "seeds"),
     ({"text_task": "sorting"}, "task"), ({"grid_preset": "huge"}, "grid_preset"), ({"quick": "yes"}, "quick"),
     ({"points": ("pattern",)}, "point"), ({"window": 0}, "window"), ({"lengths": (64, 70000)}, "length"),
-    ({"lengths": (2,), "max_lag": 1}, r"length must be an integer in \[3, 65536\]")])  # a score needs 3 positions
+    ({"lengths": (2,), "max_lag": 1}, r"^lengths must be an integer in \[3, 65536\]")])  # a score needs 3 positions
 def test_bad_config_is_one_clear_error(kwargs, match):
     from nope_interp.errors import NopeInterpError
     from nope_interp.jobs.long_context import LongContextConfig
@@ -317,6 +317,36 @@ def test_dataclasses_replace_fills_anew_as_replace_does_or_refuses(given):
     new = {"lengths": (64,), "seeds": 4, "n_sequences": 3}  # values other than the filled ones: given
     assert dataclasses.replace(q, quick=False, **new) == q.replace(quick=False, **new) == \
         LongContextConfig(**{**given, **new})
+
+
+@pytest.mark.parametrize("given", [{}, {"seeds": 5}, {"lengths": (64,)}, {"n_sequences": 7}, {"max_lag": 5},
+                                   {"seeds": 2, "lengths": (32, 128, 512), "n_sequences": 2}])
+@pytest.mark.parametrize("quick", [True, False])
+def test_replace_after_from_dict_fills_anew_as_for_the_config_written(given, quick):
+    """Before: ``LongContextConfig.from_dict(LongContextConfig(quick=True).to_dict())`` took the quick values it read
+    back as given, so ``.replace(quick=False)`` and ``dataclasses.replace(..., quick=False)`` kept them while recording
+    ``quick=False``. A value read back equal to what the settings fill now counts as filled (a dict cannot say
+    which were given): ``.replace`` fills it anew and ``dataclasses.replace`` refuses, as for a config just built."""
+    import dataclasses
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.long_context import FULL, QUICK, LongContextConfig
+
+    cfg = LongContextConfig(quick=quick, **given)
+    for back in (LongContextConfig.from_dict(cfg.to_dict()), LongContextConfig.from_json(cfg.to_json())):
+        assert back == cfg
+        fill = QUICK if quick else FULL
+        kept = {k: v for k, v in given.items() if fill.get(k, object()) != v}  # equal to the filled: filled
+        assert back.filled_fields() == set(fill) - set(kept)
+        assert back.replace(quick=not quick) == LongContextConfig(quick=not quick, **kept)
+        assert back.replace(window=8) == LongContextConfig(quick=quick, window=8, **kept)
+        if back.filled_fields():
+            with pytest.raises(NopeInterpError, match=r"^dataclasses.replace cannot tell whether .* use the config's "
+                                                      r"replace method"):
+                dataclasses.replace(back, quick=not quick)
+        else:  # every value given: nothing to fill anew
+            assert dataclasses.replace(back, quick=not quick) == LongContextConfig(quick=not quick, **kept)
+        assert dataclasses.replace(back, max_lag=7) == LongContextConfig(quick=quick, **{**kept, "max_lag": 7})
 
 
 def test_cli_long_context_writes_and_reports(tmp_path, capsys):

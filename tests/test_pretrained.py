@@ -370,12 +370,13 @@ def test_with_candidates_adds_the_candidate_runs_and_warns_when_there_are_none(t
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    ({"run": ("a",), "with_candidates": True}, "--with-candidates adds repository models .* with --run, list"),
-    ({"init": True, "task": "addition", "with_candidates": True}, "--with-candidates adds .* with --init, list"),
-    ({"init": True, "task": "addition", "with_seeds": True}, "--with-seeds adds repository models .* with --init,"),
-    ({"hf_path": "x", "with_seeds": True}, "--with-seeds adds repository models .* with --hf-path, list"),
-    ({"with_candidates": True, "task": "reversal"}, "--with-candidates alone means every shipped task"),
-    ({"with_candidates": True, "n_digits": 4}, "--with-candidates alone means every shipped task"),
+    # Python names the fields (the CLI the flags: test_cli)
+    ({"run": ("a",), "with_candidates": True}, "^with_candidates adds repository models .* with run, list"),
+    ({"init": True, "task": "addition", "with_candidates": True}, "^with_candidates adds .* with init, list"),
+    ({"init": True, "task": "addition", "with_seeds": True}, "^with_seeds adds repository models .* with init,"),
+    ({"hf_path": "x", "with_seeds": True}, "^with_seeds adds repository models .* with hf_path, list"),
+    ({"with_candidates": True, "task": "reversal"}, "^with_candidates alone means every shipped task"),
+    ({"with_candidates": True, "n_digits": 4}, "^with_candidates alone means every shipped task"),
 ])
 def test_with_candidates_and_with_seeds_refuse_sources_they_cannot_add_to(kwargs, match):
     from nope_interp.errors import NopeInterpError

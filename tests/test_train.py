@@ -219,7 +219,7 @@ def test_packed_training_records_its_objective_and_refuses_a_window_longer_than_
     # a window too short to hold one whole example (before: 1- and 2-token windows trained silently)
     for short in (1, 2, 12):
         with pytest.raises(NopeInterpError, match=rf"window={short} cannot hold one whole addition example .*"
-                                                  r"--window >= 13"):
+                                                  r"use window >= 13$"):  # the CLI: --window
             train(model_cfg, cfg.replace(objective="packed", window=short), tmp_path / "s", progress=False)
     assert not (tmp_path / "s").exists()
     assert not (tmp_path / "x").exists()

@@ -165,7 +165,7 @@ class AblateConfig(FrozenConfig):
         if self.rank is not None:
             check_int("rank", self.rank, 0, 100_000)   # 0 removes nothing: an identity control, stated in the outputs
         check_used("rank", self.rank, None, any(k.startswith("project_out") for k in self.kinds_used),
-                   "with a project_out* ablation among the kinds (the rank curve has its own ranks)")
+                   "with a project_out* ablation among the {kinds} (the rank curve has its own ranks)")
         if not self.ranks:
             raise NopeInterpError("ranks must not be empty")
         for r in self.ranks:
@@ -175,13 +175,13 @@ class AblateConfig(FrozenConfig):
         check_int("n_mu", self.n_mu, 2, 10**6)
         check_int("n_analysis", self.n_analysis, 1, 100_000)
         if "swap_prompts" in self.kinds_used and min(self.n_eval, self.n_analysis) < 2:
-            raise NopeInterpError(f"swap_prompts gives each prompt another prompt's vectors: it needs n_eval and "
-                                  f"n_analysis >= 2 (--n-eval, --n-analysis), got {self.n_eval} and "
-                                  f"{self.n_analysis}; raise them or leave swap_prompts out of --kinds")
+            raise NopeInterpError.naming("swap_prompts gives each prompt another prompt's vectors: it needs {n_eval} "
+                                         "and {n_analysis} >= 2, got {a} and {b}; raise them or leave swap_prompts "
+                                         "out of {kinds}", a=self.n_eval, b=self.n_analysis)
         check_choice("protocol", self.protocol, tasks_pkg.PROTOCOLS)
         if self.window is not None:
             check_int("window", self.window, 3, 1_000_000)
-        check_used("window", self.window, None, self.protocol == "window", "with protocol window")
+        check_used("window", self.window, None, self.protocol == "window", "with {protocol} window")
 
     @property
     def window_used(self) -> int:

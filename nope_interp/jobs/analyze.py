@@ -82,19 +82,19 @@ class AnalyzeConfig(FrozenConfig):
         check_int("n_prompts", self.n_prompts, 1, 100_000)
         check_choice("protocol", self.protocol, tasks_pkg.PROTOCOLS)
         check_int("window", self.window, 3, 1_000_000)
-        check_used("window", self.window, DEFAULT_WINDOW, self.protocol == "window", "with protocol window")
+        check_used("window", self.window, DEFAULT_WINDOW, self.protocol == "window", "with {protocol} window")
         if self.text_file is not None:  # an empty path would read as the current folder
-            io.as_path(self.text_file, "--text-file")
+            io.as_path(self.text_file, "text_file")
         if self.text_length is not None:
             check_int("text_length", self.text_length, 3, 1_000_000)
-        check_used("text_length", self.text_length, None, self.text_file is not None, "with --text-file")
+        check_used("text_length", self.text_length, None, self.text_file is not None, "with {text_file}")
         if self.text_file is not None and self.protocol != "full":
-            raise NopeInterpError(f"--text-file and --protocol {self.protocol} exclude each other: the text file "
-                                  "is the input")
+            raise NopeInterpError.naming("{text_file} and {protocol} {value} exclude each other: the text file is "
+                                         "the input", value=self.protocol)
         check_points(self.points)
         check_int("prompt_seed", self.prompt_seed, 0, 2**63 - 1)
         check_used("prompt_seed", self.prompt_seed, 1, self.text_file is None,
-                   "without --text-file (the file is read from its start)")
+                   "without {text_file} (the file is read from its start)")
         if self.label is not None:  # a folder name under results/analyze/ and figures/analyze/
             check_name("label", self.label)
 

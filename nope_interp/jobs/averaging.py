@@ -91,7 +91,7 @@ class AveragingConfig(FrozenConfig):
         check_int("eval_n", self.eval_n, 1)
         check_choice("protocol", self.protocol, tasks_pkg.PROTOCOLS)
         check_int("window", self.window, 3, 1_000_000)
-        check_used("window", self.window, DEFAULT_WINDOW, self.protocol == "window", "with protocol window")
+        check_used("window", self.window, DEFAULT_WINDOW, self.protocol == "window", "with {protocol} window")
 
 
 CONFIG = AveragingConfig

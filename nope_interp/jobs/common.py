@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.analysis import inputs_too_long, protocol_prompts
-from nope_interp.checks import is_int
+from nope_interp.checks import in_order, is_int
 from nope_interp.config import (
     FrozenConfig,
     ModelConfig,
@@ -95,21 +95,21 @@ class ModelSource(FrozenConfig):
         if isinstance(self.hf_path, os.PathLike):
             object.__setattr__(self, "hf_path", os.fspath(self.hf_path))
         for path in self.run if isinstance(self.run, tuple) else ():  # before "a list of strings": the path words
-            io.as_path(path, "--run")
+            io.as_path(path, "run")
         if self.hf_path is not None:
-            io.as_path(self.hf_path, "--hf-path")
+            io.as_path(self.hf_path, "hf_path")
         super()._check_field_types()
 
     def __post_init__(self) -> None:
         for path in self.run:  # an empty path would read as the current folder
-            io.as_path(path, "--run")
+            io.as_path(path, "run")
         if self.hf_path is not None:  # "" would read as not given
-            io.as_path(self.hf_path, "--hf-path")
-        given = [n for n, v in (("--run", self.run), ("--pretrained", self.pretrained), ("--init", self.init),
-                                ("--hf-path", self.hf_path)) if v]
+            io.as_path(self.hf_path, "hf_path")
+        given = [n for n, v in (("run", self.run), ("pretrained", self.pretrained), ("init", self.init),
+                                ("hf_path", self.hf_path)) if v]
         if len(given) > 1:
-            raise NopeInterpError(f"give at most one of --run, --pretrained, --init, --hf-path; "
-                                  f"got {' and '.join(given)}")
+            raise NopeInterpError.naming("give at most one of {run}, {pretrained}, {init}, {hf_path}; got "
+                                         + " and ".join(f"{{{n}}}" for n in given))
         if self.pretrained:
             check_tasks(self.pretrained)
         if self.task is not None:
@@ -119,28 +119,30 @@ class ModelSource(FrozenConfig):
                 task_or_error(name, self.n_digits)
         if self.init:
             if self.task is None:
-                raise NopeInterpError(f"--init needs --task (one of: {', '.join(tasks_pkg.TASK_NAMES)})")
+                raise NopeInterpError.naming("{init} needs {task} (one of: {tasks})",
+                                             tasks=", ".join(tasks_pkg.TASK_NAMES))
             preset(self.preset, **self.model_overrides)  # validates preset and overrides
         else:  # they shape an initialised model only: with any other source they would be ignored
-            shaping = [f"--model-{k.replace('_', '-')}" for k in self.model_overrides]
-            shaping += ["--preset"] if self.preset != "paper" else []
+            shaping = {f"model_{k}": f"model_overrides[{k!r}]" for k in self.model_overrides}  # the --model-* flags
+            shaping.update({"preset": "preset"} if self.preset != "paper" else {})
             if shaping:
-                raise NopeInterpError(f"{', '.join(shaping)} shape{'s' if len(shaping) == 1 else ''} an --init model; "
-                                      f"a trained, shipped or Hugging Face model has its own shape: drop "
-                                      f"{'it' if len(shaping) == 1 else 'them'}")
+                raise NopeInterpError.naming(
+                    ", ".join(f"{{{n}}}" for n in shaping) + f" shape{'s' if len(shaping) == 1 else ''} an {{init}} "
+                    f"model; a trained, shipped or Hugging Face model has its own shape: drop "
+                    f"{'it' if len(shaping) == 1 else 'them'}", shaping)
         if self.hf_path and (self.task is not None or self.n_digits is not None):
-            raise NopeInterpError("--task and --n-digits name task inputs; a Hugging Face model (--hf-path) reads "
-                                  "random ids of its own vocabulary (or --text-file): drop them")
-        for flag, on in (("--with-seeds", self.with_seeds), ("--with-candidates", self.with_candidates)):
+            raise NopeInterpError.naming("{task} and {n_digits} name task inputs; a Hugging Face model ({hf_path}) "
+                                         "reads random ids of its own vocabulary (or {text_file}): drop them")
+        for flag, on in (("with_seeds", self.with_seeds), ("with_candidates", self.with_candidates)):
             if not on:
                 continue
-            other = [n for n, v in (("--run", self.run), ("--init", self.init), ("--hf-path", self.hf_path)) if v]
+            other = [n for n, v in (("run", self.run), ("init", self.init), ("hf_path", self.hf_path)) if v]
             if other:
-                raise NopeInterpError(f"{flag} adds repository models to --pretrained (or the default); "
-                                      f"with {other[0]}, list every model yourself")
+                raise NopeInterpError.naming(f"{{{flag}}} adds repository models to {{pretrained}} (or the default); "
+                                             f"with {{{other[0]}}}, list every model yourself")
             if not self.pretrained and (self.task is not None or self.n_digits is not None):
-                raise NopeInterpError(f"{flag} alone means every shipped task's models; with --task or --n-digits "
-                                      f"name them: --pretrained TASK [TASK ...] {flag}")
+                raise NopeInterpError.naming(f"{{{flag}}} alone means every shipped task's models; with {{task}} or "
+                                             f"{{n_digits}} name them: {{pretrained}} TASK [TASK ...] {{{flag}}}")
 
     @property
     def given(self) -> bool:
@@ -277,11 +279,13 @@ def refuse_default_only(job: str, config: FrozenConfig, default_only: Iterable[s
     ``--hf-path``.
 
     Raises:
-        NopeInterpError: such a field set; the message names every one of them.
+        NopeInterpError: such a field set; the message names every one of them. A generator given as
+            ``default_only`` is read once (before, the first field's test used it up).
     """
+    default_only = tuple(default_only)
     names = tuple(dict.fromkeys(e.task.name for e in models))
     agrees = {"tasks": lambda v: set(v) == set(names), "text_task": lambda v: names == (v,)}
-    given = [name for name in config.given_fields() if name in tuple(default_only)
+    given = [name for name in config.given_fields() if name in default_only
              and not (name in agrees and agrees[name](getattr(config, name)))]
     if given:
         one = len(given) == 1
@@ -300,8 +304,10 @@ def check_inputs_fit(job: str, models: Iterable[ModelEntry], protocols: Iterable
 
     Raises:
         NopeInterpError: inputs longer than a model's ``n_ctx``, e.g. ``--protocol window --window 64`` with a
-            model of ``n_ctx`` 48 beside one of 64.
+            model of ``n_ctx`` 48 beside one of 64; ``protocols`` a set or a dict view (the first protocol that does
+            not fit is the one named: :func:`~nope_interp.checks.in_order`).
     """
+    protocols = in_order("protocols", protocols, "protocol names", "check_inputs_fit")
     task_models = [e for e in models if e.kind not in ("text", "hf")]
     if len(task_models) == 1:  # the analysis's own message (the CLI names the flag), before the job's first line
         (e,) = task_models
@@ -745,11 +751,13 @@ def shipped_entries(task_names: Iterable[str], with_seeds: bool = False,
     candidate runs with ``with_candidates``).
 
     Raises:
-        NopeInterpError: ``task_names`` is a single string (give a list of task names).
+        NopeInterpError: ``task_names`` is a single string (give a list of task names), a set or a dict view (the
+            entries follow its order: :func:`~nope_interp.checks.in_order`).
     """
     if isinstance(task_names, str):
         raise NopeInterpError(f"task_names must be a list of task names, got the single string {task_names!r} "
                               f"(write [{task_names!r}] for a list of one)")
+    task_names = in_order("task_names", task_names, "task names", "shipped_entries")
     entries = []
     for name in task_names:
         if name in available_pretrained():

@@ -92,7 +92,7 @@ class CompareConfig(FrozenConfig):
         if not self.protocols or self.protocols[0] != "full":
             raise NopeInterpError(f"protocols must start with full (the main table), got {self.protocols}")
         check_int("window", self.window, 3, 1_000_000)
-        check_used("window", self.window, DEFAULT_WINDOW, "window" in self.protocols, "when protocols include window")
+        check_used("window", self.window, DEFAULT_WINDOW, "window" in self.protocols, "when {protocols} include window")
         check_int("prompt_seed", self.prompt_seed, 0, 2**63 - 1)
 
 

@@ -19,6 +19,7 @@ import plotly.graph_objects as go
 import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.analysis import AnalysisResult, analyze_model
+from nope_interp.checks import in_order
 from nope_interp.config import (
     PRESETS,
     FrozenConfig,
@@ -106,25 +107,27 @@ class DemoConfig(FrozenConfig):
         if self.protocols[0] != "full":
             raise NopeInterpError(f"protocols must start with full (the main tables), got {self.protocols}")
         check_int("window", self.window, 3, 1_000_000)
-        check_used("window", self.window, DEFAULT_WINDOW, "window" in self.protocols, "when protocols include window")
-        check_used("runs_dir", self.runs_dir, "runs", self.retrain, "with retrain")
-        check_used("device", self.device, "auto", self.retrain, "with retrain")
+        check_used("window", self.window, DEFAULT_WINDOW, "window" in self.protocols, "when {protocols} include window")
+        check_used("runs_dir", self.runs_dir, "runs", self.retrain, "with {retrain}")
+        check_used("device", self.device, "auto", self.retrain, "with {retrain}")
         if not str(self.runs_dir).strip():
             raise NopeInterpError("runs_dir must be a folder path, got an empty one")
-        for name, value in (("--from-sweep", self.from_sweep), ("--sweep-dir", self.sweep_dir)):
+        for name, value in (("from_sweep", self.from_sweep), ("sweep_dir", self.sweep_dir)):
             if value is not None:  # an empty one read as not given (the shipped demo) or as the current folder
                 io.as_path(value, name)
         if self.from_sweep is not None and self.retrain:
-            raise NopeInterpError("from_sweep and retrain exclude each other: the trained models come from one place")
+            raise NopeInterpError.naming("{from_sweep} and {retrain} exclude each other: the trained models come from "
+                                         "one place")
         if self.sweep_dir is not None and self.from_sweep is None:
-            raise NopeInterpError("--sweep-dir needs --from-sweep (the spec whose points it holds)")
+            raise NopeInterpError.naming("{sweep_dir} needs {from_sweep} (the spec whose points it holds)")
         check_int("n_prompts", self.n_prompts, 1, 100_000)
         check_int("eval_n", self.eval_n, 1, 10**7)
         check_choice("init_preset", self.init_preset, tuple(PRESETS))
         if not self.retrain and self.from_sweep is None:
             missing = [t for t in self.tasks if t not in available_pretrained()]
             if missing:
-                raise NopeInterpError(f"no shipped model for {missing}; available: {', '.join(available_pretrained())}")
+                raise NopeInterpError.naming("{tasks}: no shipped model for {missing}; available: {available}",
+                                             missing=missing, available=", ".join(available_pretrained()))
 
 
 CONFIG = DemoConfig
@@ -277,9 +280,15 @@ def sweep_models(spec: str, tasks: tuple[str, ...], sweep_dir: str | Path = "") 
 
     Raises:
         NopeInterpError: a bad spec; a spec of kind ``init``; a task with no finished point (the message
-            gives the command that runs the sweep).
+            gives the command that runs the sweep); ``tasks`` a single string, a set or a dict view (the models
+            follow its order: :func:`~nope_interp.checks.in_order`).
     """
     from nope_interp.sweep import finished_result, load_spec
+
+    if isinstance(tasks, (str, bytes)):
+        raise NopeInterpError(f"sweep_models: tasks must be a list of task names, got the single string {tasks!r} "
+                              f"(write [{tasks!r}] for a list of one)")
+    tasks = tuple(in_order("tasks", tasks, "task names", "sweep_models"))
 
     sp = load_spec(spec)
     if sp.kind != "train":

@@ -92,7 +92,9 @@ class InitGridConfig(FrozenConfig):
     (before 2026-12-03 ``quick=True, depths=(6, 12, 24)`` ran (6, 12)), and :meth:`replace` fills anew what was
     not given (``replace(quick=False)`` gives the full grid; before, it kept the quick one). ``dataclasses.replace``
     does too, but refuses ``quick=False`` (or ``wide_std=False``) while the values they filled are carried over (a
-    copy cannot tell them from values given; :meth:`~nope_interp.config.FrozenConfig._fill_unset`).
+    copy cannot tell them from values given; :meth:`~nope_interp.config.FrozenConfig._fill_unset`). A config read
+    back by :meth:`~nope_interp.config.FrozenConfig.from_dict` counts a value equal to what its flags fill as filled,
+    so the two do the same for it (before: both kept the quick grid).
 
     Raises:
         NopeInterpError: an empty grid axis; a mean outside [-1000, 1000]; a std outside (0, 1000] (NaN and
@@ -145,8 +147,9 @@ class InitGridConfig(FrozenConfig):
             check_int("widths", w, 1, 1_000_000)
         bad = list(dict.fromkeys(w for w in (*self.widths, INIT_GRID_SHAPE[1]) if w % self.n_heads))
         if bad:
-            raise NopeInterpError(f"widths (and {INIT_GRID_SHAPE[1]}, the init grid's width) must be multiples of "
-                                  f"n_heads={self.n_heads}, got {bad}")
+            raise NopeInterpError.naming("{widths} (and {width}, the init grid's width) must be multiples of "
+                                         "{n_heads}={value}, got {bad}", width=INIT_GRID_SHAPE[1], value=self.n_heads,
+                                         bad=bad)
 
     def grid_dict(self) -> dict[str, Any]:
         """The effective grid as JSON, with ``quick`` and ``wide_std`` as asked for: every field they fill is

@@ -106,8 +106,9 @@ class LengthGenConfig(FrozenConfig):
         check_int("n_examples", self.n_examples, 1, 100_000)
         check_int("n_prompts", self.n_prompts, 1, 10_000)
         if self.n_prompts > self.n_examples:
-            raise NopeInterpError(f"n_prompts={self.n_prompts} exceeds n_examples={self.n_examples}: the prompts "
-                                  "analysed are drawn from the prompts scored; lower --n-prompts or raise --n-examples")
+            raise NopeInterpError.naming("{n_prompts}={a} exceeds {n_examples}={b}: the prompts analysed are drawn "
+                                         "from the prompts scored; lower {n_prompts} or raise {n_examples}",
+                                         a=self.n_prompts, b=self.n_examples)
         check_int("seed", self.seed, 0, 2**63 - 1)
         check_points(self.points)
 

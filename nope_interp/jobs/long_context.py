@@ -93,7 +93,9 @@ class LongContextConfig(FrozenConfig):
     explicitly always wins, even one equal to a full default (before: ``quick=True, seeds=3`` ran 2 seeds), and
     :meth:`replace` fills anew what was not given (``replace(quick=False)`` gives the full defaults).
     ``dataclasses.replace`` does too, but refuses ``quick=False`` while the quick values are carried over (a copy
-    cannot tell them from values given; :meth:`~nope_interp.config.FrozenConfig._fill_unset`).
+    cannot tell them from values given; :meth:`~nope_interp.config.FrozenConfig._fill_unset`). A config read back by
+    :meth:`~nope_interp.config.FrozenConfig.from_dict` counts a value equal to what ``quick`` fills as filled, so the
+    two do the same for it (before: both kept the quick values).
 
     Raises:
         NopeInterpError: a length outside [max(3, ``max_lag`` + 1), 65536] (a repeated length is refused;
@@ -130,7 +132,7 @@ class LongContextConfig(FrozenConfig):
         if not self.lengths:
             raise NopeInterpError("lengths must not be empty")
         for n in self.lengths:
-            check_int("length", n, max(3, self.max_lag + 1), 65536)  # the adjacency score needs 3 positions
+            check_int("lengths", n, max(3, self.max_lag + 1), 65536)  # the adjacency score needs 3 positions
         object.__setattr__(self, "lengths", tuple(sorted(set(self.lengths))))
         check_int("n_sequences", self.n_sequences, 1, 10_000)
         check_int("seeds", self.seeds, 1, 100)

@@ -129,7 +129,7 @@ class ProbeConfig(FrozenConfig):
         check_tasks(self.tasks)
         check_choice("protocol", self.protocol, tasks_pkg.PROTOCOLS)
         check_int("window", self.window, 8, 1_000_000)
-        check_used("window", self.window, DEFAULT_WINDOW, self.protocol == "window", "with protocol window")
+        check_used("window", self.window, DEFAULT_WINDOW, self.protocol == "window", "with {protocol} window")
         check_choice("default_preset", self.default_preset, tuple(PRESETS))
         if self.n_prompts is not None:
             check_int("n_prompts", self.n_prompts, 8, 100_000)

@@ -23,7 +23,7 @@ from plotly.subplots import make_subplots
 import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.analysis import analyze_model
-from nope_interp.checks import is_int, is_real
+from nope_interp.checks import in_order, is_int, is_real
 from nope_interp.config import FrozenConfig, check_choice, check_int, check_used, opt
 from nope_interp.diagnostics import (
     INTERVENTIONS,
@@ -81,7 +81,7 @@ class TrajectoryConfig(FrozenConfig):
         check_points(self.points)
         check_choice("protocol", self.protocol, tasks_pkg.PROTOCOLS)
         check_int("window", self.window, 3, 1_000_000)
-        check_used("window", self.window, DEFAULT_WINDOW, self.protocol == "window", "with protocol window")
+        check_used("window", self.window, DEFAULT_WINDOW, self.protocol == "window", "with {protocol} window")
         check_int("prompt_seed", self.prompt_seed, 0, 2**63 - 1)
 
 
@@ -396,8 +396,11 @@ def plot_site_by_objective(runs: list[RunTrajectory] | tuple[RunTrajectory, ...]
     (dash = objective: solid answer-only, dashed packed). Step 0 is drawn at 1 (log axis).
 
     Raises:
-        NopeInterpError: no runs, or a run without ``site``.
+        NopeInterpError: no runs, or a run without ``site``; ``runs`` a set or a dict view (the lines and colours
+            follow its order: :func:`~nope_interp.checks.in_order`; a generator is read once: before, the check of
+            ``site`` used it up and the figure was empty).
     """
+    runs = in_order("runs", runs, "RunTrajectory results", "plot_site_by_objective")
     if not runs:
         raise NopeInterpError("plot_site_by_objective needs at least one trajectory")
     missing = [r.label for r in runs if site not in r.scores]
