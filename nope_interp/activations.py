@@ -74,10 +74,10 @@ def check_site_widths(model: LensModel, names: list[str] | tuple[str, ...]) -> N
 
     Raises:
         NopeInterpError: ``hook_z`` sites mixed with residual-stream sites in a model where
-            ``n_heads * d_head != d_model`` (the message says to analyse ``("z",)`` on its own); ``names`` a set or
-            a dict view (:func:`~nope_interp.checks.in_order`). A generator is read once.
+            ``n_heads * d_head != d_model`` (the message says to analyse ``("z",)`` on its own); ``names`` not
+            iterable (:func:`~nope_interp.checks.in_order`). A generator is read once, a set sorted.
     """
-    names = in_order("names", names, "hook names", "check_site_widths")  # read once: any() and all() below
+    names = in_order("names", names, "hook names", "check_site_widths", key=str)  # read once: any() and all() below
     cfg = model.cfg
     z_width = int(cfg.n_heads) * int(cfg.d_head)
     if z_width != cfg.d_model and any(n.endswith("hook_z") for n in names) and \

@@ -9,7 +9,7 @@ imports nothing of ``nope_interp``), so any module can use it without an import 
 """
 
 import numbers
-from collections.abc import Iterable, Set, ValuesView
+from collections.abc import Callable, ItemsView, Iterable, KeysView, Set
 from typing import Any
 
 import numpy as np
@@ -55,22 +55,28 @@ def repeated(values: Any) -> list[Any]:
     return twice
 
 
-def in_order(name: str, values: Any, what: str = "names", fn: str = "") -> list[Any]:
+def in_order(name: str, values: Any, what: str = "names", fn: str = "",
+             key: Callable[[Any], Any] | None = None) -> list[Any]:
     """``values``, a list argument whose order matters (sites, hook names, points, options: the results follow it),
-    as a list, read once: a list, a tuple, a numpy array or any other ordered iterable, a generator or an iterator
-    (``iter([...])``) too, which a check that read it first would have left empty for the work after it. The
-    checks of the caller then run on the list.
+    as a list, read once: a list, a tuple, a 1-D numpy array, a dict view (insertion-ordered) or any other ordered
+    iterable, a generator or an iterator (``iter([...])``) too, which a check that read it first would have left
+    empty for the work after it. The checks of the caller then run on the list. With ``key`` (for arguments whose
+    results come in a fixed order whatever order they are given in, e.g. points in forward order), a set or
+    frozenset is accepted too and read as ``sorted(values, key=key)``.
 
     Raises:
-        NopeInterpError: ``values`` is unordered: a set, a frozenset or a dict view (``d.keys()``, ``d.values()``,
-            ``d.items()``), whose order the results would follow at random (give a list, e.g. ``sorted(...)``); or
-            it is not iterable. One line, naming ``name`` (after ``fn: `` when ``fn`` is given) and ``what`` it
-            lists.
+        NopeInterpError: ``values`` is a set or a frozenset (without ``key``), whose order the results would follow
+            at random; a 0-d numpy array; not iterable. One line, naming ``name`` (after ``fn: `` when ``fn`` is
+            given) and ``what`` it lists.
     """
     where = f"{fn}: " if fn else ""
-    if isinstance(values, (Set, ValuesView)):  # set, frozenset, dict.keys() / .items() (Sets) and dict.values()
-        raise NopeInterpError(f"{where}{name} must be a list or tuple of {what} (their order is the results' order), "
-                              f"got an unordered {type(values).__name__}; give a list, e.g. sorted({name})")
+    if isinstance(values, Set) and not isinstance(values, (KeysView, ItemsView)):  # dict views keep order
+        if key is not None:
+            return sorted(values, key=key)
+        raise NopeInterpError(f"{where}{name} must be a list or tuple of {what}, whose order is the results' order; "
+                              f"got an unordered {type(values).__name__}: give a list in the order you want")
+    if isinstance(values, np.ndarray) and values.ndim == 0:
+        raise NopeInterpError(f"{where}{name} must be a list or tuple of {what}, got a 0-d array {values!r}"[:300])
     if not isinstance(values, Iterable):
         raise NopeInterpError(f"{where}{name} must be a list or tuple of {what}, got {type(values).__name__} "
                               f"{values!r}"[:300])

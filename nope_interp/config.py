@@ -89,7 +89,7 @@ def check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
 
 
 def check_choices(name: str, values: Any, allowed: tuple[str, ...]) -> None:
-    """Raise NopeInterpError unless ``values`` is a non-empty sequence (not a single string, a set or a dict view:
+    """Raise NopeInterpError unless ``values`` is a non-empty sequence (not a single string, a set or frozenset:
     :func:`~nope_interp.checks.in_order`) and every entry is one of ``allowed``, each at most once. A generator is
     read once (before, the first check used it up and the rest saw nothing)."""
     if isinstance(values, (str, bytes)):
@@ -108,7 +108,7 @@ def check_choices(name: str, values: Any, allowed: tuple[str, ...]) -> None:
 
 def check_tasks(names: Any) -> None:
     """Raise NopeInterpError unless ``names`` is a non-empty sequence of known task names, each once (a single
-    string is refused, not read letter by letter; a set or a dict view too: :func:`check_choices`)."""
+    string is refused, not read letter by letter; a set or frozenset too: :func:`check_choices`)."""
     check_choices("task", names, tasks_pkg.TASK_NAMES)
 
 

@@ -105,7 +105,7 @@ def predict(model: HookedTransformer, task: Task, prompts: Sequence[str], batch_
             every example follows a newline); not part of the answer.
 
     Raises:
-        NopeInterpError: ``prompts`` is a single string, a set or a dict view (the answers follow its order:
+        NopeInterpError: ``prompts`` is a single string, a set or frozenset (the answers follow its order:
             :func:`~nope_interp.checks.in_order`; a generator is read once: before, it raised a TypeError); a
             prompt that is not a string, is empty (with no ``prefix``) or holds a character outside the
             vocabulary (the message gives its index);

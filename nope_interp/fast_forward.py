@@ -321,7 +321,7 @@ def fast_activations(
 
     Raises:
         NopeInterpError: an unsupported model option or hook name; a hook name given twice (the result holds
-            one entry per name); ``names`` a set or a dict view (:func:`~nope_interp.checks.in_order`; a generator
+            one entry per name; a set is accepted, the result comes in forward order anyway; a generator
             is read once: before, the checks used it up and the result was ``{}``); tokens that
             :func:`nope_interp.model.check_tokens` refuses (an id outside ``[0, d_vocab)``, a float or 1-D tensor)
             or longer than ``n_ctx``.
@@ -329,7 +329,7 @@ def fast_activations(
     if isinstance(names, (str, bytes)):
         raise NopeInterpError(f"fast_activations: names must be a list of hook names, got the single string "
                               f"{names!r} (write [{names!r}] for a list of one)")
-    names = in_order("names", names, "hook names", "fast_activations")  # read once: checked, then computed
+    names = in_order("names", names, "hook names", "fast_activations", key=str)  # read once: checked, then computed
     why = fast_activations_unsupported(model, names)
     if why is not None:
         raise NopeInterpError(f"fast_activations does not support {why}; use run_with_cache")
@@ -348,9 +348,9 @@ def fast_activations_unsupported(model: torch.nn.Module, names: list[str] | tupl
     :func:`unsupported_reason` except sliding-window attention (supported here), and unknown hook names.
 
     Raises:
-        NopeInterpError: ``names`` a set or a dict view (:func:`~nope_interp.checks.in_order`).
+        NopeInterpError: ``names`` not iterable (:func:`~nope_interp.checks.in_order`; a set is read sorted).
     """
-    names = in_order("names", names, "hook names", "fast_activations_unsupported")
+    names = in_order("names", names, "hook names", "fast_activations_unsupported", key=str)
     if not isinstance(model, HookedTransformer):
         return f"a {type(model).__name__} (only HookedTransformer)"
     why = unsupported_reason(model, allow_sliding=True)

@@ -74,16 +74,20 @@ def hook_name(point: str, layer: int | None = None, n_layers: int | None = None)
     return _LAYER_HOOKS[point].format(layer=layer)
 
 
+def _point_rank(point: object) -> tuple[int, str]:
+    """Sort key of a point name: its place in :data:`ACTIVATION_POINTS` (unknown names last, by name)."""
+    return (ACTIVATION_POINTS.index(point), "") if point in ACTIVATION_POINTS else (len(ACTIVATION_POINTS), str(point))
+
+
 def check_points(points: object) -> tuple[str, ...]:
     """``points`` checked as a non-empty sequence of names from :data:`ACTIVATION_POINTS` and returned as a tuple;
     the one check of every ``points`` argument and ``--points`` flag.
 
     Raises:
-        NopeInterpError: a single string rather than a sequence, an unordered collection (a set or a dict view:
-            the sites follow the points' order; :func:`~nope_interp.checks.in_order`), an empty sequence, an
+        NopeInterpError: a single string rather than a sequence, an empty sequence, an
             unknown name (a full hook name such as ``blocks.0.attn.hook_z`` is answered with its point, ``z``), or a
             name given twice (each point is one set of sites: it was analysed once, the result having fewer sites
-            than asked). A generator or iterator is read once.
+            than asked). A generator or iterator is read once; a set is read in forward order.
     """
     if isinstance(points, (str, bytes)):
         raise NopeInterpError(f"points must be a sequence of point names (e.g. ({points!r},)), got the single "
@@ -91,7 +95,8 @@ def check_points(points: object) -> tuple[str, ...]:
     if not isinstance(points, Iterable):
         raise NopeInterpError(f"points must be a sequence of point names, got {type(points).__name__} "
                               f"{points!r}; allowed: {', '.join(ACTIVATION_POINTS)}"[:300])
-    points = tuple(in_order("points", points, f"point names ({', '.join(ACTIVATION_POINTS)})"))  # read once
+    points = tuple(in_order("points", points, f"point names ({', '.join(ACTIVATION_POINTS)})",  # read once
+                             key=_point_rank))  # a set: in forward order, as the sites come
     if not points:
         raise NopeInterpError(f"points must not be empty; allowed: {', '.join(ACTIVATION_POINTS)}")
     for p in points:

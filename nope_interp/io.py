@@ -524,7 +524,7 @@ def to_csv(rows: list[dict[str, Any]]) -> str:
     """CSV text with the union of the rows' keys as columns (missing cells empty), rows in the order given.
 
     Raises:
-        NopeInterpError: ``rows`` a set or a dict view (:func:`~nope_interp.checks.in_order`; a generator is read
+        NopeInterpError: ``rows`` a set or frozenset (:func:`~nope_interp.checks.in_order`; a generator is read
             once: before, the columns used it up and the CSV had a header only).
     """
     rows = in_order("rows", rows, "dicts", "to_csv")

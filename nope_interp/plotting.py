@@ -125,7 +125,7 @@ def plot_cosine_heatmaps(
             one site, or with a value outside [-1, 1] (NaN is allowed: the cosine of a zero vector); ``site_labels``
             is a single string, not a sequence, or holds a label that is not a string; ``tokens`` is None, not a
             string or sequence, or holds a label that is not a string (None, an int); ``site_labels`` or ``tokens``
-            a set or a dict view (their order is the sites' and positions' order:
+            a set or frozenset (their order is the sites' and positions' order:
             :func:`~nope_interp.checks.in_order`); the number of labels or characters does not match ``sim``.
     """
     check_tensor(sim, "sim", "(site, pos, pos)", ndim=3, min_sizes={0: 1, 1: 1}, fn="plot_cosine_heatmaps")

@@ -20,7 +20,7 @@ import random
 import re
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Set, ValuesView
+from collections.abc import ItemsView, KeysView, Set
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -101,13 +101,13 @@ def _text(name: str, value: object) -> str:
 
 def _sequence(name: str, values: object, of: type, example: str, ordered: bool = True) -> list:
     """``values`` as a list, read once (a generator too), after checking it is a sequence (not a single string)
-    of ``of`` instances; with ``ordered`` (the result follows its order) not a set or a dict view either, whose
-    order is arbitrary (and for strings changes from one run to the next)."""
+    of ``of`` instances; with ``ordered`` (the result follows its order) not a set or frozenset either, whose
+    order is arbitrary (and for strings changes from one run to the next); a dict view keeps its dict's order."""
     if isinstance(values, (str, bytes)):
         raise TaskError(f"{name} must be a sequence of {example}, got the single string {values!r}")
-    if ordered and isinstance(values, (Set, ValuesView)):
-        raise TaskError(f"{name} must be a list or tuple of {example} (their order is the result's order), got an "
-                        f"unordered {type(values).__name__}; give a list, e.g. sorted({name})")
+    if ordered and isinstance(values, Set) and not isinstance(values, (KeysView, ItemsView)):  # dict views keep order
+        raise TaskError(f"{name} must be a list or tuple of {example}, whose order is the result's order; got an "
+                        f"unordered {type(values).__name__}: give a list in the order you want")
     try:
         items = list(values)  # type: ignore[call-overload]
     except TypeError:
@@ -310,7 +310,7 @@ class Task(ABC):
         """Encode prompts of equal length as one batch (no padding).
 
         Raises:
-            TaskError: ``prompts`` is empty, a single string, a set or a dict view (the rows follow its order), or
+            TaskError: ``prompts`` is empty, a single string, a set or frozenset (the rows follow its order), or
                 holds a non-string or an empty prompt; the prompts do not all have the same length.
             UnknownCharacterError: a character outside the vocabulary.
         """
@@ -336,7 +336,7 @@ class Task(ABC):
         """Right-padded per-example batch with an answer-only loss mask (see the module docstring).
 
         Raises:
-            TaskError: no examples; ``examples`` is not a sequence of :class:`Example`, or is a set or a dict view
+            TaskError: no examples; ``examples`` is not a sequence of :class:`Example`, or is a set or frozenset
                 (the rows follow its order).
         """
         examples = _sequence("examples", examples, Example, "Example, e.g. task.example('$1+2=')")
@@ -367,7 +367,7 @@ def packed_stream(examples: "list[Example] | tuple[Example, ...]", seed: int) ->
     ``random.Random(seed)``, each followed by a newline, concatenated (the authors' training file).
 
     Raises:
-        TaskError: no examples; ``examples`` is not a sequence of :class:`Example`, or is a set or a dict view
+        TaskError: no examples; ``examples`` is not a sequence of :class:`Example`, or is a set or frozenset
             (the shuffle by ``seed`` starts from its order: a set's would make the stream differ between runs).
     """
     examples = _sequence("examples", examples, Example, "Example, e.g. task.example('$1+2=')")

@@ -20,10 +20,14 @@ from conftest import unhooked
 UNORDERED = {
     "set": lambda xs: set(xs),
     "frozenset": lambda xs: frozenset(xs),
+}
+DICT_VIEWS = {  # ordered (a dict keeps its insertion order): read as the list
     "dict keys": lambda xs: dict.fromkeys(xs).keys(),
     "dict values": lambda xs: {i: x for i, x in enumerate(xs)}.values(),
-    "dict items": lambda xs: {x: 0 for x in xs}.items(),
 }
+#: The functions whose results come in a fixed order whatever the argument's order: a set is accepted there.
+ANY_ORDER = {"check_points", "activation_hook_names", "collect_activations", "iter_activations", "analyze_tokens",
+             "fast_activations", "fast_activations_unsupported", "check_inputs_fit"}
 ONCE = {  # read-once iterables
     "generator": lambda xs: (x for x in xs),
     "iterator": lambda xs: iter(list(xs)),
@@ -34,6 +38,7 @@ NAMES = ["blocks.0.hook_resid_post", "hook_embed", "blocks.0.attn.hook_z"]
 def _one_line_naming(err, name):
     message = str(err.value)
     assert "\n" not in message and name in message and "unordered" in message, message
+    assert "sorted(" not in message, message  # sorting is not what the user wants for hook names or examples
 
 
 def _calls(model, tokens, task):
@@ -128,8 +133,12 @@ def test_unordered_collections_are_refused_in_one_line_naming_the_parameter(call
     fn, name, call, good = calls[index]
     try:
         value = UNORDERED[kind](good)
-    except TypeError:  # unhashable entries (dicts, trajectories): the dict views of another dict
-        value = {i: g for i, g in enumerate(good)}.values()
+    except TypeError:  # unhashable entries (dicts, trajectories): no set of them can be made
+        pytest.skip(f"{fn}: its entries are unhashable, so no set of them exists")
+    if fn in ANY_ORDER:  # accepted: the same as a list in some order
+        assert _result(call, value) == _result(call, sorted(value, key=repr)) or fn in ("check_points",
+                                                                                      "fast_activations_unsupported")
+        return
     with pytest.raises(NopeInterpError) as err:
         call(value)
     _one_line_naming(err, name)
@@ -216,3 +225,34 @@ def test_task_lists_whose_order_is_the_results_refuse_unordered_collections(kind
 
 def _tensor(out):
     return out.tokens if hasattr(out, "tokens") else out
+
+
+@pytest.mark.parametrize("index", range(N_CALLS))
+@pytest.mark.parametrize("kind", list(DICT_VIEWS))
+def test_a_dict_view_is_read_in_its_dicts_order(calls, index, kind):
+    fn, name, call, good = calls[index]
+    try:
+        value = DICT_VIEWS[kind](good)
+    except TypeError:  # unhashable entries (dicts, trajectories): keys impossible, values of another dict
+        value = {i: g for i, g in enumerate(good)}.values()
+    assert _result(call, value) == _result(call, list(good)), fn
+
+
+def test_a_set_of_points_gives_the_sites_in_forward_order():
+    from nope_interp.hooks import ACTIVATION_POINTS, check_points
+
+    for points in (["z", "embed"], ["resid_post", "resid_pre", "z"], list(ACTIVATION_POINTS)):
+        naive = tuple(p for p in ACTIVATION_POINTS if p in points)
+        assert unhooked(check_points)(set(points)) == naive
+        assert unhooked(check_points)(frozenset(points)) == naive
+    assert unhooked(check_points)(["z", "embed"]) == ("z", "embed")  # a list keeps its own order
+
+
+def test_a_0d_array_is_refused_in_one_line():
+    import numpy as np
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.hooks import check_points
+
+    with pytest.raises(NopeInterpError, match="0-d array"):
+        unhooked(check_points)(np.array("z"))

@@ -304,10 +304,10 @@ def check_inputs_fit(job: str, models: Iterable[ModelEntry], protocols: Iterable
 
     Raises:
         NopeInterpError: inputs longer than a model's ``n_ctx``, e.g. ``--protocol window --window 64`` with a
-            model of ``n_ctx`` 48 beside one of 64; ``protocols`` a set or a dict view (the first protocol that does
-            not fit is the one named: :func:`~nope_interp.checks.in_order`).
+            model of ``n_ctx`` 48 beside one of 64 (a set of ``protocols`` is read sorted, so the protocol named is
+            always the same: :func:`~nope_interp.checks.in_order`).
     """
-    protocols = in_order("protocols", protocols, "protocol names", "check_inputs_fit")
+    protocols = in_order("protocols", protocols, "protocol names", "check_inputs_fit", key=str)
     task_models = [e for e in models if e.kind not in ("text", "hf")]
     if len(task_models) == 1:  # the analysis's own message (the CLI names the flag), before the job's first line
         (e,) = task_models
@@ -751,7 +751,7 @@ def shipped_entries(task_names: Iterable[str], with_seeds: bool = False,
     candidate runs with ``with_candidates``).
 
     Raises:
-        NopeInterpError: ``task_names`` is a single string (give a list of task names), a set or a dict view (the
+        NopeInterpError: ``task_names`` is a single string (give a list of task names), a set or frozenset (the
             entries follow its order: :func:`~nope_interp.checks.in_order`).
     """
     if isinstance(task_names, str):

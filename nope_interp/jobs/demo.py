@@ -280,7 +280,7 @@ def sweep_models(spec: str, tasks: tuple[str, ...], sweep_dir: str | Path = "") 
 
     Raises:
         NopeInterpError: a bad spec; a spec of kind ``init``; a task with no finished point (the message
-            gives the command that runs the sweep); ``tasks`` a single string, a set or a dict view (the models
+            gives the command that runs the sweep); ``tasks`` a single string, a set or frozenset (the models
             follow its order: :func:`~nope_interp.checks.in_order`).
     """
     from nope_interp.sweep import finished_result, load_spec

@@ -396,7 +396,7 @@ def plot_site_by_objective(runs: list[RunTrajectory] | tuple[RunTrajectory, ...]
     (dash = objective: solid answer-only, dashed packed). Step 0 is drawn at 1 (log axis).
 
     Raises:
-        NopeInterpError: no runs, or a run without ``site``; ``runs`` a set or a dict view (the lines and colours
+        NopeInterpError: no runs, or a run without ``site``; ``runs`` a set or frozenset (the lines and colours
             follow its order: :func:`~nope_interp.checks.in_order`; a generator is read once: before, the check of
             ``site`` used it up and the figure was empty).
     """
