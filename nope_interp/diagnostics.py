@@ -105,7 +105,8 @@ def layer0_attention_entropy(model: HookedTransformer, tokens: Int[Tensor, "batc
     """Mean relative entropy (1 = uniform over the allowed keys, 0 = one key) of layer 0's attention rows >= 1,
     over heads and prompts, in [0, 1]; the allowed keys follow the model's attention (causal, sliding window,
     bidirectional; NaN with a window of 1, where no row has a choice). Measured in eval mode (the model's
-    mode is restored after).
+    mode is restored after). The mean over heads can hide one collapsed head among uniform ones:
+    :func:`layer0_head_entropies` gives each head's.
 
     Raises:
         NopeInterpError: ``tokens`` that are not a 2-D integer tensor of ids in ``[0, d_vocab)``
@@ -114,13 +115,34 @@ def layer0_attention_entropy(model: HookedTransformer, tokens: Int[Tensor, "batc
             ``model.to(dtype)``).
     """
     _check_model_dtype(model, "layer0_attention_entropy")
-    tokens = _checked_tokens(model, tokens)
+    return float(_layer0_relative_entropy(model, _checked_tokens(model, tokens)).mean())
+
+
+@torch.no_grad()
+def layer0_head_entropies(model: HookedTransformer, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, " head"]:
+    """Each layer-0 head's mean relative attention entropy (as :func:`layer0_attention_entropy`, which is
+    their mean), over prompts and query rows >= 1: ``[n_heads]``, float32 on the CPU, each in [0, 1].
+
+    A head near 0 attends to one key per query (for example the first character of the query's line) and
+    averages nothing, while the others can stay near 1; the mean over heads reads such a model as mildly
+    non-uniform. Method: ours (the per-head form of the entropy diagnostic in ``docs/method.md``).
+
+    Raises:
+        NopeInterpError: as :func:`layer0_attention_entropy`.
+    """
+    _check_model_dtype(model, "layer0_head_entropies")
+    rel = _layer0_relative_entropy(model, _checked_tokens(model, tokens))  # [batch, head, query >= 1]
+    return rel.mean(dim=(0, 2)).float()
+
+
+def _layer0_relative_entropy(model: HookedTransformer, tokens: Tensor) -> Float[Tensor, "batch head query"]:
+    """Relative entropy of layer 0's attention rows >= 1, per prompt, head and query (eval mode)."""
     name = hook_name("pattern", 0)
     with eval_mode(model):
         _, cache = model.run_with_cache(tokens.to(model.cfg.device), names_filter=name, return_type=None)
     causal = model.cfg.attention_dir == "causal"
     rel = relative_entropy_to_uniform(cache[name].cpu(), causal, attention_window(model.cfg, 0))
-    return float(rel[..., 1:].mean())
+    return rel[..., 1:]
 
 
 @dataclass(frozen=True)

@@ -652,3 +652,49 @@ def test_diagnose_on_one_prompt_names_itself(tiny_model):
     tokens = task.analysis_tokens(4)
     with pytest.raises(NopeInterpError, match=r"^diagnose needs at least 2 prompts .* got tokens of shape \(1, "):
         diagnostics.diagnose(tiny_model, task, tokens[:1])
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_layer0_head_entropies_against_a_naive_loop_and_one_collapsed_head(tiny_cfg, seed):
+    """Each head's entropy equals a per-row loop over the cached pattern; their mean is the model's entropy; a
+    head made to attend to key 0 alone reads about 0 while the mean over heads hides it."""
+    import math
+
+    import tasks
+    from nope_interp.diagnostics import layer0_attention_entropy, layer0_head_entropies
+    from nope_interp.model import build_model
+
+    model = build_model(tiny_cfg.replace(seed=seed))
+    task = tasks.get_task("reversal")
+    tokens = task.prompt_tokens(task.analysis_prompts(5, seed=seed))
+    with torch.no_grad():   # head 0: a large score for key 0 only (through its key bias and the query bias)
+        model.blocks[0].attn.W_Q[0].zero_()
+        model.blocks[0].attn.W_K[0].zero_()
+        model.blocks[0].attn.b_Q[0].fill_(1.0)
+    first_key = torch.zeros(tokens.shape[1])
+    first_key[0] = 60.0
+
+    def boost(scores, hook):   # [batch, head, query, key]
+        scores[:, 0] = scores[:, 0] + first_key
+        return scores
+
+    model.blocks[0].attn.hook_attn_scores.add_hook(boost)
+    try:
+        per_head = layer0_head_entropies(model, tokens)
+        mean = layer0_attention_entropy(model, tokens)
+        _, cache = model.run_with_cache(tokens, names_filter="blocks.0.attn.hook_pattern")
+    finally:
+        model.reset_hooks()
+    pattern = cache["blocks.0.attn.hook_pattern"].double()
+    naive = []
+    for h in range(pattern.shape[1]):
+        rows = []
+        for b in range(pattern.shape[0]):
+            for q in range(1, pattern.shape[2]):
+                p = [float(pattern[b, h, q, k]) for k in range(q + 1)]
+                rows.append(-sum(x * math.log(x) for x in p if x > 0) / math.log(q + 1))
+        naive.append(sum(rows) / len(rows))
+    assert per_head.shape == (model.cfg.n_heads,) and per_head.dtype == torch.float32
+    assert per_head.tolist() == pytest.approx(naive, abs=1e-5)
+    assert float(per_head[0]) < 0.01 and float(per_head[1:].min()) > 0.5
+    assert mean == pytest.approx(float(per_head.mean()), abs=1e-6) and mean > 0.3
