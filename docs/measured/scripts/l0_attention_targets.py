@@ -217,8 +217,8 @@ def main() -> None:
         f, w = res["full"], res["window"]
         heads.append(f"| {label} | {step} | " + " / ".join(f"{v:.2f}" for v in f["heads"]) + " | "
                      + " / ".join(f"{v:.3f}" for v in f["head_z"]) + " | "
-                     + " / ".join(f"{v:.3f}" for v in w["line_start"]) + f" | {w['line_start_uniform']:.3f} | {f['l0_z_score']:.3f} / "
-                     f"{f['z_top_uniform']:.3f} (head "
+                     + " / ".join(f"{v:.3f}" for v in w["line_start"])
+                     + f" | {w['line_start_uniform']:.3f} | {f['l0_z_score']:.3f} / {f['z_top_uniform']:.3f} (head "
                      f"{f['top_head']}) / {f['z_others_uniform']:.3f} |")
         print(heads[-1], flush=True)
     text = "\n".join(lines + heads) + "\n"
