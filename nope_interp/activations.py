@@ -75,7 +75,8 @@ def check_site_widths(model: LensModel, names: list[str] | tuple[str, ...]) -> N
     Raises:
         NopeInterpError: ``hook_z`` sites mixed with residual-stream sites in a model where
             ``n_heads * d_head != d_model`` (the message says to analyse ``("z",)`` on its own); ``names`` not
-            iterable (:func:`~nope_interp.checks.in_order`). A generator is read once, a set sorted.
+            iterable or a single string (:func:`~nope_interp.checks.in_order`). A generator is read once, a set
+            sorted.
     """
     names = in_order("names", names, "hook names", "check_site_widths", key=str)  # read once: any() and all() below
     cfg = model.cfg

@@ -65,11 +65,15 @@ def in_order(name: str, values: Any, what: str = "names", fn: str = "",
     frozenset is accepted too and read as ``sorted(values, key=key)``.
 
     Raises:
-        NopeInterpError: ``values`` is a set or a frozenset (without ``key``), whose order the results would follow
-            at random; a 0-d numpy array; not iterable. One line, naming ``name`` (after ``fn: `` when ``fn`` is
-            given) and ``what`` it lists.
+        NopeInterpError: ``values`` is a single string (``str``, ``bytes``), which would be read letter by letter
+            (``"blocks.0.hook_z"`` as 15 names): give a list of one; a set or a frozenset (without ``key``), whose
+            order the results would follow at random; a 0-d numpy array; not iterable. One line, naming ``name``
+            (after ``fn: `` when ``fn`` is given) and ``what`` it lists.
     """
     where = f"{fn}: " if fn else ""
+    if isinstance(values, (str, bytes, bytearray)):
+        raise NopeInterpError(f"{where}{name} must be a list or tuple of {what}, got the single string {values!r} "
+                              f"(write [{values!r}] for a list of one)"[:300])
     if isinstance(values, Set) and not isinstance(values, (KeysView, ItemsView)):  # dict views keep order
         if key is not None:
             return sorted(values, key=key)

@@ -290,6 +290,17 @@ def source_flags(job: Any) -> tuple[str, ...]:
     return tuple(n for n in every if n != "hf_path" or getattr(job, "TAKES_HF", False))
 
 
+def _given_by(job: Any) -> list[str]:
+    """The flags of ``job`` that give it models (``--run``, ``--pretrained``, ``--init``, ``--hf-path``: those
+    it has), for messages that must not name an option the command lacks."""
+    return [f"--{n.replace('_', '-')}" for n in ("run", "pretrained", "init", "hf_path") if n in source_flags(job)]
+
+
+def _or(words: list[str]) -> str:
+    """``a, b or c``."""
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+
 def _build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The ``nope-interp`` parser. Only the job that ``argv`` names gets its flags (and imports its module);
     the other jobs are listed with their one-line help, so ``nope-interp --help`` does not import every job and
@@ -375,8 +386,9 @@ def _build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
             sources = source_flags(job)
             add_config_flags(group, ModelSource, only=sources)
             if "init" in sources:  # the --model-* flags shape an --init model only (refused with any other)
-                shape = p.add_argument_group("shape of an --init model (refused with --run, --pretrained, --hf-path "
-                                             "or the default models)")
+                others = [f for f in _given_by(job) if f != "--init"]  # this command's own flags only
+                shape = p.add_argument_group(f"shape of an --init model (refused with "
+                                             f"{_or([*others, 'the default models'])})")
                 add_config_flags(shape, ModelConfig, prefix="model-", only=MODEL_FLAGS, defaults_from="--preset")
         p.add_argument("--out-root", type=path_arg, default=".",
                        help=f"writes results/{job.NAME.replace('-', '_')}/ and figures/{job.NAME.replace('-', '_')}/ "
@@ -501,8 +513,8 @@ def _cmd_job(job: Any, args: argparse.Namespace) -> int:
                   if f in config_kwargs(args, job.CONFIG)]
         if source.given and unused:  # options that shape the job's default models only
             raise NopeInterpError(f"{', '.join(unused)} shape{'s' if len(unused) == 1 else ''} {job.NAME}'s default "
-                                  f"models ({job.DEFAULT_MODELS}), not the models given by --run, --pretrained, "
-                                  "--init or --hf-path: drop it")
+                                  f"models ({job.DEFAULT_MODELS}), not the models given by "
+                                  f"{_or(_given_by(job))}: drop {'it' if len(unused) == 1 else 'them'}")
         models = (load_models(source, default_with_seeds=getattr(job, "DEFAULT_WITH_SEEDS", False)) or None) \
             if source.given else None  # load_models: [] when the source names no model (the job's defaults)
         text_runs = [m.label for m in models or () if m.kind == "text"]

@@ -53,21 +53,51 @@ class NopeInterpError(ValueError):
         (``{"model_n_layers": "model_overrides['n_layers']"}``); the CLI spells it as the flag that sets it
         (``--from-sweep and --retrain exclude each other``) through :meth:`spelt`.
 
+        ``template`` is the raise site's own text: a user's text (a path, a ``model_overrides`` key, a name)
+        goes in a value (``path=path``) or in ``names``, never into ``template`` itself, where its ``{``, ``}``,
+        ``.``, ``[`` or ``!`` would be read as format syntax. A value that is :class:`Fields` lists config fields:
+        in Python every one, on the CLI only those the command has a flag for.
+
         Raises:
             KeyError, IndexError, ValueError: ``template`` is not a valid format text (a bug at the raise site).
         """
         names = dict(names or {})
-        err = cls(_fill(template, lambda field: names.get(field, field), values))
+        named = {k: v.spelt(lambda field: names.get(field, field)) if isinstance(v, Fields) else v
+                 for k, v in values.items()}
+        err = cls(_fill(template, lambda field: names.get(field, field), named))
         err.template, err.values, err.names = template, values, names
         return err
 
     def spelt(self, spell: Callable[[str], str | None]) -> str:
         """The message with each field that :meth:`naming` marked spelt as ``spell(field)`` (its flag on the
         command line), or as in the message where ``spell`` gives None; the message itself for an error not made
-        by :meth:`naming`."""
+        by :meth:`naming`. A :class:`Fields` value keeps only the fields that ``spell`` spells (the options of
+        the command in use)."""
         if self.template is None:
             return str(self)
-        return _fill(self.template, lambda field: spell(field) or self.names.get(field, field), self.values)
+        values = {k: v.spelt(spell) if isinstance(v, Fields) else v for k, v in self.values.items()}
+        return _fill(self.template, lambda field: spell(field) or self.names.get(field, field), values)
+
+
+class Fields(tuple):
+    """A value of :meth:`NopeInterpError.naming` listing config fields (``Fields("run", "pretrained", "init")``
+    for ``"give at most one of {sources}"``): in Python each field's name (or its spelling in ``names``), joined
+    by ``sep``; on the CLI (:meth:`NopeInterpError.spelt`) only the fields the command has a flag for, so a
+    message never names an option that the command does not take. ``around`` (a format text with one ``{}``)
+    wraps the list, and the whole of it goes when no field is left (``around=" (or {})"``)."""
+
+    sep: str = ", "
+    around: str = "{}"
+
+    def __new__(cls, *fields: str, sep: str = ", ", around: str = "{}") -> "Fields":
+        new = super().__new__(cls, fields)
+        new.sep, new.around = sep, around
+        return new
+
+    def spelt(self, spell: Callable[[str], str | None]) -> "_Verbatim":
+        """The list with each field spelt as ``spell(field)``, the fields it gives None for left out."""
+        kept = [s for s in map(spell, self) if s is not None]
+        return _Verbatim(self.around.format(self.sep.join(kept)) if kept else "")
 
 
 def _fill(template: str, spell: Callable[[str], str], values: dict[str, Any]) -> str:

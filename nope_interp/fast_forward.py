@@ -348,7 +348,8 @@ def fast_activations_unsupported(model: torch.nn.Module, names: list[str] | tupl
     :func:`unsupported_reason` except sliding-window attention (supported here), and unknown hook names.
 
     Raises:
-        NopeInterpError: ``names`` not iterable (:func:`~nope_interp.checks.in_order`; a set is read sorted).
+        NopeInterpError: ``names`` not iterable, or a single string (read letter by letter before: give a list of
+            one) (:func:`~nope_interp.checks.in_order`; a set is read sorted).
     """
     names = in_order("names", names, "hook names", "fast_activations_unsupported", key=str)
     if not isinstance(model, HookedTransformer):

@@ -22,7 +22,7 @@ import math
 import os
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -432,8 +432,10 @@ def read_metrics(path: str | Path, numbers: tuple[str, ...] = ()) -> list[dict[s
     (:data:`FRACTION_FIELDS`) lie in [0, 1] wherever present.
 
     Raises:
-        NopeInterpError: one line naming the file's line and the field that is wrong.
+        NopeInterpError: one line naming the file's line and the field that is wrong; ``numbers`` a single string
+            (``"eval_acc"``: give ``("eval_acc",)``; :func:`~nope_interp.checks.in_order`).
     """
+    numbers = tuple(in_order("numbers", numbers, "field names", "read_metrics", key=str))
     path = user_path(path)
     records = read_jsonl(path)
     previous = -1
@@ -524,10 +526,15 @@ def to_csv(rows: list[dict[str, Any]]) -> str:
     """CSV text with the union of the rows' keys as columns (missing cells empty), rows in the order given.
 
     Raises:
-        NopeInterpError: ``rows`` a set or frozenset (:func:`~nope_interp.checks.in_order`; a generator is read
-            once: before, the columns used it up and the CSV had a header only).
+        NopeInterpError: ``rows`` a set or frozenset, or a single string (:func:`~nope_interp.checks.in_order`; a
+            generator is read once: before, the columns used it up and the CSV had a header only); a row that is
+            not a dict (a list, a tuple, a number: before, a raw AttributeError), the message naming its index.
     """
     rows = in_order("rows", rows, "dicts", "to_csv")
+    bad = next((i for i, r in enumerate(rows) if not isinstance(r, Mapping)), None)
+    if bad is not None:
+        raise NopeInterpError(f"to_csv: rows must be dicts (column name -> value), one per row; row {bad} is "
+                              f"{type(rows[bad]).__name__} {rows[bad]!r}"[:300])
     cols: list[str] = []
     for r in rows:
         cols += [k for k in r if k not in cols]

@@ -215,7 +215,7 @@ def test_cli_text_file_errors_are_one_line_exit_2_nothing_written(tmp_path, tiny
     expected = {"missing file": "does not exist", "directory": "not a readable UTF-8", "not utf-8": "not a readable",
                 "with a protocol": "exclude each other", "no tokenizer": "no tokenizer in",
                 "too short": "no text has 8 tokens", "bad length": "--text-length",
-                "over n_ctx": "--text-length 500 exceeds", "outside the vocabulary":
+                "over n_ctx": "--text-length=500 exceeds", "outside the vocabulary":
                 "line 2001, column 4: character '\u00e9' is not in the 96-character vocabulary"}[case]
     assert expected in err and len(err) < 400, err  # never the file's text
     assert not (out / "results").exists()

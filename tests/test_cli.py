@@ -966,9 +966,9 @@ NAMED_ANYWHERE = [
                                                                         "model_overrides": {"n_layers": 1}},
      "--model-n-layers, --preset shape an --init model", "model_overrides['n_layers'], preset shape an init model"),
     (["analyze", "--hf-path", "x", "--task", "addition"], "source", {"hf_path": "x", "task": "addition"},
-     "--task and --n-digits name task inputs; a Hugging Face model (--hf-path) reads random ids of its own "
-     "vocabulary (or --text-file)", "task and n_digits name task inputs; a Hugging Face model (hf_path) reads "
-                                    "random ids of its own vocabulary (or text_file)"),
+     "--task names task inputs; a Hugging Face model (--hf-path) reads random ids of its own vocabulary (or "
+     "--text-file): drop it", "task names task inputs; a Hugging Face model (hf_path) reads random ids of its own "
+                              "vocabulary (or text_file): drop it"),
     (["analyze", "--run", "a", "--with-seeds"], "source", {"run": ("a",), "with_seeds": True},
      "--with-seeds adds repository models to --pretrained (or the default); with --run, list",
      "with_seeds adds repository models to pretrained (or the default); with run, list"),

@@ -638,7 +638,7 @@ def test_a_window_too_short_for_some_task_fails_before_any_work(AJ, tiny_additio
 
     reversal = entry_from_init(preset("tiny", seed=1), tasks.get_task("reversal", n_digits=8), "tiny-reversal")
     lines = []
-    with pytest.raises(NopeInterpError, match=r"tiny-reversal: --window 10 cannot hold a newline and the longest "
+    with pytest.raises(NopeInterpError, match=r"tiny-reversal: window 10 cannot hold a newline and the longest "
                                               r"reversal prompt \(14 characters\): window must be >= 15"):
         AJ.run(AJ.AblateConfig(protocol="window", window=10), [tiny_addition_entry, reversal], log=lines.append)
     assert lines == []
@@ -653,13 +653,13 @@ def test_too_few_prompts_name_the_setting_that_asks_for_them(AJ):
 
     entry = entry_from_init(preset("tiny", seed=1), tasks.get_task("addition", n_digits=1), "tiny-1digit")
     base = dict(layers=(1,), kinds=("mean_positional",), ranks=(0,), n_random=1, n_mu=4, n_analysis=2)
-    with pytest.raises(NopeInterpError, match=r"tiny-1digit: the 4 inputs for the positional means \(--n-mu\), drawn "
-                                              r"outside the 100 evaluation prompts \(--n-eval\)"):
+    with pytest.raises(NopeInterpError, match=r"tiny-1digit: the 4 inputs for the positional means \(n_mu\), drawn "
+                                              r"outside the 100 evaluation prompts \(n_eval\)"):
         AJ.run(AJ.AblateConfig(**base, n_eval=100, protocol="authors"), [entry])
-    with pytest.raises(NopeInterpError, match=r"tiny-1digit: the 500 evaluation prompts \(--n-eval\): only 100"):
+    with pytest.raises(NopeInterpError, match=r"tiny-1digit: the 500 evaluation prompts \(n_eval\): only 100"):
         AJ.run(AJ.AblateConfig(**base, n_eval=500, protocol="window", window=12), [entry])
     # before: "... lower n", without the flag
-    with pytest.raises(NopeInterpError, match=r"the 200 prompts for the adjacency scores \(--n-analysis\)"):
+    with pytest.raises(NopeInterpError, match=r"the 200 prompts for the adjacency scores \(n_analysis\)"):
         AJ.run(AJ.AblateConfig(**{**base, "n_analysis": 200}, n_eval=4), [entry])
 
 
@@ -792,12 +792,12 @@ def test_ranks_above_what_the_inputs_span_and_empty_model_lists_fail_before_any_
     monkeypatch.setattr(AJ, "ablate_model", lambda *a, **k: pytest.fail("measured before refusing"))
     n_pos = tiny_addition_entry.task.max_prompt_len  # 2-digit addition: 7 positions, so 6 directions at most
     small = dict(n_eval=4, n_mu=8, n_analysis=2, layers=(1,))
-    with pytest.raises(NopeInterpError, match=rf"--rank 100 is above the {n_pos - 1} positional directions.*"
-                                              rf"--rank {n_pos - 1} or less"):
+    with pytest.raises(NopeInterpError, match=rf": rank 100 is above the {n_pos - 1} positional directions.*"
+                                              rf": rank {n_pos - 1} or less$"):
         AJ.run(AJ.AblateConfig(rank=100, kinds=("project_out",), **small), [tiny_addition_entry])
     with pytest.raises(NopeInterpError, match="rank=100 is only used with a project_out"):  # ignored otherwise
         AJ.AblateConfig(rank=100, kinds=("shuffle_positional",), **small)
-    with pytest.raises(NopeInterpError, match=r"every --ranks value \(50, 60\) is above"):
+    with pytest.raises(NopeInterpError, match=r"every ranks value \(50, 60\) is above"):
         AJ.run(AJ.AblateConfig(rank=1, ranks=(50, 60), **small), [tiny_addition_entry])
     with pytest.raises(NopeInterpError, match="models is an empty list"):
         AJ.run(AJ.AblateConfig(**small), [])

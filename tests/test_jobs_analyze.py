@@ -70,7 +70,7 @@ def test_no_models_is_an_error():
     from nope_interp.errors import NopeInterpError
     from nope_interp.jobs import analyze
 
-    with pytest.raises(NopeInterpError, match="--run, --pretrained or --init"):
+    with pytest.raises(NopeInterpError, match="^analyze needs models: give one of run, pretrained, init, hf_path$"):
         analyze.run(analyze.AnalyzeConfig())
 
 

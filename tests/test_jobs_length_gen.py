@@ -175,9 +175,9 @@ def test_a_size_past_a_learned_position_models_n_ctx_is_refused_before_any_work(
     cfg = length_gen.LengthGenConfig(sizes=(2, 3, 4), n_examples=8, n_prompts=4, points=("z",))
     nope = entry_from_run(load_run(tiny_run), "tiny")  # first: a NoPE model is not refused, and not run either
     learned = entry_from_run(load_run(learned_run), "l")
-    with pytest.raises(NopeInterpError, match=r"^l: size 4 of --sizes needs 18 positions \(0 prefix \+ 11 prompt "
+    with pytest.raises(NopeInterpError, match=r"^l: size 4 of sizes needs 18 positions \(0 prefix \+ 11 prompt "
                                               r"\+ 6 answer \+ 1 end of line\), past the model's n_ctx=16: .*"
-                                              r"--sizes up to 3 fit it"):
+                                              r"\(sizes up to 3 fit it\)$"):
         length_gen.run(cfg, [nope, learned], log=lines.append)
     assert not any("exact match" in line for line in lines), lines  # nothing scored
     res = length_gen.run(cfg.replace(sizes=(2, 3)), [learned])  # the sizes that fit run

@@ -130,7 +130,7 @@ def test_a_model_without_kept_steps_is_refused():
     with pytest.raises(NopeInterpError, match="has no kept weights"):  # before a window it cannot read either
         trajectory.run(trajectory.TrajectoryConfig(n_prompts=4, protocol="window", window=100),
                        load_models(ModelSource(run=(str(CANDIDATES_DIR / "reversal-packed-s1"),))))
-    with pytest.raises(NopeInterpError, match="needs --run"):
+    with pytest.raises(NopeInterpError, match="^trajectory needs run with one or more run directories$"):
         trajectory.run(trajectory.TrajectoryConfig())
 
 

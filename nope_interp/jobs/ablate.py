@@ -67,7 +67,7 @@ from nope_interp.ablations import (
 )
 from nope_interp.analysis import analyze_tokens, protocol_prompts
 from nope_interp.config import FrozenConfig, check_choice, check_int, check_used, opt
-from nope_interp.errors import NopeInterpError
+from nope_interp.errors import Fields, NopeInterpError
 from nope_interp.evaluate import answer_loss, exact_match_accuracy
 from nope_interp.hooks import hook_name, short_label
 from nope_interp.jobs import JOB_HELP
@@ -594,14 +594,16 @@ def _task_inputs(entry: ModelEntry, config: AblateConfig) -> _Inputs:
     try:
         examples = tasks_pkg.protocol_examples(task, protocol, config.n_eval, EVAL_SEED, entry.train_prompts, window)
     except tasks_pkg.TaskError as err:  # too few held-out prompts that fit, a window too short for a prompt
-        raise NopeInterpError(f"{entry.label}: the {config.n_eval} evaluation prompts (--n-eval): {err}") from None
+        raise NopeInterpError.naming("{label}: the {n} evaluation prompts ({n_eval}): {why}", label=entry.label,
+                                     n=config.n_eval, why=str(err)) from None
     # the final prompts of the evaluation contexts, kept out of the inputs mu is estimated on
     used = frozenset(ex.prompt.rsplit("\n", 1)[-1] for ex in examples)
     try:
         mu_inputs = protocol_prompts(model, task, config.n_mu, MU_SEED, entry.train_prompts | used, protocol, window)
     except NopeInterpError as err:
-        raise NopeInterpError(f"{entry.label}: the {config.n_mu} inputs for the positional means (--n-mu), drawn "
-                              f"outside the {len(used)} evaluation prompts (--n-eval): {err}") from None
+        raise NopeInterpError.naming("{label}: the {n} inputs for the positional means ({n_mu}), drawn outside the "
+                                     "{used} evaluation prompts ({n_eval}): {why}", label=entry.label, n=config.n_mu,
+                                     used=len(used), why=str(err)) from None
     return _Inputs(measure=lambda hooks, scores: _measure(model, task, examples, config.n_analysis, hooks, scores,
                                                           exclude=entry.train_prompts, prefix=prefix,
                                                           protocol=protocol, window=window),
@@ -659,8 +661,8 @@ def _measure(model: HookedTransformer, task: tasks_pkg.Task, examples: Sequence[
             try:
                 prompts = protocol_prompts(model, task, n_analysis, ANALYSIS_SEED, exclude, protocol, window)
             except NopeInterpError as err:  # too few held-out prompts: name the flag that asks for them
-                raise NopeInterpError(f"the {n_analysis} prompts for the adjacency scores (--n-analysis): {err}") \
-                    from None
+                raise NopeInterpError.naming("the {n} prompts for the adjacency scores ({n_analysis}): {why}",
+                                             n=n_analysis, why=str(err)) from None
             scores = analyze_tokens(model, task.prompt_tokens([prefix + p for p in prompts]), task=task.name,
                                     example_prompt=prefix + prompts[0], protocol=protocol,
                                     forward="hooked").scores["row_mean"]
@@ -692,13 +694,15 @@ def _check_ranks(entry: ModelEntry, config: AblateConfig, n_prompt: int) -> None
     and ``d_model`` allow: the centred positional means span at most min(n_prompt - 1, d_model) directions."""
     max_rank = min(n_prompt - 1, int(entry.model.cfg.d_model))
     if config.rank_used is not None and config.rank_used > max_rank:
-        raise NopeInterpError(f"{entry.label}: --rank {config.rank_used} is above the {max_rank} positional directions "
-                              f"its {n_prompt}-position inputs can span (min(positions - 1, d_model)): "
-                              f"--rank {max_rank} or less")
+        raise NopeInterpError.naming("{label}: {rank} {value} is above the {max_rank} positional directions its "
+                                     "{n_prompt}-position inputs can span (min(positions - 1, d_model)): {rank} "
+                                     "{max_rank} or less", label=entry.label, value=config.rank_used,
+                                     max_rank=max_rank, n_prompt=n_prompt)
     if all(r > max_rank for r in config.ranks):
-        raise NopeInterpError(f"{entry.label}: every --ranks value ({', '.join(map(str, config.ranks))}) is above "
-                              f"the {max_rank} positional directions its {n_prompt}-position inputs can span: "
-                              f"give ranks <= {max_rank}")
+        raise NopeInterpError.naming("{label}: every {ranks} value ({values}) is above the {max_rank} positional "
+                                     "directions its {n_prompt}-position inputs can span: give {ranks} <= {max_rank}",
+                                     label=entry.label, values=", ".join(map(str, config.ranks)), max_rank=max_rank,
+                                     n_prompt=n_prompt)
 
 
 def _kind_hook(kind: str, mu: Tensor, acts: Tensor, rank: int | None, seed: int, site: str) -> ResidHook:
@@ -872,7 +876,8 @@ def run(config: AblateConfig, models: list[ModelEntry] | None = None, *, log: Lo
     """
     models = job_models("ablate", models, lambda: default_models(config))
     if not models:
-        raise NopeInterpError("no models to ablate: no shipped model found; give --run or --pretrained")
+        raise NopeInterpError.naming("no models to ablate: no shipped model found; give {sources}",
+                                     sources=Fields("run", "pretrained", sep=" or "))
     task_models = [e for e in models if e.kind != "text"]
     if config.protocol == "window" and config.window is None and task_models:
         fits = min(e.model.cfg.n_ctx - e.task.max_answer_len - 1 for e in task_models)
@@ -882,16 +887,18 @@ def run(config: AblateConfig, models: list[ModelEntry] | None = None, *, log: Lo
     for entry in models:
         ablation_sites(config, entry.model_cfg.n_layers)  # validates before any work
         if entry.kind == "text" and config.protocol != "full":
-            raise NopeInterpError(f"{entry.label}: protocol {config.protocol} applies to task models; a train-text "
-                                  "model is ablated on held-out text windows (drop --protocol, or ablate it apart)")
+            raise NopeInterpError.naming("{label}: protocol {value} applies to task models; a train-text model is "
+                                         "ablated on held-out text windows (drop {protocol}, or ablate it apart)",
+                                         label=entry.label, value=config.protocol)
         if entry.kind != "text" and config.protocol != "full":
             task, n_ctx = entry.task, entry.model.cfg.n_ctx
             length = tasks_pkg.protocol_length(task, config.protocol,
                                                config.window_used)
             if config.protocol == "window" and length < task.max_prompt_len + 1:
-                raise NopeInterpError(
-                    f"{entry.label}: --window {length} cannot hold a newline and the longest {task.name} prompt "
-                    f"({task.max_prompt_len} characters): window must be >= {task.max_prompt_len + 1}")
+                raise NopeInterpError.naming(
+                    "{label}: {window} {length} cannot hold a newline and the longest {task} prompt ({longest} "
+                    "characters): {window} must be >= {need}", label=entry.label, length=length, task=task.name,
+                    longest=task.max_prompt_len, need=task.max_prompt_len + 1)
             need = length + task.max_answer_len + 1  # what greedy decoding reaches after the context
             if need > n_ctx:
                 # the window every task model given can read with its answer (not only this one)

@@ -24,7 +24,7 @@ import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.analysis import AnalysisResult, analyze_model, analyze_tokens, decode_window, text_windows_of
 from nope_interp.config import FrozenConfig, check_choice, check_int, check_name, check_used, opt
-from nope_interp.errors import NopeInterpError
+from nope_interp.errors import Fields, NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names, check_points
 from nope_interp.jobs import JOB_HELP
 from nope_interp.jobs.common import (
@@ -134,7 +134,8 @@ def default_models(config: AnalyzeConfig) -> list[ModelEntry]:
     Raises:
         NopeInterpError: always (the message says which options to give).
     """
-    raise NopeInterpError("analyze needs one of --run, --pretrained or --init")
+    raise NopeInterpError.naming("analyze needs models: give one of {sources}",
+                                 sources=Fields("run", "pretrained", "init", "hf_path"))
 
 
 def run(config: AnalyzeConfig, models: list[ModelEntry] | None = None, *, log: Log = None) -> AnalyzeResult:
@@ -169,8 +170,8 @@ def run(config: AnalyzeConfig, models: list[ModelEntry] | None = None, *, log: L
             n_ctx = entry.model.cfg.n_ctx
             length = config.text_length if config.text_length is not None else min(128, n_ctx)
             if length > n_ctx:
-                raise NopeInterpError(f"--text-length {length} exceeds {entry.label}'s n_ctx={n_ctx}: give "
-                                      f"--text-length <= {n_ctx}")
+                raise NopeInterpError.naming("{text_length}={length} exceeds {label}'s n_ctx={n_ctx}: give "
+                                             "{text_length} <= {n_ctx}", length=length, label=entry.label, n_ctx=n_ctx)
             windows, chars_read = _text_file_windows(config.text_file, length, config.n_prompts, tokenizer)
             if chars_read is not None:
                 emit(log, f"read the first {chars_read:,} characters of {config.text_file} (enough for "
@@ -188,9 +189,11 @@ def run(config: AnalyzeConfig, models: list[ModelEntry] | None = None, *, log: L
                                        "layer_types": list(types), **io.provenance()})
         elif entry.kind in ("text", "hf"):  # no task prompts: held-out text, or random tokens of its vocabulary
             if config.protocol != "full":
-                raise NopeInterpError(f"{entry.label}: --protocol {config.protocol} applies to task models; a "
-                                      f"{'train-text' if entry.kind == 'text' else 'Hugging Face'} model reads "
-                                      f"{'held-out text windows' if entry.kind == 'text' else 'random tokens'}")
+                raise NopeInterpError.naming(
+                    "{label}: {protocol} {value} applies to task models; a {kind} model reads {reads}",
+                    label=entry.label, value=config.protocol,
+                    kind="train-text" if entry.kind == "text" else "Hugging Face",
+                    reads="held-out text windows" if entry.kind == "text" else "random tokens")
             name, protocol, tokens = entry_tokens(entry, config.n_prompts, config.prompt_seed)
             types = layer_positional_types(entry.model)
             emit(log, f"analysing {label}: {_inputs(config.n_prompts)} ({protocol}) of {tokens.shape[1]} tokens ...")
@@ -263,10 +266,10 @@ def _read_text(path: str, max_chars: int | None = None) -> tuple[str, bool]:
             return text[:max_chars], False
         return text, True
     except FileNotFoundError:
-        raise NopeInterpError(f"--text-file {path} does not exist") from None
+        raise NopeInterpError.naming("{text_file}={path!r} does not exist", path=str(path)) from None
     except (IsADirectoryError, UnicodeDecodeError, OSError) as err:
-        raise NopeInterpError(f"--text-file {path} is not a readable UTF-8 text file ({err.__class__.__name__})") \
-            from None
+        raise NopeInterpError.naming("{text_file}={path!r} is not a readable UTF-8 text file ({why})", path=str(path),
+                                     why=err.__class__.__name__) from None
 
 
 def plot_cosine(scores: ModelScores) -> go.Figure:

@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.analysis import inputs_too_long, protocol_prompts
-from nope_interp.checks import in_order, is_int
+from nope_interp.checks import in_order, is_int, repeated
 from nope_interp.config import (
     FrozenConfig,
     ModelConfig,
@@ -49,7 +49,7 @@ from nope_interp.config import (
     opt,
     preset,
 )
-from nope_interp.errors import NopeInterpError
+from nope_interp.errors import Fields, NopeInterpError
 from nope_interp.model import LensModel, build_model
 from nope_interp.pretrained import LoadedRun, available_pretrained, available_seed_runs, load_pretrained, load_run
 from tasks import DEFAULT_WINDOW
@@ -108,8 +108,9 @@ class ModelSource(FrozenConfig):
         given = [n for n, v in (("run", self.run), ("pretrained", self.pretrained), ("init", self.init),
                                 ("hf_path", self.hf_path)) if v]
         if len(given) > 1:
-            raise NopeInterpError.naming("give at most one of {run}, {pretrained}, {init}, {hf_path}; got "
-                                         + " and ".join(f"{{{n}}}" for n in given))
+            raise NopeInterpError.naming("give at most one of {sources}; got "
+                                         + " and ".join(f"{{{n}}}" for n in given),
+                                         sources=Fields("run", "pretrained", "init", "hf_path"))
         if self.pretrained:
             check_tasks(self.pretrained)
         if self.task is not None:
@@ -123,16 +124,23 @@ class ModelSource(FrozenConfig):
                                              tasks=", ".join(tasks_pkg.TASK_NAMES))
             preset(self.preset, **self.model_overrides)  # validates preset and overrides
         else:  # they shape an initialised model only: with any other source they would be ignored
-            shaping = {f"model_{k}": f"model_overrides[{k!r}]" for k in self.model_overrides}  # the --model-* flags
+            # the --model-* flags; a key is the user's text, never a format template: a plain name is its field's
+            # placeholder (the CLI spells it --model-<name>), any other key (``"a{b"``, ``"x.y"``) one of its own
+            shaping = {(f"model_{k}" if isinstance(k, str) and k.isidentifier() else f"model override #{i}"):
+                       f"model_overrides[{k!r}]" for i, k in enumerate(self.model_overrides)}
             shaping.update({"preset": "preset"} if self.preset != "paper" else {})
             if shaping:
                 raise NopeInterpError.naming(
                     ", ".join(f"{{{n}}}" for n in shaping) + f" shape{'s' if len(shaping) == 1 else ''} an {{init}} "
                     f"model; a trained, shipped or Hugging Face model has its own shape: drop "
                     f"{'it' if len(shaping) == 1 else 'them'}", shaping)
-        if self.hf_path and (self.task is not None or self.n_digits is not None):
-            raise NopeInterpError.naming("{task} and {n_digits} name task inputs; a Hugging Face model ({hf_path}) "
-                                         "reads random ids of its own vocabulary (or {text_file}): drop them")
+        inputs = [n for n, v in (("task", self.task), ("n_digits", self.n_digits)) if v is not None]
+        if self.hf_path and inputs:  # the fields given only, and text_file where the command has it (analyze)
+            one = len(inputs) == 1
+            raise NopeInterpError.naming(
+                " and ".join(f"{{{n}}}" for n in inputs) + f" name{'s' if one else ''} task inputs; a Hugging Face "
+                "model ({hf_path}) reads random ids of its own vocabulary{or_text}: drop " + ("it" if one else "them"),
+                or_text=Fields("text_file", around=" (or {})"))
         for flag, on in (("with_seeds", self.with_seeds), ("with_candidates", self.with_candidates)):
             if not on:
                 continue
@@ -279,10 +287,11 @@ def refuse_default_only(job: str, config: FrozenConfig, default_only: Iterable[s
     ``--hf-path``.
 
     Raises:
-        NopeInterpError: such a field set; the message names every one of them. A generator given as
+        NopeInterpError: such a field set; the message names every one of them; ``default_only`` a single
+            string (read letter by letter before: :func:`~nope_interp.checks.in_order`). A generator given as
             ``default_only`` is read once (before, the first field's test used it up).
     """
-    default_only = tuple(default_only)
+    default_only = tuple(in_order("default_only", default_only, "config field names", "refuse_default_only", key=str))
     names = tuple(dict.fromkeys(e.task.name for e in models))
     agrees = {"tasks": lambda v: set(v) == set(names), "text_task": lambda v: names == (v,)}
     given = [name for name in config.given_fields() if name in default_only
@@ -305,7 +314,8 @@ def check_inputs_fit(job: str, models: Iterable[ModelEntry], protocols: Iterable
     Raises:
         NopeInterpError: inputs longer than a model's ``n_ctx``, e.g. ``--protocol window --window 64`` with a
             model of ``n_ctx`` 48 beside one of 64 (a set of ``protocols`` is read sorted, so the protocol named is
-            always the same: :func:`~nope_interp.checks.in_order`).
+            always the same: :func:`~nope_interp.checks.in_order`); ``protocols`` a single string (``"full"``, read
+            letter by letter before: give ``["full"]``).
     """
     protocols = in_order("protocols", protocols, "protocol names", "check_inputs_fit", key=str)
     task_models = [e for e in models if e.kind not in ("text", "hf")]
@@ -491,7 +501,8 @@ def load_models(source: ModelSource, default_with_seeds: bool = False) -> list[M
 
     Raises:
         NopeInterpError: a missing or corrupt run directory (a missing one, a file, or a folder without
-            ``config.json`` named as ``--run``); a task without a shipped model; a run directory
+            ``config.json``), named as ``run=...`` (on the CLI ``--run=...``); an ``hf_path`` without
+            ``config.json``; a task without a shipped model; a run directory
             whose name is not a safe label (:func:`~nope_interp.config.check_name`); two run directories of
             the same folder name (the same run given twice, too); ``n_digits`` outside the range of a run's own
             task.
@@ -507,6 +518,9 @@ def load_models(source: ModelSource, default_with_seeds: bool = False) -> list[M
         from nope_interp.hf import load_hf
 
         name = Path(os.path.abspath(source.hf_path)).name
+        if not (io.as_path(source.hf_path, "hf_path") / "config.json").is_file():  # load_hf's check, field named
+            raise NopeInterpError.naming("{hf_path}={path!r} is not a folder saved by save_pretrained (no "
+                                         "config.json)", path=str(source.hf_path))
         return [ModelEntry(label=f"hf-{name}", kind="hf", model=load_hf(source.hf_path), model_cfg=None,
                            task=task or tasks_pkg.get_task("reversal"), source={"hf_path": str(source.hf_path)})]
     if source.init:
@@ -522,20 +536,22 @@ def load_models(source: ModelSource, default_with_seeds: bool = False) -> list[M
     for path in source.run:  # what is wrong with the folder itself first, naming the flag
         where = os.fspath(path)  # os.path: a name too long to exist is False, not an OSError
         if not os.path.exists(where):
-            raise NopeInterpError(f"--run {path}: no such folder")
+            raise NopeInterpError.naming("{run}={path!r}: no such folder", path=str(path))
         if not os.path.isdir(where):
-            raise NopeInterpError(f"--run {path} is a file, not a run folder (one written by nope-interp train "
-                                  "or train-text: config.json, model.safetensors, ...)")
+            raise NopeInterpError.naming("{run}={path!r} is a file, not a run folder (one written by nope-interp "
+                                         "train or train-text: config.json, model.safetensors, ...)", path=str(path))
         if not os.path.exists(os.path.join(where, io.CONFIG_FILE)):
-            raise NopeInterpError(f"--run {path} is not a run folder: it has no {io.CONFIG_FILE} (a run folder is "
-                                  "one written by nope-interp train or train-text)")
+            raise NopeInterpError.naming("{run}={path!r} is not a run folder: it has no {config} (a run folder is one "
+                                         "written by nope-interp train or train-text)", path=str(path),
+                                         config=io.CONFIG_FILE)
     seen: dict[str, str] = {}
     for path in source.run:  # labels name result rows, files and figure lines: two models must not share one
         label = run_label(path)
         if label in seen:
-            raise NopeInterpError(f"--run {seen[label]} and {path} share the label {label!r} (their folder name), "
-                                  "which labels results and figures: give each run its own folder name (copy or "
-                                  "rename one)")
+            raise NopeInterpError.naming("{run} holds {first!r} and {path!r}, which share the label {label!r} (their "
+                                         "folder name), which labels results and figures: give each run its own "
+                                         "folder name (copy or rename one)", first=seen[label], path=str(path),
+                                         label=label)
         seen[label] = str(path)
     entries = []
     for path in source.run:
@@ -752,12 +768,20 @@ def shipped_entries(task_names: Iterable[str], with_seeds: bool = False,
 
     Raises:
         NopeInterpError: ``task_names`` is a single string (give a list of task names), a set or frozenset (the
-            entries follow its order: :func:`~nope_interp.checks.in_order`).
+            entries follow its order: :func:`~nope_interp.checks.in_order`); a name that is no task (before: left
+            out without a word), the message listing the tasks; a task named twice (before: its models twice).
     """
     if isinstance(task_names, str):
         raise NopeInterpError(f"task_names must be a list of task names, got the single string {task_names!r} "
                               f"(write [{task_names!r}] for a list of one)")
     task_names = in_order("task_names", task_names, "task names", "shipped_entries")
+    unknown = [n for n in task_names if n not in tasks_pkg.TASK_NAMES]
+    if unknown:
+        raise NopeInterpError(f"shipped_entries: unknown task {unknown[0]!r} in task_names; allowed: "
+                              f"{', '.join(tasks_pkg.TASK_NAMES)}"[:300])
+    twice = repeated(task_names)
+    if twice:  # each model once: a repeated name would add its models (and their rows) twice
+        raise NopeInterpError(f"shipped_entries: task_names names {', '.join(map(repr, twice))} more than once")
     entries = []
     for name in task_names:
         if name in available_pretrained():

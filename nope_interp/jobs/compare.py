@@ -31,7 +31,7 @@ from nope_interp import io
 from nope_interp.analysis import analyze_model
 from nope_interp.config import FrozenConfig, check_choices, check_int, check_name, check_used, opt
 from nope_interp.diagnostics import INTERVENTIONS, diagnose, position_in_values
-from nope_interp.errors import NopeInterpError
+from nope_interp.errors import Fields, NopeInterpError
 from nope_interp.evaluate import exact_match_on_inputs
 from nope_interp.jobs import JOB_HELP
 from nope_interp.jobs.common import (
@@ -335,8 +335,8 @@ def run(config: CompareConfig, models: list[ModelEntry] | None = None, *, log: L
     models = job_models("compare", models, lambda: default_models(config))
     check_inputs_fit("compare", models, config.protocols, config.window)
     if any(e.run is None for e in models):
-        raise NopeInterpError("compare takes trained runs (--run, --pretrained, --with-seeds); each run's "
-                              "initialised twin is built from its own config")
+        raise NopeInterpError.naming("compare takes trained runs ({sources}); each run's initialised twin is built "
+                                     "from its own config", sources=Fields("run", "pretrained", "with_seeds"))
     emit(log, f"compare: {len(models)} trained models, {config.n_prompts} prompts, protocols "
               f"{', '.join(config.protocols)}")
     for entry in models:  # before any work: the layer-0 diagnostics read value vectors without positions

@@ -390,7 +390,7 @@ def run(config: InitGridConfig, models: list[ModelEntry] | None = None, *, log: 
             model larger than the free memory (:func:`~nope_interp.model.check_model_fits`, before any work).
     """
     if models is not None:
-        raise NopeInterpError("init-grid builds its own models; it takes no --run, --pretrained or --init")
+        raise NopeInterpError("init-grid builds its own models: run it with models=None")
     for p in grid_points(config):  # refuse a grid point too large for this machine before any work
         check_model_fits(p.model_config(config.n_heads, 0), what=f"init-grid model {p.n_layers}x{p.d_model}")
     steps = [(p, seed) for p in grid_points(config) for seed in range(config.seeds)]

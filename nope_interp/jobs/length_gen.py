@@ -28,7 +28,7 @@ import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.analysis import EXAMPLE_MAX_POS, analyze_tokens
 from nope_interp.config import FrozenConfig, check_int, opt
-from nope_interp.errors import NopeInterpError
+from nope_interp.errors import Fields, NopeInterpError
 from nope_interp.evaluate import exact_match_accuracy
 from nope_interp.hooks import ACTIVATION_POINTS, check_points, short_label
 from nope_interp.jobs import JOB_HELP
@@ -181,7 +181,8 @@ def plan(config: LengthGenConfig, entry: ModelEntry) -> list[tuple[tasks_pkg.Tas
             cannot hold a size (the message names the model, the size and ``n_ctx``).
     """
     if entry.run is None:
-        raise NopeInterpError(f"{entry.label}: length-gen needs a trained model (--run or --pretrained)")
+        raise NopeInterpError.naming("{label}: length-gen needs a trained model ({sources})", label=entry.label,
+                                     sources=Fields("run", "pretrained", sep=" or "))
     trained = entry.run.task
     if "n_digits" not in trained.params():
         raise NopeInterpError(f"{entry.label}: task {trained.name!r} has no n_digits parameter")
@@ -196,11 +197,12 @@ def plan(config: LengthGenConfig, entry: ModelEntry) -> list[tuple[tasks_pkg.Tas
         need = len(prefix) + task.max_prompt_len + task.max_answer_len + 1
         if need > cfg.n_ctx and cfg.positional == "learned":
             fits = [n for n in range(1, size) if len(prefix) + _context(trained, n) <= cfg.n_ctx]
-            most = f"--sizes up to {fits[-1]} fit it" if fits else "no size fits it"
-            raise NopeInterpError(
-                f"{entry.label}: size {size} of --sizes needs {need} positions ({len(prefix)} prefix + "
-                f"{task.max_prompt_len} prompt + {task.max_answer_len} answer + 1 end of line), past the model's "
-                f"n_ctx={cfg.n_ctx}: it has learned positional embeddings and none past n_ctx ({most})")
+            raise NopeInterpError.naming(
+                "{label}: size {size} of {sizes} needs {need} positions ({n_prefix} prefix + {n_prompt} prompt + "
+                "{n_answer} answer + 1 end of line), past the model's n_ctx={n_ctx}: it has learned positional "
+                "embeddings and none past n_ctx (" + ("{sizes} up to {fit} fit it)" if fits else "no size fits it)"),
+                label=entry.label, size=size, need=need, n_prefix=len(prefix), n_prompt=task.max_prompt_len,
+                n_answer=task.max_answer_len, n_ctx=cfg.n_ctx, fit=fits[-1] if fits else None)
         out.append((task, need))
     return out
 
@@ -221,7 +223,8 @@ def run(config: LengthGenConfig, models: list[ModelEntry] | None = None, *, log:
     """
     models = job_models("length-gen", models, lambda: default_models(config))
     if not models:
-        raise NopeInterpError(f"no models: none of {DEFAULT_MODELS} was found; give --run or --pretrained")
+        raise NopeInterpError.naming("no models: none of {default} was found; give {sources}", default=DEFAULT_MODELS,
+                                     sources=Fields("run", "pretrained", sep=" or "))
     plans = [(entry, plan(config, entry)) for entry in models]  # every model and size checked before any work
     t0 = time.perf_counter()
     rows = []

@@ -309,9 +309,10 @@ def run(config: LongContextConfig, models: list[ModelEntry] | None = None, *, lo
         refuse_default_only(NAME, config, DEFAULT_ONLY, DEFAULT_MODELS, models)
     if all(why_no_inputs(entry, kind) is not None for entry in models for kind in config.inputs):
         reasons = sorted({why_no_inputs(entry, kind) or "" for entry in models for kind in config.inputs})
-        raise NopeInterpError(f"--inputs {' '.join(config.inputs)}: no model here reads them ({'; '.join(reasons)}); "
-                              "inputs the models read: " + (", ".join(
-                                  k for k in INPUTS if any(why_no_inputs(e, k) is None for e in models)) or "none"))
+        raise NopeInterpError.naming("{inputs} {given}: no model here reads them ({reasons}); inputs the models "
+                                     "read: {read}", given=" ".join(config.inputs), reasons="; ".join(reasons),
+                                     read=", ".join(k for k in INPUTS if any(why_no_inputs(e, k) is None
+                                                                             for e in models)) or "none")
     t0 = time.perf_counter()
     rows = []
     total = len(models) * len(config.lengths) * len(config.inputs)

@@ -234,7 +234,7 @@ def default_models(config: TrajectoryConfig) -> list[ModelEntry]:
     Raises:
         NopeInterpError: always (the message says which option to give).
     """
-    raise NopeInterpError("trajectory needs --run with one or more run directories")
+    raise NopeInterpError.naming("trajectory needs {run} with one or more run directories")
 
 
 def _checked_run(entry: ModelEntry) -> tuple[dict[int, Path], list[dict[str, Any]]]:
@@ -245,7 +245,8 @@ def _checked_run(entry: ModelEntry) -> tuple[dict[int, Path], list[dict[str, Any
         NopeInterpError: as :func:`run`.
     """
     if entry.run is None:
-        raise NopeInterpError(f"{entry.label} is not a trained run; trajectory needs --run directories")
+        raise NopeInterpError.naming("{label} is not a trained run; trajectory needs {run} directories",
+                                     label=entry.label)
     steps = kept_steps(entry.run.path)
     if not steps:
         raise NopeInterpError(f"{entry.run.path} has no kept weights in {io.TRAJECTORY_DIR}/ (the shipped models, "
