@@ -224,10 +224,10 @@ def test_an_input_kind_no_model_reads_is_refused_before_any_work(tiny_run, tmp_p
     # what a train-text language model is, in a directory of its own (one directory twice is one model twice)
     as_text = dataclasses.replace(entry, kind="text", label="lm", run=dataclasses.replace(entry.run, path=tmp_path))
     cfg = long_context.LongContextConfig(lengths=(8,), n_sequences=1, max_lag=4, inputs=("task",))
-    with pytest.raises(NopeInterpError, match="--inputs task: no model here reads them .*lm is a train-text"):
+    with pytest.raises(NopeInterpError, match="^inputs task: no model here reads them .*lm is a train-text"):
         long_context.run(cfg, [as_text])
     foreign = dataclasses.replace(entry, model_cfg=None, kind="hf", label="hf-x")
-    with pytest.raises(NopeInterpError, match="--inputs task text: no model .*hf-x's vocabulary.*read: random$"):
+    with pytest.raises(NopeInterpError, match="^inputs task text: no model .*hf-x's vocabulary.*read: random$"):
         long_context.run(dataclasses.replace(cfg, inputs=("task", "text")), [foreign])
     # with another model that reads them, the language model's task rows are skipped, the others kept
     res = long_context.run(cfg, [as_text, entry])

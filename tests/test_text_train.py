@@ -221,6 +221,12 @@ def test_long_context_takes_text_runs_and_other_jobs_refuse_them(tmp_path, capsy
     assert {(r["model"], r["n"]) for r in rows} == {(m, n) for m in ("nope", "rot") for n in (16, 60)}
     assert all(r["input"] == "text" for r in rows)  # task inputs skipped; 60 > the window (24): past the context
     capsys.readouterr()
+    # task inputs that no model reads: the flag on the command line (the argument's name in Python)
+    assert main(["long-context", "--run", str(nope), "--inputs", "task", "--lengths", "16", "--n-sequences", "2",
+                 "--max-lag", "4", "--out-root", str(out)]) == 2
+    assert capsys.readouterr().err.strip().endswith("--inputs task: no model here reads them (nope is a train-text "
+                                                    "language model, with no task; it reads text and random); inputs "
+                                                    "the models read: random, text")
     assert main(["trajectory", "--run", str(nope), "--out-root", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert "train-text language model works with long-context, analyze, ablate and probe" in err
