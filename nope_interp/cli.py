@@ -184,7 +184,7 @@ def flag_named(message: str, args: argparse.Namespace, config: type | None = Non
         if unset:
             options = {flag: v for flag, v in options.items() if v is None}
         else:
-            options = {flag: v for flag, v in options.items() if v is not None}
+            options = {flag: v for flag, v in options.items() if v is not None and v is not False}
             if len(options) > 1:  # both set a field of this name: the one whose value the message quotes
                 options = {flag: v for flag, v in options.items()
                            if re.search(rf"got {re.escape(str(v))}\b", message)}
@@ -221,14 +221,14 @@ def flag_of_field(field: str, args: argparse.Namespace, config: type | None = No
 
 def _flags_of(field: str, args: argparse.Namespace, config: type | None) -> dict[str, Any]:
     """The flags that may set the config field ``field``, with their values: ``--<field>`` and
-    ``--model-<field>``, or only the one of ``config`` (the ``--model-*`` flags are ModelConfig's)."""
+    ``--model-<field>``, or only the one of ``config`` (the ``--model-*`` flags are ModelConfig's). An on/off flag
+    that was not given (``--resume``: False) is one too: a message may name it as what to give."""
     dests = (field, f"model_{field}")
     if config is not None:
         from nope_interp.config import ModelConfig  # imported already: a config raised the message
 
         dests = dests[1:] if config is ModelConfig else dests[:1]
-    return {f"--{dest.replace('_', '-')}": value for dest, value in vars(args).items()
-            if dest in dests and value is not False}
+    return {f"--{dest.replace('_', '-')}": value for dest, value in vars(args).items() if dest in dests}
 
 
 def _flag_of_setting(field: str, value: str, args: argparse.Namespace, config: type | None) -> str | None:

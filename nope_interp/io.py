@@ -545,31 +545,42 @@ def to_csv(rows: list[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def no_checkpoint_message(run_dir: Path, ckpt_path: Path) -> str:
-    """The error of ``--resume`` on a run directory without a checkpoint: one line that says what to do, also
-    for a run killed before its first checkpoint (its folder holds a config and nothing to resume)."""
+def no_checkpoint_message(run_dir: Path, ckpt_path: Path) -> NopeInterpError:
+    """The error of ``resume=True`` (``--resume``) on a run directory without a checkpoint: one line that says what to
+    do, also for a run killed before its first checkpoint (its folder holds a config and nothing to resume). Made by
+    :meth:`~nope_interp.errors.NopeInterpError.naming`: the argument in Python, the flag on the command line."""
     if run_dir.is_dir() and (run_dir / CONFIG_FILE).is_file() and all(c.name in RUN_FILES for c in run_dir.iterdir()):
-        return (f"--resume given but {run_dir} has no checkpoint ({ckpt_path.name}): the run stopped before its "
-                f"first one, so there is nothing to resume; remove the folder (rm -r {run_dir}) and rerun without "
-                f"--resume")
-    return f"--resume given but no checkpoint in {run_dir} (expected {ckpt_path.name})"
+        return NopeInterpError.naming(
+            "{resume} given but {run_dir} has no checkpoint ({ckpt}): the run stopped before its first one, so there "
+            "is nothing to resume; remove the folder (rm -r {run_dir}) and rerun without {resume}", RUN_ARG_NAMES,
+            run_dir=run_dir, ckpt=ckpt_path.name)
+    return NopeInterpError.naming("{resume} given but no checkpoint in {run_dir} (expected {ckpt})", RUN_ARG_NAMES,
+                                  run_dir=run_dir, ckpt=ckpt_path.name)
 
 
 #: What a run writes before its first checkpoint: a folder holding only these is a run that stopped early.
 RUN_FILES = (CONFIG_FILE, METRICS_FILE, TRAJECTORY_DIR, SUMMARY_FILE)
 
+#: The Python spelling of the training options that the run-directory errors name (on the command line: the flags).
+RUN_ARG_NAMES = {"resume": "resume=True", "finalize": "finalize()", "name": "run_dir", "runs_dir": "parent folder"}
 
-def not_empty_message(run_dir: Path, ckpt_path: Path) -> str:
+
+def not_empty_message(run_dir: Path, ckpt_path: Path) -> NopeInterpError:
     """The error of a new run into a non-empty run directory: resume it; when it holds only a run's own files
     and no checkpoint (a run killed before its first one), remove it; when it holds anything else (not a run:
-    a user's folder), choose another name, never a removal."""
+    a user's folder), choose another name, never a removal. Made by
+    :meth:`~nope_interp.errors.NopeInterpError.naming`: in Python ``resume=True`` and another ``run_dir``, on the
+    command line ``--resume`` and another ``--name`` (or ``--runs-dir``)."""
     if ckpt_path.is_file() or (run_dir / WEIGHTS_FILE).is_file():
-        return f"run directory {run_dir} is not empty; use --resume or choose another --name"
+        return NopeInterpError.naming("run directory {run_dir} is not empty; use {resume} or choose another {name}",
+                                      RUN_ARG_NAMES, run_dir=run_dir)
     if all(child.name in RUN_FILES for child in run_dir.iterdir()) and (run_dir / CONFIG_FILE).is_file():
-        return (f"run directory {run_dir} is not empty but holds no checkpoint (a run stopped before its first "
-                f"one): remove it (rm -r {run_dir}) and rerun, or choose another --name")
-    return (f"run directory {run_dir} is not empty and is not a run (it holds files a run does not write): "
-            f"choose another --name or --runs-dir")
+        return NopeInterpError.naming(
+            "run directory {run_dir} is not empty but holds no checkpoint (a run stopped before its first one): "
+            "remove it (rm -r {run_dir}) and rerun, or choose another {name}", RUN_ARG_NAMES, run_dir=run_dir)
+    return NopeInterpError.naming(
+        "run directory {run_dir} is not empty and is not a run (it holds files a run does not write): choose another "
+        "{name} (or {runs_dir})", RUN_ARG_NAMES, run_dir=run_dir)
 
 
 def as_path(value: object, name: str = "path") -> Path:

@@ -197,10 +197,15 @@ def format_bytes(n: int | float) -> str:
     return f"{int(n)} B"
 
 
-def check_fits_memory(need: dict[str, int], device: str | torch.device, what: str, advice: str) -> None:
+def check_fits_memory(need: dict[str, int], device: str | torch.device, what: str, advice: str,
+                      config: type | None = None) -> None:
     """Raise NopeInterpError when the estimated bytes ``need`` (parts by name) exceed the free memory of
     ``device``; the message gives the estimate, its parts and what is free. Nothing is checked where the
     free memory cannot be told (:func:`available_memory_bytes` is None).
+
+    ``config``: the config class whose fields ``advice`` names as :meth:`~nope_interp.errors.NopeInterpError.naming`
+    placeholders (``"lower {batch_size}"``: ``batch_size`` in Python, ``--batch-size`` on the command line); it
+    becomes the error's ``config``. Without it ``advice`` is plain text.
 
     Raises:
         NopeInterpError: ``sum(need.values())`` > free memory on ``device``.
@@ -208,8 +213,14 @@ def check_fits_memory(need: dict[str, int], device: str | torch.device, what: st
     total, free = sum(need.values()), available_memory_bytes(device)
     if free is not None and total > free:
         parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in need.items() if v)
-        raise NopeInterpError(f"{what} needs about {format_bytes(total)} ({parts}) but only {format_bytes(free)} "
-                              f"is free on {device}; {advice}")
+        template = "{what} needs about {total} ({parts}) but only {free} is free on {device}; "
+        values = {"what": what, "total": format_bytes(total), "parts": parts, "free": format_bytes(free),
+                  "device": device}
+        if config is None:
+            raise NopeInterpError.naming(template + "{advice}", advice=advice, **values)
+        err = NopeInterpError.naming(template + advice, **values)
+        err.config = config
+        raise err
 
 
 def check_model_fits(cfg: ModelConfig, device: str | torch.device = "cpu", what: str = "the model") -> None:

@@ -154,8 +154,11 @@ def train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: str | Path
     check_configs(model_cfg, cfg, TextTrainConfig)
     check_trainable_attention(model_cfg)
     if model_cfg.n_ctx < cfg.window:
-        raise NopeInterpError(f"window {cfg.window} exceeds the model's n_ctx {model_cfg.n_ctx} "
-                              f"(raise --model-n-ctx or lower --window)")
+        err = NopeInterpError.naming("{window} {value} exceeds the model's n_ctx {n_ctx} (raise {model_n_ctx} or "
+                                     "lower {window})", {"model_n_ctx": "the model's n_ctx"}, value=cfg.window,
+                                     n_ctx=model_cfg.n_ctx)
+        err.config = TextTrainConfig  # --window (not --model-window) and --model-n-ctx on the command line
+        raise err
     if model_cfg.d_vocab != len(tasks_pkg.vocab.VOCAB):
         raise NopeInterpError(f"d_vocab must be the character vocabulary's {len(tasks_pkg.vocab.VOCAB)}, "
                               f"got {model_cfg.d_vocab}")
@@ -196,13 +199,14 @@ def check_text_train_memory(model_cfg: ModelConfig, cfg: TextTrainConfig, device
     from nope_interp.model import check_fits_memory
 
     need = estimate_text_train_memory(model_cfg, cfg)
-    advice = "lower --batch-size, --window, --eval-windows or the model size"
+    advice = "lower {batch_size}, {window}, {eval_windows} or the model size"  # fields: the CLI names the flags
     what = f"text training ({model_cfg.n_layers}x{model_cfg.d_model} model, batch {cfg.batch_size} x {cfg.window})"
     if torch.device(device).type == "cpu":
-        check_fits_memory(need, "cpu", what, advice)
+        check_fits_memory(need, "cpu", what, advice, TextTrainConfig)
     else:
-        check_fits_memory({"data": need["data"]}, "cpu", what, advice)
-        check_fits_memory({k: need[k] for k in ("model and optimizer", "activations")}, device, what, advice)
+        check_fits_memory({"data": need["data"]}, "cpu", what, advice, TextTrainConfig)
+        check_fits_memory({k: need[k] for k in ("model and optimizer", "activations")}, device, what, advice,
+                          TextTrainConfig)
 
 
 def parse_text_run_config(config: Any, where: str | Path) -> tuple[ModelConfig, TextTrainConfig]:
@@ -307,13 +311,13 @@ def _train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: Path, str
     start_step, wall_before, resumed_loss = 0, 0.0, None
     if resume:
         if not ckpt_path.is_file():
-            raise NopeInterpError(no_checkpoint_message(run_dir, ckpt_path, "text_train", fields=()))
+            raise no_checkpoint_message(run_dir, ckpt_path, "text_train", fields=())
         old = io.read_json(run_dir / io.CONFIG_FILE, "run config")
         old_model, old_cfg = parse_text_run_config(old, run_dir / io.CONFIG_FILE)
         finished_summary(run_dir, old_cfg.steps, fields=())  # a corrupt summary is named here, as in train
         finished = finished_run_message(run_dir, "text_train", fields=())  # before the settings, as train
         if finished is not None:
-            raise NopeInterpError(finished)
+            raise finished
         check_resume_stamp(run_dir, old_model, old_cfg)
         check_same_text_settings(old_model, old_cfg, model_cfg, cfg, run_dir,
                                  old.get("command") if isinstance(old, dict) else None)
@@ -324,7 +328,7 @@ def _train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: Path, str
         resumed_loss = resumed_running_loss(ckpt)
         resume_metrics(run_dir, start_step, cfg.steps, fields=())  # a text summary has no exact match
     elif run_dir.exists() and any(run_dir.iterdir()):
-        raise NopeInterpError(not_empty_message(run_dir, ckpt_path, "text_train", fields=()))  # no exact match
+        raise not_empty_message(run_dir, ckpt_path, "text_train", fields=())  # no exact match
     else:
         io.write_json(run_dir / io.CONFIG_FILE, config)
         # the history starts empty: a checkpoint before the first evaluation (a stop, a time limit) resumes, and a
@@ -350,9 +354,9 @@ def _train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: Path, str
         batch = tasks_pkg.packed_batch(stream, cfg.window, cfg.batch_size, gen)
         loss_value, grad_norm = optimizer_step(model, opt, batch, cfg, step)
         if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):  # the update was not applied
-            raise NopeInterpError(f"training diverged at step {step + 1}: loss {loss_value:.4g}, gradient norm "
-                                  f"{grad_norm:.4g} (not finite); lower --lr or raise --warmup-steps and train a "
-                                  "new run")
+            raise NopeInterpError.naming(
+                "training diverged at step {step}: loss {loss:.4g}, gradient norm {norm:.4g} (not finite); lower {lr} "
+                "or raise {warmup_steps} and train a new run", step=step + 1, loss=loss_value, norm=grad_norm)
         step += 1
         running = loss_value if running is None else 0.9 * running + 0.1 * loss_value
         bar.update(1)

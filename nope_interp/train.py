@@ -191,21 +191,24 @@ def check_train_memory(model_cfg: ModelConfig, cfg: TrainConfig, task: tasks_pkg
     from nope_interp.model import check_fits_memory, model_memory_bytes
 
     need = estimate_train_memory(model_cfg, cfg, task)
-    advice = "lower --batch-size, --n-train/--n-test, --window or the model size"
+    advice = "lower {batch_size}, {n_train}/{n_test}, {window} or the model size"  # fields: the CLI names the flags
     what = f"training ({model_cfg.n_layers}x{model_cfg.d_model} model, batch {cfg.batch_size})"
     if torch.device(device).type == "cpu":
-        check_fits_memory(need, "cpu", what, advice)
+        check_fits_memory(need, "cpu", what, advice, TrainConfig)
     else:
-        check_fits_memory({"model": model_memory_bytes(model_cfg), "data": need["data"]}, "cpu", what, advice)
-        check_fits_memory({k: need[k] for k in ("model and optimizer", "activations")}, device, what, advice)
+        check_fits_memory({"model": model_memory_bytes(model_cfg), "data": need["data"]}, "cpu", what, advice,
+                          TrainConfig)
+        check_fits_memory({k: need[k] for k in ("model and optimizer", "activations")}, device, what, advice,
+                          TrainConfig)
 
 
 def _check_finite_weights(model: HookedTransformer, step: int) -> None:
     """Raise NopeInterpError if a weight is NaN or infinite after ``step`` (so no such weights are saved)."""
     bad = [name for name, p in model.named_parameters() if not bool(torch.isfinite(p).all())]
     if bad:
-        raise NopeInterpError(f"training diverged at step {step}: weights {', '.join(bad[:3])} are not finite "
-                              f"(NaN or inf); they were not saved. Lower --lr or --grad-clip and train a new run")
+        raise NopeInterpError.naming("training diverged at step {step}: weights {bad} are not finite (NaN or inf); "
+                                     "they were not saved. Lower {lr} or {grad_clip} and train a new run",
+                                     step=step, bad=", ".join(bad[:3]))
 
 
 def warn_short_schedule(cfg: TrainConfig | TextTrainConfig) -> None:
@@ -384,7 +387,7 @@ def _how_it_finished(summary: dict[str, Any], steps: int) -> str:
 
 
 def not_empty_message(run_dir: Path, ckpt_path: Path, section: str = "train",
-                      fields: tuple[tuple[str, tuple[type, ...]], ...] = TASK_SUMMARY_FIELDS) -> str:
+                      fields: tuple[tuple[str, tuple[type, ...]], ...] = TASK_SUMMARY_FIELDS) -> NopeInterpError:
     """The error of a new run (no ``--resume``) into a non-empty ``run_dir``: for a run that has finished
     (:func:`finished_summary` of the schedule stored in its ``config.json`` under ``section``: ``"train"``, or
     ``"text_train"`` for a ``train-text`` run, with ``fields``), what works: ``--resume`` and ``--finalize``
@@ -395,13 +398,15 @@ def not_empty_message(run_dir: Path, ckpt_path: Path, section: str = "train",
 
     The schedule is the stored one, not the one given now: ``--name`` of a finished 6-step run with the
     default ``--steps`` is still a finished run. A config or summary that cannot be read gives the general
-    message (``--resume`` then names what is wrong).
+    message (``--resume`` then names what is wrong). The error is made by
+    :meth:`~nope_interp.errors.NopeInterpError.naming`: ``resume=True``, ``finalize()`` and ``run_dir`` in Python,
+    ``--resume``, ``--finalize`` and ``--name`` on the command line.
     """
     return finished_run_message(run_dir, section, fields) or io.not_empty_message(run_dir, ckpt_path)
 
 
 def no_checkpoint_message(run_dir: Path, ckpt_path: Path, section: str = "train",
-                          fields: tuple[tuple[str, tuple[type, ...]], ...] = TASK_SUMMARY_FIELDS) -> str:
+                          fields: tuple[tuple[str, tuple[type, ...]], ...] = TASK_SUMMARY_FIELDS) -> NopeInterpError:
     """The error of ``--resume`` on a run directory without a checkpoint: for a finished run (a candidate or
     seed folder copied to ``runs/`` keeps its weights and summary, never a checkpoint) what
     :func:`not_empty_message` says of it; otherwise :func:`nope_interp.io.no_checkpoint_message` (before: "no
@@ -410,9 +415,11 @@ def no_checkpoint_message(run_dir: Path, ckpt_path: Path, section: str = "train"
 
 
 def finished_run_message(run_dir: Path, section: str = "train",
-                         fields: tuple[tuple[str, tuple[type, ...]], ...] = TASK_SUMMARY_FIELDS) -> str | None:
-    """What to do with ``run_dir`` when it holds a finished run (:func:`finished_summary` of the schedule stored in
-    its ``config.json`` under ``section``), else None; None too when its config or summary cannot be read."""
+                         fields: tuple[tuple[str, tuple[type, ...]], ...] = TASK_SUMMARY_FIELDS
+                         ) -> NopeInterpError | None:
+    """The error saying what to do with ``run_dir`` when it holds a finished run (:func:`finished_summary` of the
+    schedule stored in its ``config.json`` under ``section``), else None; None too when its config or summary cannot
+    be read. Made by :meth:`~nope_interp.errors.NopeInterpError.naming` (arguments in Python, flags on the CLI)."""
     try:
         stored = io.read_json(run_dir / io.CONFIG_FILE, "run config")
         steps = (stored.get(section) or {}).get("steps") if isinstance(stored, dict) else None
@@ -422,10 +429,11 @@ def finished_run_message(run_dir: Path, section: str = "train",
         summary = None
     if summary is None:
         return None
-    refused = "--resume and --finalize refuse it" if section == "train" else "--resume refuses it"  # no text --finalize
-    return (f"run directory {run_dir} holds a finished run: it {_how_it_finished(summary, steps)}, so there is "
-            f"nothing to resume ({refused}); analyse it, or train a new run under another --name (or remove the "
-            f"folder, rm -r {run_dir}, to train this one again)")
+    refused = "{resume} and {finalize} refuse it" if section == "train" else "{resume} refuses it"  # no text finalize
+    return NopeInterpError.naming(
+        "run directory {run_dir} holds a finished run: it {how}, so there is nothing to resume (" + refused + "); "
+        "analyse it, or train a new run under another {name} (or remove the folder, rm -r {run_dir}, to train this "
+        "one again)", io.RUN_ARG_NAMES, run_dir=run_dir, how=_how_it_finished(summary, steps))
 
 
 def check_resume_stamp(run_dir: Path, model_cfg: Any, cfg: Any) -> None:
@@ -461,19 +469,22 @@ def resume_metrics(run_dir: Path, step: int, steps: int,
             (the finished run writes its own).
     """
     if step > steps:  # a schedule shorter than the checkpoint: config.json was edited, or is another run's
-        raise NopeInterpError(f"--resume: the checkpoint of {run_dir} is at step {step}, past the {steps}-step "
-                              f"schedule of its config.json: the config does not describe this checkpoint; restore "
-                              f"the config the run was trained with")
+        raise NopeInterpError.naming(
+            "{resume}: the checkpoint of {run_dir} is at step {step}, past the {steps}-step schedule of its "
+            "config.json: the config does not describe this checkpoint; restore the config the run was trained with",
+            io.RUN_ARG_NAMES, run_dir=run_dir, step=step, steps=steps)
     summary = finished_summary(run_dir, steps, step, fields)
     if summary is not None:
-        raise NopeInterpError(f"--resume: {run_dir} has finished: it {_how_it_finished(summary, steps)}, so there "
-                              f"is nothing to resume and its files are left as they are; analyse it, or train a new "
-                              f"run under another --name")
+        raise NopeInterpError.naming(
+            "{resume}: {run_dir} has finished: it {how}, so there is nothing to resume and its files are left as they "
+            "are; analyse it, or train a new run under another {name}", io.RUN_ARG_NAMES, run_dir=run_dir,
+            how=_how_it_finished(summary, steps))
     metrics_path = run_dir / io.METRICS_FILE
     if step > 0 and not metrics_path.exists():  # resuming would write a history that starts here
-        raise NopeInterpError(f"--resume: {metrics_path} is missing, but the checkpoint is at step {step}: "
-                              f"resuming would lose the training history up to it; restore the file, or "
-                              f"train a new run under another --name")
+        raise NopeInterpError.naming(
+            "{resume}: {metrics_path} is missing, but the checkpoint is at step {step}: resuming would lose the "
+            "training history up to it; restore the file, or train a new run under another {name}", io.RUN_ARG_NAMES,
+            metrics_path=metrics_path, step=step)
     kept = [r for r in io.read_metrics(metrics_path, ("loss", "lr")) if r["step"] <= step]
     io.atomic_write_text(metrics_path, "".join(io.jsonl_line(r) for r in kept))
     # a summary that did not stop the resume was written by finalize() for a run stopped by hand: the weights
@@ -532,9 +543,12 @@ def check_trainable_attention(model_cfg: Any) -> None:
         NopeInterpError: ``attention='bidirectional'`` (the bidirectional control is for initialised models).
     """
     if getattr(model_cfg, "attention", "causal") == "bidirectional":
-        raise NopeInterpError("--model-attention bidirectional cannot be trained: its inputs hold the next tokens "
-                              "it is trained to predict; train a causal or sliding model (the bidirectional "
-                              "control is for initialised models: --init)")
+        err = NopeInterpError.naming(
+            "{attention}={value!r} cannot be trained: its inputs hold the next tokens it is trained to predict; train "
+            "a causal or sliding model (the bidirectional control is for initialised models: the analysis commands' "
+            "--init, ModelSource(init=True) in Python)", value="bidirectional")
+        err.config = ModelConfig  # --model-attention on the command line
+        raise err
 
 
 def check_same_settings(stored: dict[str, Any], given: dict[str, Any], run_dir: Path,
@@ -559,7 +573,8 @@ def check_same_settings(stored: dict[str, Any], given: dict[str, Any], run_dir: 
                 words = command.split()
             resume = command if "--resume" in words else f"{command} --resume"
             how = f"; to resume it, rerun its own command: {resume}"
-        raise NopeInterpError(f"--resume: settings differ from those stored in {run_dir}: {', '.join(differ)}{how}")
+        raise NopeInterpError.naming("{resume}: settings differ from those stored in {run_dir}: {differ}{how}",
+                                     io.RUN_ARG_NAMES, run_dir=run_dir, differ=", ".join(differ), how=how)
 
 
 def _remove_new_run(run_dir: Path, keep_dir: bool) -> None:
@@ -591,20 +606,20 @@ def _train(model_cfg: ModelConfig, cfg: TrainConfig, run_dir: Path, task: tasks_
     ckpt_path = run_dir / io.CHECKPOINT_FILE
     if resume:
         if not ckpt_path.is_file():
-            raise NopeInterpError(no_checkpoint_message(run_dir, ckpt_path))
+            raise no_checkpoint_message(run_dir, ckpt_path)
         old = io.read_json(run_dir / io.CONFIG_FILE, "run config")
         # compare as configs, so a run written before a config gained a field (with its default) resumes
         old_model, old_train = parse_run_config(old, run_dir / io.CONFIG_FILE)
         finished_summary(run_dir, old_train.steps)  # a corrupt summary is named here, not after "settings differ"
         finished = finished_run_message(run_dir)  # before the settings: a finished run is refused whatever is given
         if finished is not None:
-            raise NopeInterpError(finished)
+            raise finished
         check_resume_stamp(run_dir, old_model, old_train)
         check_same_settings(run_settings(old_model, old_train), run_settings(model_cfg, cfg), run_dir,
                             command=old.get("command"))
         config["command"] = old.get("command", config["command"])
     elif run_dir.exists() and any(run_dir.iterdir()):
-        raise NopeInterpError(not_empty_message(run_dir, ckpt_path))
+        raise not_empty_message(run_dir, ckpt_path)
 
     splits = task.splits(cfg.n_train, cfg.n_test, cfg.data_seed)
     packed = cfg.objective == "packed"
@@ -668,9 +683,10 @@ def _train(model_cfg: ModelConfig, cfg: TrainConfig, run_dir: Path, task: tasks_
         if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):  # the update was not applied
             kept = (f"{ckpt_path} keeps step {saved_step[0]}" if saved_step
                     else "no checkpoint had been written yet")
-            raise NopeInterpError(f"training diverged at step {step + 1}: loss {loss_value:.4g}, gradient norm "
-                                  f"{grad_norm:.4g} (not finite); this step was not applied and {kept}. "
-                                  f"Lower --lr, raise --warmup-steps or lower --grad-clip and train a new run")
+            raise NopeInterpError.naming(
+                "training diverged at step {step}: loss {loss:.4g}, gradient norm {norm:.4g} (not finite); this step "
+                "was not applied and {kept}. Lower {lr}, raise {warmup_steps} or lower {grad_clip} and train a new "
+                "run", step=step + 1, loss=loss_value, norm=grad_norm, kept=kept)
         step += 1
         running = loss_value if running is None else 0.9 * running + 0.1 * loss_value
         bar.update(1)
@@ -757,9 +773,10 @@ def _finalize(run_dir: Path, device: str) -> dict[str, Any]:
     ckpt = io.load_checkpoint(ckpt_path, device)
     done = finished_summary(run_dir, cfg.steps, ckpt["step"])
     if done is not None:  # its summary is the final one (a "stopped by hand" one would let --resume train on)
-        raise NopeInterpError(f"--finalize: {run_dir} has finished (step {ckpt['step']}, test exact match "
-                              f"{done['test_acc']}, stopped early: {done['stopped_early']}): its summary.json is "
-                              f"final and is left as it is")
+        raise NopeInterpError.naming(
+            "{finalize}: {run_dir} has finished (step {step}, test exact match {acc}, stopped early: {early}): its "
+            "summary.json is final and is left as it is", io.RUN_ARG_NAMES, run_dir=run_dir, step=ckpt["step"],
+            acc=done["test_acc"], early=done["stopped_early"])
     model = build_model(model_cfg, device=device)
     load_state(model, ckpt["model"], f"the weights of checkpoint {ckpt_path}")
     check_nope(model, model_cfg)

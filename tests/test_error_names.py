@@ -269,3 +269,205 @@ def test_to_csv_takes_any_mapping():
     from nope_interp.io import to_csv
 
     assert unhooked(to_csv)([types.MappingProxyType({"a": 1}), {"b": 2}]).splitlines() == ["a,b", "1,", ",2"]
+
+
+# 7. training errors: the argument in Python (resume=True, finalize(), run_dir, lr), the flag on the command line
+
+TRAIN = ["train", "--task", "addition", "--n-digits", "2", "--preset", "tiny", "--model-n-ctx", "16", "--steps", "6",
+         "--batch-size", "8", "--n-train", "100", "--n-test", "20", "--eval-every", "3", "--eval-n", "10",
+         "--warmup-steps", "2", "--checkpoint-every", "3", "--no-progress"]
+
+
+def _configs(**changes):
+    from nope_interp.model import preset
+    from nope_interp.train import TrainConfig
+
+    cfg = TrainConfig(task="addition", task_params={"n_digits": 2}, n_train=100, n_test=20, steps=6, batch_size=8,
+                      eval_every=3, eval_n=10, warmup_steps=2, checkpoint_every=3)
+    return preset("tiny", n_ctx=16), cfg.replace(**changes)
+
+
+def _cli_error(capsys, argv):
+    from nope_interp.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("nope-interp: error: "), err
+    return err[0]
+
+
+@pytest.fixture(scope="module")
+def run_dirs(tmp_path_factory):
+    """A finished 6-step run ("done"), the same stopped while scoring ("stopped": no summary), the same without its
+    history ("no_metrics"), a run folder without a checkpoint ("no_ckpt"; "odd" with a file a run does not write)
+    and a user's folder ("mine")."""
+    import shutil
+
+    from nope_interp.cli import main
+
+    root = tmp_path_factory.mktemp("runs")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("sys.stderr", __import__("io").StringIO())
+        assert main([*TRAIN, "--runs-dir", str(root), "--name", "done"]) == 0
+    shutil.copytree(root / "done", root / "stopped")
+    (root / "stopped" / "summary.json").unlink()
+    shutil.copytree(root / "stopped", root / "no_metrics")
+    (root / "no_metrics" / "metrics.jsonl").unlink()
+    (root / "no_ckpt").mkdir()
+    shutil.copy(root / "done" / "config.json", root / "no_ckpt" / "config.json")
+    shutil.copytree(root / "no_ckpt", root / "odd")
+    (root / "odd" / "notes.txt").write_text("x")
+    (root / "mine").mkdir()
+    (root / "mine" / "notes.txt").write_text("x")
+    return root
+
+
+# (run, resume, Python words, CLI words)
+RUN_CASES = [
+    ("done", False, "(resume=True and finalize() refuse it); analyse it, or train a new run under another run_dir",
+     "(--resume and --finalize refuse it); analyse it, or train a new run under another --name"),
+    ("done", True, "(resume=True and finalize() refuse it); analyse it, or train a new run under another run_dir",
+     "(--resume and --finalize refuse it); analyse it, or train a new run under another --name"),
+    ("stopped", False, "is not empty; use resume=True or choose another run_dir",
+     "is not empty; use --resume or choose another --name"),
+    ("no_ckpt", True, "resume=True given but {run} has no checkpoint (checkpoint.pt): the run stopped before its "
+     "first one, so there is nothing to resume; remove the folder (rm -r {run}) and rerun without resume=True",
+     "--resume given but {run} has no checkpoint (checkpoint.pt): the run stopped before its first one, so there is "
+     "nothing to resume; remove the folder (rm -r {run}) and rerun without --resume"),
+    ("odd", True, "resume=True given but no checkpoint in {run} (expected checkpoint.pt)",
+     "--resume given but no checkpoint in {run} (expected checkpoint.pt)"),
+    ("no_metrics", True, "resume=True: {run}/metrics.jsonl is missing, but the checkpoint is at step 6",
+     "--resume: {run}/metrics.jsonl is missing, but the checkpoint is at step 6"),
+    ("mine", False, "is not a run (it holds files a run does not write): choose another run_dir (or parent folder)",
+     "is not a run (it holds files a run does not write): choose another --name (or --runs-dir)"),
+]
+
+
+@pytest.mark.parametrize(("run", "resume", "python", "cli"), RUN_CASES)
+def test_run_directory_errors_name_the_argument_in_python(run_dirs, run, resume, python, cli):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.train import train
+
+    with pytest.raises(NopeInterpError) as err:
+        train(*_configs(), run_dirs / run, resume=resume, progress=False)
+    message = _one_line(err)
+    assert python.replace("{run}", str(run_dirs / run)) in message and "--" not in message, message
+
+
+@pytest.mark.parametrize(("run", "resume", "python", "cli"), RUN_CASES)
+def test_run_directory_errors_name_the_flag_on_the_command_line(run_dirs, capsys, run, resume, python, cli):
+    line = _cli_error(capsys, [*TRAIN, "--runs-dir", str(run_dirs), "--name", run, *["--resume"] * resume])
+    assert cli.replace("{run}", str(run_dirs / run)) in line and "resume=True" not in line, line
+    assert "run_dir" not in line, line
+
+
+@pytest.mark.parametrize("changes", [{"lr": 0.5}, {"steps": 8}, {"seed": 3}])
+def test_settings_differ_names_resume(run_dirs, capsys, changes):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.train import train
+
+    with pytest.raises(NopeInterpError) as err:
+        train(*_configs(**changes), run_dirs / "stopped", resume=True, progress=False)
+    assert _one_line(err).startswith(f"resume=True: settings differ from those stored in {run_dirs / 'stopped'}: ")
+    (field, value), = changes.items()
+    line = _cli_error(capsys, [*TRAIN, f"--{field}", str(value), "--runs-dir", str(run_dirs), "--name", "stopped",
+                               "--resume"])
+    assert f"error: --resume: settings differ from those stored in {run_dirs / 'stopped'}: train.{field}" in line, line
+
+
+def test_finalize_of_a_finished_run_names_finalize(run_dirs, capsys):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.train import finalize
+
+    with pytest.raises(NopeInterpError) as err:
+        finalize(run_dirs / "done")
+    assert _one_line(err).startswith(f"finalize(): {run_dirs / 'done'} has finished (step 6"), _one_line(err)
+    line = _cli_error(capsys, ["train", "--task", "addition", "--preset", "tiny", "--runs-dir", str(run_dirs),
+                               "--name", "done", "--finalize"])
+    assert f"error: --finalize: {run_dirs / 'done'} has finished (step 6" in line, line
+
+
+@pytest.mark.parametrize("text", [False, True])
+def test_bidirectional_training_names_attention(tmp_path, capsys, text):
+    from nope_interp.config import TextTrainConfig
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.text_train import train_text
+    from nope_interp.train import train
+
+    model_cfg, cfg = _configs()
+    with pytest.raises(NopeInterpError) as err:
+        if text:
+            train_text(model_cfg.replace(attention="bidirectional", n_ctx=48), TextTrainConfig(window=24, steps=2),
+                       tmp_path / "b", progress=False)
+        else:
+            train(model_cfg.replace(attention="bidirectional"), cfg, tmp_path / "b", progress=False)
+    assert _one_line(err).startswith("attention='bidirectional' cannot be trained: "), _one_line(err)
+    argv = (["train-text", "--preset", "tiny", "--window", "24"] if text else TRAIN[:-1]) + [
+        "--model-attention", "bidirectional", "--runs-dir", str(tmp_path), "--no-progress"]
+    line = _cli_error(capsys, argv)
+    assert line.startswith("nope-interp: error: --model-attention=bidirectional cannot be trained: "), line
+
+
+DIVERGING = {"lr": 10.0, "beta2": 0.0, "grad_clip": 1e9, "warmup_steps": 0, "steps": 40, "eval_every": 40}
+
+
+def test_divergence_names_the_learning_rate(tmp_path, capsys):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.train import train
+
+    model_cfg, cfg = _configs(**DIVERGING)
+    with pytest.raises(NopeInterpError) as err:
+        train(model_cfg.replace(init_std=1000.0), cfg, tmp_path / "p", progress=False)
+    message = _one_line(err)
+    assert "Lower lr, raise warmup_steps or lower grad_clip and train a new run" in message, message
+    assert "--" not in message, message
+    argv = [*TRAIN, "--model-init-std", "1000", *[a for k, v in DIVERGING.items()
+                                                  for a in (f"--{k.replace('_', '-')}", str(v))],
+            "--runs-dir", str(tmp_path), "--name", "c"]
+    line = _cli_error(capsys, argv)
+    assert "Lower --lr, raise --warmup-steps or lower --grad-clip and train a new run" in line, line
+
+
+@pytest.mark.parametrize("text", [False, True])
+def test_memory_advice_names_the_settings(tmp_path, capsys, monkeypatch, text):
+    import nope_interp.model as model_module
+    from nope_interp.config import TextTrainConfig
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.text_train import train_text
+    from nope_interp.train import train
+
+    monkeypatch.setattr(model_module, "available_memory_bytes", lambda device: 1)
+    model_cfg, cfg = _configs()
+    with pytest.raises(NopeInterpError) as err:
+        if text:
+            train_text(model_cfg.replace(n_ctx=48), TextTrainConfig(window=24, steps=2), tmp_path / "p",
+                       device="cpu", progress=False)
+        else:
+            train(model_cfg, cfg, tmp_path / "p", device="cpu", progress=False)
+    advice = ("lower {batch_size}, {window}, {eval_windows} or the model size" if text
+              else "lower {batch_size}, {n_train}/{n_test}, {window} or the model size")
+    python = advice.replace("{", "").replace("}", "")
+    assert _one_line(err).endswith(python), _one_line(err)
+    argv = (["train-text", "--preset", "tiny", "--window", "24", "--no-progress"] if text else TRAIN) + [
+        "--runs-dir", str(tmp_path), "--device", "cpu"]
+    line = _cli_error(capsys, argv)
+    flags = re.sub(r"\{(\w+)\}", lambda m: "--" + m.group(1).replace("_", "-"), advice)
+    assert line.endswith(flags), line
+
+
+@pytest.mark.parametrize(("window", "n_ctx"), [(24, 16), (100, 64), (33, 32)])
+def test_a_text_window_past_n_ctx_names_the_settings(tmp_path, capsys, window, n_ctx):
+    from nope_interp.config import TextTrainConfig
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.text_train import train_text
+
+    model_cfg, _ = _configs()
+    with pytest.raises(NopeInterpError) as err:
+        train_text(model_cfg.replace(n_ctx=n_ctx), TextTrainConfig(window=window, steps=2), tmp_path / "p",
+                   progress=False)
+    assert _one_line(err) == (f"window {window} exceeds the model's n_ctx {n_ctx} (raise the model's n_ctx or lower "
+                              "window)")
+    line = _cli_error(capsys, ["train-text", "--preset", "tiny", "--window", str(window), "--model-n-ctx", str(n_ctx),
+                               "--runs-dir", str(tmp_path), "--no-progress"])
+    assert line.endswith(f"--window {window} exceeds the model's n_ctx {n_ctx} (raise --model-n-ctx or lower "
+                         "--window)"), line
