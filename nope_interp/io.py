@@ -526,10 +526,15 @@ def to_csv(rows: list[dict[str, Any]]) -> str:
     """CSV text with the union of the rows' keys as columns (missing cells empty), rows in the order given.
 
     Raises:
-        NopeInterpError: ``rows`` a set or frozenset, or a single string (:func:`~nope_interp.checks.in_order`; a
+        NopeInterpError: ``rows`` a single string or a single dict (rows must be dicts: before, the generic list
+            message's "write ['ab']"), a set or frozenset (:func:`~nope_interp.checks.in_order`; a
             generator is read once: before, the columns used it up and the CSV had a header only); a row that is
             not a dict (a list, a tuple, a number: before, a raw AttributeError), the message naming its index.
     """
+    if isinstance(rows, str | bytes | bytearray | Mapping):  # in_order's "write ['ab']" fits no CSV row
+        what = "one dict (a CSV of one row is [row])" if isinstance(rows, Mapping) else "a single string"
+        raise NopeInterpError(f"to_csv: rows must be a list of dicts (column name -> value), one per row, not {what}; "
+                              f"got {type(rows).__name__} {rows!r}"[:300])
     rows = in_order("rows", rows, "dicts", "to_csv")
     bad = next((i for i, r in enumerate(rows) if not isinstance(r, Mapping)), None)
     if bad is not None:

@@ -471,3 +471,17 @@ def test_a_text_window_past_n_ctx_names_the_settings(tmp_path, capsys, window, n
                                "--runs-dir", str(tmp_path), "--no-progress"])
     assert line.endswith(f"--window {window} exceeds the model's n_ctx {n_ctx} (raise --model-n-ctx or lower "
                          "--window)"), line
+
+
+@pytest.mark.parametrize("rows", ["ab", "a,b\n1,2", "", b"ab", {"a": 1}, {}])
+def test_to_csv_refuses_a_lone_string_or_dict_saying_rows_are_dicts(rows):
+    """Before: in_order's generic "write ['ab'] for a list of one" (a list of strings is no CSV either), and a lone
+    dict wrote its keys as rows."""
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.io import to_csv
+
+    with pytest.raises(NopeInterpError) as err:
+        unhooked(to_csv)(rows)
+    message = _one_line(err)
+    assert message.startswith("to_csv: rows must be a list of dicts (column name -> value), one per row, not "), message
+    assert "write [" not in message and ("single string" in message) == (not isinstance(rows, dict)), message
