@@ -1,29 +1,31 @@
-"""Where does layer-0 attention go when dropout 0.2 moves it off uniform? Reversal, packed, 64- vs 256-character
-windows, at the same steps.
+"""Where does layer-0 attention go when the authors' dropout 0.2 moves it off uniform? Packed reversal and
+ordering models, 64- vs 256-character windows, at the same kept steps.
 
 Causal attention over keys 0..i is uniform when every key gets 1/(i+1) of query i's attention; then the
 head's output at i is the running mean of the values, which is what gives nearby positions similar vectors.
-This script reads layer-0 attention patterns (`blocks.0.attn.hook_pattern`) of reversal models trained with
-the packed objective and the authors' dropout 0.2 at the kept steps, and says for each where the mass went,
-as a ratio to what uniform attention would give the same keys (1.0 = as uniform; mean over heads, queries
-and inputs; queries at positions >= 1):
+This script reads layer-0 attention patterns (`blocks.0.attn.hook_pattern`) of models trained with the packed
+objective and says where the mass went, as a ratio to what uniform attention would give the same keys (1.0 =
+as uniform; mean over heads, queries and inputs; queries at positions >= 1):
 
 - `self`: the query's own key; `previous`: the key just before it; `recent`: keys 2-7 back;
-- `first`: key 0 (the input's first character);
-- per key character class: `newline`, the prompt's letters and `(`, its digits, `)` and `=`;
+- `line word`: the letters of the query's own line, the task's word that starts every line (`rev`, `order`;
+  a line starts after the latest newline, a `full` prompt is one line; queries of a window's first, cut line
+  are left out);
+- per key character class: newline, letters, digits, punctuation (`(`, `,`, `)`, `=`, `$`, `+`);
 
 plus the normalised entropy (1 = uniform, the trajectory's `L0 attention entropy`) and the L0 `hook_z`
-row-mean adjacency score on the same inputs. Then per head: its entropy, the score of its `hook_z` alone, and
-the share of each query's attention on the first character of the line the query is in (`r` of `rev(`; in a
-`full` prompt key 0), which a head that locates the line's start would concentrate on; and the causal
-test: the L0 `hook_z` score (all heads, full prompts) with the attention of the head with the largest
-line-start share made uniform, and with every other head's made uniform instead. Inputs: the 64 `full`
-prompts the trajectory scores
-(`rev(16 digits)=`, 21 characters) and 64 `window` inputs (64 characters of newline-joined test lines, the
-training distribution of the 64-character runs; the 256-character runs trained on longer windows of the same
-text). Runs read from `runs/` (not in the repository: their `config.json` commands retrain them).
+row-mean adjacency score on the same inputs. Then per head (`nope_interp.diagnostics.layer0_head_entropies`
+for its entropy): the score of its `hook_z` alone, the share of each query's attention on its own line's word,
+and the causal test: the L0 `hook_z` score (all heads, full prompts) with the attention of the head of lowest
+entropy made uniform, and with every other head's made uniform instead.
 
-Run: .venv/bin/python docs/measured/scripts/l0_attention_targets.py [--out FILE.md] (about 1 minute)
+Inputs: the 64 `full` prompts a trajectory scores (`--n`) and 64 `window` inputs (64 characters of
+newline-joined test lines: the training distribution of the 64-character runs; the 256-character runs trained
+on longer windows of the same text). Runs are read from `runs/` (not in the repository: their `config.json`
+commands retrain them) at their kept steps, and the final weights of runs kept in
+`nope_interp/pretrained/candidates/` (`candidates/NAME`).
+
+Run: .venv/bin/python docs/measured/scripts/l0_attention_targets.py [--out FILE.md] (about 2 minutes)
 """
 import argparse
 import sys
@@ -40,32 +42,46 @@ from tasks.base import window_inputs
 from tasks.vocab import encode_tensor
 
 RUNS = [
-    ("reversal-packed-drop02-s0", "3x128, 64-character windows"),
-    ("candidates/reversal-packed-drop02-s0", "3x128, 64-character windows, at its end (16,000; test 0.944)"),
-    ("reversal-packed-drop02-s1", "3x128, 64-character windows, seed 1"),
-    ("candidates/reversal-packed-s0", "3x128, 64-character windows, dropout 0.1, at 99%"),
-    ("reversal-packed-w256-drop02-s0", "3x128, 256-character windows"),
-    ("reversal-packed-6x128-drop02-s0", "6x128, 64-character windows"),
-    ("reversal-packed-6x128-w256-drop02-s0", "6x128, 256-character windows"),
+    ("reversal-packed-drop02-s0", "reversal 3x128, 64-character windows, seed 0"),
+    ("candidates/reversal-packed-drop02-s0", "the same at its end (16,000 steps; test 0.944)"),
+    ("reversal-packed-drop02-s1", "reversal 3x128, 64-character windows, seed 1"),
+    ("candidates/reversal-packed-s0", "reversal 3x128, 64-character windows, dropout 0.1, seed 0, at 99%"),
+    ("reversal-packed-w256-drop02-s0", "reversal 3x128, 256-character windows, seed 0"),
+    ("reversal-packed-6x128-drop02-s0", "reversal 6x128, 64-character windows, seed 0"),
+    ("reversal-packed-6x128-w256-drop02-s0", "reversal 6x128, 256-character windows, seed 0"),
+    ("ordering-packed-drop02-s0", "ordering 3x128, 64-character windows, seed 0"),
+    ("candidates/ordering-packed-s0", "ordering 3x128, 64-character windows, dropout 0.1, seed 0, at 99%"),
 ]
 STEPS = (0, 400, 1600, 3200, 6400, 12800)
-CLASSES = ("newline", "letters and (", "digits", ")", "=")
+CLASSES = ("newline", "letters", "digits", "punctuation")
+END = "end"
 
 
 def char_class(c: str) -> int:
-    """Index into CLASSES of one character of a reversal input."""
+    """Index into CLASSES of one input character."""
     if c == "\n":
         return 0
+    if c.isalpha():
+        return 1
     if c.isdigit():
         return 2
-    if c == ")":
-        return 3
-    if c == "=":
-        return 4
-    return 1
+    return 3
 
 
-def attention_targets(pattern: torch.Tensor, texts: list[str]) -> dict[str, float]:
+def line_starts(texts: list[str], full: bool) -> torch.Tensor:
+    """[batch, pos]: the position of the first character of each position's line, or -1 where a window's first
+    (cut) line gives none. A `full` prompt is one line that starts at 0."""
+    out = torch.full((len(texts), len(texts[0])), -1, dtype=torch.long)
+    for b, text in enumerate(texts):
+        start = 0 if full else -1
+        for i, c in enumerate(text):
+            out[b, i] = start
+            if c == "\n":
+                start = i + 1
+    return out
+
+
+def attention_targets(pattern: torch.Tensor, texts: list[str], full: bool) -> dict[str, float]:
     """Mass ratios to uniform (see the module docstring) of ``pattern`` [batch, head, query, key] over ``texts``.
 
     For each statistic, the attention mass on the chosen keys summed over heads, queries >= 1 and inputs,
@@ -74,48 +90,44 @@ def attention_targets(pattern: torch.Tensor, texts: list[str]) -> dict[str, floa
     b, h, n, _ = pattern.shape
     q = torch.arange(n)
     causal = (q[None, :] <= q[:, None]).float()  # [query, key]
-    uniform = causal / causal.sum(-1, keepdim=True)
-    lag = q[:, None] - q[None, :]
+    uniform = (causal / causal.sum(-1, keepdim=True))[None].expand(b, n, n)  # [batch, query, key]
+    lag = (q[:, None] - q[None, :])[None].expand(b, n, n)
+    starts = line_starts(texts, full)  # [batch, query]
+    cls = torch.tensor([[char_class(c) for c in t] for t in texts])[:, None, :].expand(b, n, n)  # by key
     masks = {
         "self": lag == 0,
         "previous": lag == 1,
         "recent": (lag >= 2) & (lag <= 7),
-        "first": (q[None, :] == 0).expand(n, n),
+        "line word": (q[None, None, :] >= starts[:, :, None]) & (starts[:, :, None] >= 0) & (cls == 1),
+        **{name: cls == k for k, name in enumerate(CLASSES)},
     }
-    cls = torch.tensor([[char_class(c) for c in t] for t in texts])  # [batch, key]
-    keep = q >= 1
+    keep = (q >= 1)[None, :, None]
+    p = pattern.sum(1)  # [batch, query, key], summed over heads
     out = {}
-    p = pattern[:, :, keep].sum(1)  # [batch, query, key], summed over heads
-    u = uniform[keep] * h
     for name, m in masks.items():
-        m = m[keep].float()
-        out[name] = float((p * m).sum() / (u * m).sum().mul(b))
-    for k, name in enumerate(CLASSES):
-        m = (cls == k).float()[:, None, :]  # [batch, 1, key]
-        denom = (u[None] * m).sum()
+        m = (m & keep).float()
+        denom = (uniform * m).sum() * h
         out[name] = float((p * m).sum() / denom) if denom > 0 else float("nan")
-    ent = -(pattern * pattern.clamp_min(1e-12).log()).sum(-1)[:, :, keep]  # [batch, head, query]
-    out["entropy"] = float((ent / (q[keep] + 1).float().log()).mean())
+    ent = -(pattern * pattern.clamp_min(1e-12).log()).sum(-1)[:, :, 1:]  # [batch, head, query >= 1]
+    out["entropy"] = float((ent / (q[1:] + 1).float().log()).mean())
     return out
 
 
-def line_start_share(pattern: torch.Tensor, texts: list[str]) -> tuple[list[float], float]:
-    """Per head, the mean share of a query's attention on the first character (`r` of `rev(`) of the line it is
-    in, over queries >= 1 that have one; and what uniform attention would give (1/(i+1) averaged the same way).
-    ``pattern`` is [batch, head, query, key]."""
-    b_idx, q_idx, k_idx = [], [], []
-    for b, text in enumerate(texts):
-        last = None
-        for i, c in enumerate(text):
-            if c == "r":
-                last = i
-            if last is not None and i >= 1:
-                b_idx.append(b)
-                q_idx.append(i)
-                k_idx.append(last)
-    bi, qi, ki = (torch.tensor(x) for x in (b_idx, q_idx, k_idx))
-    share = pattern[bi, :, qi, ki]  # [n, head]
-    return share.mean(0).tolist(), float((1.0 / (qi + 1).float()).mean())
+def line_word_share(pattern: torch.Tensor, texts: list[str], full: bool) -> tuple[list[float], float]:
+    """Per head, the mean share of a query's attention on the letters of its own line (the task's word), over
+    queries >= 1 whose line starts in the input and has a letter before them; and what uniform attention would
+    give (letters seen / (i+1), averaged the same way)."""
+    b, n = len(texts), len(texts[0])
+    starts = line_starts(texts, full)  # [batch, query]
+    q = torch.arange(n)
+    letters = torch.tensor([[c.isalpha() for c in t] for t in texts])  # [batch, key]
+    own = (q[None, None, :] >= starts[:, :, None]) & (q[None, None, :] <= q[None, :, None]) & letters[:, None, :]
+    own &= (starts[:, :, None] >= 0)
+    has = own.any(-1) & (q[None, :] >= 1)  # [batch, query]
+    share = (pattern * own[:, None].to(pattern.dtype)).sum(-1)  # [batch, head, query]
+    bi, qi = torch.nonzero(has, as_tuple=True)
+    uniform = own.sum(-1).float() / (q[None, :] + 1).float()
+    return share[bi, :, qi].mean(0).tolist(), float(uniform[bi, qi].mean())
 
 
 def z_score_with_uniform_heads(model, tokens: torch.Tensor, heads: list[int]) -> float:
@@ -140,11 +152,10 @@ def z_score_with_uniform_heads(model, tokens: torch.Tensor, heads: list[int]) ->
     return float(adjacency_score_of_activations(store["z"].flatten(2)).nanmean())
 
 
-def measure(run_name: str, step: int, kinds: dict[str, list[str]]) -> dict[str, dict[str, float]] | None:
-    """The statistics of one run's kept weights at ``step`` on each kind of input; None if not kept."""
-    if run_name.startswith("candidates/"):  # the final weights of a run kept in the repository
-        if step != STEPS[0]:
-            return None
+def measure(run_name: str, step: int | str, n: int) -> dict[str, dict] | None:
+    """The statistics of one run's weights at ``step`` (kept weights in `runs/`, or END for a candidate's
+    final weights) on both kinds of input; None if not kept."""
+    if run_name.startswith("candidates/"):
         run_dir = CANDIDATES_DIR / run_name.removeprefix("candidates/")
         path = run_dir / "model.safetensors"
     else:
@@ -156,27 +167,29 @@ def measure(run_name: str, step: int, kinds: dict[str, list[str]]) -> dict[str, 
     model = build_model(run.model_cfg)
     load_state(model, io.load_weights(path), str(path))
     model.eval()
+    full = run.task.analysis_prompts(n, 0, run.train_prompts)
+    kinds = {"full": (full, run.task.prompt_tokens(full)),
+             "window": (windows := window_inputs(run.task, n, 64, seed=0, exclude=run.train_prompts),
+                        torch.stack([encode_tensor(t) for t in windows]))}
     res = {}
-    for kind, texts in kinds.items():
-        tokens = (run.task.prompt_tokens(texts) if kind == "full"
-                  else torch.stack([encode_tensor(t) for t in texts]))
+    for kind, (texts, tokens) in kinds.items():
         with torch.no_grad():
-            _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in (
+            _, cache = model.run_with_cache(tokens, names_filter=lambda name: name in (
                 "blocks.0.attn.hook_pattern", "blocks.0.attn.hook_z"))
         pattern = cache["blocks.0.attn.hook_pattern"]
-        stats = attention_targets(pattern, texts)
         z = cache["blocks.0.attn.hook_z"]  # [batch, pos, head, d_head]
+        stats = attention_targets(pattern, texts, kind == "full")
         stats["l0_z_score"] = float(adjacency_score_of_activations(z.flatten(2)).nanmean())
         stats["heads"] = layer0_head_entropies(model, tokens).tolist()
         stats["head_z"] = [float(adjacency_score_of_activations(z[:, :, h]).nanmean()) for h in range(z.shape[2])]
-        stats["line_start"], stats["line_start_uniform"] = line_start_share(pattern, texts)
+        stats["line_word"], stats["line_word_uniform"] = line_word_share(pattern, texts, kind == "full")
         res[kind] = stats
-    top = max(range(len(res["window"]["line_start"])), key=lambda h: res["window"]["line_start"][h])
-    full_tokens = run.task.prompt_tokens(kinds["full"])
-    others = [h for h in range(len(res["full"]["heads"])) if h != top]
-    res["full"]["top_head"] = top
-    res["full"]["z_top_uniform"] = z_score_with_uniform_heads(model, full_tokens, [top])
-    res["full"]["z_others_uniform"] = z_score_with_uniform_heads(model, full_tokens, others)
+    f = res["full"]
+    top = min(range(len(f["heads"])), key=lambda h: f["heads"][h])
+    f["top_head"] = top
+    f["z_top_uniform"] = z_score_with_uniform_heads(model, kinds["full"][1], [top])
+    f["z_others_uniform"] = z_score_with_uniform_heads(model, kinds["full"][1],
+                                                       [h for h in range(len(f["heads"])) if h != top])
     return res
 
 
@@ -186,42 +199,34 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    base = load_run(Path("runs") / RUNS[0][0])
-    kinds = {
-        "full": base.task.analysis_prompts(args.n, 0, base.train_prompts),
-        "window": window_inputs(base.task, args.n, 64, seed=0, exclude=base.train_prompts),
-    }
-    lines = ["| run | step | inputs | entropy | self | previous | recent (2-7 back) | first | "
-             + " | ".join(CLASSES) + " | L0 `hook_z` |", "|" + "---|" * (9 + len(CLASSES))]
-    per_head = []
+    stats_cols = ("self", "previous", "recent", "line word", *CLASSES)
+    lines = ["| run | step | inputs | entropy | " + " | ".join(stats_cols) + " | L0 `hook_z` |",
+             "|" + "---|" * (5 + len(stats_cols))]
+    heads = ["", "Per head: normalised entropy and L0 `hook_z` score of the head alone on the full prompts; the "
+             "share of a query's attention on its own line's word on the windows (uniform attention gives the "
+             "`uniform` column); the causal test on the full prompts.", "",
+             "| run | step | entropy per head | `hook_z` per head | line-word share per head (window) | uniform "
+             "| L0 `hook_z` as is / the lowest-entropy head's attention uniform / the other heads' uniform |",
+             "|---|---|---|---|---|---|---|"]
     for run_name, label in RUNS:
-        for step in STEPS:
-            res = measure(run_name, step, kinds)
+        for step in ((END,) if run_name.startswith("candidates/") else STEPS):
+            res = measure(run_name, step, args.n)
             if res is None:
                 continue
-            per_head.append(((label, "end" if run_name.startswith("candidates/") else f"{step:,}"), res))
+            shown = step if step == END else f"{step:,}"
             for kind, s in res.items():
-                shown = "end" if run_name.startswith("candidates/") else f"{step:,}"
-                row = [label, shown, kind, f"{s['entropy']:.3f}"] + [
-                    f"{s[k]:.2f}" for k in ("self", "previous", "recent", "first", *CLASSES)] + [
+                row = [label, shown, kind, f"{s['entropy']:.3f}"] + [f"{s[k]:.2f}" for k in stats_cols] + [
                     f"{s['l0_z_score']:.3f}"]
                 lines.append("| " + " | ".join(row) + " |")
                 print(lines[-1], flush=True)
-    heads = ["", "Per head: normalised entropy and L0 `hook_z` score of the head alone on the full prompts; the share"
-             " of a query's attention on the first character of its own line (`r` of `rev(`) on the windows"
-             " (uniform attention: the last column).", "",
-             "| run | step | entropy per head (full) | `hook_z` per head (full) | line-start share per head (window) "
-             "| uniform | L0 `hook_z` as is / with the top line-start head's attention uniform / with the other heads' "
-             "(full) |", "|---|---|---|---|---|---|---|"]
-    for (label, step), res in per_head:
-        f, w = res["full"], res["window"]
-        heads.append(f"| {label} | {step} | " + " / ".join(f"{v:.2f}" for v in f["heads"]) + " | "
-                     + " / ".join(f"{v:.3f}" for v in f["head_z"]) + " | "
-                     + " / ".join(f"{v:.3f}" for v in w["line_start"])
-                     + f" | {w['line_start_uniform']:.3f} | {f['l0_z_score']:.3f} / {f['z_top_uniform']:.3f} (head "
-                     f"{f['top_head']}) / {f['z_others_uniform']:.3f} |")
-        print(heads[-1], flush=True)
+            f, w = res["full"], res["window"]
+            heads.append(f"| {label} | {shown} | " + " / ".join(f"{v:.2f}" for v in f["heads"]) + " | "
+                         + " / ".join(f"{v:.3f}" for v in f["head_z"]) + " | "
+                         + " / ".join(f"{v:.3f}" for v in w["line_word"])
+                         + f" | {w['line_word_uniform']:.3f} | {f['l0_z_score']:.3f} / {f['z_top_uniform']:.3f}"
+                         f" (head {f['top_head']}) / {f['z_others_uniform']:.3f} |")
     text = "\n".join(lines + heads) + "\n"
+    print("\n".join(heads))
     if args.out:
         Path(args.out).write_text(text)
         print(f"wrote {args.out}", file=sys.stderr)
