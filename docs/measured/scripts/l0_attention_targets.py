@@ -25,7 +25,9 @@ on longer windows of the same text). Runs are read from `runs/` (not in the repo
 commands retrain them) at their kept steps, and the final weights of runs kept in
 `nope_interp/pretrained/candidates/` (`candidates/NAME`).
 
-Run: .venv/bin/python docs/measured/scripts/l0_attention_targets.py [--out FILE.md] (about 2 minutes)
+Run: .venv/bin/python docs/measured/scripts/l0_attention_targets.py [--out FILE.md] [--figure FILE.html]
+(about 2 minutes; the figure: each head's line-word share and entropy against the step, one panel per run kept
+in `runs/`; docs/measured/l0_attention/line_word_heads.png is its screenshot)
 """
 import argparse
 import sys
@@ -193,10 +195,45 @@ def measure(run_name: str, step: int | str, n: int) -> dict[str, dict] | None:
     return res
 
 
+def figure(per_run: dict[str, list[tuple[int, dict]]], path: str) -> None:
+    """Each head's line-word share (windows) and entropy (full prompts) against the step, a column per run."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    runs = [(label, rows) for label, rows in per_run.items() if len(rows) > 1]
+    fig = make_subplots(rows=2, cols=len(runs), shared_yaxes=True, horizontal_spacing=0.02, vertical_spacing=0.12,
+                        subplot_titles=[label.replace("reversal ", "").replace("-character windows, ", "-character<br>windows, ")
+                                        for label, _ in runs])
+    colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
+    for col, (label, rows) in enumerate(runs, start=1):
+        steps = [max(step, 1) for step, _ in rows]
+        n_heads = len(rows[0][1]["window"]["line_word"])
+        for h in range(n_heads):
+            style = dict(color=colours[h % len(colours)])
+            fig.add_trace(go.Scatter(x=steps, y=[r["window"]["line_word"][h] for _, r in rows], mode="lines+markers",
+                                     name=f"head {h}", legendgroup=f"h{h}", showlegend=col == 1, line=style),
+                          row=1, col=col)
+            fig.add_trace(go.Scatter(x=steps, y=[r["full"]["heads"][h] for _, r in rows], mode="lines+markers",
+                                     name=f"head {h}", legendgroup=f"h{h}", showlegend=False, line=style),
+                          row=2, col=col)
+        hline = dict(y=rows[0][1]["window"]["line_word_uniform"], line_dash="dot", line_color="gray", row=1, col=col)
+        fig.add_hline(**hline, **({"annotation_text": "uniform attention"} if col == 1 else {}))
+        fig.update_xaxes(type="log", title_text="step (0 at 1)", row=2, col=col)
+        fig.update_xaxes(type="log", row=1, col=col)
+    fig.update_yaxes(title_text="share of attention on<br>its own line's word", range=[0, 0.8], row=1, col=1)
+    fig.update_yaxes(title_text="head's attention entropy<br>(1 = uniform)", range=[0, 1.05], row=2, col=1)
+    fig.update_layout(title=dict(text="Layer-0 heads of packed reversal models with dropout 0.2: the line-word head",
+                                 y=0.98, yanchor="top"),
+                      height=680, width=250 * len(runs) + 150, font=dict(size=11), margin=dict(t=130))
+    fig.write_html(path, include_plotlyjs=True)
+    print(f"wrote {path}", file=sys.stderr)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=64)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--figure", default=None)
     args = ap.parse_args()
     torch.set_num_threads(1)
     stats_cols = ("self", "previous", "recent", "line word", *CLASSES)
@@ -208,11 +245,14 @@ def main() -> None:
              "| run | step | entropy per head | `hook_z` per head | line-word share per head (window) | uniform "
              "| L0 `hook_z` as is / the lowest-entropy head's attention uniform / the other heads' uniform |",
              "|---|---|---|---|---|---|---|"]
+    per_run: dict[str, list[tuple[int, dict]]] = {}
     for run_name, label in RUNS:
         for step in ((END,) if run_name.startswith("candidates/") else STEPS):
             res = measure(run_name, step, args.n)
             if res is None:
                 continue
+            if step != END and run_name.startswith("reversal"):
+                per_run.setdefault(label, []).append((step, res))
             shown = step if step == END else f"{step:,}"
             for kind, s in res.items():
                 row = [label, shown, kind, f"{s['entropy']:.3f}"] + [f"{s[k]:.2f}" for k in stats_cols] + [
@@ -227,6 +267,8 @@ def main() -> None:
                          f" (head {f['top_head']}) / {f['z_others_uniform']:.3f} |")
     text = "\n".join(lines + heads) + "\n"
     print("\n".join(heads))
+    if args.figure:
+        figure(per_run, args.figure)
     if args.out:
         Path(args.out).write_text(text)
         print(f"wrote {args.out}", file=sys.stderr)
