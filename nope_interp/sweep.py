@@ -716,8 +716,8 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", 
         check_threads("threads", threads)
     if ray_address is not None:
         if executor != "ray":
-            raise NopeInterpError(f"--ray-address needs --executor ray (got --executor {executor}, which would "
-                                  f"ignore it)")
+            raise NopeInterpError.naming("{ray_address} needs {executor}='ray' (got {executor}={value!r}, which "
+                                         "would ignore it)", value=executor)
         _parse_address(ray_address)
     if executor == "local" and point_device(spec) == "cuda":
         import torch
@@ -903,7 +903,7 @@ def _check_out_dir_spec(spec: SweepSpec, spec_text: str, out: Path) -> bool:
     """Refuse to run ``spec`` into ``out`` when ``out/spec.toml`` is another sweep's (another ``[sweep]`` name
     or kind, or not a readable spec). Returns whether ``out/spec.toml`` exists and differs from ``spec_text``
     (comments and layout aside): the same sweep, edited, whose record the run updates."""
-    old = _out_dir_spec(spec, out, "give another --out-dir")
+    old = _out_dir_spec(spec, out, "give another {out_dir}")
     return old is not None and old != tomllib.loads(spec_text)
 
 
@@ -912,7 +912,9 @@ def _out_dir_spec(spec: SweepSpec, out: Path, advice: str) -> dict[str, Any] | N
 
     Raises:
         NopeInterpError: the file is not a readable spec, or names another sweep (``[sweep]`` name or kind);
-            the message ends with ``advice``.
+            the message ends with ``advice``, a :meth:`~nope_interp.errors.NopeInterpError.naming` template of
+            the caller's own text (``{out_dir}``: the argument in Python, ``--out-dir`` on the command line;
+            ``{name!r}``: ``spec.name``).
     """
     old_path = out / "spec.toml"
     if not old_path.exists():
@@ -922,11 +924,12 @@ def _out_dir_spec(spec: SweepSpec, out: Path, advice: str) -> dict[str, Any] | N
         head = old.get("sweep", {})
         old_name, old_kind = head.get("name"), head.get("kind")
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, AttributeError):
-        raise NopeInterpError(f"--out-dir {out} holds a spec.toml that is not a readable sweep spec; "
-                              f"{advice}") from None
+        raise NopeInterpError.naming("{out_dir}={path!r} holds a spec.toml that is not a readable sweep spec; "
+                                     + advice, path=str(out), name=spec.name) from None
     if (old_name, old_kind) != (spec.name, spec.kind):
-        raise NopeInterpError(f"--out-dir {out} holds another sweep's spec ({old_name!r}, kind {old_kind!r}; "
-                              f"this is {spec.name!r}, kind {spec.kind!r}): {advice}")
+        raise NopeInterpError.naming("{out_dir}={path!r} holds another sweep's spec ({old_name!r}, kind "
+                                     "{old_kind!r}; this is {name!r}, kind {kind!r}): " + advice, path=str(out),
+                                     old_name=old_name, old_kind=old_kind, name=spec.name, kind=spec.kind)
     return old
 
 
@@ -1007,8 +1010,8 @@ def _parse_address(address: str) -> tuple[str, int]:
     bare = host[1:-1] if bracketed else host
     ok = bool(bare) and not any(c.isspace() or c == "/" for c in bare) and (bracketed or ":" not in bare)
     if not ok or not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
-        raise NopeInterpError(f"--ray-address must be host:port (the head's GCS port, e.g. 127.0.0.1:6379), "
-                              f"got {address!r}")
+        raise NopeInterpError.naming("{ray_address} must be host:port (the head's GCS port, e.g. 127.0.0.1:6379), "
+                                     "got {value!r}", value=address)
     return bare, int(port)
 
 
@@ -1220,7 +1223,7 @@ def report(spec: SweepSpec, out_dir: str | Path) -> SweepReport:
     from nope_interp.stats import mean_std_ci
 
     # another sweep's folder would report every point as not run: say whose folder it is instead
-    _out_dir_spec(spec, Path(out_dir), f"give the --out-dir that {spec.name!r} was run into")
+    _out_dir_spec(spec, Path(out_dir), "give the {out_dir} that {name!r} was run into")
     points, missing, failed, unreadable = read_results(spec, out_dir)
     for reason in unreadable.values():
         warnings.warn(f"{reason}: reported as unreadable, not as not run (the next sweep runs the point again)",

@@ -485,3 +485,86 @@ def test_to_csv_refuses_a_lone_string_or_dict_saying_rows_are_dicts(rows):
     message = _one_line(err)
     assert message.startswith("to_csv: rows must be a list of dicts (column name -> value), one per row, not "), message
     assert "write [" not in message and ("single string" in message) == (not isinstance(rows, dict)), message
+
+
+# 8. sweep errors: the argument in Python (ray_address, executor, out_dir), the flag on the command line
+
+SWEEP_SPEC = """
+[sweep]
+name = "{name}"
+kind = "init"
+[base]
+preset = "tiny"
+task = "reversal"
+n_prompts = 4
+[axes]
+seed = [0]
+"""
+
+
+def _sweep_spec(tmp_path, name="t"):
+    from nope_interp.sweep import load_spec
+
+    path = tmp_path / f"{name}.toml"
+    path.write_text(SWEEP_SPEC.format(name=name))
+    return load_spec(path), path
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:6379", "nonsense", "{0}[x]:1"])
+def test_ray_address_without_ray_names_the_arguments(tmp_path, capsys, address):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.sweep import run_sweep
+
+    spec, path = _sweep_spec(tmp_path)
+    with pytest.raises(NopeInterpError) as err:
+        run_sweep(spec, tmp_path / "o", executor="local", ray_address=address, progress=False)
+    assert _one_line(err) == "ray_address needs executor='ray' (got executor='local', which would ignore it)"
+    line = _cli_error(capsys, ["sweep", str(path), "--ray-address", address, "--out-dir", str(tmp_path / "o")])
+    assert line == "nope-interp: error: --ray-address needs --executor=ray (got --executor=local, which would " \
+                   "ignore it)", line
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("address", ["nonsense", "127.0.0.1:0", "127.0.0.1:99999", "a b:1", "{0}[x]:x"])
+def test_a_bad_ray_address_names_the_argument(tmp_path, capsys, address):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.sweep import run_sweep
+
+    spec, path = _sweep_spec(tmp_path)
+    why = f"must be host:port (the head's GCS port, e.g. 127.0.0.1:6379), got {address!r}"
+    with pytest.raises(NopeInterpError) as err:
+        run_sweep(spec, tmp_path / "o", executor="ray", ray_address=address, progress=False)
+    assert _one_line(err) == f"ray_address {why}"
+    line = _cli_error(capsys, ["sweep", str(path), "--executor", "ray", "--ray-address", address, "--out-dir",
+                               str(tmp_path / "o")])
+    assert line == f"nope-interp: error: --ray-address {why}", line
+
+
+def _shown(flag, path):
+    """``--flag=path`` as the CLI writes it: unquoted when the path has no blank or quote."""
+    return f"{flag}={path}" if not any(c in str(path) for c in " '\"") else f"{flag}={str(path)!r}"
+
+
+@pytest.mark.parametrize("folder", ["o", "a b", "{0}[x]"])
+@pytest.mark.parametrize("readable", [True, False])
+def test_an_out_dir_of_another_sweep_names_out_dir(tmp_path, capsys, folder, readable):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.sweep import report, run_sweep
+
+    spec, path = _sweep_spec(tmp_path, "u")
+    out = tmp_path / folder
+    out.mkdir()
+    (out / "spec.toml").write_text(SWEEP_SPEC.format(name="t") if readable else "[[[ not toml")
+    what = ("holds another sweep's spec ('t', kind 'init'; this is 'u', kind 'init'): " if readable
+            else "holds a spec.toml that is not a readable sweep spec; ")
+    for call, advice in ((lambda: run_sweep(spec, out, progress=False), "give another {out_dir}"),
+                         (lambda: report(spec, out), "give the {out_dir} that 'u' was run into")):
+        with pytest.raises(NopeInterpError) as err:
+            call()
+        assert _one_line(err) == f"out_dir={str(out)!r} {what}{advice.format(out_dir='out_dir')}", _one_line(err)
+    for argv, advice in ((["sweep", str(path)], "give another {out_dir}"),
+                         (["sweep-report", str(path), "--out-root", str(tmp_path / "r")],
+                          "give the {out_dir} that 'u' was run into")):
+        line = _cli_error(capsys, [*argv, "--out-dir", str(out)])
+        assert line == f"nope-interp: error: {_shown('--out-dir', out)} {what}{advice.format(out_dir='--out-dir')}", \
+            line
