@@ -187,9 +187,9 @@ def protocol_prompts(model: HookedTransformer, task: tasks_pkg.Task, n: int, see
     # numpy integers as ints: the tasks package (and random.Random) takes Python ints only; tasks checks the rest
     n, seed, window = (int(v) if is_int(v) else v for v in (n, seed, window))
     try:
-        too_long = inputs_too_long(task, protocol, window, model.cfg.n_ctx)
+        too_long = inputs_too_long_error(task, protocol, window, model.cfg.n_ctx)
         if too_long is not None:
-            raise NopeInterpError(too_long)
+            raise too_long
         return tasks_pkg.protocol_inputs(task, protocol, n, seed, exclude, window)
     except tasks_pkg.TaskError as err:  # a window that is no length, too few held-out prompts, a bad seed
         raise NopeInterpError(str(err)) from None
@@ -197,7 +197,20 @@ def protocol_prompts(model: HookedTransformer, task: tasks_pkg.Task, n: int, see
 
 def inputs_too_long(task: tasks_pkg.Task, protocol: str, window: int | None, n_ctx: int) -> str | None:
     """Why a model of ``n_ctx`` cannot read ``task``'s inputs under ``protocol`` (``window`` characters for the
-    ``window`` protocol), with the ``--window`` that fits where one does; None when they fit.
+    ``window`` protocol), with the ``window`` that fits where one does; None when they fit.
+
+    Raises:
+        tasks.TaskError: a protocol or window :func:`tasks.protocol_length` refuses.
+    """
+    err = inputs_too_long_error(task, protocol, window, n_ctx)
+    return None if err is None else str(err)
+
+
+def inputs_too_long_error(task: tasks_pkg.Task, protocol: str, window: int | None,
+                          n_ctx: int) -> NopeInterpError | None:
+    """:func:`inputs_too_long` as the error to raise, made by :meth:`NopeInterpError.naming`: the window that
+    fits is named ``window`` in Python and as the command's flag (``--window``) on the command line (before: the
+    Python message said ``(--window 48)``). None when the inputs fit.
 
     Raises:
         tasks.TaskError: a protocol or window :func:`tasks.protocol_length` refuses.
@@ -205,8 +218,9 @@ def inputs_too_long(task: tasks_pkg.Task, protocol: str, window: int | None, n_c
     length = tasks_pkg.protocol_length(task, protocol, window)
     if length <= n_ctx:
         return None
-    fix = f": window {n_ctx} or less fits (--window {n_ctx})" if protocol == "window" and n_ctx >= 3 else ""
-    return f"n_ctx={n_ctx} is too small for {task.name!r} {protocol} inputs of {length} tokens{fix}"
+    fix = ": {window} {n_ctx} or less fits" if protocol == "window" and n_ctx >= 3 else ""
+    return NopeInterpError.naming("n_ctx={n_ctx} is too small for {task!r} {protocol_name} inputs of {length} tokens"
+                                  + fix, n_ctx=n_ctx, task=task.name, protocol_name=protocol, length=length)
 
 
 def analyze_model(

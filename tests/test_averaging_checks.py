@@ -200,7 +200,7 @@ def test_bad_protocols_and_windows_are_refused_with_the_parameter_named(checks, 
     with pytest.raises(NopeInterpError, match="unknown protocol 'padded'; allowed: full, authors, window"):
         f(tiny_model, addition_task, protocol="padded")
     with pytest.raises(NopeInterpError, match="n_ctx=48 is too small for 'addition' window inputs of 60 tokens: "
-                                              "window 48 or less fits \\(--window 48\\)$"):
+                                              "window 48 or less fits$"):
         f(tiny_model, addition_task, protocol="window", window=60)
 
     for protocol in ("full", "authors"):  # a window these protocols would ignore
@@ -291,8 +291,7 @@ def test_a_window_too_long_for_n_ctx_says_which_window_fits(tiny_cfg, addition_t
 
     for n_ctx in (8, 20):
         model = build_model(tiny_cfg.replace(n_ctx=n_ctx))
-        with pytest.raises(NopeInterpError, match=f"window inputs of 30 tokens: window {n_ctx} or less fits "
-                                                  f"\\(--window {n_ctx}\\)$"):
+        with pytest.raises(NopeInterpError, match=f"window inputs of 30 tokens: window {n_ctx} or less fits$"):
             protocol_prompts(model, addition_task, 2, 1, frozenset(), "window", 30)
         assert len(protocol_prompts(model, addition_task, 2, 1, frozenset(), "window", n_ctx)[0]) == n_ctx
     with pytest.raises(NopeInterpError, match="'addition' authors inputs of 9 tokens$"):

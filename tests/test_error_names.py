@@ -568,3 +568,94 @@ def test_an_out_dir_of_another_sweep_names_out_dir(tmp_path, capsys, folder, rea
         line = _cli_error(capsys, [*argv, "--out-dir", str(out)])
         assert line == f"nope-interp: error: {_shown('--out-dir', out)} {what}{advice.format(out_dir='--out-dir')}", \
             line
+
+
+# 9. job checks: n_digits and window in Python, --n-digits and --window on the command line (also when --window was
+# not given beside an --init model's --model-window)
+
+
+@pytest.mark.parametrize(("task", "n_digits"), [("addition", 99), ("addition", 0), ("reversal", 999)])
+def test_an_n_digits_outside_the_tasks_range_names_n_digits(tmp_path, capsys, task, n_digits):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.common import ModelSource
+
+    for source in ({"init": True, "task": task}, {"pretrained": (task,)}):
+        with pytest.raises(NopeInterpError) as err:
+            ModelSource(n_digits=n_digits, **source)
+        message = _one_line(err)
+        assert message.startswith(f"n_digits={n_digits} does not fit task {task}: "), message
+        assert "--" not in message, message
+    for source in (["--init", "--task", task, "--preset", "tiny"], ["--pretrained", task]):
+        line = _cli_error(capsys, ["analyze", *source, "--n-digits", str(n_digits), "--out-root", str(tmp_path)])
+        assert line.startswith(f"nope-interp: error: --n-digits={n_digits} does not fit task {task}: "), line
+
+
+@pytest.mark.parametrize(("n_ctx", "window"), [(16, None), (16, 20), (40, 64), (40, None)])
+@pytest.mark.parametrize("job", ["analyze", "probe"])
+def test_inputs_too_long_name_window(tmp_path, capsys, job, n_ctx, window):
+    import importlib
+
+    from nope_interp.analysis import protocol_prompts
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.common import ModelSource, load_models
+    from nope_interp.model import build_model, preset
+
+    mod = importlib.import_module(f"nope_interp.jobs.{job}")
+    length = 64 if window is None else window
+    why = f"n_ctx={n_ctx} is too small for 'addition' window inputs of {length} tokens: "
+    models = load_models(ModelSource(init=True, task="addition", preset="tiny", model_overrides={"n_ctx": n_ctx}))
+    with pytest.raises(NopeInterpError) as err:
+        mod.run(mod.CONFIG(protocol="window", **({} if window is None else {"window": window})), models)
+    assert _one_line(err) == f"{why}window {n_ctx} or less fits", _one_line(err)
+    with pytest.raises(NopeInterpError) as err:
+        protocol_prompts(build_model(preset("tiny", n_ctx=n_ctx)), models[0].task, 2, 1, frozenset(), "window", length)
+    assert _one_line(err) == f"{why}window {n_ctx} or less fits", _one_line(err)
+    argv = [job, "--init", "--task", "addition", "--preset", "tiny", "--model-n-ctx", str(n_ctx), "--protocol",
+            "window", *([] if window is None else ["--window", str(window)]), "--out-root", str(tmp_path)]
+    assert _cli_error(capsys, argv) == f"nope-interp: error: {why}--window {n_ctx} or less fits"
+
+
+def test_inputs_of_several_models_too_long_name_window(tmp_path, capsys):
+    import tasks
+    from nope_interp.config import preset
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.common import check_inputs_fit, entry_from_init
+
+    task = tasks.get_task("reversal")
+    models = [entry_from_init(preset("tiny", n_ctx=64), task, "wide"),
+              entry_from_init(preset("tiny", n_ctx=40, seed=1), task, "narrow")]
+    for job in ("analyze", "probe", "mine"):
+        with pytest.raises(NopeInterpError) as err:
+            check_inputs_fit(job, models, ["window"], 80)
+        message = _one_line(err)
+        assert message.startswith(f"{job}: the window inputs do not fit 2 of 2 models: wide (n_ctx=64 "), message
+        assert message.endswith("; window 40 or less fits every model given") and "--" not in message, message
+    for window in ("100", "70"):
+        line = _cli_error(capsys, ["analyze", "--pretrained", "reversal", "addition", "--protocol", "window",
+                                   "--window", window, "--out-root", str(tmp_path)])
+        assert line.startswith("nope-interp: error: analyze: the window inputs do not fit "), line
+        assert line.endswith("; --window 64 or less fits every model given"), line
+
+
+@pytest.mark.parametrize(("n_ctx", "window", "words"), [
+    (24, "20", "n_ctx=24 is too small for addition window contexts of 20 tokens and the answer: 20 context + 5 "
+               "answer + 1 end-of-line tokens need n_ctx >= 26: {window} from 10 to 18 fits every model given"),
+    (48, "4", "{window} 4 cannot hold a newline and the longest addition prompt (9 characters): {window} must be "
+              ">= 10"),
+    (14, None, "{window} 8 cannot hold a newline and the longest addition prompt (9 characters): {window} must be "
+               ">= 10"),
+])
+def test_ablate_window_errors_name_window(tmp_path, capsys, n_ctx, window, words):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs import ablate
+    from nope_interp.jobs.common import ModelSource, load_models
+
+    models = load_models(ModelSource(init=True, task="addition", preset="tiny", model_overrides={"n_ctx": n_ctx}))
+    label = models[0].label
+    with pytest.raises(NopeInterpError) as err:
+        ablate.run(ablate.AblateConfig(protocol="window", **({} if window is None else {"window": int(window)})),
+                   models)
+    assert _one_line(err) == f"{label}: {words.format(window='window')}", _one_line(err)
+    argv = ["ablate", "--init", "--task", "addition", "--preset", "tiny", "--model-n-ctx", str(n_ctx), "--protocol",
+            "window", *([] if window is None else ["--window", window]), "--out-root", str(tmp_path)]
+    assert _cli_error(capsys, argv) == f"nope-interp: error: {label}: {words.format(window='--window')}"

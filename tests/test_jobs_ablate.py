@@ -608,7 +608,7 @@ def test_a_protocol_context_that_does_not_fit_n_ctx_is_named_before_any_work(AJ,
     (entry,) = load_models(ModelSource(run=(str(packed_run),)))
     lines = []
     with pytest.raises(NopeInterpError, match=r"n_ctx=16 is too small for addition window contexts of 12 tokens.*"
-                                              r"need n_ctx >= 17: --window (from \d+ to )?11 fits every model "
+                                              r"need n_ctx >= 17: window (from \d+ to )?11 fits every model "
                                               r"given") as err:
         AJ.run(AJ.AblateConfig(layers=(1,), protocol="window", window=12), [entry], log=lines.append)
     assert entry.label in str(err.value) and lines == []
@@ -972,11 +972,11 @@ def test_the_window_a_too_long_context_error_suggests_fits_every_model_given(AJ)
     least = task.max_prompt_len + 1
     wide = entry_from_init(preset("tiny", n_ctx=least + extra + 10), task, "wide")
     narrow = entry_from_init(preset("tiny", n_ctx=least + extra + 2, seed=1), task, "narrow")
-    fits = rf"--window from {least} to {least + 2} fits every model given$"
+    fits = rf": window from {least} to {least + 2} fits every model given$"
     with pytest.raises(NopeInterpError, match=rf"^narrow: .*{fits}"):
         AJ.run(AJ.AblateConfig(layers=(1,), protocol="window", window=least + 5), [narrow, wide])
     with pytest.raises(NopeInterpError, match=rf"^narrow: .*{fits}"):
         AJ.run(AJ.AblateConfig(layers=(1,), protocol="window", window=least + 5), [wide, narrow])
     tight = entry_from_init(preset("tiny", n_ctx=least + extra, seed=2), task, "tight")  # the bounds meet
-    with pytest.raises(NopeInterpError, match=rf"^tight: .*--window {least} fits every model given$"):
+    with pytest.raises(NopeInterpError, match=rf"^tight: .*: window {least} fits every model given$"):
         AJ.run(AJ.AblateConfig(layers=(1,), protocol="window", window=least + 5), [wide, tight])

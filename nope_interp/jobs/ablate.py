@@ -895,22 +895,27 @@ def run(config: AblateConfig, models: list[ModelEntry] | None = None, *, log: Lo
             length = tasks_pkg.protocol_length(task, config.protocol,
                                                config.window_used)
             if config.protocol == "window" and length < task.max_prompt_len + 1:
-                raise NopeInterpError.naming(
+                err = NopeInterpError.naming(
                     "{label}: {window} {length} cannot hold a newline and the longest {task} prompt ({longest} "
                     "characters): {window} must be >= {need}", label=entry.label, length=length, task=task.name,
                     longest=task.max_prompt_len, need=task.max_prompt_len + 1)
+                err.config = AblateConfig  # --window, also when it was not given (not --model-window)
+                raise err
             need = length + task.max_answer_len + 1  # what greedy decoding reaches after the context
             if need > n_ctx:
                 # the window every task model given can read with its answer (not only this one)
                 fits = min(e.model.cfg.n_ctx - e.task.max_answer_len - 1 for e in task_models)
                 least = max(e.task.max_prompt_len + 1 for e in task_models)
                 span = f"{fits}" if fits == least else f"from {least} to {fits}"  # a newline and a prompt at least
-                fix = (f": --window {span} fits every model given" if config.protocol == "window"
-                       and fits >= least else "")
-                raise NopeInterpError(
-                    f"{entry.label}: n_ctx={n_ctx} is too small for {task.name} {config.protocol} contexts of "
-                    f"{length} tokens and the answer: {length} context + {task.max_answer_len} answer + 1 "
-                    f"end-of-line tokens need n_ctx >= {need}{fix}")
+                fix = ": {window} {span} fits every model given" if config.protocol == "window" and fits >= least \
+                    else ""
+                err = NopeInterpError.naming(
+                    "{label}: n_ctx={n_ctx} is too small for {task} {protocol_name} contexts of {length} tokens and "
+                    "the answer: {length} context + {answer} answer + 1 end-of-line tokens need n_ctx >= {need}" + fix,
+                    label=entry.label, n_ctx=n_ctx, task=task.name, protocol_name=config.protocol, length=length,
+                    answer=task.max_answer_len, need=need, span=span)
+                err.config = AblateConfig  # the job's --window, not an --init model's --model-window
+                raise err
         elif entry.kind != "text":
             prefix, task = eval_prefix(entry), entry.task
             need = len(prefix) + task.max_prompt_len + task.max_answer_len + 1  # what greedy decoding reaches

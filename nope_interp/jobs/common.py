@@ -21,6 +21,7 @@ The contract of a job module ``nope_interp/jobs/<job>.py`` (see the README, "Add
 """
 
 import hashlib
+import importlib
 import os
 import sys
 import warnings
@@ -37,7 +38,7 @@ from tqdm.auto import tqdm
 
 import tasks as tasks_pkg
 from nope_interp import io
-from nope_interp.analysis import inputs_too_long, protocol_prompts
+from nope_interp.analysis import inputs_too_long_error, protocol_prompts
 from nope_interp.checks import in_order, is_int, repeated
 from nope_interp.config import (
     FrozenConfig,
@@ -231,7 +232,8 @@ class ModelEntry:
 
 def task_or_error(name: str, n_digits: int | None, base: dict[str, Any] | None = None) -> tasks_pkg.Task:
     """``tasks.get_task(name, **base, n_digits=n_digits)`` (``n_digits`` None: left out) with its TaskError (an
-    ``n_digits`` outside the task's own range) as a one-line NopeInterpError naming ``--n-digits``.
+    ``n_digits`` outside the task's own range) as a one-line NopeInterpError naming ``n_digits`` (``--n-digits`` on
+    the command line).
 
     Raises:
         NopeInterpError: the task refuses the parameters (an unknown task name too).
@@ -240,8 +242,10 @@ def task_or_error(name: str, n_digits: int | None, base: dict[str, Any] | None =
     try:
         return tasks_pkg.get_task(name, **params)
     except tasks_pkg.TaskError as err:
-        where = f"--n-digits {n_digits!r} does not fit task {name}: " if n_digits is not None else ""
-        raise NopeInterpError(f"{where}{err}") from None
+        if n_digits is None:
+            raise NopeInterpError(str(err)) from None
+        raise NopeInterpError.naming("{n_digits}={value!r} does not fit task {name}: {why}", value=n_digits,
+                                     name=name, why=str(err)) from None
 
 
 def job_models(job: str, models: object, defaults: Callable[[], list[ModelEntry]]) -> list[ModelEntry]:
@@ -323,11 +327,12 @@ def check_inputs_fit(job: str, models: Iterable[ModelEntry], protocols: Iterable
         (e,) = task_models
         for protocol in protocols:
             try:
-                why = inputs_too_long(e.task, protocol, protocol_window(protocol, window), e.model.cfg.n_ctx)
+                why = inputs_too_long_error(e.task, protocol, protocol_window(protocol, window), e.model.cfg.n_ctx)
             except tasks_pkg.TaskError:  # a window that is no length: the analysis names it
                 continue
-            if why is not None:  # no label: one model, and the CLI maps n_ctx to the flag that set it
-                raise NopeInterpError(why)
+            if why is not None:  # no label: one model
+                why.config = job_config(job)  # its window is the job's (--window), not the model's (--model-window)
+                raise why
     if len(task_models) < 2:
         return
     for protocol in protocols:
@@ -342,9 +347,23 @@ def check_inputs_fit(job: str, models: Iterable[ModelEntry], protocols: Iterable
                            "tokens)")
         if bad:
             fits = min(e.model.cfg.n_ctx for e in task_models)
-            fix = f"; --window {fits} or less fits every model given" if protocol == "window" and fits >= 3 else ""
-            raise NopeInterpError(f"{job}: the {protocol} inputs do not fit {len(bad)} of {len(task_models)} "
-                                  f"models: {', '.join(bad)}{fix}")
+            fix = "; {window} {fits} or less fits every model given" if protocol == "window" and fits >= 3 else ""
+            err = NopeInterpError.naming("{job}: the {protocol_name} inputs do not fit {n_bad} of {n} models: {bad}"
+                                         + fix, job=job, protocol_name=protocol, n_bad=len(bad), n=len(task_models),
+                                         bad=", ".join(bad), fits=fits)
+            err.config = job_config(job)
+            raise err
+
+
+def job_config(job: str) -> type | None:
+    """The config class of the job named ``job`` (``"analyze"``: ``AnalyzeConfig``), None for another name: set
+    as :attr:`NopeInterpError.config` of a job's error naming its ``window``, so the CLI spells it as the job's
+    ``--window``, not the ``--model-window`` of an ``--init`` model, whether or not ``--window`` was given."""
+    from nope_interp.jobs import JOB_HELP, job_module_name
+
+    if job not in JOB_HELP:
+        return None
+    return getattr(importlib.import_module(job_module_name(job)), "CONFIG", None)
 
 
 def refuse_same_model_twice(job: str, models: Iterable[ModelEntry]) -> None:
