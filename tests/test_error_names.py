@@ -659,3 +659,21 @@ def test_ablate_window_errors_name_window(tmp_path, capsys, n_ctx, window, words
     argv = ["ablate", "--init", "--task", "addition", "--preset", "tiny", "--model-n-ctx", str(n_ctx), "--protocol",
             "window", *([] if window is None else ["--window", window]), "--out-root", str(tmp_path)]
     assert _cli_error(capsys, argv) == f"nope-interp: error: {label}: {words.format(window='--window')}"
+
+
+@pytest.mark.parametrize("n_prompts", [8, 16])
+def test_inputs_too_short_for_the_probes_name_the_settings(tmp_path, capsys, n_prompts):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs import probe
+    from nope_interp.jobs.common import ModelSource, load_models
+
+    task = "addition"
+    models = load_models(ModelSource(init=True, task=task, n_digits=1, preset="tiny"))
+    with pytest.raises(NopeInterpError) as err:
+        probe.run(probe.ProbeConfig(quick=True, n_prompts=n_prompts), models)
+    message = _one_line(err)
+    assert message.startswith(f"{models[0].label}: position probes need inputs of at least 7 positions, its "), message
+    assert message.endswith(": use a larger n_digits, or protocol='window' with window >= 8"), message
+    line = _cli_error(capsys, ["probe", "--init", "--task", task, "--n-digits", "1", "--preset", "tiny", "--quick",
+                               "--n-prompts", str(n_prompts), "--out-root", str(tmp_path)])
+    assert line.endswith(": use a larger --n-digits, or --protocol=window with --window >= 8"), line

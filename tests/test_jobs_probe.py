@@ -247,8 +247,8 @@ def test_inputs_too_short_for_the_probes_name_the_settings_that_lengthen_them(pr
 
     entry = entry_from_init(tiny_cfg, tasks.get_task("addition", n_digits=1), "one-digit")
     with pytest.raises(NopeInterpError, match=r"one-digit: position probes need inputs of at least 7 positions, "
-                                              r"its addition full inputs have 5: use a larger --n-digits, or "
-                                              r"--protocol window with --window >= 8"):
+                                              r"its addition full inputs have 5: use a larger n_digits, or "
+                                              r"protocol='window' with window >= 8$"):
         probe_job.run(probe_job.ProbeConfig(quick=True, n_prompts=8), [entry])
 
 

@@ -302,10 +302,13 @@ def probe_entry(config: ProbeConfig, entry: ModelEntry) -> list[ProbeRow]:
     """
     name, inputs, tokens = entry_tokens(entry, config.prompts_used, 1, config.protocol, config.window)
     if tokens.shape[1] < PROFILE_WIDTH + 3:  # say which setting makes the inputs longer
-        fix = ("use a larger --n-digits, or --protocol window with --window >= "
-               f"{PROFILE_WIDTH + 4}" if entry.kind not in ("text", "hf") else "the model's inputs are that long")
-        raise NopeInterpError(f"{entry.label}: position probes need inputs of at least {PROFILE_WIDTH + 3} positions, "
-                              f"its {name} {inputs} inputs have {tokens.shape[1]}: {fix}")
+        fix = ("use a larger {n_digits}, or {protocol}='window' with {window} >= {least}"
+               if entry.kind not in ("text", "hf") else "the model's inputs are that long")
+        err = NopeInterpError.naming("{label}: position probes need inputs of at least {need} positions, its {name} "
+                                     "{inputs} inputs have {have}: " + fix, label=entry.label, need=PROFILE_WIDTH + 3,
+                                     name=name, inputs=inputs, have=tokens.shape[1], least=PROFILE_WIDTH + 4)
+        err.config = ProbeConfig  # --window, not an --init model's --model-window
+        raise err
     sites = list(config.sites or default_sites(entry.model.cfg.n_layers))
     acts = collect_activations(entry.model, tokens)
     missing = [s for s in sites if s not in acts.labels]
