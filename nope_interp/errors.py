@@ -62,8 +62,8 @@ class NopeInterpError(ValueError):
             KeyError, IndexError, ValueError: ``template`` is not a valid format text (a bug at the raise site).
         """
         names = dict(names or {})
-        named = {k: v.spelt(lambda field: names.get(field, field)) if isinstance(v, Fields) else v
-                 for k, v in values.items()}
+        named = {k: v.spelt(lambda field: names.get(field, field)) if isinstance(v, Fields)
+                 else "" if isinstance(v, CommandLineOnly) else v for k, v in values.items()}
         err = cls(_fill(template, lambda field: names.get(field, field), named))
         err.template, err.values, err.names = template, values, names
         return err
@@ -75,7 +75,7 @@ class NopeInterpError(ValueError):
         the command in use)."""
         if self.template is None:
             return str(self)
-        values = {k: v.spelt(spell) if isinstance(v, Fields) else v for k, v in self.values.items()}
+        values = {k: v.spelt(spell) if isinstance(v, Fields | CommandLineOnly) else v for k, v in self.values.items()}
         return _fill(self.template, lambda field: spell(field) or self.names.get(field, field), values)
 
 
@@ -98,6 +98,21 @@ class Fields(tuple):
         """The list with each field spelt as ``spell(field)``, the fields it gives None for left out."""
         kept = [s for s in map(spell, self) if s is not None]
         return _Verbatim(self.around.format(self.sep.join(kept)) if kept else "")
+
+
+class CommandLineOnly:
+    """A value of :meth:`NopeInterpError.naming` shown on the command line only (:meth:`NopeInterpError.spelt`) and
+    as nothing in Python: a note about what the CLI itself does, which a Python caller's message must not claim
+    (``train-text`` sets the model's ``n_ctx`` to 2 x ``--window`` when ``--model-n-ctx`` is not given; Python's
+    ``train_text`` never does). ``template`` is a :meth:`str.format` text of the raise site, its placeholders that
+    ``values`` does not fill config fields spelt as the command's flags (their names where it has none)."""
+
+    def __init__(self, template: str, **values: Any):
+        self.template, self.values = template, values
+
+    def spelt(self, spell: Callable[[str], str | None]) -> "_Verbatim":
+        """The text with each field spelt as ``spell(field)``, or as its name where that gives None."""
+        return _Verbatim(_fill(self.template, lambda field: spell(field) or field, self.values))
 
 
 def _fill(template: str, spell: Callable[[str], str], values: dict[str, Any]) -> str:

@@ -32,7 +32,7 @@ from transformer_lens import HookedTransformer
 import tasks as tasks_pkg
 from nope_interp import io, text
 from nope_interp.config import ModelConfig, TextTrainConfig, check_int
-from nope_interp.errors import NopeInterpError
+from nope_interp.errors import CommandLineOnly, NopeInterpError
 from nope_interp.model import build_model, check_model, check_nope, check_tokens, load_state, with_context
 from nope_interp.pretrained import PRETRAINED_DIR, check_settings_stamp, parse_run_config, run_settings, settings_stamp
 from nope_interp.train import (
@@ -275,26 +275,34 @@ def ship_text(run_dir: str | Path, name: str | None = None) -> Path:
 
 def check_same_text_settings(old_model: ModelConfig, old_cfg: TextTrainConfig, model_cfg: ModelConfig,
                              cfg: TextTrainConfig, run_dir: Path, command: Any = None) -> None:
-    """:func:`~nope_interp.train.check_same_settings` for ``train-text --resume``, naming the flag to change for
-    the context length: ``train-text`` sets ``model.n_ctx`` to twice ``--window`` unless ``--model-n-ctx`` is
-    given. When both runs' n_ctx are twice their windows, a differing n_ctx only follows the differing window: it
-    is not listed on its own, and the window's entry says so; when only the stored one is not, the entry of
-    n_ctx says to give ``--model-n-ctx``. (Before 2026-12-03 the message named ``model.n_ctx`` alone, a setting
-    the user had not set.) ``command``: the run's recorded command, named as the way to resume it.
+    """:func:`~nope_interp.train.check_same_settings` for resuming a text run. On the command line, ``train-text``
+    sets ``model.n_ctx`` to twice ``--window`` unless ``--model-n-ctx`` is given, so there a differing n_ctx gets
+    a note naming the flag to change (:class:`~nope_interp.errors.CommandLineOnly`): when both runs' n_ctx are twice
+    their windows, that it follows ``--window`` (and the window's entry says which to give); when only the stored
+    one is not, to give ``--model-n-ctx``. Python's :func:`train_text` never derives n_ctx from the window, so its
+    message lists the differing settings with no such note (before: it told a Python caller to give ``--window``
+    and ``--model-n-ctx`` and described the CLI's 2 x rule as if it applied). ``command``: the run's recorded
+    command, named as the way to resume it.
 
     Raises:
-        NopeInterpError: the differing settings, with both values.
+        NopeInterpError: the differing settings, with both values (``config``: TextTrainConfig, so the CLI names
+            ``--window``, not ``--model-window``).
     """
     stored, given = run_settings(old_model, old_cfg), run_settings(model_cfg, cfg)
-    notes: dict[str, str] = {}
-    if old_model.n_ctx != model_cfg.n_ctx and model_cfg.n_ctx == 2 * cfg.window:  # given: the default, 2 x --window
+    notes: dict[str, CommandLineOnly] = {}
+    if old_model.n_ctx != model_cfg.n_ctx and model_cfg.n_ctx == 2 * cfg.window:  # on the CLI: 2 x --window
         if old_model.n_ctx == 2 * old_cfg.window:  # stored: also twice its window, so the window is what differs
-            del stored["model.n_ctx"], given["model.n_ctx"]
-            notes["train.window"] = f": give --window {old_cfg.window}; model.n_ctx follows it, 2 x the window"
+            notes["model.n_ctx"] = CommandLineOnly(": it follows {window}, 2 x the window")
+            notes["train.window"] = CommandLineOnly(": give {window} {value}", value=old_cfg.window)
         else:
-            notes["model.n_ctx"] = (f": --window {cfg.window} sets it to 2 x the window unless --model-n-ctx is "
-                                    f"given; give --model-n-ctx {old_model.n_ctx}")
-    check_same_settings(stored, given, run_dir, notes, command)
+            notes["model.n_ctx"] = CommandLineOnly(": {window} {value} sets it to 2 x the window unless {model_n_ctx} "
+                                                   "is given; give {model_n_ctx} {old}", value=cfg.window,
+                                                   old=old_model.n_ctx)
+    try:
+        check_same_settings(stored, given, run_dir, notes, command)
+    except NopeInterpError as err:
+        err.config = TextTrainConfig  # --window (not --model-window) and --model-n-ctx on the command line
+        raise
 
 
 def _train_text(model_cfg: ModelConfig, cfg: TextTrainConfig, run_dir: Path, stream: Tensor, *, resume: bool,

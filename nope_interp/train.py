@@ -27,7 +27,7 @@ from transformer_lens import HookedTransformer
 import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.config import ModelConfig, TextTrainConfig, TrainConfig, check_float, check_train_fits
-from nope_interp.errors import NopeInterpError, ScheduleWarning, sigterm_as_exit
+from nope_interp.errors import CommandLineOnly, NopeInterpError, ScheduleWarning, sigterm_as_exit
 from nope_interp.evaluate import answer_loss, answer_token_loss, exact_match_accuracy
 from nope_interp.model import build_model, check_device, check_nope, load_state
 from nope_interp.pretrained import check_settings_stamp, parse_run_config, run_settings, settings_stamp
@@ -552,9 +552,10 @@ def check_trainable_attention(model_cfg: Any) -> None:
 
 
 def check_same_settings(stored: dict[str, Any], given: dict[str, Any], run_dir: Path,
-                        notes: dict[str, str] | None = None, command: Any = None) -> None:
+                        notes: dict[str, str | CommandLineOnly] | None = None, command: Any = None) -> None:
     """Refuse ``--resume`` when the given settings differ from those stored in the run (dicts of
-    :func:`run_settings`). ``notes``: words to add to a field's entry (which flag sets it, what to give).
+    :func:`run_settings`). ``notes``: words to add to a field's entry (which flag sets it, what to give): a string,
+    or a :class:`~nope_interp.errors.CommandLineOnly` shown on the command line only.
     ``command``: the run's recorded command (its ``config.json``), named in the message as the way to resume
     (a ``--preset`` of another shape differs in half a dozen fields the user never typed).
 
@@ -562,9 +563,12 @@ def check_same_settings(stored: dict[str, Any], given: dict[str, Any], run_dir: 
         NopeInterpError: the differing fields, with both values, then the recorded command.
     """
     notes = notes or {}
-    differ = [f"{k} (stored {stored[k]!r}, given {given[k]!r}{notes.get(k, '')})" for k in given
-              if stored.get(k) != given[k]]
-    if differ:
+    keys = [k for k in given if stored.get(k) != given[k]]
+    # one placeholder per entry and note: the values (and a note that is CommandLineOnly) are never a template
+    entries = {f"entry{i}": f"{k} (stored {stored[k]!r}, given {given[k]!r}" for i, k in enumerate(keys)}
+    entry_notes = {f"note{i}": notes.get(k, "") for i, k in enumerate(keys)}
+    differ = ", ".join(f"{{entry{i}}}{{note{i}}})" for i in range(len(keys)))
+    if keys:
         how = ""
         if isinstance(command, str) and command.strip():
             try:
@@ -573,8 +577,8 @@ def check_same_settings(stored: dict[str, Any], given: dict[str, Any], run_dir: 
                 words = command.split()
             resume = command if "--resume" in words else f"{command} --resume"
             how = f"; to resume it, rerun its own command: {resume}"
-        raise NopeInterpError.naming("{resume}: settings differ from those stored in {run_dir}: {differ}{how}",
-                                     io.RUN_ARG_NAMES, run_dir=run_dir, differ=", ".join(differ), how=how)
+        raise NopeInterpError.naming("{resume}: settings differ from those stored in {run_dir}: " + differ + "{how}",
+                                     io.RUN_ARG_NAMES, run_dir=run_dir, how=how, **entries, **entry_notes)
 
 
 def _remove_new_run(run_dir: Path, keep_dir: bool) -> None:

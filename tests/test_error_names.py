@@ -677,3 +677,43 @@ def test_inputs_too_short_for_the_probes_name_the_settings(tmp_path, capsys, n_p
     line = _cli_error(capsys, ["probe", "--init", "--task", task, "--n-digits", "1", "--preset", "tiny", "--quick",
                                "--n-prompts", str(n_prompts), "--out-root", str(tmp_path)])
     assert line.endswith(": use a larger --n-digits, or --protocol=window with --window >= 8"), line
+
+
+# 10. train-text --resume with another context: the CLI's 2 x --window note on the command line only
+
+
+@pytest.mark.parametrize(("old", "new", "python", "cli"), [
+    ((60, 24), (48, 24), "model.n_ctx (stored 60, given 48)",
+     "model.n_ctx (stored 60, given 48: --window 24 sets it to 2 x the window unless --model-n-ctx is given; give "
+     "--model-n-ctx 60)"),
+    ((48, 24), (64, 32), "model.n_ctx (stored 48, given 64), train.window (stored 24, given 32)",
+     "model.n_ctx (stored 48, given 64: it follows --window, 2 x the window), train.window (stored 24, given 32: "
+     "give --window 24)"),
+    ((60, 24), (50, 24), "model.n_ctx (stored 60, given 50)", "model.n_ctx (stored 60, given 50)"),
+])
+def test_a_text_resume_with_another_context_notes_the_cli_rule_on_the_cli_only(tmp_path, old, new, python, cli):
+    from nope_interp.cli import _build_parser, flag_named, spelt_as_flags
+    from nope_interp.config import TextTrainConfig
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.model import preset
+    from nope_interp.text_train import check_same_text_settings
+
+    with pytest.raises(NopeInterpError) as err:
+        check_same_text_settings(preset("tiny", n_ctx=old[0]), TextTrainConfig(window=old[1]),
+                                 preset("tiny", n_ctx=new[0]), TextTrainConfig(window=new[1]), tmp_path / "{x}")
+    message = _one_line(err)
+    assert message == f"resume=True: settings differ from those stored in {tmp_path / '{x}'}: {python}", message
+    for given in ([], ["--window", str(new[1])], ["--model-window", "4"]):  # --window, given or not
+        args = _build_parser(["train-text"]).parse_args(["train-text", "--resume", *given])
+        line = flag_named(spelt_as_flags(err.value, args, err.value.config), args, err.value.config)
+        assert line == f"--resume: settings differ from those stored in {tmp_path / '{x}'}: {cli}", line
+
+
+def test_command_line_only_text_is_nothing_in_python():
+    from nope_interp.errors import CommandLineOnly, NopeInterpError
+
+    err = NopeInterpError.naming("{lr} too high{note}", note=CommandLineOnly(" (lower {lr} below {v}, not {w!r})",
+                                                                              v="{0}", w="a}b"))
+    assert str(err) == "lr too high"
+    assert err.spelt(lambda field: "--lr") == "--lr too high (lower --lr below {0}, not 'a}b')"
+    assert err.spelt(lambda field: None) == "lr too high (lower lr below {0}, not 'a}b')"
