@@ -233,12 +233,20 @@ def _flags_of(field: str, args: argparse.Namespace, config: type | None) -> dict
 
 def _flag_of_setting(field: str, value: str, args: argparse.Namespace, config: type | None) -> str | None:
     """The flag of the setting ``field=value`` in a message, or None: the flag that gave the value, else with
-    ``config`` (a config's own check raised the message) the one flag of that config's field."""
+    ``config`` (a config's own check raised the message) the one flag of that config's field, else the one flag
+    of another config that gave exactly that value (a job's error quoting an ``--init`` model's
+    ``--model-n-ctx=10``)."""
     options = _flags_of(field, args, config)
     given = [flag for flag, v in options.items() if v is not None and value in (str(v), repr(v))]
     if len(given) == 1:
         return given[0]
-    return next(iter(options)) if config is not None and len(options) == 1 else None
+    if config is not None and len(options) == 1:
+        return next(iter(options))
+    if config is not None:  # a setting another config's flag gave exactly (a job's error quoting --model-n-ctx=10)
+        given = [flag for flag, v in _flags_of(field, args, None).items()
+                 if v is not None and v is not False and value in (str(v), repr(v))]
+        return given[0] if len(given) == 1 else None
+    return None
 
 
 def _flag_of_unknown_value(message: str, args: argparse.Namespace) -> str:

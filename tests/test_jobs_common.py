@@ -614,7 +614,8 @@ def test_n_digits_outside_the_tasks_range_is_refused_up_front(source, n_digits):
     from nope_interp.errors import NopeInterpError
     from nope_interp.jobs.common import ModelSource
 
-    with pytest.raises(NopeInterpError, match=rf"--n-digits {n_digits} .*n_digits must be an integer in \[1, "):
+    expected = rf"^n_digits={n_digits} does not fit .*n_digits must be an integer in \[1, "
+    with pytest.raises(NopeInterpError, match=expected):
         ModelSource(**source, n_digits=n_digits)
 
 
@@ -636,6 +637,7 @@ def test_a_run_at_an_n_digits_its_task_cannot_take_is_a_nope_interp_error(tiny_r
     from nope_interp.errors import NopeInterpError
     from nope_interp.jobs.common import ModelSource, load_models
 
-    with pytest.raises(NopeInterpError, match=r"--n-digits .*n_digits must be an integer in \[1, 18\]") as err:
+    expected = r"^n_digits=\S+ does not fit .*n_digits must be an integer in \[1, 18\]"
+    with pytest.raises(NopeInterpError, match=expected) as err:
         load_models(ModelSource(run=(str(tiny_run),), n_digits=n_digits))
     assert type(err.value) is NopeInterpError
