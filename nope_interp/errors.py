@@ -68,6 +68,22 @@ class NopeInterpError(ValueError):
         err.template, err.values, err.names = template, values, names
         return err
 
+    def prefixed(self, where: str) -> "NopeInterpError":
+        """This error with ``where + ": "`` before its message (``"addition initialised: n_ctx=48 is too small
+        ..."``: which model), keeping what :meth:`naming` marked and :attr:`config`, so the CLI still spells the
+        fields as flags. ``where`` is text, never a template.
+
+        Raises:
+            Nothing: a new error is returned.
+        """
+        if self.template is None:
+            err = type(self)(f"{where}: {self}")
+        else:
+            key = "where_" + "_" * max((len(k) for k in self.values), default=0)  # a value name the template lacks
+            err = type(self).naming("{" + key + "}: " + self.template, self.names, **self.values, **{key: where})
+        err.config = self.config
+        return err
+
     def spelt(self, spell: Callable[[str], str | None]) -> str:
         """The message with each field that :meth:`naming` marked spelt as ``spell(field)`` (its flag on the
         command line), or as in the message where ``spell`` gives None; the message itself for an error not made

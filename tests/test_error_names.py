@@ -612,7 +612,9 @@ def test_inputs_too_long_name_window(tmp_path, capsys, job, n_ctx, window):
     assert _one_line(err) == f"{why}window {n_ctx} or less fits", _one_line(err)
     argv = [job, "--init", "--task", "addition", "--preset", "tiny", "--model-n-ctx", str(n_ctx), "--protocol",
             "window", *([] if window is None else ["--window", str(window)]), "--out-root", str(tmp_path)]
-    assert _cli_error(capsys, argv) == f"nope-interp: error: {why}--window {n_ctx} or less fits"
+    # on the command line both are flags: the model's n_ctx that --model-n-ctx gave, and the job's --window
+    flagged = why.replace("n_ctx", "--model-n-ctx", 1)
+    assert _cli_error(capsys, argv) == f"nope-interp: error: {flagged}--window {n_ctx} or less fits"
 
 
 def test_inputs_of_several_models_too_long_name_window(tmp_path, capsys):
@@ -717,3 +719,30 @@ def test_command_line_only_text_is_nothing_in_python():
     assert str(err) == "lr too high"
     assert err.spelt(lambda field: "--lr") == "--lr too high (lower --lr below {0}, not 'a}b')"
     assert err.spelt(lambda field: None) == "lr too high (lower lr below {0}, not 'a}b')"
+
+
+@pytest.mark.parametrize("where", ["addition initialised", "run {0} [x]", "a.b{c}"])
+def test_a_prefixed_error_keeps_its_fields_and_config(where):
+    """Before: a job put the model's label before a message by making a plain error of the text, so the CLI could
+    no longer spell its fields (``window 48 or less fits`` stayed ``window`` on the command line)."""
+    from nope_interp.config import ModelConfig
+    from nope_interp.errors import NopeInterpError
+
+    err = NopeInterpError.naming("{window} {value} or less fits", value=48)
+    err.config = ModelConfig
+    out = err.prefixed(where)
+    assert str(out) == f"{where}: window 48 or less fits" and out.config is ModelConfig
+    assert out.spelt(lambda field: "--window" if field == "window" else None) == f"{where}: --window 48 or less fits"
+    plain = NopeInterpError("no fields here").prefixed(where)
+    assert str(plain) == f"{where}: no fields here" and plain.spelt(lambda field: "--x") == str(plain)
+
+
+def test_averaging_names_the_window_flag_of_a_model_whose_inputs_do_not_fit(tmp_path, capsys):
+    """The shipped addition model (n_ctx 64) and 100-character windows: the label before the message, the flag in
+    it (before: ``window 64 or less fits (--window 64)`` in Python too)."""
+    argv = ["averaging", "--tasks", "addition", "--protocol", "window", "--window", "100", "--n-prompts", "3",
+            "--eval-n", "2", "--out-root", str(tmp_path)]
+    message = _cli_error(capsys, argv)
+    assert message == ("nope-interp: error: addition trained: n_ctx=64 is too small for 'addition' window inputs of "
+                       "100 tokens: --window 64 or less fits"), message
+    assert not (tmp_path / "results").exists()

@@ -245,7 +245,7 @@ def run(config: AveragingConfig, models: list[ModelEntry] | None = None, *, log:
             try:
                 rep = averaging_report(model, task, config.n_prompts, **inputs)
             except NopeInterpError as err:  # e.g. inputs longer than this model's n_ctx: say which model
-                raise NopeInterpError(f"{name} {entry.label}: {err}") from None
+                raise err.prefixed(f"{name} {entry.label}") from None
             kinds = [k for k in PATTERN_KINDS if pattern_kind_unsupported(model, LAYER, k) is None]
             skipped = {k: pattern_kind_unsupported(model, LAYER, k) for k in PATTERN_KINDS if k not in kinds}
             if skipped:   # one line per model (two lines per control read like errors in a new user's trial)

@@ -757,7 +757,7 @@ def entry_tokens(entry: ModelEntry, n: int, seed: int, protocol: str = "full",
     try:
         inputs = protocol_prompts(entry.model, task, n, seed, entry.train_prompts, protocol, window)
     except NopeInterpError as err:  # n or window out of range, too few held-out prompts, a bad seed, n_ctx
-        raise NopeInterpError(f"{entry.label}: {err}") from None
+        raise err.prefixed(entry.label) from None
     return task.name, protocol, task.prompt_tokens(inputs)
 
 
