@@ -667,11 +667,7 @@ def test_layer0_head_entropies_against_a_naive_loop_and_one_collapsed_head(tiny_
     model = build_model(tiny_cfg.replace(seed=seed))
     task = tasks.get_task("reversal")
     tokens = task.prompt_tokens(task.analysis_prompts(5, seed=seed))
-    with torch.no_grad():   # head 0: a large score for key 0 only (through its key bias and the query bias)
-        model.blocks[0].attn.W_Q[0].zero_()
-        model.blocks[0].attn.W_K[0].zero_()
-        model.blocks[0].attn.b_Q[0].fill_(1.0)
-    first_key = torch.zeros(tokens.shape[1])
+    first_key = torch.zeros(tokens.shape[1])   # head 0: a score of 60 added to key 0 by a hook on its scores
     first_key[0] = 60.0
 
     def boost(scores, hook):   # [batch, head, query, key]

@@ -16,8 +16,9 @@ as uniform; mean over heads, queries and inputs; queries at positions >= 1):
 plus the normalised entropy (1 = uniform, the trajectory's `L0 attention entropy`) and the L0 `hook_z`
 row-mean adjacency score on the same inputs. Then per head (`nope_interp.diagnostics.layer0_head_entropies`
 for its entropy): the score of its `hook_z` alone, the share of each query's attention on its own line's word,
-and the causal test: the L0 `hook_z` score (all heads, full prompts) with the attention of the head of lowest
-entropy made uniform, and with every other head's made uniform instead.
+the share on every letter and newline it sees, and the causal test: the L0 `hook_z` score (all heads) with the
+attention of the head of lowest entropy made uniform, with every other head's made uniform instead, and with
+all heads' made uniform, on full prompts and on windows.
 
 Inputs: the 64 `full` prompts a trajectory scores (`--n`) and 64 `window` inputs (64 characters of
 newline-joined test lines: the training distribution of the 64-character runs; the 256-character runs trained
@@ -119,7 +120,7 @@ def line_word_share(pattern: torch.Tensor, texts: list[str], full: bool) -> tupl
     """Per head, the mean share of a query's attention on the letters of its own line (the task's word), over
     queries >= 1 whose line starts in the input and has a letter before them; and what uniform attention would
     give (letters seen / (i+1), averaged the same way)."""
-    b, n = len(texts), len(texts[0])
+    n = len(texts[0])
     starts = line_starts(texts, full)  # [batch, query]
     q = torch.arange(n)
     letters = torch.tensor([[c.isalpha() for c in t] for t in texts])  # [batch, key]
@@ -185,13 +186,18 @@ def measure(run_name: str, step: int | str, n: int) -> dict[str, dict] | None:
         stats["heads"] = layer0_head_entropies(model, tokens).tolist()
         stats["head_z"] = [float(adjacency_score_of_activations(z[:, :, h]).nanmean()) for h in range(z.shape[2])]
         stats["line_word"], stats["line_word_uniform"] = line_word_share(pattern, texts, kind == "full")
+        markers = torch.tensor([[c.isalpha() or c == "\n" for c in t] for t in texts]).to(pattern.dtype)
+        stats["markers"] = (pattern[:, :, 1:] * markers[:, None, None, :]).sum(-1).mean((0, 2)).tolist()
         res[kind] = stats
     f = res["full"]
     top = min(range(len(f["heads"])), key=lambda h: f["heads"][h])
     f["top_head"] = top
-    f["z_top_uniform"] = z_score_with_uniform_heads(model, kinds["full"][1], [top])
-    f["z_others_uniform"] = z_score_with_uniform_heads(model, kinds["full"][1],
-                                                       [h for h in range(len(f["heads"])) if h != top])
+    n_heads = len(f["heads"])
+    for kind, (_, tokens) in kinds.items():  # the causal test on both kinds of input
+        res[kind]["z_top_uniform"] = z_score_with_uniform_heads(model, tokens, [top])
+        others = [h for h in range(n_heads) if h != top]
+        res[kind]["z_others_uniform"] = z_score_with_uniform_heads(model, tokens, others)
+        res[kind]["z_all_uniform"] = z_score_with_uniform_heads(model, tokens, list(range(n_heads)))
     return res
 
 
@@ -202,7 +208,8 @@ def figure(per_run: dict[str, list[tuple[int, dict]]], path: str) -> None:
 
     runs = [(label, rows) for label, rows in per_run.items() if len(rows) > 1]
     fig = make_subplots(rows=2, cols=len(runs), shared_yaxes=True, horizontal_spacing=0.02, vertical_spacing=0.12,
-                        subplot_titles=[label.replace("reversal ", "").replace("-character windows, ", "-character<br>windows, ")
+                        subplot_titles=[label.replace("reversal ", "").replace("-character windows, ",
+                                                                               "-character<br>windows, ")
                                         for label, _ in runs])
     colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
     for col, (label, rows) in enumerate(runs, start=1):
@@ -239,12 +246,15 @@ def main() -> None:
     stats_cols = ("self", "previous", "recent", "line word", *CLASSES)
     lines = ["| run | step | inputs | entropy | " + " | ".join(stats_cols) + " | L0 `hook_z` |",
              "|" + "---|" * (5 + len(stats_cols))]
-    heads = ["", "Per head: normalised entropy and L0 `hook_z` score of the head alone on the full prompts; the "
-             "share of a query's attention on its own line's word on the windows (uniform attention gives the "
-             "`uniform` column); the causal test on the full prompts.", "",
+    heads = ["", "Per head: normalised entropy and L0 `hook_z` score of the head alone on the full prompts (the "
+             "score of a collapsed head alone is near ties: it moves by about 0.01 between float32 and float64); "
+             "on the windows, the share of a query's attention on its own line's word (uniform attention gives the "
+             "`uniform` column) and on every letter and newline it sees (line-start markers of any line). The "
+             "causal test (all heads' L0 `hook_z`, as is / the lowest-entropy head's attention made uniform / the "
+             "other heads' / all heads'), on the full prompts and on the windows.", "",
              "| run | step | entropy per head | `hook_z` per head | line-word share per head (window) | uniform "
-             "| L0 `hook_z` as is / the lowest-entropy head's attention uniform / the other heads' uniform |",
-             "|---|---|---|---|---|---|---|"]
+             "| letters and newlines per head (window) | causal test, full | causal test, window |",
+             "|---|---|---|---|---|---|---|---|---|"]
     per_run: dict[str, list[tuple[int, dict]]] = {}
     for run_name, label in RUNS:
         for step in ((END,) if run_name.startswith("candidates/") else STEPS):
@@ -263,8 +273,10 @@ def main() -> None:
             heads.append(f"| {label} | {shown} | " + " / ".join(f"{v:.2f}" for v in f["heads"]) + " | "
                          + " / ".join(f"{v:.3f}" for v in f["head_z"]) + " | "
                          + " / ".join(f"{v:.3f}" for v in w["line_word"])
-                         + f" | {w['line_word_uniform']:.3f} | {f['l0_z_score']:.3f} / {f['z_top_uniform']:.3f}"
-                         f" (head {f['top_head']}) / {f['z_others_uniform']:.3f} |")
+                         + f" | {w['line_word_uniform']:.3f} | " + " / ".join(f"{v:.2f}" for v in w["markers"])
+                         + f" | {f['l0_z_score']:.3f} / {f['z_top_uniform']:.3f} (head {f['top_head']}) / "
+                         f"{f['z_others_uniform']:.3f} / {f['z_all_uniform']:.3f} | {w['l0_z_score']:.3f} / "
+                         f"{w['z_top_uniform']:.3f} / {w['z_others_uniform']:.3f} / {w['z_all_uniform']:.3f} |")
     text = "\n".join(lines + heads) + "\n"
     print("\n".join(heads))
     if args.figure:
