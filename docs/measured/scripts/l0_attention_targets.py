@@ -50,6 +50,7 @@ RUNS = [
     ("reversal-packed-drop02-s1", "reversal 3x128, 64-character windows, seed 1"),
     ("candidates/reversal-packed-s0", "reversal 3x128, 64-character windows, dropout 0.1, seed 0, at 99%"),
     ("reversal-packed-w256-drop02-s0", "reversal 3x128, 256-character windows, seed 0"),
+    ("reversal-packed-w256-drop02-s1", "reversal 3x128, 256-character windows, seed 1"),
     ("reversal-packed-6x128-drop02-s0", "reversal 6x128, 64-character windows, seed 0"),
     ("reversal-packed-6x128-w256-drop02-s0", "reversal 6x128, 256-character windows, seed 0"),
     ("ordering-packed-drop02-s0", "ordering 3x128, 64-character windows, seed 0"),
@@ -229,7 +230,8 @@ def figure(per_run: dict[str, list[tuple[int, dict]]], path: str) -> None:
         fig.update_xaxes(type="log", row=1, col=col)
     fig.update_yaxes(title_text="share of attention on<br>its own line's word", range=[0, 0.8], row=1, col=1)
     fig.update_yaxes(title_text="head's attention entropy<br>(1 = uniform)", range=[0, 1.05], row=2, col=1)
-    fig.update_layout(title=dict(text="Layer-0 heads of packed reversal models with dropout 0.2: the line-word head",
+    fig.update_layout(title=dict(text="Layer-0 heads of packed reversal models with dropout 0.2: how much each "
+                                      "attends to its own line's word",
                                  y=0.98, yanchor="top"),
                       height=680, width=250 * len(runs) + 150, font=dict(size=11), margin=dict(t=130))
     fig.write_html(path, include_plotlyjs=True)
