@@ -439,7 +439,8 @@ def _layer0_interventions(model: HookedTransformer, tokens: Tensor, content_ids:
 def diagnose(model: HookedTransformer, task: tasks_pkg.Task, tokens: Int[Tensor, "batch pos"],
              seed: int = 0) -> dict[str, Any]:
     """All diagnostics on ``tokens`` (``Int[Tensor, "batch pos"]``, batch >= 2, pos >= 3): ``l0_attention_entropy``,
-    ``l0_z_positional_share`` (at ``blocks.0.attn.hook_z``), ``digit_value_spread``,
+    ``l0_min_head_entropy`` (the lowest of :func:`layer0_head_entropies`: one collapsed head that the mean over
+    heads hides), ``l0_z_positional_share`` (at ``blocks.0.attn.hook_z``), ``digit_value_spread``,
     ``delimiter_value_norm_ratio``, ``digit_value_participation_ratio`` (:func:`value_geometry`), and, where
     :func:`layer0_interventions` applies (causal attention without a sliding window),
     ``l0_z_score_<intervention>`` for each of :data:`INTERVENTIONS` (content = the digits). Measured in eval
@@ -475,7 +476,8 @@ def diagnose(model: HookedTransformer, task: tasks_pkg.Task, tokens: Int[Tensor,
     with torch.no_grad(), eval_mode(model):
         _, cache = model.run_with_cache(tokens.to(model.cfg.device), names_filter=name, return_type=None)
     geo = value_geometry(model, task)
-    out = {"l0_attention_entropy": layer0_attention_entropy(model, tokens),
+    rel = _layer0_relative_entropy(model, tokens)  # [batch, head, query >= 1]
+    out = {"l0_attention_entropy": float(rel.mean()), "l0_min_head_entropy": float(rel.mean(dim=(0, 2)).min()),
            "l0_z_positional_share": positional_share(cache[name].flatten(-2).cpu()),
            "digit_value_spread": geo.digit_spread, "delimiter_value_norm_ratio": geo.delimiter_norm_ratio,
            "digit_value_participation_ratio": geo.digit_participation_ratio}

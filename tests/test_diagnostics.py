@@ -40,7 +40,7 @@ def test_uniform_attention_has_entropy_one_and_equal_embeddings_collapse_the_val
     with pytest.warns(DegenerateInputWarning, match=warned) as caught:
         d = diagnose(model, task, tokens)   # every position the same vector: warned once, not four times
     assert len([w for w in caught if issubclass(w.category, DegenerateInputWarning)]) == 1
-    assert set(d) == {"l0_attention_entropy", "l0_z_positional_share", "digit_value_spread",
+    assert set(d) == {"l0_attention_entropy", "l0_min_head_entropy", "l0_z_positional_share", "digit_value_spread",
                       "delimiter_value_norm_ratio", "digit_value_participation_ratio",
                       "l0_z_score_none", "l0_z_score_uniform_attention",
                       "l0_z_score_neutral_delimiters", "l0_z_score_both"}
@@ -667,11 +667,8 @@ def test_layer0_head_entropies_against_a_naive_loop_and_one_collapsed_head(tiny_
     model = build_model(tiny_cfg.replace(seed=seed))
     task = tasks.get_task("reversal")
     tokens = task.prompt_tokens(task.analysis_prompts(5, seed=seed))
-    first_key = torch.zeros(tokens.shape[1])   # head 0: a score of 60 added to key 0 by a hook on its scores
-    first_key[0] = 60.0
-
-    def boost(scores, hook):   # [batch, head, query, key]
-        scores[:, 0] = scores[:, 0] + first_key
+    def boost(scores, hook):   # [batch, head, query, key]; head 0: a score of 60 added to key 0
+        scores[:, 0, :, 0] = scores[:, 0, :, 0] + 60.0
         return scores
 
     model.blocks[0].attn.hook_attn_scores.add_hook(boost)
@@ -694,3 +691,14 @@ def test_layer0_head_entropies_against_a_naive_loop_and_one_collapsed_head(tiny_
     assert per_head.tolist() == pytest.approx(naive, abs=1e-5)
     assert float(per_head[0]) < 0.01 and float(per_head[1:].min()) > 0.5
     assert mean == pytest.approx(float(per_head.mean()), abs=1e-6) and mean > 0.3
+    # diagnose reports the lowest head beside the mean, which reads this model as mildly non-uniform
+    from nope_interp.diagnostics import diagnose
+
+    model.blocks[0].attn.hook_attn_scores.add_hook(boost)
+    try:
+        d = diagnose(model, task, tokens)
+    finally:
+        model.reset_hooks()
+    assert d["l0_min_head_entropy"] == pytest.approx(float(per_head.min()), abs=1e-6)
+    assert d["l0_min_head_entropy"] < 0.01
+    assert d["l0_attention_entropy"] == pytest.approx(mean, abs=1e-6)

@@ -426,14 +426,16 @@ def render_markdown(result: dict[str, Any]) -> str:
                     lines.append(f"| {g['task']} | {g['recipe']} | {p} | {kind} | {row:.3f} | {mean:.2f} ± {std:.2f} "
                                  f"| {mm} | {em} |")
     lines += ["", "## Layer-0 diagnostics of the trained models (mean over seeds, full protocol)", "",
-              "| task | recipe | L0 attention entropy | positional share of L0 hook_z | digit value spread "
-              "| delimiter / digit value norm | digit value participation ratio (of 9) |",
-              "|---|---|---|---|---|---|---|"]
+              "| task | recipe | L0 attention entropy | its lowest head's | positional share of L0 hook_z "
+              "| digit value spread | delimiter / digit value norm | digit value participation ratio (of 9) |",
+              "|---|---|---|---|---|---|---|---|"]
     for g in result["groups"]:
         d = g["diagnostics"]["trained"]
         pr = d.get("digit_value_participation_ratio")
+        low = d.get("l0_min_head_entropy")  # None in files written before it was measured
         lines.append(f"| {g['task']} | {g['recipe']} | {d['l0_attention_entropy']:.3f} | "
-                     f"{d['l0_z_positional_share']:.3f} | {d['digit_value_spread']:.3f} | "
+                     f"{'-' if low is None else format(low, '.3f')} | {d['l0_z_positional_share']:.3f} | "
+                     f"{d['digit_value_spread']:.3f} | "
                      f"{d['delimiter_value_norm_ratio']:.2f} | {'-' if pr is None else format(pr, '.2f')} |")
     if any("l0_z_score_none" in g["diagnostics"]["trained"] for g in result["groups"]):
         lines += ["", "## Which explanation holds? L0 hook_z with each one undone (full protocol)", "",

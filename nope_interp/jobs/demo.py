@@ -478,12 +478,15 @@ def render_summary(summary: dict[str, Any]) -> str:
                   "centroid (relative to its norm; small = collapsed), the delimiters' value norm relative to "
                   "the digits', and how many directions the digits' values span (participation ratio, at most 9; "
                   "see nope_interp/diagnostics.py).", "",
-                  "| task | model | L0 attention entropy | positional share of L0 hook_z | digit value spread "
-                  "| delimiter / digit value norm | digit value participation ratio |", "|---|---|---|---|---|---|---|"]
+                  "| task | model | L0 attention entropy | its lowest head's | positional share of L0 hook_z "
+                  "| digit value spread | delimiter / digit value norm | digit value participation ratio |",
+                  "|---|---|---|---|---|---|---|---|"]
         for name, t in diag:
             for kind, d in t["diagnostics"].items():
                 pr = d.get("digit_value_participation_ratio")
-                lines.append(f"| {name} | {kind} | {d['l0_attention_entropy']:.3f} | {d['l0_z_positional_share']:.3f} "
+                low = d.get("l0_min_head_entropy")  # None in files written before it was measured
+                lines.append(f"| {name} | {kind} | {d['l0_attention_entropy']:.3f} | "
+                             f"{'-' if low is None else format(low, '.3f')} | {d['l0_z_positional_share']:.3f} "
                              f"| {d['digit_value_spread']:.3f} | {d['delimiter_value_norm_ratio']:.2f} "
                              f"| {'-' if pr is None else format(pr, '.2f')} |")
         if any("l0_z_score_none" in d for _, t in diag for d in t["diagnostics"].values()):
