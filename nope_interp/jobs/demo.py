@@ -472,7 +472,8 @@ def render_summary(summary: dict[str, Any]) -> str:
     diag = [(name, t) for name, t in summary["tasks"].items() if t.get("diagnostics")]
     if diag:
         lines += ["## Which mechanism? Layer-0 diagnostics", "",
-                  "Relative entropy of layer-0 attention (1 = uniform: averaging is possible; near 0: attention "
+                  "Relative entropy of layer-0 attention, mean over heads and its lowest head's (1 = uniform: "
+                  "averaging is possible; near 0: attention "
                   "collapsed), the share of the second moment of `blocks.0.attn.hook_z` held by the per-position "
                   "mean (1 = purely positional), the spread of the digits' layer-0 value vectors around their "
                   "centroid (relative to its norm; small = collapsed), the delimiters' value norm relative to "
