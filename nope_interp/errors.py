@@ -79,7 +79,9 @@ class NopeInterpError(ValueError):
         if self.template is None:
             err = type(self)(f"{where}: {self}")
         else:
-            key = "where_" + "_" * max((len(k) for k in self.values), default=0)  # a value name the template lacks
+            key = "where"
+            while key in self.values or "{" + key in self.template:  # a placeholder the template does not use
+                key += "_"
             err = type(self).naming("{" + key + "}: " + self.template, self.names, **self.values, **{key: where})
         err.config = self.config
         return err

@@ -733,6 +733,9 @@ def test_a_prefixed_error_keeps_its_fields_and_config(where):
     out = err.prefixed(where)
     assert str(out) == f"{where}: window 48 or less fits" and out.config is ModelConfig
     assert out.spelt(lambda field: "--window" if field == "window" else None) == f"{where}: --window 48 or less fits"
+    clash = NopeInterpError.naming("{where} and {where_}={value}", value=3).prefixed(where)  # fields named like the key
+    assert str(clash) == f"{where}: where and where_=3"
+    assert clash.spelt(lambda field: f"--{field}") == f"{where}: --where and --where_=3"
     plain = NopeInterpError("no fields here").prefixed(where)
     assert str(plain) == f"{where}: no fields here" and plain.spelt(lambda field: "--x") == str(plain)
 

@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 from nope_interp import io
-from nope_interp.diagnostics import layer0_head_entropies
+from nope_interp.diagnostics import layer0_attention_entropy, layer0_head_entropies
 from nope_interp.model import build_model, load_state
 from nope_interp.pretrained import CANDIDATES_DIR, load_run
 from nope_interp.similarity import adjacency_score_of_activations
@@ -112,8 +112,6 @@ def attention_targets(pattern: torch.Tensor, texts: list[str], full: bool) -> di
         m = (m & keep).float()
         denom = (uniform * m).sum() * h
         out[name] = float((p * m).sum() / denom) if denom > 0 else float("nan")
-    ent = -(pattern * pattern.clamp_min(1e-12).log()).sum(-1)[:, :, 1:]  # [batch, head, query >= 1]
-    out["entropy"] = float((ent / (q[1:] + 1).float().log()).mean())
     return out
 
 
@@ -185,6 +183,7 @@ def measure(run_name: str, step: int | str, n: int) -> dict[str, dict] | None:
         stats = attention_targets(pattern, texts, kind == "full")
         stats["l0_z_score"] = float(adjacency_score_of_activations(z.flatten(2)).nanmean())
         stats["heads"] = layer0_head_entropies(model, tokens).tolist()
+        stats["entropy"] = layer0_attention_entropy(model, tokens)
         stats["head_z"] = [float(adjacency_score_of_activations(z[:, :, h]).nanmean()) for h in range(z.shape[2])]
         stats["line_word"], stats["line_word_uniform"] = line_word_share(pattern, texts, kind == "full")
         markers = torch.tensor([[c.isalpha() or c == "\n" for c in t] for t in texts]).to(pattern.dtype)
