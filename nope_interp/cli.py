@@ -10,6 +10,7 @@ prints; it holds no analysis and writes no file. Bad input prints one line,
 
 import argparse
 import dataclasses
+import functools
 import importlib
 import os
 import re
@@ -19,11 +20,11 @@ import time
 import types
 import typing
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from nope_interp.errors import NopeInterpError, NopeInterpWarning, Terminated, one_line, sigterm_as_exit
+from nope_interp.errors import Named, NopeInterpError, NopeInterpWarning, Terminated, one_line, sigterm_as_exit
 
 # the tasks package imports torch (seconds): imported where used, after main() has its Ctrl-C/SIGTERM handling
 
@@ -534,7 +535,7 @@ def _cmd_job(job: Any, args: argparse.Namespace) -> int:
                                   "windows, so --task / --n-digits would be ignored: drop them (long-context "
                                   "--inputs task reads task text)")
     with io.exclusive(res_dir, "--out-root output folder"):  # one writer per job and --out-root at a time
-        result = job.run(cfg, models, log=print)
+        result = job.run(cfg, models, log=_log_for(args))
         paths = job.write(result, args.out_root)
     print(f"done in {time.perf_counter() - t0:.0f}s\noutputs:\n" + "\n".join(f"  {p}" for p in paths))
     return 0
@@ -547,7 +548,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     out_dir = Path(args.out_dir) if args.out_dir else Path("runs") / "sweeps" / spec.name
     if args.command == "sweep":
         status = sweep.run_sweep(spec, out_dir, executor=args.executor, workers=args.workers, threads=args.threads,
-                                 ray_address=args.ray_address, log=print, progress=_progress_bar(args))
+                                 ray_address=args.ray_address, log=_log_for(args), progress=_progress_bar(args))
         print(f"points in {out_dir}/points/; aggregate with: nope-interp sweep-report {args.spec}"
               + (f" --out-dir {out_dir}" if args.out_dir else ""))
         return 1 if status.failed else 0
@@ -581,17 +582,36 @@ def main(argv: Sequence[str] | None = None) -> int:
               "rerun the same command", file=sys.stderr)
         return int(stop.code) if isinstance(stop, Terminated) else 130
     with warnings.catch_warnings():
-        warnings.showwarning = _show_warning  # restored on exit: the CLI's one-line warnings stay in the CLI
+        # restored on exit: the CLI's one-line warnings stay in the CLI
+        warnings.showwarning = functools.partial(_show_warning, args=args)
         return _run_command(args, argv)
 
 
-def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
-    """The toolkit's own warnings as one line on stderr (``nope-interp: warning: ...``), others as Python shows
-    them."""
+def as_flags(text: str | Warning, args: argparse.Namespace) -> str:
+    """``text`` as the command line shows it: a :class:`~nope_interp.errors.Message` or warning made by ``naming``
+    with the config fields it names spelt as this command's flags (:func:`flag_of_field`); any other text as it
+    is."""
+    if isinstance(text, Named) and text.template is not None:
+        return text.spelt(lambda field: flag_of_field(field, args, text.config))
+    return str(text)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None, *,  # noqa: ANN001
+                  args: argparse.Namespace) -> None:
+    """The toolkit's own warnings as one line on stderr (``nope-interp: warning: ...``), the config fields they
+    name spelt as the command's flags; others as Python shows them."""
     if issubclass(category, NopeInterpWarning):
-        print(f"nope-interp: warning: {one_line(str(message))}", file=sys.stderr if file is None else file)
+        print(f"nope-interp: warning: {one_line(as_flags(message, args))}", file=sys.stderr if file is None else file)
     else:
         (file or sys.stderr).write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
+def _log_for(args: argparse.Namespace) -> Callable[[str], None]:
+    """The ``log`` a command passes to a job or sweep: each line on stdout through ``tqdm.write`` (a progress bar
+    on stderr stays whole), the config fields a :class:`~nope_interp.errors.Message` names spelt as flags."""
+    from tqdm import tqdm
+
+    return lambda line: tqdm.write(as_flags(line, args))
 
 
 #: What a stopped command (Ctrl-C, SIGTERM) kept and how to go on, by command (analysis jobs: the default).

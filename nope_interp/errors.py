@@ -10,7 +10,7 @@ import signal
 import string
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 
 def one_line(text: str) -> str:
@@ -27,16 +27,18 @@ def one_line(text: str) -> str:
     return " ".join(part for part in (line.strip(" \t") for line in text.splitlines()) if part).strip()
 
 
-class NopeInterpError(ValueError):
-    """Bad input to the toolkit: the message names the parameter and what is allowed.
+class Named:
+    """What :class:`NopeInterpError`, :class:`NopeInterpWarning` and :class:`Message` share: a text that names
+    config fields, spelt as their Python names (``str``) or, through :meth:`spelt`, as the command's flags.
 
     Attributes:
-        config: the config class (:class:`~nope_interp.config.FrozenConfig`) whose own checks refused a value, set
-            as the error leaves them (the innermost config, when one config builds another); None otherwise. The
-            CLI names that config's flags from it (``--model-window``, not the training ``--window``).
-        template, values, names: set by :meth:`naming` (None, {} and {} otherwise): the message with the config
+        template, values, names: set by :meth:`naming` (None, {} and {} otherwise): the text with the config
             fields it names as ``{field}`` placeholders, the other placeholders' values, and the Python spelling of
             a placeholder that is not a field's own name. :meth:`spelt` fills them in.
+        config: the config class (:class:`~nope_interp.config.FrozenConfig`) whose fields the text names, where the
+            command has two flags of one name (``window``: ``--window`` of the job or training, ``--model-window``
+            of ModelConfig); None otherwise. For an error, the config whose own checks refused a value, set as the
+            error leaves them (the innermost config, when one config builds another).
     """
 
     config: type | None = None
@@ -45,11 +47,11 @@ class NopeInterpError(ValueError):
     names: dict[str, str] = {}  # noqa: RUF012
 
     @classmethod
-    def naming(cls, template: str, names: dict[str, str] | None = None, /, **values: Any) -> "NopeInterpError":
-        """An error whose message names config fields anywhere in it, not only at its start: ``template`` is a
+    def naming(cls: type["_N"], template: str, names: dict[str, str] | None = None, /, **values: Any) -> "_N":
+        """An instance whose text names config fields anywhere in it, not only at its start: ``template`` is a
         :meth:`str.format` text whose placeholders that ``values`` does not fill are field names (``"{from_sweep}
         and {retrain} exclude each other"``, ``"{window}={value!r} is only used with {objective} packed"`` with
-        ``value=8``). The message (what Python users see) spells each field as its name, or as ``names[field]``
+        ``value=8``). The text (what Python users see) spells each field as its name, or as ``names[field]``
         (``{"model_n_layers": "model_overrides['n_layers']"}``); the CLI spells it as the flag that sets it
         (``--from-sweep and --retrain exclude each other``) through :meth:`spelt`.
 
@@ -64,9 +66,34 @@ class NopeInterpError(ValueError):
         names = dict(names or {})
         named = {k: v.spelt(lambda field: names.get(field, field)) if isinstance(v, Fields)
                  else "" if isinstance(v, CommandLineOnly) else v for k, v in values.items()}
-        err = cls(_fill(template, lambda field: names.get(field, field), named))
-        err.template, err.values, err.names = template, values, names
-        return err
+        new = cls(_fill(template, lambda field: names.get(field, field), named))
+        new.template, new.values, new.names = template, values, names
+        return new
+
+    def spelt(self, spell: Callable[[str], str | None]) -> str:
+        """The text with each field that :meth:`naming` marked spelt as ``spell(field)`` (its flag on the
+        command line), or as in the text where ``spell`` gives None; the text itself for one not made by
+        :meth:`naming`. A :class:`Fields` value keeps only the fields that ``spell`` spells (the options of the
+        command in use)."""
+        if self.template is None:
+            return str(self)
+        values = {k: v.spelt(spell) if isinstance(v, Fields | CommandLineOnly) else v for k, v in self.values.items()}
+        return _fill(self.template, lambda field: spell(field) or self.names.get(field, field), values)
+
+
+_N = TypeVar("_N", bound=Named)
+
+
+class NopeInterpError(Named, ValueError):
+    """Bad input to the toolkit: the message names the parameter and what is allowed.
+
+    :meth:`naming` (``NopeInterpError.naming("{window}={value} ...", value=8)``) makes one whose message names
+    config fields, spelt as flags on the command line (:meth:`spelt`).
+
+    Attributes:
+        config, template, values, names: see :class:`Named`; the CLI names ``config``'s flags (``--model-window``,
+            not the training ``--window``).
+    """
 
     def prefixed(self, where: str) -> "NopeInterpError":
         """This error with ``where + ": "`` before its message (``"addition initialised: n_ctx=48 is too small
@@ -85,16 +112,6 @@ class NopeInterpError(ValueError):
             err = type(self).naming("{" + key + "}: " + self.template, self.names, **self.values, **{key: where})
         err.config = self.config
         return err
-
-    def spelt(self, spell: Callable[[str], str | None]) -> str:
-        """The message with each field that :meth:`naming` marked spelt as ``spell(field)`` (its flag on the
-        command line), or as in the message where ``spell`` gives None; the message itself for an error not made
-        by :meth:`naming`. A :class:`Fields` value keeps only the fields that ``spell`` spells (the options of
-        the command in use)."""
-        if self.template is None:
-            return str(self)
-        values = {k: v.spelt(spell) if isinstance(v, Fields | CommandLineOnly) else v for k, v in self.values.items()}
-        return _fill(self.template, lambda field: spell(field) or self.names.get(field, field), values)
 
 
 class Fields(tuple):
@@ -151,9 +168,16 @@ class Terminated(SystemExit):
     directory's cleanup runs, then turned by the CLI into one line and exit status ``code`` (128 + 15)."""
 
 
-class NopeInterpWarning(UserWarning):
+class NopeInterpWarning(Named, UserWarning):
     """A toolkit warning: the input is accepted but probably not what was meant (the CLI shows it as one
-    line, ``nope-interp: warning: ...``)."""
+    line, ``nope-interp: warning: ...``). Made by :meth:`naming`, it names config fields as Python names and,
+    on the command line, as the flags that set them."""
+
+
+class Message(Named, str):
+    """A progress or log line (what a job passes to its ``log``) that names config fields: made by
+    :meth:`naming`, it is the text with Python's names (``label='x' names the output of one model``), and the CLI
+    prints :meth:`spelt` with the command's flags (``--label=x ...``)."""
 
 
 class ScheduleWarning(NopeInterpWarning):

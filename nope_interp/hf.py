@@ -53,13 +53,13 @@ def bridge_from_hf(hf_model: torch.nn.Module, architecture: str | None = None) -
     return bridge.eval() if hasattr(bridge, "eval") else bridge
 
 
-def load_hf(path: str | Path, what: str = "path (--hf-path)") -> Any:
+def load_hf(path: str | Path, what: str = "path") -> Any:
     """Load a causal LM saved with ``save_pretrained`` in ``path`` (eager attention, CPU, offline) and wrap it
     (:func:`bridge_from_hf`).
 
     Args:
-        path: the folder (``~`` is expanded). what: how errors name it: by default both the argument and the
-            command-line flag that passes it (``"path (--hf-path)"``); a caller may pass its own name.
+        path: the folder (``~`` is expanded). what: how errors name it (``"path"``; the analysis jobs pass
+            ``"hf_path"``, which the CLI spells ``--hf-path``).
 
     Raises:
         NopeInterpError: ``path`` is not a path, or not a folder with a ``config.json``; the weights cannot be

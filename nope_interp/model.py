@@ -234,7 +234,7 @@ def check_model_fits(cfg: ModelConfig, device: str | torch.device = "cpu", what:
     n = n_parameters(cfg)
     count = f"{n / 1e9:,.1f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
     what = f"{what} ({cfg.n_layers} layers, d_model {cfg.d_model}, {count} parameters)"
-    advice = "choose a smaller preset or --model-* sizes"
+    advice = "choose a smaller preset or smaller model sizes"
     check_fits_memory(need, "cpu", what, advice)
     if torch.device(device).type != "cpu":
         check_fits_memory(need, device, what, advice)

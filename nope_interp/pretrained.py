@@ -221,7 +221,8 @@ def _checked_summary(path: Path) -> dict[str, Any]:
     if metrics and metrics[-1]["step"] > steps:
         raise NopeInterpError(f"run summary is stale: {summary_path} is for step {steps}, but the run trained to step "
                               f"{metrics[-1]['step']} ({io.METRICS_FILE}): its weights are not the ones scored; "
-                              f"resume the run to its end, or --finalize it again")
+                              f"resume the run to its end, or finalize it again (nope_interp.train.finalize; "
+                              "nope-interp train --finalize)")
     return summary
 
 

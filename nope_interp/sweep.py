@@ -1327,9 +1327,10 @@ def write_report(rep: SweepReport, out_root: str | Path = ".") -> list[Path]:
     before = before if isinstance(before, dict) else {}
     old_dir = before.get("points_dir")
     if isinstance(old_dir, str) and old_dir and rep.points_dir and old_dir != rep.points_dir:
-        warnings.warn(NopeInterpWarning(
-            f"sweep report {rep.spec.name!r}: overwriting {res_dir}, the report of the points in {old_dir}, with "
-            f"the one of {rep.points_dir} (give another --out-root to keep both)"), stacklevel=2)
+        warnings.warn(NopeInterpWarning.naming(
+            "sweep report {name!r}: overwriting {res_dir}, the report of the points in {old_dir}, with the one of "
+            "{points_dir} (give another {out_root} to keep both)", name=rep.spec.name, res_dir=str(res_dir),
+            old_dir=old_dir, points_dir=rep.points_dir), stacklevel=2)
     old_axes = before.get("group_by") if isinstance(before.get("group_by"), list) else []
     paths = [io.atomic_write_text(res_dir / "report.csv", io.to_csv(list(rep.rows))),
              io.atomic_write_text(res_dir / "report.md", rep.markdown()),

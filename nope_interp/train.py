@@ -216,9 +216,10 @@ def warn_short_schedule(cfg: TrainConfig | TextTrainConfig) -> None:
     schedule: the learning rate then stops at ``lr * steps / warmup_steps`` and never decays; a short test
     run with the default warmup does that silently otherwise."""
     if cfg.warmup_steps >= cfg.steps:
-        warnings.warn(f"warmup_steps={cfg.warmup_steps} >= steps={cfg.steps}: the learning rate never reaches "
-                      f"lr={cfg.lr:g} (it ends at {cfg.lr * cfg.steps / max(1, cfg.warmup_steps):.3g}); pass "
-                      "--warmup-steps below --steps", ScheduleWarning, stacklevel=2)
+        warnings.warn(ScheduleWarning.naming(
+            "{warmup_steps}={w} >= {steps}={s}: the learning rate never reaches {lr}={v:g} (it ends at {end:.3g}); "
+            "pass {warmup_steps} below {steps}", w=cfg.warmup_steps, s=cfg.steps, v=cfg.lr,
+            end=cfg.lr * cfg.steps / max(1, cfg.warmup_steps)), stacklevel=2)
 
 
 def train(

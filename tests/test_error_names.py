@@ -749,3 +749,180 @@ def test_averaging_names_the_window_flag_of_a_model_whose_inputs_do_not_fit(tmp_
     assert message == ("nope-interp: error: addition trained: n_ctx=64 is too small for 'addition' window inputs of "
                        "100 tokens: --window 64 or less fits"), message
     assert not (tmp_path / "results").exists()
+
+
+# 6. warnings and log lines: Python's names in Python, the command's flags on the command line
+# Before: the short-schedule warning said "pass --warmup-steps below --steps" to a Python caller of train(); the
+# sweep report's overwrite warning "give another --out-root"; the analyze, averaging and ablate log lines
+# "--label", "--eval-n" and "--window sets it"; load_hf's errors "path (--hf-path)"; the memory advice
+# "--model-* sizes"; a stale summary "--finalize it again".
+
+
+def _args(command, *argv):
+    from nope_interp.cli import _build_parser
+
+    return _build_parser([command]).parse_args([command, *argv])
+
+
+@pytest.mark.parametrize("kind", ["Message", "NopeInterpWarning", "NopeInterpError"])
+def test_named_text_reads_as_python_names_and_is_spelt_as_flags(kind):
+    import nope_interp.errors as errors
+
+    made = getattr(errors, kind).naming("{warmup_steps}={w} >= {steps}={s}; {sources}", w=5, s=3,
+                                        sources=errors.Fields("run", "hf_path", sep=" or "))
+    assert str(made) == "warmup_steps=5 >= steps=3; run or hf_path"
+    assert made.spelt(lambda f: None if f == "hf_path" else "--" + f.replace("_", "-")) == \
+        "--warmup-steps=5 >= --steps=3; --run"
+    if kind == "Message":
+        assert isinstance(made, str) and made == "warmup_steps=5 >= steps=3; run or hf_path"
+
+
+@pytest.mark.parametrize(("steps", "warmup"), [(2, 4), (3, 3), (1, 500)])
+def test_short_schedule_warning_names_fields_in_python_and_flags_on_the_cli(tmp_path, capsys, steps, warmup):
+    from nope_interp.cli import main
+    from nope_interp.errors import ScheduleWarning
+    from nope_interp.train import warn_short_schedule
+
+    _, cfg = _configs(steps=steps, warmup_steps=warmup)
+    with pytest.warns(ScheduleWarning) as caught:
+        warn_short_schedule(cfg)
+    text = str(caught[0].message)
+    assert text.startswith(f"warmup_steps={warmup} >= steps={steps}: ") and "--" not in text, text
+    assert text.endswith("pass warmup_steps below steps"), text
+    argv = [a for a in TRAIN]
+    argv[argv.index("--steps") + 1], argv[argv.index("--warmup-steps") + 1] = str(steps), str(warmup)
+    argv[argv.index("--eval-every") + 1] = argv[argv.index("--checkpoint-every") + 1] = "1"
+    assert main([*argv, "--runs-dir", str(tmp_path), "--name", "w"]) == 0
+    lines = [x for x in capsys.readouterr().err.splitlines() if "warning" in x]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"nope-interp: warning: --warmup-steps={warmup} >= --steps={steps}: "), lines
+    assert lines[0].endswith("pass --warmup-steps below --steps"), lines
+
+
+def test_averaging_eval_n_line_is_spelt_as_the_flag(tiny_run):
+    from nope_interp.cli import as_flags
+    from nope_interp.jobs import averaging as job
+    from nope_interp.jobs.common import entry_from_run
+    from nope_interp.pretrained import load_run
+
+    lines = []
+    job._eval_examples(entry_from_run(load_run(tiny_run), "tiny-run"), 10**6, lines.append)
+    assert "(eval_n 1000000 asked for more)" in lines[0] and "--" not in lines[0]
+    assert "(--eval-n 1000000 asked for more)" in as_flags(lines[0], _args("averaging"))
+
+
+@pytest.mark.parametrize("label", ["x", "a.b-1"])
+def test_analyze_label_line_names_label_in_python_and_the_flag_on_the_cli(tmp_path, capsys, label):
+    from nope_interp.cli import main
+    from nope_interp.jobs import analyze
+    from nope_interp.jobs.common import shipped_entries
+
+    lines = []
+    analyze.run(analyze.AnalyzeConfig(label=label, n_prompts=2), shipped_entries(["addition", "reversal"]),
+                log=lines.append)
+    assert f"label {label!r} names the output of one model; 2 models keep their own labels" in lines, lines
+    argv = ["analyze", "--pretrained", "addition", "reversal", "--label", label, "--n-prompts", "2",
+            "--out-root", str(tmp_path)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"--label {label!r} names the output of one model" in out, out
+
+
+def test_ablate_window_line_names_window(tiny_run):
+    from nope_interp.cli import as_flags
+    from nope_interp.jobs import ablate
+    from nope_interp.jobs.common import entry_from_run
+    from nope_interp.pretrained import load_run
+
+    lines = []
+    ablate.run(ablate.AblateConfig(protocol="window", kinds=("mean_positional",), ranks=(0,), n_random=1, n_eval=4,
+                                   n_mu=4, n_analysis=2), [entry_from_run(load_run(tiny_run), "t")], log=lines.append)
+    line = next(x for x in lines if x.startswith("window protocol"))
+    assert line.endswith("; window sets it)") and "--" not in line, line
+    assert as_flags(line, _args("ablate")).endswith("; --window sets it)")
+
+
+def test_sweep_report_overwrite_warning_names_out_root():
+    from nope_interp.cli import as_flags
+    from nope_interp.errors import NopeInterpWarning
+
+    made = NopeInterpWarning.naming("... (give another {out_root} to keep both)")
+    assert str(made).endswith("(give another out_root to keep both)")
+    assert as_flags(made, _args("sweep-report", "trained-seeds")).endswith("(give another --out-root to keep both)")
+
+
+def test_load_hf_names_its_argument(tmp_path):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.hf import load_hf
+
+    with pytest.raises(NopeInterpError) as err:
+        load_hf(tmp_path)
+    assert _one_line(err).startswith(f"path {tmp_path} is not a folder saved by save_pretrained"), _one_line(err)
+
+
+HELP_CALLS = {"opt", "add_argument"}
+#: Texts outside the CLI that name a flag on purpose: a command to run, or both spellings side by side.
+FLAGS_ON_PURPOSE = {
+    ("config.py", "(--window, --model-n-ctx; in a sweep TOML window, model_n_ctx)"),
+    ("jobs/demo.py", "(retrained by nope-interp demo --retrain)"),
+    ("jobs/demo.py", " --out-dir "),
+    ("sweep.py", "(is `ray start --head` running there?)"),
+    ("train.py", "--init, ModelSource(init=True) in Python"),
+    ("train.py", "--resume"),
+    ("pretrained.py", "(nope_interp.train.finalize; "),
+}
+
+
+def _texts_naming_flags():
+    import ast
+    from pathlib import Path
+
+    import nope_interp
+
+    root = Path(nope_interp.__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "cli.py":
+            continue
+        tree = ast.parse(path.read_text())
+        skip = set()
+        for node in ast.walk(tree):
+            body = getattr(node, "body", None)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef) and body and \
+                    isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                skip.add(id(body[0].value))  # docstrings
+            if isinstance(node, ast.Call):
+                name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+                helps = [node] if name in HELP_CALLS else [k.value for k in node.keywords if k.arg == "help"]
+                skip.update(id(sub) for h in helps for sub in ast.walk(h))  # --help texts
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "DEFAULT_MODELS" for t in node.targets):
+                skip.update(id(sub) for sub in ast.walk(node.value))  # the jobs' --help epilogue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip \
+                    and re.search(r"(?<![\w-])--[a-z]", node.value):
+                yield path.relative_to(root).as_posix(), node.value
+
+
+def test_messages_outside_the_cli_name_flags_only_on_purpose():
+    """Every text in the library that a Python user can see (errors, warnings, log lines, figure titles) names
+    arguments, not flags; the CLI spells them as flags (``naming``). The few that name a flag on purpose are
+    listed, and each listed one must still exist."""
+    found = list(_texts_naming_flags())
+    stray = [(f, t) for f, t in found if not any(f == g and s in t for g, s in FLAGS_ON_PURPOSE)]
+    assert not stray, stray
+    unused = [(g, s) for g, s in FLAGS_ON_PURPOSE if not any(f == g and s in t for f, t in found)]
+    assert not unused, unused
+
+
+@pytest.mark.parametrize("folder", ["a b", "it's", "plain"])
+def test_demo_suggests_a_sweep_command_that_the_shell_reads_back(tmp_path, folder):
+    """Before: ``nope-interp sweep trained-seeds --out-dir /tmp/a b`` (unquoted) for a folder with a space."""
+    import shlex
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.demo import sweep_models
+
+    out = tmp_path / folder
+    with pytest.raises(NopeInterpError) as err:
+        sweep_models("trained-seeds", ("addition",), sweep_dir=out)
+    command = re.search(r"`(nope-interp sweep [^`]*)`", _one_line(err)).group(1)
+    assert shlex.split(command) == ["nope-interp", "sweep", "trained-seeds", "--out-dir", str(out)], command

@@ -263,7 +263,7 @@ def test_exact_match_counts_the_examples_it_read_not_the_ones_asked_for(job, tin
     lines = []
     examples = job._eval_examples(entry, 10**9, lines.append)
     assert len(examples) == len(entry.run.splits.test) < 10**9
-    assert lines == [f"{entry.task.name} tiny-run: exact match on all {len(examples)} test examples (--eval-n "
+    assert lines == [f"{entry.task.name} tiny-run: exact match on all {len(examples)} test examples (eval_n "
                      f"1000000000 asked for more)"]
     assert job._eval_examples(entry, 3, lines.append) == list(entry.run.splits.test[:3]) and len(lines) == 1
 

@@ -67,7 +67,7 @@ from nope_interp.ablations import (
 )
 from nope_interp.analysis import analyze_tokens, protocol_prompts
 from nope_interp.config import FrozenConfig, check_choice, check_int, check_used, opt
-from nope_interp.errors import Fields, NopeInterpError
+from nope_interp.errors import Fields, Message, NopeInterpError
 from nope_interp.evaluate import answer_loss, exact_match_accuracy
 from nope_interp.hooks import hook_name, short_label
 from nope_interp.jobs import JOB_HELP
@@ -882,8 +882,11 @@ def run(config: AblateConfig, models: list[ModelEntry] | None = None, *, log: Lo
     if config.protocol == "window" and config.window is None and task_models:
         fits = min(e.model.cfg.n_ctx - e.task.max_answer_len - 1 for e in task_models)
         config = config.replace(window=min(DEFAULT_WINDOW, max(3, fits)))  # the config's least window
-        emit(log, f"window protocol: contexts of {config.window} characters (the longest that fits every model's "
-                  f"n_ctx with its answer, at most {DEFAULT_WINDOW}; --window sets it)")
+        line = Message.naming("window protocol: contexts of {n} characters (the longest that fits every model's n_ctx "
+                              "with its answer, at most {most}; {window} sets it)", n=config.window,
+                              most=DEFAULT_WINDOW)
+        line.config = AblateConfig  # --window, not ModelConfig's --model-window
+        emit(log, line)
     for entry in models:
         ablation_sites(config, entry.model_cfg.n_layers)  # validates before any work
         if entry.kind == "text" and config.protocol != "full":
@@ -1100,7 +1103,7 @@ def plot_seed_summary(summaries: Sequence[TaskSeedSummary]) -> go.Figure:
         fig.update_xaxes(title_text="rank r", row=i, col=2)
     words = {f" ({e.protocol} inputs)" if e.protocol not in ("full", "text") else "" for e in summaries}
     ranks = {e.rank for e in summaries if e.rank is not None}
-    fig.update_layout(barmode="group", title="Ablations over seeds (same recipe, other --seed/--model-seed)"
+    fig.update_layout(barmode="group", title="Ablations over seeds (same recipe, other training and model seeds)"
                       + (words.pop() if len(words) == 1 else "")
                       + (f"; project_out* bars at rank {ranks.pop()}" if len(ranks) == 1 else ""),
                       height=220 + 380 * len(summaries), width=1620, legend={"font": {"size": 11}})

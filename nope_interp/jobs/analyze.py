@@ -24,7 +24,7 @@ import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.analysis import AnalysisResult, analyze_model, analyze_tokens, decode_window, text_windows_of
 from nope_interp.config import FrozenConfig, check_choice, check_int, check_name, check_used, opt
-from nope_interp.errors import Fields, NopeInterpError
+from nope_interp.errors import Fields, Message, NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names, check_points
 from nope_interp.jobs import JOB_HELP
 from nope_interp.jobs.common import (
@@ -150,7 +150,8 @@ def run(config: AnalyzeConfig, models: list[ModelEntry] | None = None, *, log: L
     t0 = time.perf_counter()
     out = []
     if config.label and len(models) > 1:
-        emit(log, f"--label {config.label} names the output of one model; {len(models)} models keep their own labels")
+        emit(log, Message.naming("{label} {value!r} names the output of one model; {n} models keep their own labels",
+                                 value=config.label, n=len(models)))
     for entry in progress(models, "analyze", log):
         own_label = bool(config.label) and len(models) == 1  # --label names the output of one model only
         label = config.label if own_label else entry.label

@@ -34,7 +34,7 @@ from nope_interp.averaging_checks import (
     counterfactual_report,
 )
 from nope_interp.config import FrozenConfig, check_choice, check_int, check_tasks, check_used, opt, preset
-from nope_interp.errors import NopeInterpError
+from nope_interp.errors import Message, NopeInterpError
 from nope_interp.hooks import short_label
 from nope_interp.interventions import pattern_kind_unsupported
 from nope_interp.jobs import JOB_HELP
@@ -207,8 +207,8 @@ def _eval_examples(entry: ModelEntry, n: int, log: Log = None) -> list[tasks_pkg
         return None
     test = entry.run.splits.test
     if len(test) < n:
-        emit(log, f"{entry.task.name} {entry.label}: exact match on all {len(test)} test examples (--eval-n {n} "
-                  f"asked for more)")
+        emit(log, Message.naming("{task} {label}: exact match on all {n_test} test examples ({eval_n} {n} asked for "
+                                 "more)", task=entry.task.name, label=entry.label, n_test=len(test), n=n))
     return list(test[:n])
 
 

@@ -540,7 +540,7 @@ def load_models(source: ModelSource, default_with_seeds: bool = False) -> list[M
         if not (io.as_path(source.hf_path, "hf_path") / "config.json").is_file():  # load_hf's check, field named
             raise NopeInterpError.naming("{hf_path}={path!r} is not a folder saved by save_pretrained (no "
                                          "config.json)", path=str(source.hf_path))
-        return [ModelEntry(label=f"hf-{name}", kind="hf", model=load_hf(source.hf_path), model_cfg=None,
+        return [ModelEntry(label=f"hf-{name}", kind="hf", model=load_hf(source.hf_path, "hf_path"), model_cfg=None,
                            task=task or tasks_pkg.get_task("reversal"), source={"hf_path": str(source.hf_path)})]
     if source.init:
         assert task is not None  # checked by ModelSource

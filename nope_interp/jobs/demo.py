@@ -9,6 +9,7 @@ Writes ``results/demo/summary.{md,json}`` and ``figures/demo/*.html``.
 """
 
 import math
+import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -301,7 +302,8 @@ def sweep_models(spec: str, tasks: tuple[str, ...], sweep_dir: str | Path = "") 
                 and finished_result(out / "points" / p.key) is not None]
         if not done:
             raise NopeInterpError(f"sweep {sp.name!r} has no finished point of task {task!r} in {out}; run "
-                                  f"`nope-interp sweep {spec}" + (f" --out-dir {out}" if sweep_dir else "") + "`")
+                                  f"`nope-interp sweep {shlex.quote(str(spec))}"
+                                  + (f" --out-dir {shlex.quote(str(out))}" if sweep_dir else "") + "`")
         best = min(done, key=lambda p: (p.settings["train"]["seed"], p.key))
         seed = best.settings["train"]["seed"]
         entries.append(entry_from_run(load_run(out / "points" / best.key / "run"), f"{task}-{sp.name}-s{seed}"))
