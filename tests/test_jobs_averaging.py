@@ -306,3 +306,30 @@ def test_draw_seed():
 
     odd = os.fsdecode(b"run-\xff")   # an undecodable file name: a lone surrogate, which strict UTF-8 refuses
     assert draw_seed(odd) == zlib.crc32(b"run-\xed\xb3\xbf") and draw_seed("\ud800") != draw_seed("\ud801")
+
+
+@pytest.mark.parametrize(("window", "first"), [(300, "initialised"), (70, "trained")])
+def test_inputs_too_long_for_a_default_model_are_refused_before_any_work(job, monkeypatch, window, first):
+    """Before: ``averaging --protocol window --window 70`` measured the initialised and bidirectional models of
+    addition (about 13 s) before refusing the shipped trained model (n_ctx 64)."""
+    from nope_interp.errors import NopeInterpError
+
+    monkeypatch.setattr(job, "task_models", lambda name: pytest.fail("a model was built before the check"))
+    cfg = job.AveragingConfig(tasks=("reversal", "addition"), n_prompts=3, eval_n=2, protocol="window", window=window)
+    with pytest.raises(NopeInterpError, match=f"^reversal {first}: n_ctx=.* is too small for 'reversal' window inputs "
+                                              f"of {window} tokens"):
+        job.run(cfg)
+
+
+def test_inputs_too_long_for_a_later_given_model_are_refused_before_any_work(job, tiny_cfg, addition_task,
+                                                                            monkeypatch):
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.jobs.common import entry_from_init
+
+    monkeypatch.setattr(job, "averaging_report", lambda *a, **k: pytest.fail("measured before the check"))
+    entries = [entry_from_init(tiny_cfg, addition_task, "initialised"),
+               entry_from_init(tiny_cfg.replace(n_ctx=16), addition_task, "short")]
+    cfg = job.AveragingConfig(tasks=("addition",), n_prompts=3, eval_n=2, protocol="window", window=40)
+    with pytest.raises(NopeInterpError, match="^addition short: n_ctx=16 is too small for 'addition' window inputs of "
+                                              "40 tokens: window 16 or less fits$"):
+        job.run(cfg, entries)
