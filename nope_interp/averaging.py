@@ -236,23 +236,33 @@ def relative_entropy_to_uniform(
 
 
 def attention_window(cfg: Any, layer: int) -> int | None:
-    """The sliding-window size (keys) of ``layer`` of a TransformerLens config with local attention
-    (``use_local_attn``), else None (every earlier key allowed). Models that mix global and local layers
-    (``attn_types``, GPT-Neo style) have a window only in their ``"local"`` layers.
+    """The sliding-window size (keys, the query's own included) of ``layer``, else None (every earlier key
+    allowed).
+
+    Read from a TransformerLens config with local attention (``use_local_attn`` and ``window_size``; models that
+    mix global and local layers, ``attn_types`` GPT-Neo style, have a window only in their ``"local"`` layers),
+    or from the Hugging Face fields a ``TransformerBridge``'s config carries (:func:`nope_interp.hf.bridge_from_hf`
+    copies them): ``sliding_window`` in every layer (Mistral), or only in the ``"sliding_attention"`` layers of
+    ``layer_types`` (Qwen2, Gemma), none when ``use_sliding_window`` is False. In both, query ``q`` sees keys
+    ``q - window + 1 .. q``.
 
     Raises:
-        NopeInterpError: ``layer`` not an index into ``attn_types`` when the config has them.
+        NopeInterpError: ``layer`` not an index into ``attn_types`` or ``layer_types`` when the config has them.
     """
-    if not getattr(cfg, "use_local_attn", False):
+    if getattr(cfg, "use_local_attn", False):
+        kinds, local, size = getattr(cfg, "attn_types", None), "local", cfg.window_size
+    elif getattr(cfg, "sliding_window", None) is not None and getattr(cfg, "use_sliding_window", True) is not False:
+        kinds, local, size = getattr(cfg, "layer_types", None), "sliding_attention", cfg.sliding_window
+    else:
         return None
-    kinds = getattr(cfg, "attn_types", None)
     if kinds:
+        name = "attn_types" if local == "local" else "layer_types"
         if not is_int(layer) or not 0 <= layer < len(kinds):
-            raise NopeInterpError(f"layer must be an integer in [0, {len(kinds)}) for this model's attn_types, "
+            raise NopeInterpError(f"layer must be an integer in [0, {len(kinds)}) for this model's {name}, "
                                   f"got {layer!r}")
-        if kinds[layer] != "local":
+        if kinds[layer] != local:
             return None
-    return int(cfg.window_size)
+    return int(size)
 
 
 def random_causal_pattern(

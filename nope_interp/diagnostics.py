@@ -33,7 +33,7 @@ from nope_interp.config import check_int
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import hook_name
 from nope_interp.interventions import pattern_replacement_hook
-from nope_interp.model import check_model, check_model_dtype, check_tokens, eval_mode
+from nope_interp.model import LensModel, check_model, check_model_dtype, check_tokens, eval_mode
 from nope_interp.similarity import adjacency_scores_of_activations, check_tensor, degenerate_report
 
 DIGITS = "0123456789"
@@ -67,7 +67,7 @@ def positional_share(acts: Float[Tensor, "batch pos d"]) -> float:
     return float(a.shape[0] * (a.mean(0) ** 2).sum()) / float((a**2).sum())
 
 
-def _check_model_dtype(model: HookedTransformer, fn: str) -> None:
+def _check_model_dtype(model: LensModel, fn: str) -> None:
     """:func:`nope_interp.model.check_model_dtype` (kept under its old name for this module's callers)."""
     check_model_dtype(model, fn)
 
@@ -93,7 +93,7 @@ def _check_task_prompts(task: tasks_pkg.Task, tokens: Tensor, fn: str) -> None:
                 f"task), got row {b} = {shown[:80]}; pass the task's own prompts (task.analysis_tokens(n))") from None
 
 
-def _checked_tokens(model: HookedTransformer, tokens: Tensor) -> Tensor:
+def _checked_tokens(model: LensModel, tokens: Tensor) -> Tensor:
     tokens = check_tokens(model, tokens)
     if tokens.shape[1] > model.cfg.n_ctx:
         raise NopeInterpError(f"sequences of {tokens.shape[1]} tokens exceed the model's n_ctx={model.cfg.n_ctx}")
@@ -101,7 +101,7 @@ def _checked_tokens(model: HookedTransformer, tokens: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def layer0_attention_entropy(model: HookedTransformer, tokens: Int[Tensor, "batch pos"]) -> float:
+def layer0_attention_entropy(model: LensModel, tokens: Int[Tensor, "batch pos"]) -> float:
     """Mean relative entropy (1 = uniform over the allowed keys, 0 = one key) of layer 0's attention rows >= 1,
     over heads and prompts, in [0, 1]; the allowed keys follow the model's attention (causal, sliding window,
     bidirectional; NaN with a window of 1, where no row has a choice). Measured in eval mode (the model's
@@ -110,16 +110,16 @@ def layer0_attention_entropy(model: HookedTransformer, tokens: Int[Tensor, "batc
 
     Raises:
         NopeInterpError: ``tokens`` that are not a 2-D integer tensor of ids in ``[0, d_vocab)``
-            (:func:`~nope_interp.model.check_tokens`), or longer than ``n_ctx``; ``model`` not a TransformerLens
-            model, or one whose parameters are not of ``model.cfg.dtype`` (after ``model.half()``: convert with
-            ``model.to(dtype)``).
+            (:func:`~nope_interp.model.check_tokens`), shorter than 2 positions or longer than ``n_ctx``; ``model``
+            not a TransformerLens model, or one whose parameters are not of ``model.cfg.dtype`` (after
+            ``model.half()``: convert with ``model.to(dtype)``).
     """
     _check_model_dtype(model, "layer0_attention_entropy")
     return float(_layer0_relative_entropy(model, _checked_tokens(model, tokens)).mean())
 
 
 @torch.no_grad()
-def layer0_head_entropies(model: HookedTransformer, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, " head"]:
+def layer0_head_entropies(model: LensModel, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, " head"]:
     """Each layer-0 head's mean relative attention entropy (as :func:`layer0_attention_entropy`, which is
     their mean), over prompts and query rows >= 1: ``[n_heads]``, float32 on the CPU, each in [0, 1].
 
@@ -135,8 +135,14 @@ def layer0_head_entropies(model: HookedTransformer, tokens: Int[Tensor, "batch p
     return rel.mean(dim=(0, 2)).float()
 
 
-def _layer0_relative_entropy(model: HookedTransformer, tokens: Tensor) -> Float[Tensor, "batch head query"]:
-    """Relative entropy of layer 0's attention rows >= 1, per prompt, head and query (eval mode)."""
+def _layer0_relative_entropy(model: LensModel, tokens: Tensor) -> Float[Tensor, "batch head query"]:
+    """Relative entropy of layer 0's attention rows >= 1, per prompt, head and query (eval mode).
+
+    Raises:
+        NopeInterpError: ``tokens`` of fewer than 2 positions (no row has a choice of keys: the mean was NaN)."""
+    if tokens.shape[1] < 2:
+        raise NopeInterpError(f"tokens must have at least 2 positions (row 0 attends to itself alone, so one "
+                              f"position has no attention entropy to measure), got shape {tuple(tokens.shape)}")
     name = hook_name("pattern", 0)
     with eval_mode(model):
         _, cache = model.run_with_cache(tokens.to(model.cfg.device), names_filter=name, return_type=None)
@@ -171,26 +177,49 @@ class ValueGeometry:
         return asdict(self)
 
 
-def is_nope(model: HookedTransformer) -> bool:
+def is_nope(model: LensModel) -> bool:
     """True when no positional information enters ``model`` besides the causal mask: TransformerLens's
-    ``"standard"`` positional embedding with an all-zero ``W_pos`` (how this toolkit builds NoPE models)."""
+    ``"standard"`` positional embedding with an all-zero ``W_pos`` (how this toolkit builds NoPE models); for a
+    ``TransformerBridge`` (no ``W_pos`` of its own), every layer measured ``nope`` by
+    :func:`~nope_interp.positional.layer_positional_types` (one forward pass).
+
+    Raises:
+        NopeInterpError: ``model`` not a TransformerLens model; a bridge whose layers
+            :func:`~nope_interp.positional.layer_positional_types` cannot type.
+    """
     check_model(model)
+    if not isinstance(model, HookedTransformer):  # a bridge: GPT-2's W_pos was an AttributeError here
+        from nope_interp.positional import layer_positional_types
+
+        return all(kind == "nope" for kind in layer_positional_types(model))
     return model.cfg.positional_embedding_type == "standard" and not bool(torch.any(model.W_pos != 0))
 
 
-def position_in_values(model: HookedTransformer) -> str | None:
+def position_in_values(model: LensModel) -> str | None:
     """Why layer 0's value vectors depend on position (positional embeddings added to the residual stream), or
     None when they depend on the token only: NoPE, or rotary (which rotates queries and keys, not values).
     The value-vector diagnostics (:func:`value_geometry`) and the causal test need None.
 
+    For a ``TransformerBridge`` the layer types are measured (:func:`~nope_interp.positional.layer_positional_types`):
+    values depend on position only with ``learned`` positional embeddings (RoPE and ALiBi act on the attention
+    scores, not the values).
+
     Raises:
-        NopeInterpError: ``model`` not a TransformerLens model (:func:`is_nope`)."""
+        NopeInterpError: ``model`` not a TransformerLens model (:func:`is_nope`); a bridge whose layers cannot be
+            typed."""
+    check_model(model)
+    if not isinstance(model, HookedTransformer):
+        from nope_interp.positional import layer_positional_types
+
+        if "learned" in layer_positional_types(model):
+            return "learned positional embeddings (layer-0 values depend on position)"
+        return None
     if model.cfg.positional_embedding_type == "rotary" or is_nope(model):
         return None
     return f"{model.cfg.positional_embedding_type} positional embeddings (layer-0 values depend on position)"
 
 
-def _check_ids(model: HookedTransformer, ids: list[int], what: str) -> None:
+def _check_ids(model: LensModel, ids: list[int], what: str) -> None:
     bad = [i for i in ids if i >= model.cfg.d_vocab]
     if bad:
         raise NopeInterpError(f"{what}: {tasks_pkg.decode([bad[0]])!r} has token id {bad[0]}, outside the model's "
@@ -198,7 +227,7 @@ def _check_ids(model: HookedTransformer, ids: list[int], what: str) -> None:
 
 
 @torch.no_grad()
-def value_geometry(model: HookedTransformer, task: tasks_pkg.Task) -> ValueGeometry:
+def value_geometry(model: LensModel, task: tasks_pkg.Task) -> ValueGeometry:
     """The layer-0 value vectors ``v_t = ln1(W_E[t]) @ W_V + b_V`` of the digits and of the task's delimiters.
 
     Raises:
@@ -270,7 +299,7 @@ def participation_ratio(x: Float[Tensor, "n d"]) -> float:
     return float(eig.sum()) ** 2 / float((eig**2).sum())
 
 
-def _content_values(model: HookedTransformer, content_ids: list[int]) -> Float[Tensor, "content head d_head"]:
+def _content_values(model: LensModel, content_ids: list[int]) -> Float[Tensor, "content head d_head"]:
     """Layer-0 value vectors of the content tokens, one one-token sequence each (under NoPE a token's value
     does not depend on its position)."""
     name = hook_name("v", 0)
@@ -315,7 +344,7 @@ def _neutral_delimiters_hook(delimiter: Tensor, index: Tensor, values: Tensor):
     return hook_name("v", 0), hook
 
 
-def layer0_interventions_unsupported(model: HookedTransformer) -> str | None:
+def layer0_interventions_unsupported(model: LensModel) -> str | None:
     """Why :func:`layer0_interventions` does not apply to ``model``, or None when it does: positional
     embeddings added to the residual stream (values then depend on position; NoPE and rotary models
     qualify: rotary rotates queries and keys only), attention that is not causal, or
@@ -327,12 +356,12 @@ def layer0_interventions_unsupported(model: HookedTransformer) -> str | None:
         return why
     if model.cfg.attention_dir != "causal":
         return f"{model.cfg.attention_dir} attention (the uniform replacement is the uniform causal pattern)"
-    if getattr(model.cfg, "use_local_attn", False) or getattr(model.cfg, "attn_types", None):
+    if any(attention_window(model.cfg, layer) is not None for layer in range(model.cfg.n_layers)):
         return "sliding-window attention (the uniform causal replacement would ignore the window)"
     return None
 
 
-def layer0_interventions(model: HookedTransformer, tokens: Int[Tensor, "batch pos"],
+def layer0_interventions(model: LensModel, tokens: Int[Tensor, "batch pos"],
                          content: str = DIGITS, seed: int = 0, n_draws: int = 8) -> dict[str, float]:
     """The adjacency score at ``blocks.0.attn.hook_z`` with each explanation of a low score undone.
 
@@ -411,7 +440,7 @@ def layer0_interventions(model: HookedTransformer, tokens: Int[Tensor, "batch po
 
 
 @torch.no_grad()
-def _layer0_interventions(model: HookedTransformer, tokens: Tensor, content_ids: list[int], seed: int,
+def _layer0_interventions(model: LensModel, tokens: Tensor, content_ids: list[int], seed: int,
                           n_draws: int) -> dict[str, float]:
     z = hook_name("z", 0)
     uniform = (hook_name("pattern", 0), pattern_replacement_hook("uniform"))
@@ -436,7 +465,7 @@ def _layer0_interventions(model: HookedTransformer, tokens: Tensor, content_ids:
     return {k: out[k] for k in INTERVENTIONS}
 
 
-def diagnose(model: HookedTransformer, task: tasks_pkg.Task, tokens: Int[Tensor, "batch pos"],
+def diagnose(model: LensModel, task: tasks_pkg.Task, tokens: Int[Tensor, "batch pos"],
              seed: int = 0) -> dict[str, Any]:
     """All diagnostics on ``tokens`` (``Int[Tensor, "batch pos"]``, batch >= 2, pos >= 3): ``l0_attention_entropy``,
     ``l0_min_head_entropy`` (the lowest of :func:`layer0_head_entropies`: one collapsed head that the mean over

@@ -21,6 +21,12 @@ from nope_interp.checks import is_int
 from nope_interp.config import check_int
 from nope_interp.errors import NopeInterpError, one_line
 
+#: The Hugging Face config fields that say which layers attend through a sliding window, and how wide:
+#: copied onto the bridge's config, where :func:`nope_interp.averaging.attention_window` reads them (before,
+#: a Mistral bridge's window was unknown to the toolkit: entropies normalised over every earlier key, and
+#: the uniform-attention intervention let in keys outside the window).
+SLIDING_WINDOW_FIELDS = ("sliding_window", "use_sliding_window", "layer_types")
+
 #: The tiny models :func:`tiny_hf_model` builds.
 TINY_KINDS = ("smollm3-mixed", "smollm3-nope", "llama")
 
@@ -29,7 +35,9 @@ def bridge_from_hf(hf_model: torch.nn.Module, architecture: str | None = None) -
     """A ``TransformerBridge`` around an already-built Hugging Face causal LM (eval mode, same weights).
 
     The bridge runs ``hf_model``'s own modules, so ``hf_model`` is put in eval mode too (one set of modules
-    has one mode); call ``hf_model.train()`` after it to train the Hugging Face model.
+    has one mode); call ``hf_model.train()`` after it to train the Hugging Face model. Its sliding window, if
+    any (:data:`SLIDING_WINDOW_FIELDS`), is copied onto ``bridge.cfg`` so that the analyses know which keys
+    each query may see.
 
     Uses TransformerLens's loader-agnostic builder
     (``transformer_lens.model_bridge.sources._bridge_builder.build_bridge_from_module``), so nothing is
@@ -50,6 +58,9 @@ def bridge_from_hf(hf_model: torch.nn.Module, architecture: str | None = None) -
         bridge = build_bridge_from_module(hf_model.eval(), arch, hf_config=config, tokenizer=None)
     except Exception as err:
         raise NopeInterpError(f"TransformerLens cannot wrap {arch}: {one_line(str(err))[:300]}") from None
+    for field in SLIDING_WINDOW_FIELDS:  # the window, read by nope_interp.averaging.attention_window
+        if getattr(config, field, None) is not None:
+            setattr(bridge.cfg, field, getattr(config, field))
     return bridge.eval() if hasattr(bridge, "eval") else bridge
 
 

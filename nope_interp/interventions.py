@@ -17,7 +17,6 @@ from contextlib import contextmanager
 import torch
 from jaxtyping import Float
 from torch import Tensor
-from transformer_lens import HookedTransformer
 from transformer_lens.hook_points import HookPoint
 
 from nope_interp.averaging import (
@@ -32,7 +31,7 @@ from nope_interp.checks import is_int
 from nope_interp.config import check_int
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import hook_name
-from nope_interp.model import check_model
+from nope_interp.model import LensModel, check_model
 
 PatternHook = Callable[..., Float[Tensor, "batch n_heads query_pos key_pos"]]
 
@@ -72,7 +71,7 @@ def pattern_replacement_hook(kind: str, generator: torch.Generator | None = None
     return hook
 
 
-def pattern_kind_unsupported(model: HookedTransformer, layer: int, kind: str) -> str | None:
+def pattern_kind_unsupported(model: LensModel, layer: int, kind: str) -> str | None:
     """Why replacing layer ``layer``'s pattern by ``kind`` does not apply to ``model``, or None when it does:
     ``uniform`` and ``random_matched`` are causal patterns over every earlier key, so they would give a
     bidirectional layer causal averaging and let a sliding-window layer see keys outside its window;
@@ -98,7 +97,7 @@ def pattern_kind_unsupported(model: HookedTransformer, layer: int, kind: str) ->
 
 
 @contextmanager
-def replaced_pattern(model: HookedTransformer, layer: int, kind: str, seed: int = 0) -> Iterator[HookedTransformer]:
+def replaced_pattern(model: LensModel, layer: int, kind: str, seed: int = 0) -> Iterator[LensModel]:
     """Within the block, ``model``'s layer-``layer`` attention pattern is replaced by ``kind``.
 
     Raises:

@@ -27,7 +27,7 @@ from transformer_lens import ActivationCache
 from nope_interp.averaging import attention_window, check_pattern, relative_entropy_to_uniform, sequence_spearmans
 from nope_interp.checks import is_int
 from nope_interp.config import check_int
-from nope_interp.errors import DegenerateInputWarning, NopeInterpError
+from nope_interp.errors import DegenerateInputWarning, NopeInterpError, NopeInterpWarning
 from nope_interp.hooks import hook_name, short_label
 from nope_interp.plotting import plot_adjacency_by_layer, plot_cosine_heatmaps, plot_lag_profile
 from nope_interp.similarity import (
@@ -69,6 +69,25 @@ def _check_cache(cache: object, fn: str) -> None:
     if meta:
         raise NopeInterpError(f"{fn}: the cache holds meta-device tensors (shapes without values) at {meta[0]}"
                               f"{' and more' if len(meta) > 1 else ''}: run a model with real weights")
+    p = active_dropout(getattr(cache, "model", None))
+    if p > 0:
+        warnings.warn(NopeInterpWarning(
+            f"{fn}: the cache's model is in training mode with dropout {p:g}: if it was when the cache was made, "
+            "its activations have one random dropout mask applied and the scores are of that draw; call "
+            "model.eval() before model.run_with_cache (the analysis functions, e.g. analyze_tokens, measure in "
+            "eval mode)"), stacklevel=3)
+
+
+def active_dropout(model: object) -> float:
+    """The largest dropout probability that acts in ``model`` now, in [0, 1): 0 in eval mode or without
+    dropout; else this toolkit's dropout (``model.nope_dropout``, :func:`~nope_interp.model.build_model`) or any
+    ``torch.nn.Dropout`` module's ``p`` in training mode (a Hugging Face model's). 0 for anything that is not a
+    ``torch.nn.Module``."""
+    if not isinstance(model, torch.nn.Module) or not model.training:
+        return 0.0
+    ps = [float(getattr(model, "nope_dropout", 0.0) or 0.0)]
+    ps += [float(m.p) for m in model.modules() if isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.training]
+    return max(ps)
 
 
 def _entry(cache: ActivationCache, name: str, fn: str) -> Tensor:

@@ -702,3 +702,16 @@ def test_layer0_head_entropies_against_a_naive_loop_and_one_collapsed_head(tiny_
     assert d["l0_min_head_entropy"] == pytest.approx(float(per_head.min()), abs=1e-6)
     assert d["l0_min_head_entropy"] < 0.01
     assert d["l0_attention_entropy"] == pytest.approx(mean, abs=1e-6)
+
+
+@pytest.mark.parametrize("fn", ["layer0_attention_entropy", "layer0_head_entropies"])
+def test_entropy_of_one_position_is_refused_not_nan(fn):
+    """Before: layer0_attention_entropy(model, tokens[:, :1]) returned NaN without a word."""
+    from nope_interp import diagnostics
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.model import build_model, preset
+
+    model = build_model(preset("tiny"))
+    with pytest.raises(NopeInterpError, match=r"at least 2 positions.*got shape \(3, 1\)"):
+        getattr(diagnostics, fn)(model, torch.zeros(3, 1, dtype=torch.long))
+    assert 0 <= float(torch.as_tensor(getattr(diagnostics, fn)(model, torch.zeros(3, 2, dtype=torch.long))).mean()) <= 1

@@ -256,9 +256,99 @@ def test_hf_helpers_refuse_what_is_not_a_hf_model_or_path_in_one_line(tmp_path):
     with pytest.raises(NopeInterpError, match="^expected_layer_types: the config of Linear has no integer "
                                               "num_hidden_layers"):
         expected_layer_types(model)
-    with pytest.raises(NopeInterpError, match=r"^path \(--hf-path\) must be a non-empty path .*got int 3"):
+    with pytest.raises(NopeInterpError, match=r"^path must be a non-empty path .*got int 3"):
         unhooked(load_hf)(3)
-    with pytest.raises(NopeInterpError, match=r"^path \(--hf-path\) .* is not a folder saved by save_pretrained"):
+    with pytest.raises(NopeInterpError, match=r"^path .* is not a folder saved by save_pretrained"):
         load_hf(tmp_path)
     with pytest.raises(NopeInterpError, match="^model_dir must be a non-empty path"):
         unhooked(load_hf)("", what="model_dir")
+
+
+# Bridges the toolkit did not know how to read (a hostile review, 2026-12-05). Before: a Mistral bridge's sliding
+# window was invisible (layer-0 entropy 0.697 where the pattern is uniform over its window, 0.9998; the uniform
+# intervention let in keys outside the window); a GPT-2 bridge raised AttributeError 'W_pos' from is_nope.
+
+
+def _mistral(window, n_layers=2, **extra):
+    from transformers import MistralConfig, MistralForCausalLM
+
+    from nope_interp.hf import bridge_from_hf
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        hf = MistralForCausalLM(MistralConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
+                                              num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=2,
+                                              sliding_window=window, attn_implementation="eager", **extra)).eval()
+    return bridge_from_hf(hf)
+
+
+def _naive_relative_entropy(pattern):
+    """Per (batch, head, query >= 1): entropy of the row over its non-zero keys / log(number of keys the row
+    may see), the keys it may see read off the pattern itself (a loop, no toolkit code)."""
+    out = []
+    for b in range(pattern.shape[0]):
+        for h in range(pattern.shape[1]):
+            for q in range(1, pattern.shape[2]):
+                row = pattern[b, h, q, : q + 1].double()
+                allowed = int((row > 0).sum())
+                p = row[row > 0]
+                out.append(float(-(p * p.log()).sum()) / max(torch.tensor(allowed).double().log().item(), 1e-300))
+    return sum(out) / len(out)
+
+
+@pytest.mark.parametrize("window", [2, 4, 7])
+def test_a_sliding_window_bridge_is_read_with_its_window(window):
+    from nope_interp import diagnostics
+    from nope_interp.averaging import attention_window
+    from nope_interp.interventions import pattern_kind_unsupported
+    from nope_interp.lens import averaging_check
+
+    bridge = _mistral(window)
+    assert [attention_window(bridge.cfg, layer) for layer in range(2)] == [window, window]
+    tokens = torch.randint(3, 128, (3, 16), generator=torch.Generator().manual_seed(window))
+    _, cache = bridge.run_with_cache(tokens)
+    pattern = cache["blocks.0.attn.hook_pattern"]
+    assert int((pattern[0, 0, -1] > 0).sum()) == window  # HF's window counts the query itself, as ours
+    want = _naive_relative_entropy(pattern)
+    assert diagnostics.layer0_attention_entropy(bridge, tokens) == pytest.approx(want, abs=1e-5)
+    assert averaging_check(cache, 0).relative_entropy == pytest.approx(want, abs=1e-5)
+    assert "sliding-window" in diagnostics.layer0_interventions_unsupported(bridge)
+    assert "sliding-window" in pattern_kind_unsupported(bridge, 0, "uniform")
+
+
+def test_hugging_face_sliding_window_fields_per_layer():
+    from types import SimpleNamespace
+
+    from nope_interp.averaging import attention_window
+    from nope_interp.errors import NopeInterpError
+
+    mixed = SimpleNamespace(sliding_window=8, layer_types=["full_attention", "sliding_attention"])
+    assert [attention_window(mixed, layer) for layer in (0, 1)] == [None, 8]
+    assert attention_window(SimpleNamespace(sliding_window=8, use_sliding_window=False), 0) is None
+    assert attention_window(SimpleNamespace(sliding_window=None), 0) is None
+    assert attention_window(SimpleNamespace(sliding_window=5), 3) == 5  # Mistral: every layer
+    with pytest.raises(NopeInterpError, match=r"layer must be an integer in \[0, 2\) for this model's layer_types"):
+        attention_window(mixed, 2)
+
+
+def test_a_learned_position_bridge_is_typed_not_an_attribute_error():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from nope_interp import diagnostics
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.hf import bridge_from_hf
+
+    bridge = bridge_from_hf(GPT2LMHeadModel(GPT2Config(vocab_size=128, n_embd=64, n_layer=2, n_head=4)).eval())
+    assert diagnostics.is_nope(bridge) is False
+    assert "learned positional embeddings" in diagnostics.position_in_values(bridge)
+    with pytest.raises(NopeInterpError, match="learned positional embeddings"):
+        diagnostics.layer0_interventions(bridge, torch.randint(3, 128, (2, 8)))
+
+
+def test_nope_and_rope_bridges_are_typed(tiny_models):
+    from nope_interp import diagnostics
+
+    assert diagnostics.is_nope(tiny_models["smollm3-nope"][1]) is True
+    assert diagnostics.is_nope(tiny_models["llama"][1]) is False
+    for kind in ("smollm3-nope", "llama", "smollm3-mixed"):  # RoPE rotates queries and keys, not values
+        assert diagnostics.position_in_values(tiny_models[kind][1]) is None
