@@ -344,7 +344,10 @@ def fast_activations(
 
 def fast_activations_unsupported(model: torch.nn.Module, names: list[str] | tuple[str, ...] = ()) -> str | None:
     """Why :func:`fast_activations` cannot compute ``names`` for ``model``, or None when it can: not a
-    ``HookedTransformer`` (a ``TransformerBridge`` runs Hugging Face modules), the reasons of
+    ``HookedTransformer`` (a ``TransformerBridge`` runs Hugging Face modules), 16-bit weights (TransformerLens
+    computes the layer norms of a float16 or bfloat16 model in float32, this forward in the model's dtype: the
+    row-mean scores of the two differed by up to 0.004 in bfloat16, so every analysis of such a model now
+    computes what TransformerLens does), the reasons of
     :func:`unsupported_reason` except sliding-window attention (supported here), and unknown hook names.
 
     Raises:
@@ -354,6 +357,8 @@ def fast_activations_unsupported(model: torch.nn.Module, names: list[str] | tupl
     names = in_order("names", names, "hook names", "fast_activations_unsupported", key=str)
     if not isinstance(model, HookedTransformer):
         return f"a {type(model).__name__} (only HookedTransformer)"
+    if model.cfg.dtype in (torch.float16, torch.bfloat16):
+        return f"{model.cfg.dtype} weights (TransformerLens computes their layer norms in float32)"
     why = unsupported_reason(model, allow_sliding=True)
     if why is not None:
         return why
