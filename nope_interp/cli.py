@@ -587,17 +587,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run_command(args, argv)
 
 
-def as_flags(text: str | Warning, args: argparse.Namespace) -> str:
+def as_flags(text: str | Warning, args: argparse.Namespace | None) -> str:
     """``text`` as the command line shows it: a :class:`~nope_interp.errors.Message` or warning made by ``naming``
-    with the config fields it names spelt as this command's flags (:func:`flag_of_field`); any other text as it
-    is."""
-    if isinstance(text, Named) and text.template is not None:
+    with the config fields it names spelt as this command's flags (:func:`flag_of_field`); any other text, or any
+    text without ``args``, as it is."""
+    if args is not None and isinstance(text, Named) and text.template is not None:
         return text.spelt(lambda field: flag_of_field(field, args, text.config))
     return str(text)
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None, *,  # noqa: ANN001
-                  args: argparse.Namespace) -> None:
+                  args: argparse.Namespace | None = None) -> None:
     """The toolkit's own warnings as one line on stderr (``nope-interp: warning: ...``), the config fields they
     name spelt as the command's flags; others as Python shows them."""
     if issubclass(category, NopeInterpWarning):
