@@ -197,7 +197,7 @@ def is_nope(model: LensModel) -> bool:
 
 def position_in_values(model: LensModel) -> str | None:
     """Why layer 0's value vectors depend on position (positional embeddings added to the residual stream), or
-    None when they depend on the token only: NoPE, or rotary (which rotates queries and keys, not values).
+    None when they depend on the token only: NoPE, rotary or ALiBi (which act on queries, keys or scores, not values).
     The value-vector diagnostics (:func:`value_geometry`) and the causal test need None.
 
     For a ``TransformerBridge`` the layer types are measured (:func:`~nope_interp.positional.layer_positional_types`):
@@ -214,7 +214,7 @@ def position_in_values(model: LensModel) -> str | None:
         if "learned" in layer_positional_types(model):
             return "learned positional embeddings (layer-0 values depend on position)"
         return None
-    if model.cfg.positional_embedding_type == "rotary" or is_nope(model):
+    if model.cfg.positional_embedding_type in ("rotary", "alibi") or is_nope(model):
         return None
     return f"{model.cfg.positional_embedding_type} positional embeddings (layer-0 values depend on position)"
 
@@ -227,11 +227,13 @@ def _check_ids(model: LensModel, ids: list[int], what: str) -> None:
 
 
 @torch.no_grad()
-def value_geometry(model: LensModel, task: tasks_pkg.Task) -> ValueGeometry:
+def value_geometry(model: HookedTransformer, task: tasks_pkg.Task) -> ValueGeometry:
     """The layer-0 value vectors ``v_t = ln1(W_E[t]) @ W_V + b_V`` of the digits and of the task's delimiters.
 
     Raises:
-        NopeInterpError: a model whose first layer has positional embeddings in its input (then values
+        NopeInterpError: a ``TransformerBridge`` (its weights are the Hugging Face model's: no ``b_V`` in a
+            bias-free model, grouped key/value heads; before: a TypeError); a model whose first layer has
+            positional embeddings in its input (then values
             depend on position too, and this measurement does not apply); a task character outside the
             model's ``d_vocab``; ``task`` not a :class:`tasks.Task`; ``model`` not a TransformerLens model, or
             one whose parameters are not of ``model.cfg.dtype`` (after ``model.half()``); value vectors with
@@ -239,6 +241,9 @@ def value_geometry(model: LensModel, task: tasks_pkg.Task) -> ValueGeometry:
     """
     _check_model_dtype(model, "value_geometry")
     _check_task(task, "value_geometry")
+    if not isinstance(model, HookedTransformer):
+        raise NopeInterpError(f"value_geometry reads a HookedTransformer's own layer-0 weights; got a "
+                              f"{type(model).__name__} (the task diagnostics and diagnose are for task models)")
     why = position_in_values(model)
     if why is not None:
         raise NopeInterpError(f"value_geometry does not apply to this model: {why}")
@@ -299,7 +304,7 @@ def participation_ratio(x: Float[Tensor, "n d"]) -> float:
     return float(eig.sum()) ** 2 / float((eig**2).sum())
 
 
-def _content_values(model: LensModel, content_ids: list[int]) -> Float[Tensor, "content head d_head"]:
+def _content_values(model: HookedTransformer, content_ids: list[int]) -> Float[Tensor, "content head d_head"]:
     """Layer-0 value vectors of the content tokens, one one-token sequence each (under NoPE a token's value
     does not depend on its position)."""
     name = hook_name("v", 0)
@@ -344,20 +349,31 @@ def _neutral_delimiters_hook(delimiter: Tensor, index: Tensor, values: Tensor):
     return hook_name("v", 0), hook
 
 
-def layer0_interventions_unsupported(model: LensModel) -> str | None:
-    """Why :func:`layer0_interventions` does not apply to ``model``, or None when it does: positional
-    embeddings added to the residual stream (values then depend on position; NoPE and rotary models
-    qualify: rotary rotates queries and keys only), attention that is not causal, or
-    sliding-window (local) attention (the uniform replacement, uniform over every earlier position, would
-    let keys outside the window in)."""
+def layer0_interventions_unsupported(model: LensModel, n_pos: int | None = None) -> str | None:
+    """Why :func:`layer0_interventions` does not apply to ``model`` (on inputs of ``n_pos`` positions; None: any
+    length), or None when it does: positional embeddings added to the residual stream (values then depend on
+    position; NoPE, rotary and ALiBi models qualify: those act on the attention scores only), attention that is
+    not causal, a sliding window in layer 0 narrower than the inputs (the uniform replacement, uniform over
+    every earlier position, would let keys outside the window in; a window in later layers does not matter, as
+    only layer 0's pattern is replaced), or a ``TransformerBridge`` (the neutral-delimiter test reads the
+    layer-0 weights of a ``HookedTransformer``).
+
+    Raises:
+        NopeInterpError: ``model`` not a TransformerLens model; ``n_pos`` not None or an integer >= 1."""
     check_model(model)
+    if n_pos is not None:
+        n_pos = check_int("n_pos", n_pos, 1, 2**62)
     why = position_in_values(model)
     if why is not None:
         return why
     if model.cfg.attention_dir != "causal":
         return f"{model.cfg.attention_dir} attention (the uniform replacement is the uniform causal pattern)"
-    if any(attention_window(model.cfg, layer) is not None for layer in range(model.cfg.n_layers)):
-        return "sliding-window attention (the uniform causal replacement would ignore the window)"
+    window = attention_window(model.cfg, 0)
+    if window is not None and (n_pos is None or n_pos > window):
+        return (f"sliding-window attention of {window} keys in layer 0 (the uniform causal replacement would "
+                "ignore the window)")
+    if not isinstance(model, HookedTransformer):  # before: a TypeError on a bias-free model's missing b_V
+        return f"a {type(model).__name__} (the neutral-delimiter test reads a HookedTransformer's layer-0 weights)"
     return None
 
 
@@ -419,12 +435,12 @@ def layer0_interventions(model: LensModel, tokens: Int[Tensor, "batch pos"],
             at every position (for example ``both`` when the content tokens' values are identical).
     """
     _check_model_dtype(model, "layer0_interventions")
-    why = layer0_interventions_unsupported(model)
+    tokens = _checked_tokens(model, tokens).to(model.cfg.device)
+    why = layer0_interventions_unsupported(model, tokens.shape[1])
     if why is not None:
         raise NopeInterpError(f"layer0_interventions does not apply to this model: {why}")
     seed = check_int("seed", seed, 0, 2**63 - 1)  # a Python int: torch refuses numpy seeds
     n_draws = check_int("n_draws", n_draws, 1, 1000)
-    tokens = _checked_tokens(model, tokens).to(model.cfg.device)
     if not isinstance(content, str) or not content:
         raise NopeInterpError(f"content must be a non-empty string of characters, got {content!r}")
     try:
@@ -465,7 +481,7 @@ def _layer0_interventions(model: LensModel, tokens: Tensor, content_ids: list[in
     return {k: out[k] for k in INTERVENTIONS}
 
 
-def diagnose(model: LensModel, task: tasks_pkg.Task, tokens: Int[Tensor, "batch pos"],
+def diagnose(model: HookedTransformer, task: tasks_pkg.Task, tokens: Int[Tensor, "batch pos"],
              seed: int = 0) -> dict[str, Any]:
     """All diagnostics on ``tokens`` (``Int[Tensor, "batch pos"]``, batch >= 2, pos >= 3): ``l0_attention_entropy``,
     ``l0_min_head_entropy`` (the lowest of :func:`layer0_head_entropies`: one collapsed head that the mean over
@@ -510,7 +526,7 @@ def diagnose(model: LensModel, task: tasks_pkg.Task, tokens: Int[Tensor, "batch 
            "l0_z_positional_share": positional_share(cache[name].flatten(-2).cpu()),
            "digit_value_spread": geo.digit_spread, "delimiter_value_norm_ratio": geo.delimiter_norm_ratio,
            "digit_value_participation_ratio": geo.digit_participation_ratio}
-    if layer0_interventions_unsupported(model) is None:
+    if layer0_interventions_unsupported(model, tokens.shape[1]) is None:
         with degenerate_report("diagnose", stacklevel=4):
             out.update({f"l0_z_score_{k}": v for k, v in layer0_interventions(model, tokens, seed=seed).items()})
     return out

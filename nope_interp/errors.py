@@ -176,8 +176,8 @@ class NopeInterpWarning(Named, UserWarning):
 
 class Message(Named, str):
     """A progress or log line (what a job passes to its ``log``) that names config fields: made by
-    :meth:`naming`, it is the text with Python's names (``label='x' names the output of one model``), and the CLI
-    prints :meth:`spelt` with the command's flags (``--label=x ...``)."""
+    :meth:`naming`, it is the text with Python's names (``label 'x' names the output of one model``), and the CLI
+    prints :meth:`spelt` with the command's flags (``--label 'x' names ...``)."""
 
 
 class ScheduleWarning(NopeInterpWarning):

@@ -13,10 +13,14 @@ Each result is a frozen dataclass with ``to_dict()``, a text ``repr``, an HTML t
 (``_repr_html_``) and ``figure()``. The method is described in ``docs/method.md``.
 """
 
+import contextvars
+import functools
 import html
+import sys
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import plotly.graph_objects as go
 import torch
@@ -47,6 +51,8 @@ from nope_interp.similarity import (
 from nope_interp.similarity import lag_profile as _lag_profile
 from nope_interp.stats import fmt_mean_std
 
+T = TypeVar("T")
+
 #: Hook-name endings of the cached activations that are vectors per position (scored by default).
 VECTOR_SITES = ("hook_embed", "hook_resid_pre", "hook_resid_mid", "hook_resid_post", "attn.hook_z",
                 "hook_attn_out", "hook_mlp_out")
@@ -69,24 +75,65 @@ def _check_cache(cache: object, fn: str) -> None:
     if meta:
         raise NopeInterpError(f"{fn}: the cache holds meta-device tensors (shapes without values) at {meta[0]}"
                               f"{' and more' if len(meta) > 1 else ''}: run a model with real weights")
-    p = active_dropout(getattr(cache, "model", None))
-    if p > 0:
-        warnings.warn(NopeInterpWarning(
-            f"{fn}: the cache's model is in training mode with dropout {p:g}: if it was when the cache was made, "
-            "its activations have one random dropout mask applied and the scores are of that draw; call "
-            "model.eval() before model.run_with_cache (the analysis functions, e.g. analyze_tokens, measure in "
-            "eval mode)"), stacklevel=3)
+    if _CALLS.get() == 1:  # once per call of a public function, not again in the ones it calls
+        p = active_dropout(getattr(cache, "model", None))
+        if p > 0:
+            warnings.warn(NopeInterpWarning(
+                f"{fn}: the cache's model is in training mode with dropout {p:g}: if it was when the cache was made, "
+                "its activations carry one random dropout mask and the scores are of that draw; call model.eval() "
+                "before model.run_with_cache (the analysis functions, e.g. analyze_tokens, measure in eval mode)"),
+                stacklevel=_caller_level())
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of :func:`warnings.warn`, called by the caller of this function, that names the first
+    frame outside this module: the user's line, however deep the public function's calls went."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+#: How deep the current thread is in this module's public functions that take a cache (:func:`_counted`).
+_CALLS: contextvars.ContextVar[int] = contextvars.ContextVar("nope_interp_lens_calls", default=0)
+
+
+def _counted(fn: Callable[..., T]) -> Callable[..., T]:
+    """Count the calls of a public function that takes a cache, so that :func:`_check_cache` warns once per
+    call of the user's, not again in the public functions it calls."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        token = _CALLS.set(_CALLS.get() + 1)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _CALLS.reset(token)
+
+    return wrapper
+
+
+#: Float attributes through which a module applies dropout by a function call rather than a ``Dropout``
+#: module (a Hugging Face Llama or Mistral attention's ``attention_dropout``).
+_DROPOUT_ATTRIBUTES = ("attention_dropout", "dropout", "hidden_dropout", "resid_pdrop", "attn_pdrop")
 
 
 def active_dropout(model: object) -> float:
-    """The largest dropout probability that acts in ``model`` now, in [0, 1): 0 in eval mode or without
-    dropout; else this toolkit's dropout (``model.nope_dropout``, :func:`~nope_interp.model.build_model`) or any
-    ``torch.nn.Dropout`` module's ``p`` in training mode (a Hugging Face model's). 0 for anything that is not a
-    ``torch.nn.Module``."""
+    """The largest dropout probability that acts in ``model`` now, in [0, 1]: 0 in eval mode or without
+    dropout; else the largest of this toolkit's dropout (``model.nope_dropout``,
+    :func:`~nope_interp.model.build_model`), a ``torch.nn.Dropout`` module's ``p`` and a float dropout attribute
+    (:data:`_DROPOUT_ATTRIBUTES`, a Hugging Face attention's) of a submodule in training mode. 0 for anything
+    that is not a ``torch.nn.Module``."""
     if not isinstance(model, torch.nn.Module) or not model.training:
         return 0.0
     ps = [float(getattr(model, "nope_dropout", 0.0) or 0.0)]
-    ps += [float(m.p) for m in model.modules() if isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.training]
+    for m in model.modules():
+        if not m.training:
+            continue
+        if isinstance(m, torch.nn.modules.dropout._DropoutNd):
+            ps.append(float(m.p))
+        ps += [float(v) for v in (getattr(m, a, None) for a in _DROPOUT_ATTRIBUTES)
+               if isinstance(v, float) and 0 < v < 1]
     return max(ps)
 
 
@@ -98,6 +145,7 @@ def _entry(cache: ActivationCache, name: str, fn: str) -> Tensor:
     return a.detach()
 
 
+@_counted
 def site_activations(cache: ActivationCache, site: str) -> Float[Tensor, "batch pos d"]:
     """The activations of ``site`` as ``(batch, pos, d)``: vector sites ``(batch, pos, d)`` as they are;
     sites with heads after the positions, ``(batch, pos, head, d_head)`` (``hook_z``, ``hook_q``, ``hook_k``,
@@ -140,6 +188,7 @@ def site_activations(cache: ActivationCache, site: str) -> Float[Tensor, "batch 
     return a
 
 
+@_counted
 def cached_vector_sites(cache: ActivationCache) -> list[str]:
     """The cached hook names that end in one of :data:`VECTOR_SITES`, in cache (forward) order.
 
@@ -241,6 +290,7 @@ def _sites(cache: object, sites: object, fn: str) -> list[str]:
     return sites
 
 
+@_counted
 def adjacency_scores(cache: ActivationCache, sites: list[str] | None = None,
                      reduction: str = "row_mean") -> SiteScores:
     """Adjacency score of every sequence at every site of ``cache`` (default: all cached vector sites).
@@ -332,6 +382,7 @@ class LagProfile:
                                 title or f"Lag profile ({self.n_pos} positions)", window=window, n_pos=self.n_pos)
 
 
+@_counted
 def lag_profile(cache: ActivationCache, sites: list[str] | None = None, max_lag: int | None = None) -> LagProfile:
     """The lag profile of every sequence at every site of ``cache`` (default: all cached vector sites).
 
@@ -392,6 +443,7 @@ class CosineView:
                                     f"cosine similarity, sequence {self.batch_index}, adjacency {self.adjacency:.3f}")
 
 
+@_counted
 def cosine_heatmap(cache: ActivationCache, site: str, batch_index: int = 0,
                    tokens: list[str] | str | None = None) -> CosineView:
     """The cosine similarity matrix of sequence ``batch_index`` at ``site``, with its adjacency score.
@@ -467,6 +519,7 @@ class AveragingCheck:
         return fig
 
 
+@_counted
 def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool | None = None,
                     window: int | None = None) -> AveragingCheck:
     """Compare layer ``layer``'s observed ``hook_z`` cosines with those predicted from its attention pattern.

@@ -352,3 +352,30 @@ def test_nope_and_rope_bridges_are_typed(tiny_models):
     assert diagnostics.is_nope(tiny_models["llama"][1]) is False
     for kind in ("smollm3-nope", "llama", "smollm3-mixed"):  # RoPE rotates queries and keys, not values
         assert diagnostics.position_in_values(tiny_models[kind][1]) is None
+
+
+def test_layer0_window_matters_only_when_the_inputs_are_wider(tiny_models):
+    """Before: any sliding window in any layer refused the layer-0 interventions, even a default Mistral
+    window of 4,096 keys on 10-token inputs, or a window in later layers only."""
+    from nope_interp import diagnostics
+
+    assert "of 4 keys in layer 0" in diagnostics.layer0_interventions_unsupported(_mistral(4), 10)
+    assert "of 4 keys in layer 0" in diagnostics.layer0_interventions_unsupported(_mistral(4))  # any length
+    wide = diagnostics.layer0_interventions_unsupported(_mistral(4096), 10)
+    assert "sliding-window" not in wide and "TransformerBridge" in wide  # the next reason: a bridge's weights
+
+
+def test_value_geometry_and_the_causal_test_refuse_a_bridge_in_one_line(tiny_models):
+    """Before: value_geometry(bridge of a bias-free Llama, task) raised TypeError (Tensor + None)."""
+    from conftest import unhooked
+
+    import tasks
+    from nope_interp import diagnostics
+    from nope_interp.errors import NopeInterpError
+
+    bridge = tiny_models["llama"][1]
+    with pytest.raises(NopeInterpError, match="^value_geometry reads a HookedTransformer's own layer-0 weights; got "
+                                              "a TransformerBridge"):
+        unhooked(diagnostics.value_geometry)(bridge, tasks.get_task("addition"))
+    with pytest.raises(NopeInterpError, match="does not apply to this model: a TransformerBridge"):
+        diagnostics.layer0_interventions(bridge, torch.randint(3, 128, (2, 8)))

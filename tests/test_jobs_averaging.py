@@ -248,8 +248,9 @@ def test_inputs_longer_than_a_models_n_ctx_name_the_model(job, tiny_entries):
     from nope_interp.errors import NopeInterpError
 
     cfg = job.AveragingConfig(tasks=("addition",), n_prompts=3, eval_n=2, protocol="window", window=100)
-    want = ("^addition initialised: n_ctx=48 is too small for 'addition' window inputs of 100 tokens: window 48 or "
-            "less fits$")
+    want = (r"^averaging: the window inputs do not fit 3 of 3 models: initialised \(n_ctx=48 is too small for "
+            r"addition inputs of 100 tokens\), bidirectional_control .*, trained .*; window 48 or less fits every "
+            "model given$")
     with pytest.raises(NopeInterpError, match=want):
         job.run(cfg, tiny_entries)
 
@@ -308,16 +309,18 @@ def test_draw_seed():
     assert draw_seed(odd) == zlib.crc32(b"run-\xed\xb3\xbf") and draw_seed("\ud800") != draw_seed("\ud801")
 
 
-@pytest.mark.parametrize(("window", "first"), [(300, "initialised"), (70, "trained")])
-def test_inputs_too_long_for_a_default_model_are_refused_before_any_work(job, monkeypatch, window, first):
+@pytest.mark.parametrize(("window", "n_bad"), [(300, 6), (70, 2)])
+def test_inputs_too_long_for_a_default_model_are_refused_before_any_work(job, monkeypatch, window, n_bad):
     """Before: ``averaging --protocol window --window 70`` measured the initialised and bidirectional models of
-    addition (about 13 s) before refusing the shipped trained model (n_ctx 64)."""
+    addition (about 13 s) before refusing the shipped trained model (n_ctx 64); and the window it advised was the
+    first refused model's n_ctx (256 at --window 300), which the next model refused again."""
     from nope_interp.errors import NopeInterpError
 
     monkeypatch.setattr(job, "task_models", lambda name: pytest.fail("a model was built before the check"))
     cfg = job.AveragingConfig(tasks=("reversal", "addition"), n_prompts=3, eval_n=2, protocol="window", window=window)
-    with pytest.raises(NopeInterpError, match=f"^reversal {first}: n_ctx=.* is too small for 'reversal' window inputs "
-                                              f"of {window} tokens"):
+    with pytest.raises(NopeInterpError, match=f"^averaging: the window inputs do not fit {n_bad} of 6 models: .*"
+                                              r"reversal trained \(n_ctx=64 is too small for reversal inputs of "
+                                              f"{window} tokens.*; window 64 or less fits every model given$"):
         job.run(cfg)
 
 
@@ -330,6 +333,7 @@ def test_inputs_too_long_for_a_later_given_model_are_refused_before_any_work(job
     entries = [entry_from_init(tiny_cfg, addition_task, "initialised"),
                entry_from_init(tiny_cfg.replace(n_ctx=16), addition_task, "short")]
     cfg = job.AveragingConfig(tasks=("addition",), n_prompts=3, eval_n=2, protocol="window", window=40)
-    with pytest.raises(NopeInterpError, match="^addition short: n_ctx=16 is too small for 'addition' window inputs of "
-                                              "40 tokens: window 16 or less fits$"):
+    want = (r"^averaging: the window inputs do not fit 1 of 2 models: short \(n_ctx=16 is too small for addition "
+            r"inputs of 40 tokens\); window 16 or less fits every model given$")
+    with pytest.raises(NopeInterpError, match=want):
         job.run(cfg, entries)

@@ -541,6 +541,10 @@ def test_a_cache_from_a_model_with_dropout_in_training_mode_is_warned_about(drop
     for fn in (adjacency_scores, lag_profile):
         with pytest.warns(NopeInterpWarning, match=f"training mode with dropout {dropout:g}.*model.eval"):
             fn(cache, ["blocks.0.attn.hook_z"])
+        with warnings.catch_warnings(record=True) as caught:  # once per call, not once per inner check
+            warnings.simplefilter("always")
+            fn(cache)
+        assert len([w for w in caught if issubclass(w.category, NopeInterpWarning)]) == 1, caught
     model.eval()
     _, cache = model.run_with_cache(tokens)
     with warnings.catch_warnings():
@@ -552,3 +556,20 @@ def test_a_cache_from_a_model_with_dropout_in_training_mode_is_warned_about(drop
     with warnings.catch_warnings():
         warnings.simplefilter("error", NopeInterpWarning)
         adjacency_scores(cache, ["blocks.0.attn.hook_z"])
+
+
+def test_a_hugging_face_attention_dropout_counts_as_dropout():
+    """Before: a Mistral bridge with attention_dropout 0.5 in train mode read as no dropout (Hugging Face applies
+    it by a function call, not a Dropout module)."""
+    pytest.importorskip("transformers")
+    from transformers import MistralConfig, MistralForCausalLM
+
+    from nope_interp.hf import bridge_from_hf
+    from nope_interp.lens import active_dropout
+
+    hf = MistralForCausalLM(MistralConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                          num_attention_heads=4, num_key_value_heads=2, attention_dropout=0.3,
+                                          attn_implementation="eager"))
+    bridge = bridge_from_hf(hf)
+    assert active_dropout(bridge) == 0.0  # bridge_from_hf puts it in eval mode
+    assert active_dropout(bridge.train()) == pytest.approx(0.3)

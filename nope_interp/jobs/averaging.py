@@ -24,7 +24,6 @@ from plotly.subplots import make_subplots
 
 import tasks as tasks_pkg
 from nope_interp import io
-from nope_interp.analysis import inputs_too_long_error
 from nope_interp.averaging import PATTERN_KINDS
 from nope_interp.averaging_checks import (
     AveragingReport,
@@ -42,6 +41,8 @@ from nope_interp.jobs import JOB_HELP
 from nope_interp.jobs.common import (
     Log,
     ModelEntry,
+    check_inputs_fit,
+    check_shapes_fit,
     draw_seed,
     emit,
     entry_from_init,
@@ -50,7 +51,6 @@ from nope_interp.jobs.common import (
     job_models,
     progress,
     protocol_tag,
-    protocol_window,
     refuse_default_only,
     with_protocol,
 )
@@ -208,17 +208,6 @@ def _default_shapes(task_name: str) -> list[tuple[str, int]]:
     return shapes
 
 
-def _check_inputs_fit(config: AveragingConfig, shapes: list[tuple[tasks_pkg.Task, str, int]]) -> None:
-    """Before any work: refuse the first of ``shapes`` ((task, label, n_ctx) of each model) whose ``n_ctx``
-    cannot hold ``config``'s inputs, with the message the analysis gives, prefixed with the task and label (before:
-    raised when the loop reached that model, after the others' work)."""
-    for task, label, n_ctx in shapes:
-        why = inputs_too_long_error(task, config.protocol, protocol_window(config.protocol, config.window), n_ctx)
-        if why is not None:
-            why.config = AveragingConfig  # its window is the job's (--window), not a model's (--model-window)
-            raise why.prefixed(f"{task.name} {label}")
-
-
 def default_models(config: AveragingConfig) -> list[ModelEntry]:
     """:func:`task_models` of every task of ``config`` (``run`` builds them one task at a time instead)."""
     return [e for name in config.tasks for e in task_models(name)]
@@ -256,12 +245,12 @@ def run(config: AveragingConfig, models: list[ModelEntry] | None = None, *, log:
         refuse_default_only(NAME, config, DEFAULT_ONLY, DEFAULT_MODELS, models)
         names = list(dict.fromkeys(e.task.name for e in models))
         groups = {n: [e for e in models if e.task.name == n] for n in names}
-        _check_inputs_fit(config, [(e.task, e.label, e.model.cfg.n_ctx) for e in models])
+        check_inputs_fit(NAME, models, [config.protocol], config.window)
     else:
         names = list(config.tasks)
         groups = {}
-        _check_inputs_fit(config, [(tasks_pkg.get_task(n), label, n_ctx) for n in names
-                                    for label, n_ctx in _default_shapes(n)])
+        check_shapes_fit(NAME, [(tasks_pkg.get_task(n), f"{n} {label}", n_ctx) for n in names
+                                for label, n_ctx in _default_shapes(n)], [config.protocol], config.window)
     out = []
     for name in progress(names, "averaging", log):
         entries = groups[name] if groups else task_models(name)

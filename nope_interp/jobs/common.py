@@ -23,6 +23,7 @@ The contract of a job module ``nope_interp/jobs/<job>.py`` (see the README, "Add
 import hashlib
 import importlib
 import os
+import re
 import sys
 import warnings
 import zlib
@@ -302,6 +303,9 @@ def refuse_default_only(job: str, config: FrozenConfig, default_only: Iterable[s
              and not (name in agrees and agrees[name](getattr(config, name)))]
     if given:
         one = len(given) == 1
+        # the job's DEFAULT_MODELS is its --help text: its flags read as the config fields they set
+        default_models = re.sub(r"(?<![\w-])--([a-z][a-z0-9-]*)", lambda m: m.group(1).replace("-", "_"),
+                                default_models)
         raise NopeInterpError(f"{job}: {', '.join(given)} shape{'s' if one else ''} the default models "
                               f"({default_models}), not the models given to run(): {'it' if one else 'they'} "
                               f"would be ignored; leave {'it' if one else 'them'} at the default")
@@ -322,34 +326,45 @@ def check_inputs_fit(job: str, models: Iterable[ModelEntry], protocols: Iterable
             letter by letter before: give ``["full"]``).
     """
     protocols = in_order("protocols", protocols, "protocol names", "check_inputs_fit", key=str)
-    task_models = [e for e in models if e.kind not in ("text", "hf")]
-    if len(task_models) == 1:  # the analysis's own message (the CLI names the flag), before the job's first line
-        (e,) = task_models
+    shapes = [(e.task, e.label, e.model.cfg.n_ctx) for e in models if e.kind not in ("text", "hf")]
+    check_shapes_fit(job, shapes, protocols, window)
+
+
+def check_shapes_fit(job: str, shapes: list[tuple[tasks_pkg.Task, str, int]], protocols: Iterable[str],
+                     window: int | None) -> None:
+    """:func:`check_inputs_fit` of task models known by their shapes alone: ``(task, label, n_ctx)`` each, so a
+    job that builds its default models one at a time (``averaging``) checks them all before building the first.
+
+    Raises:
+        NopeInterpError: as :func:`check_inputs_fit`.
+    """
+    protocols = in_order("protocols", protocols, "protocol names", "check_shapes_fit", key=str)
+    if len(shapes) == 1:  # the analysis's own message (the CLI names the flag), before the job's first line
+        ((task, _, n_ctx),) = shapes
         for protocol in protocols:
             try:
-                why = inputs_too_long_error(e.task, protocol, protocol_window(protocol, window), e.model.cfg.n_ctx)
+                why = inputs_too_long_error(task, protocol, protocol_window(protocol, window), n_ctx)
             except tasks_pkg.TaskError:  # a window that is no length: the analysis names it
                 continue
             if why is not None:  # no label: one model
                 why.config = job_config(job)  # its window is the job's (--window), not the model's (--model-window)
                 raise why
-    if len(task_models) < 2:
+    if len(shapes) < 2:
         return
     for protocol in protocols:
         bad = []
-        for e in task_models:
+        for task, label, n_ctx in shapes:
             try:
-                length = tasks_pkg.protocol_length(e.task, protocol, protocol_window(protocol, window))
+                length = tasks_pkg.protocol_length(task, protocol, protocol_window(protocol, window))
             except tasks_pkg.TaskError:  # a window that is no length: the analysis names it
                 continue
-            if length > e.model.cfg.n_ctx:
-                bad.append(f"{e.label} (n_ctx={e.model.cfg.n_ctx} is too small for {e.task.name} inputs of {length} "
-                           "tokens)")
+            if length > n_ctx:
+                bad.append(f"{label} (n_ctx={n_ctx} is too small for {task.name} inputs of {length} tokens)")
         if bad:
-            fits = min(e.model.cfg.n_ctx for e in task_models)
+            fits = min(n_ctx for _, _, n_ctx in shapes)
             fix = "; {window} {fits} or less fits every model given" if protocol == "window" and fits >= 3 else ""
             err = NopeInterpError.naming("{job}: the {protocol_name} inputs do not fit {n_bad} of {n} models: {bad}"
-                                         + fix, job=job, protocol_name=protocol, n_bad=len(bad), n=len(task_models),
+                                         + fix, job=job, protocol_name=protocol, n_bad=len(bad), n=len(shapes),
                                          bad=", ".join(bad), fits=fits)
             err.config = job_config(job)
             raise err
