@@ -185,6 +185,13 @@ def plot_cosine_heatmaps(
     return fig
 
 
+def add_chance_line(fig: go.Figure, **where: Any) -> None:
+    """The adjacency score's chance level (0.5: random order, ``docs/method.md``), dotted grey and labelled
+    ``chance``, in the panels ``where`` selects (``row``, ``col`` of a subplot grid; every panel by default)."""
+    fig.add_hline(y=0.5, line_dash="dot", line_color="gray", annotation_text="chance",
+                  annotation_position="bottom right", annotation_font={"color": "gray", "size": 10}, **where)
+
+
 def plot_adjacency_by_layer(
     results: Mapping[str, Mapping[str, Mapping[str, Mapping[str, float]]]], title: str = "Adjacency score by layer"
 ) -> go.Figure:
@@ -258,7 +265,7 @@ def plot_adjacency_by_layer(
                 line={"color": colour[model_label]},
             ), row=r, col=1)
             shown.add(model_label)
-        fig.add_hline(y=0.5, line_dash="dot", line_color="gray", row=r, col=1)
+        add_chance_line(fig, row=r, col=1)
         fig.update_yaxes(title_text="adjacency score", range=[0, 1.05], row=r, col=1)
     fig.update_xaxes(tickangle=-60, tickfont={"size": 10})
     height = 160 + 300 * len(task_names)

@@ -147,9 +147,14 @@ def test_the_counterfactual_figure_has_one_legend_entry_per_condition(job):
     fig = job.plot_counterfactuals(result)
     assert [t.name for t in fig.data if t.showlegend] == ["clean", "uniform", "identity", "random_matched"]
     assert len(fig.data) == 8 and [t.line.color for t in fig.data[:4]] == [t.line.color for t in fig.data[4:]]
-    assert [a.text for a in fig.layout.annotations] == [
+    assert [a.text for a in fig.layout.annotations if a.text != "chance"] == [
         "addition (trained): exact match clean 0.990, uniform 0.000, identity 0.000, random_matched 0.010",
         "reversal (trained): exact match clean 1.000, uniform 0.958, identity 0.000, random_matched 0.940"]
+    # before: one solid style for all four, so conditions that agree hid each other, and no chance line
+    assert len({(t.line.dash, t.marker.symbol) for t in fig.data[:4]}) == 4
+    assert [a.text for a in fig.layout.annotations].count("chance") == 2
+    assert [(s.y0, s.y1) for s in fig.layout.shapes] == [(0.5, 0.5)] * 2
+    assert fig.layout.yaxis.title.text == "adjacency score (row mean)"
 
 
 def test_default_models_of_a_task(job):

@@ -175,7 +175,7 @@ def test_figure_has_a_panel_per_recipe_and_one_legend_for_all(tiny_runs):
     result = compare.run(compare.CompareConfig(n_prompts=4, protocols=("full",)),
                          load_models(ModelSource(run=tuple(str(r) for r in tiny_runs))))
     fig = compare.plot_compare(result)
-    titles = [a.text for a in fig.layout.annotations]
+    titles = [a.text for a in fig.layout.annotations if a.text != "chance"]
     assert sorted(titles) == sorted(f"addition: {g.recipe} ({len(g.seeds)} seed{'s' if len(g.seeds) != 1 else ''})"
                                     for g in result.groups)
     assert {t.name for t in fig.data} == {"initialised (step 0)", "trained"}
@@ -247,6 +247,12 @@ def test_summary_figure_has_every_seed_at_its_score_and_each_group_mean(tiny_run
                 assert trace.name == {True: "trained, at 99% test exact match", False: "trained, below 99%",
                                       None: "trained, test exact match unknown"}[reached]
     assert {"trained, at 99% test exact match", "trained, test exact match unknown"} <= set(by_name)
+    # a step-0 marker's hover quotes the trained model's accuracy and says so (before: "test exact match 0.9962"
+    # under "initialised (step 0)", read as the step-0 weights' accuracy); a mean tick says which mean it is
+    assert "(step 0)" in init.hovertemplate and "its trained model's test exact match" in init.hovertemplate
+    assert "(trained)" in by_name["trained, at 99% test exact match"].hovertemplate
+    assert "step-0 mean over seeds" in by_name["initialised (step 0): mean over seeds"].hovertemplate
+    assert "trained mean over seeds" in by_name["trained: mean over seeds"].hovertemplate
     # the page's width, not a fixed 1300 pixels (which scrolled in a smaller window, hiding the step-0 markers
     # near 1.0); a left margin that holds the longest row label; the title's first line without the subtitle
     assert fig.layout.width is None and fig.layout.margin.l >= 6 * max(map(len, rows))

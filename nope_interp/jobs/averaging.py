@@ -54,7 +54,7 @@ from nope_interp.jobs.common import (
     refuse_default_only,
     with_protocol,
 )
-from nope_interp.plotting import save_figure, with_plotlyjs
+from nope_interp.plotting import add_chance_line, save_figure, with_plotlyjs
 from nope_interp.pretrained import available_pretrained, load_pretrained
 from tasks import DEFAULT_WINDOW
 
@@ -316,16 +316,24 @@ def plot_counterfactuals(result: AveragingResult) -> go.Figure:
     fig = make_subplots(rows=max(1, len(panels)), cols=1, subplot_titles=[title(name, m) for name, m in panels],
                         vertical_spacing=0.45 / max(2, len(panels)))
     colors = {"clean": "#1f77b4", "uniform": "#2ca02c", "identity": "#d62728", "random_matched": "#9467bd"}
+    # each condition its own dash and marker, widest first: conditions that score alike (clean, uniform and
+    # random_matched often agree to 0.001) stay visible on top of each other
+    styles = {"clean": ("solid", "circle", 12, 5), "uniform": ("dash", "square-open", 10, 3.5),
+              "identity": ("dot", "x", 8, 2.5), "random_matched": ("dashdot", "diamond-open", 7, 2)}
     shown: set[str] = set()  # one legend entry per condition, wherever it first appears (a panel may lack some)
     for r, (_, m) in enumerate(panels, start=1):
         for cond in m.counterfactual.conditions:
             sites = list(cond.scores)
+            dash, symbol, size, width = styles.get(cond.kind, ("solid", "circle", 8, 2))
             fig.add_trace(go.Scatter(x=[short_label(s) for s in sites], y=[cond.scores[s] for s in sites],
                                      mode="lines+markers", name=cond.kind, legendgroup=cond.kind,
-                                     showlegend=cond.kind not in shown, line={"color": colors.get(cond.kind)}),
+                                     showlegend=cond.kind not in shown,
+                                     line={"color": colors.get(cond.kind), "dash": dash, "width": width},
+                                     marker={"symbol": symbol, "size": size}),
                           row=r, col=1)
             shown.add(cond.kind)
-        fig.update_yaxes(range=[0, 1.05], title_text="adjacency", row=r, col=1)
+        add_chance_line(fig, row=r, col=1)
+        fig.update_yaxes(range=[0, 1.05], title_text="adjacency score (row mean)", row=r, col=1)
     fig.update_xaxes(tickangle=-60, tickfont={"size": 9})
     fig.update_layout(title=f"Layer-{LAYER} attention replaced: adjacency score by site<br><sup>trained models, "
                             f"{result.config.protocol} inputs; the sites before layer {LAYER}'s attention do not "

@@ -567,7 +567,8 @@ def plot_site_summary(result: CompareResult, protocol: str = "full", site: str =
             y=rows, x=[g.stats[protocol][kind][site]["mean"] for g in result.groups], mode="markers",
             marker={"color": colour, "symbol": "line-ns", "size": 26, "line": {"width": 3, "color": colour}},
             name=f"{'initialised (step 0)' if kind == 'initialised' else 'trained'}: mean over seeds",
-            hovertemplate="%{y}<br>mean %{x:.3f}<extra></extra>"))
+            hovertemplate=f"%{{y}}<br>{'step-0' if kind == 'initialised' else 'trained'} mean over seeds %{{x:.3f}}"
+                          "<extra></extra>"))
     seeds = [(row, s) for row, g in zip(rows, result.groups, strict=True) for s in g.seeds]
     marker_sets = [("initialised (step 0)", "initialised", seeds, "diamond", "#1f77b4")]
     for reached, text, symbol, colour in ((True, "trained, at 99% test exact match", "circle", "#d62728"),
@@ -578,12 +579,15 @@ def plot_site_summary(result: CompareResult, protocol: str = "full", site: str =
     for name, kind, chosen, symbol, colour in marker_sets:
         if not chosen:
             continue
+        # a step-0 marker's hover says whose accuracy it quotes: the trained model's (before: read as the step-0's)
+        accuracy = "its trained model's test exact match" if kind == "initialised" else "test exact match"
         fig.add_trace(go.Scatter(
             y=[row for row, _ in chosen], x=[s.scores[protocol][kind][site] for _, s in chosen], mode="markers",
             marker={"color": colour, "symbol": symbol, "size": 9, "line": {"width": 1.5, "color": colour}},
             name=name,
             customdata=[[s.label, "n/a" if s.test_acc is None else fmt_fraction(s.test_acc)] for _, s in chosen],
-            hovertemplate="%{customdata[0]}<br>score %{x:.3f}<br>test exact match %{customdata[1]}<extra></extra>"))
+            hovertemplate=f"%{{customdata[0]}} ({'step 0' if kind == 'initialised' else 'trained'})<br>score "
+                          f"%{{x:.3f}}<br>{accuracy} %{{customdata[1]}}<extra></extra>"))
     # the page's width (no fixed width: a 1300-pixel figure scrolled in a smaller window, hiding the step-0
     # markers near 1.0), a left margin as wide as the longest row label (about 6.5 pixels a character at 11 pt),
     # and the title in two short lines, clear of the toolbar

@@ -49,7 +49,7 @@ from nope_interp.hooks import hook_name
 from nope_interp.jobs import JOB_HELP
 from nope_interp.jobs.common import Log, ModelEntry, emit, progress
 from nope_interp.model import build_model, check_model_fits
-from nope_interp.plotting import save_figure, with_plotlyjs
+from nope_interp.plotting import add_chance_line, save_figure, with_plotlyjs
 from nope_interp.similarity import adjacency_score_of_activations
 from nope_interp.stats import SeedStats, fmt_mean_std, mean_std_ci
 
@@ -463,8 +463,9 @@ def plot_entropy_vs_score(result: InitGridResult, site: str = hook_name("z", 0))
             x=[r.l0_relative_entropy for r in rs], y=[r.score(site) for r in rs], mode="markers", name=f"{grid} grid",
             text=[f"{r.task} {r.n_layers}x{r.d_model} N({r.init_mean},{r.init_std}) s{r.seed}" for r in rs],
             hovertemplate="%{text}<br>entropy %{x:.3f}<br>score %{y:.3f}"))
+    add_chance_line(fig)
     fig.update_layout(title=f"Layer-0 attention entropy (1 = uniform) vs adjacency score at {site}",
-                      xaxis_title="relative entropy of layer-0 attention", yaxis_title="adjacency score",
+                      xaxis_title="relative entropy of layer-0 attention", yaxis_title="adjacency score (row mean)",
                       yaxis_range=[0, 1.05], width=800, height=520)
     return fig
 

@@ -43,7 +43,7 @@ from nope_interp.jobs.common import (
     shipped_entries,
 )
 from nope_interp.model import with_context
-from nope_interp.plotting import line_colours, save_figure, with_plotlyjs
+from nope_interp.plotting import add_chance_line, line_colours, save_figure, with_plotlyjs
 
 NAME = "length-gen"
 HELP = JOB_HELP[NAME]
@@ -281,8 +281,10 @@ def plot_length_gen(result: LengthGenResult) -> go.Figure:
     labels = list(dict.fromkeys(r.model for r in result.rows))
     sites = list(dict.fromkeys(site for r in result.rows for site in r.scores))
     colour = dict(zip(sites, line_colours(len(sites)), strict=True))
-    lowest = min((v for r in result.rows for s in r.scores.values()  # NaN (undefined) ignored: min() would
-                  if not math.isnan(v := s["row_mean"]["mean"])), default=0.5)  # return it and hide low scores
+    # the lowest error bar's end (NaN, undefined, ignored: min() would return it and hide low scores)
+    lowest = min((v for r in result.rows for s in r.scores.values()
+                  if not math.isnan(v := s["row_mean"]["mean"] - (0.0 if math.isnan(s["row_mean"]["std"])
+                                                                  else s["row_mean"]["std"]))), default=0.5)
     fig = make_subplots(rows=len(labels), cols=2, shared_xaxes=False,
                         vertical_spacing=0.35 / len(labels) if len(labels) > 1 else 0.1,
                         subplot_titles=[t for m in labels for t in (f"{m}: exact match", f"{m}: adjacency score")])
@@ -290,7 +292,8 @@ def plot_length_gen(result: LengthGenResult) -> go.Figure:
         rows = [r for r in result.rows if r.model == label]
         xs = [r.n_digits for r in rows]
         fig.add_trace(go.Scatter(x=xs, y=[r.exact_match for r in rows], mode="lines+markers", name="exact match",
-                                 showlegend=i == 1, line={"color": "black"}), row=i, col=1)
+                                 showlegend=i == 1, line={"color": "black", "dash": "dot"},
+                                 marker={"symbol": "square"}), row=i, col=1)
         for site in rows[0].scores:
             fig.add_trace(go.Scatter(x=xs, y=[r.scores[site]["row_mean"]["mean"] for r in rows], mode="lines+markers",
                                      name=short_label(site), legendgroup=site, showlegend=i == 1,
@@ -300,8 +303,10 @@ def plot_length_gen(result: LengthGenResult) -> go.Figure:
                           row=i, col=2)
         for col in (1, 2):
             fig.add_vline(x=rows[0].trained_n_digits, line_dash="dash", line_color="grey", row=i, col=col)
-        fig.update_yaxes(range=[0, 1.02], row=i, col=1)
-        fig.update_yaxes(range=[min(0.4, lowest - 0.05), 1.02], row=i, col=2)
+        fig.update_yaxes(range=[0, 1.02], title_text="exact match", row=i, col=1)
+        fig.update_yaxes(range=[max(0.0, min(0.4, lowest - 0.05)), 1.02], title_text="adjacency score (row mean)",
+                         row=i, col=2)
+        add_chance_line(fig, row=i, col=2)
     fig.update_xaxes(title_text="operand digits (n_digits); dashed: trained")
     fig.update_layout(title="Length generalisation: accuracy and adjacency score by operand length",
                       height=420 * len(labels) + 120, width=1100)

@@ -60,7 +60,7 @@ from nope_interp.jobs.common import (
     run_path,
 )
 from nope_interp.model import with_context
-from nope_interp.plotting import line_colours, line_mode, save_figure, with_plotlyjs
+from nope_interp.plotting import add_chance_line, line_colours, line_mode, save_figure, with_plotlyjs
 from nope_interp.positional import layer_positional_types
 from nope_interp.similarity import sliding_window_lag_profile, uniform_causal_lag_profile
 from nope_interp.stats import error_bar, fmt_mean_std, mean_std_ci
@@ -404,8 +404,12 @@ def _metric_vs_n(result: LongContextResult, metric: str, kind: str, title: str, 
                 error_y={"type": "data", "array": [error_bar(s) for s in stats], "visible": True},
                 hovertemplate=f"{cfg}<br>{where}<br>n=%{{x}}<br>{y_title} %{{y:.3f}}<extra></extra>"),
                 row=si // cols + 1, col=si % cols + 1)
-    fig.update_xaxes(type="log", title_text="sequence length n (tokens)")
+    measured = sorted({r.n for r in rows_of_kind})  # ticks at the lengths measured, not log minor ticks
+    fig.update_xaxes(type="log", title_text="sequence length n (tokens)", tickvals=measured,
+                     ticktext=[str(n) for n in measured])
     fig.update_yaxes(title_text=y_title, col=1)
+    if metric == "score":
+        add_chance_line(fig, row="all", col="all")
     legend_title = "configuration<br>(mean ± std over seeds)"
     if not shared_types and any(types_of.values()):
         legend_title += "<br>[layer types by layer:<br>N NoPE, R RoPE, L learned]"
