@@ -294,7 +294,8 @@ def plot_predicted_vs_observed(example: CosineExample, title: str = "") -> go.Fi
     for c, m in enumerate((example.predicted, example.observed), start=1):
         fig.add_trace(go.Heatmap(z=m.numpy(), x=axis, y=axis, zmin=-1, zmax=1, zmid=0, colorscale="RdBu_r",
                                  showscale=(c == 2), colorbar={"title": "cosine"}), row=1, col=c)
-        fig.update_yaxes(autorange="reversed", row=1, col=c)
+        fig.update_yaxes(autorange="reversed", title_text="position i (query): character", row=1, col=c)
+        fig.update_xaxes(title_text="position j (key): character", tickangle=-45, row=1, col=c)
     fig.update_layout(title=title or f"{example.task}, layer {example.layer}, {example.protocol} inputs: predicted "
                                      "vs observed cosine",
                       width=1300, height=650)

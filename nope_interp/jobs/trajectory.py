@@ -320,7 +320,7 @@ def run(config: TrajectoryConfig, models: list[ModelEntry] | None = None, *, log
 
 #: How :func:`plot_trajectory` draws each mechanism: (legend name, colour, dash).
 MECHANISM_STYLE = {
-    "l0_z_score_none": ("L0 z as is (full inputs)", sample_colorscale("Viridis", [0.0])[0], "solid"),
+    "l0_z_score_none": ("L0 z as is (full inputs)", "black", "solid"),
     "l0_z_score_uniform_attention": ("L0 z, uniform attention", LINE_COLOURS[0], "dash"),
     "l0_z_score_neutral_delimiters": ("L0 z, neutral delimiters", LINE_COLOURS[1], "dot"),
     "l0_z_score_both": ("L0 z, both undone", LINE_COLOURS[2], "solid"),
@@ -362,15 +362,18 @@ def plot_trajectory(run_traj: RunTrajectory, protocol: str = "full") -> go.Figur
     for key, values in mech.items():
         name, color, dash = MECHANISM_STYLE[key]
         col = 2 if key == "l0_attention_entropy" else 1
+        # "as is" wide and drawn first: the interventions that change nothing lie on it and stay visible
+        width = 6 if key == "l0_z_score_none" else 2
         fig.add_trace(go.Scatter(x=x, y=list(values), mode="lines+markers", name=name,
-                                 line={"color": color, "dash": dash}, marker={"color": color, "size": 5},
+                                 line={"color": color, "dash": dash, "width": width},
+                                 marker={"color": color, "size": 5},
                                  customdata=list(run_traj.steps), hovertemplate="step %{customdata}: %{y:.3f}"),
                       row=2, col=col)
     if mech:
         fig.add_hline(y=0.5, line_dash="dot", line_color="gray", annotation_text="chance", row=2, col=1)
         fig.add_hline(y=0.8, line_dash="dot", line_color="green", annotation_text="paper: 0.8-1.0", row=2, col=1)
     fig.update_xaxes(type="log", title_text="step (0 drawn at 1)")
-    fig.update_xaxes(title_text="step", row=1, col=2)   # evaluations start after step 0
+    fig.update_xaxes(type="linear", title_text="step", row=1, col=2)   # evaluations start after step 0: linear
     fig.update_yaxes(range=[0, 1.05])
     fig.update_layout(title=f"{run_traj.label} ({run_traj.task}, {run_traj.objective} objective): "
                             "adjacency through training", width=1150, height=900 if mech else 560,
