@@ -532,8 +532,8 @@ def plot_compare(result: CompareResult, protocol: str = "full") -> go.Figure:
               {("initialised (step 0)" if k == "initialised" else k): by_site(g.stats[protocol][k], len(g.seeds))
                for k in KINDS}
               for g in result.groups}
-    return plot_adjacency_by_layer(panels, f"Adjacency score by site over seeds ({protocol} inputs): "
-                                           "initialised (step 0) vs trained, mean ± std over seeds")
+    return plot_adjacency_by_layer(panels, f"Adjacency score by site over seeds ({protocol} inputs)<br><sup>"
+                                           "initialised (step 0) vs trained, mean ± std over seeds</sup>")
 
 
 #: The site of the overview figure: the first causal attention layer's output, where the claim is made.
