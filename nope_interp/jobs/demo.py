@@ -409,7 +409,8 @@ def plot_adjacency(result: DemoResult) -> go.Figure:
     """Adjacency score (row mean, mean ± std) by site: a panel per task, a line per model."""
     return plot_adjacency_by_layer(
         {t.task: {t.labels[k]: t.analyses[k].scores["row_mean"] for k in MODEL_KINDS} for t in result.tasks},
-        "Adjacency score (row mean) by hook site: initialised vs trained NoPE models, mean ± std over prompts")
+        "Adjacency score (row mean) by hook site<br><sup>initialised vs trained NoPE models, mean ± std over "
+        "prompts</sup>")
 
 
 def render_summary(summary: dict[str, Any]) -> str:
