@@ -379,3 +379,16 @@ def test_value_geometry_and_the_causal_test_refuse_a_bridge_in_one_line(tiny_mod
         unhooked(diagnostics.value_geometry)(bridge, tasks.get_task("addition"))
     with pytest.raises(NopeInterpError, match="does not apply to this model: a TransformerBridge"):
         diagnostics.layer0_interventions(bridge, torch.randint(3, 128, (2, 8)))
+
+
+def test_long_context_records_a_bridges_layer0_window():
+    """Before: a Hugging Face model's rows said window None whatever its sliding window."""
+    import tasks
+    from nope_interp.jobs import long_context
+    from nope_interp.jobs.common import ModelEntry
+
+    entries = [ModelEntry(label=f"hf-w{w}", kind="hf", model=_mistral(w, n_layers=1), model_cfg=None,
+                          task=tasks.get_task("reversal")) for w in (4, None)]
+    result = long_context.run(long_context.LongContextConfig(lengths=(16,), n_sequences=2, max_lag=4,
+                                                             inputs=("random",)), entries)
+    assert [r.arch["window"] for r in result.rows] == [4, None]

@@ -34,6 +34,7 @@ from plotly.subplots import make_subplots
 import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.analysis import analyze_tokens
+from nope_interp.averaging import attention_window
 from nope_interp.config import (
     FrozenConfig,
     ModelConfig,
@@ -233,9 +234,10 @@ def arch_label(arch: dict[str, Any]) -> str:
     return f"{arch['normalization']} {arch['attention']}{w}"
 
 
-def _arch(cfg: ModelConfig | None) -> dict[str, Any]:
-    if cfg is None:  # a Hugging Face model: no ModelConfig
-        return {"normalization": None, "attention": "hf", "window": None}
+def _arch(cfg: ModelConfig | None, model: Any = None) -> dict[str, Any]:
+    if cfg is None:  # a Hugging Face model: no ModelConfig; its layer-0 window from the bridge's config, if any
+        return {"normalization": None, "attention": "hf",
+                "window": None if model is None else attention_window(model.cfg, 0)}
     return {"normalization": cfg.normalization, "attention": cfg.attention,
             "window": cfg.window if cfg.attention == "sliding" else None}
 
@@ -348,7 +350,7 @@ def run(config: LongContextConfig, models: list[ModelEntry] | None = None, *, lo
                 scores = {site: {"row_mean": res.scores["row_mean"][site], "pooled": res.scores["pooled"][site],
                                  "recency_gap": res.lag_profile[site]["recency_gap"],
                                  "lag_mean": res.lag_profile[site]["mean"]} for site in res.sites}
-                rows.append(LongContextRow(model=entry.label, arch=_arch(cfg), seed=seed, input=kind, n=n,
+                rows.append(LongContextRow(model=entry.label, arch=_arch(cfg, model), seed=seed, input=kind, n=n,
                                            sites=res.sites, scores=scores, seconds=round(time.perf_counter() - t1, 2),
                                            layer_types=types, input_seed=in_seed, run=run_path(entry)))
                 first = res.sites[0]
