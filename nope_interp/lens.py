@@ -332,6 +332,9 @@ class LagProfile:
         per_sequence: ``{site: Float[Tensor, "batch lag"]}`` c(d) of each sequence, in [-1, 1].
         uniform_causal: ``Float[Tensor, "lag"]`` the idealised curve of uniform causal averaging of
             i.i.d. inputs (:func:`~nope_interp.similarity.uniform_causal_lag_profile`).
+        window: the layer-0 sliding window (keys per query) of the cache's model when it has one
+            (:func:`~nope_interp.averaging.attention_window`), else None; :meth:`figure` then also draws the
+            idealised sliding-window curve.
     """
 
     sites: tuple[str, ...]
@@ -339,6 +342,7 @@ class LagProfile:
     max_lag: int
     per_sequence: dict[str, Tensor]
     uniform_causal: Tensor
+    window: int | None = None
 
     def summary(self, site: str) -> dict[str, Any]:
         """Mean and std over sequences of c(d) and of the recency gap c(1) - c(D) at ``site``
@@ -377,9 +381,10 @@ class LagProfile:
 
     def figure(self, title: str | None = None, window: int | None = None) -> go.Figure:
         """c(d) by site (mean ± std over sequences) with the idealised uniform-causal curve (and the
-        sliding-window one of width ``window`` when given)."""
+        sliding-window one of width ``window``, by default the model's own :attr:`window`)."""
         return plot_lag_profile({s: self.summary(s) for s in self.sites}, self.uniform_causal.tolist(),
-                                title or f"Lag profile ({self.n_pos} positions)", window=window, n_pos=self.n_pos)
+                                title or f"Lag profile ({self.n_pos} positions)",
+                                window=self.window if window is None else window, n_pos=self.n_pos)
 
 
 @_counted
@@ -403,8 +408,10 @@ def lag_profile(cache: ActivationCache, sites: list[str] | None = None, max_lag:
     per = {s: _lag_profile(site_activations(cache, s), max_lag, what=f"activations at {s}") for s in sites}
     n_pos = site_activations(cache, sites[0]).shape[1]
     d_max = per[sites[0]].shape[-1]
+    model = getattr(cache, "model", None)
+    window = attention_window(model.cfg, 0) if hasattr(model, "cfg") else None
     return LagProfile(sites=tuple(sites), n_pos=n_pos, max_lag=d_max, per_sequence=per,
-                      uniform_causal=uniform_causal_lag_profile(n_pos, d_max))
+                      uniform_causal=uniform_causal_lag_profile(n_pos, d_max), window=window)
 
 
 @dataclass(frozen=True)

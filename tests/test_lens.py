@@ -573,3 +573,18 @@ def test_a_hugging_face_attention_dropout_counts_as_dropout():
     bridge = bridge_from_hf(hf)
     assert active_dropout(bridge) == 0.0  # bridge_from_hf puts it in eval mode
     assert active_dropout(bridge.train()) == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize("window", [3, 5])
+def test_the_lag_profile_of_a_sliding_model_draws_its_window(window):
+    """Before: the figure's idealised curve was the uniform causal one only, whatever the model's window."""
+    from nope_interp.lens import lag_profile
+    from nope_interp.model import build_model, preset
+
+    model = build_model(preset("tiny", attention="sliding", window=window))
+    _, cache = model.run_with_cache(torch.randint(0, model.cfg.d_vocab, (2, 12)))
+    prof = lag_profile(cache, ["blocks.0.attn.hook_z"])
+    assert prof.window == window
+    assert [t.name for t in prof.figure().data][-1] == f"idealised: sliding window {window}"
+    _, plain = build_model(preset("tiny")).run_with_cache(torch.randint(0, 20, (2, 12)))
+    assert lag_profile(plain, ["blocks.0.attn.hook_z"]).window is None
