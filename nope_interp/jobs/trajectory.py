@@ -47,7 +47,7 @@ from nope_interp.jobs.common import (
     with_protocol,
 )
 from nope_interp.model import build_model, load_state
-from nope_interp.plotting import LINE_COLOURS, line_colours, line_mode, save_figure, with_plotlyjs
+from nope_interp.plotting import LINE_COLOURS, add_chance_line, line_colours, line_mode, save_figure, with_plotlyjs
 from nope_interp.pretrained import check_settings_stamp
 from nope_interp.train import kept_steps
 from tasks import DEFAULT_WINDOW
@@ -355,7 +355,7 @@ def plot_trajectory(run_traj: RunTrajectory, protocol: str = "full") -> go.Figur
                                  line={"color": color, "dash": dash}, marker={"color": color},
                                  customdata=list(run_traj.steps), hovertemplate="step %{customdata}: %{y:.3f}"),
                       row=1, col=1)
-    fig.add_hline(y=0.5, line_dash="dot", line_color="gray", annotation_text="chance", row=1, col=1)
+    add_chance_line(fig, row=1, col=1)
     fig.add_trace(go.Scatter(x=[max(1, s) for s in run_traj.eval_steps], y=list(run_traj.eval_acc),
                              mode="lines+markers", name="eval exact match", line={"color": "black"},
                              marker={"color": "black"}, cliponaxis=False), row=1, col=2)  # 0 and 1: whole markers
@@ -370,8 +370,10 @@ def plot_trajectory(run_traj: RunTrajectory, protocol: str = "full") -> go.Figur
                                  customdata=list(run_traj.steps), hovertemplate="step %{customdata}: %{y:.3f}"),
                       row=2, col=col)
     if mech:
-        fig.add_hline(y=0.5, line_dash="dot", line_color="gray", annotation_text="chance", row=2, col=1)
-        fig.add_hline(y=0.8, line_dash="dot", line_color="green", annotation_text="paper: 0.8-1.0", row=2, col=1)
+        add_chance_line(fig, row=2, col=1)
+        # at the left, where every run is still near 1.0: the label never sits on a line
+        fig.add_hline(y=0.8, line_dash="dot", line_color="green", annotation_text="paper: 0.8-1.0",
+                      annotation_position="top left", row=2, col=1)
     fig.update_xaxes(type="log", title_text="step (0 drawn at 1)")
     fig.update_xaxes(type="linear", title_text="step", row=1, col=2)   # evaluations start after step 0: linear
     fig.update_yaxes(range=[0, 1.05])
@@ -432,8 +434,9 @@ def plot_site_by_objective(runs: list[RunTrajectory] | tuple[RunTrajectory, ...]
                                                "<extra></extra>"),
                       row=2, col=col)
     for col in range(1, len(task_names) + 1):
-        fig.add_hline(y=0.5, line_dash="dot", line_color="gray", annotation_text="chance", row=1, col=col)
-        fig.add_hline(y=0.8, line_dash="dot", line_color="green", annotation_text="paper: 0.8-1.0", row=1, col=col)
+        add_chance_line(fig, row=1, col=col)
+        fig.add_hline(y=0.8, line_dash="dot", line_color="green", annotation_text="paper: 0.8-1.0",
+                      annotation_position="top left", row=1, col=col)
     fig.update_xaxes(type="log")
     fig.update_xaxes(title_text="training step (0 drawn at 1)", row=2)
     lowest = min((v for r in runs for v in r.scores[site] if not math.isnan(v)), default=0.4)  # NaN: undefined
