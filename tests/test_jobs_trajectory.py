@@ -361,3 +361,27 @@ def test_write_refuses_an_inconsistent_run_and_a_file_where_a_folder_goes(tmp_pa
     with pytest.raises(NopeInterpError, match="cannot create the output folder"):
         trajectory.write(dataclasses.replace(result, runs=(good,)), tmp_path / "y")
     assert not (tmp_path / "y" / "results").exists() or not list((tmp_path / "y" / "results").rglob("*.*"))
+
+
+def test_a_second_run_of_the_same_folder_name_is_warned_about(tiny_addition_run_with_kept_steps, tmp_path):
+    """Before: ``trajectory --run a/s0`` then ``--run b/s0`` overwrote the first's results without a word."""
+    import shutil
+    import warnings
+
+    from nope_interp.errors import NopeInterpWarning
+    from nope_interp.jobs import trajectory
+    from nope_interp.jobs.common import ModelSource, load_models
+
+    twin = tmp_path / "elsewhere" / tiny_addition_run_with_kept_steps.name
+    shutil.copytree(tiny_addition_run_with_kept_steps, twin)
+    cfg = trajectory.TrajectoryConfig(n_prompts=4, points=("z",), no_mechanisms=True)
+    first = trajectory.run(cfg, load_models(ModelSource(run=(str(tiny_addition_run_with_kept_steps),))))
+    second = trajectory.run(cfg, load_models(ModelSource(run=(str(twin),))))
+    out = tmp_path / "out"
+    trajectory.write(first, out)
+    with warnings.catch_warnings():  # the same run again: no warning
+        warnings.simplefilter("error", NopeInterpWarning)
+        trajectory.write(first, out)
+    with pytest.warns(NopeInterpWarning, match=r"overwriting .*tiny-addition\.json, the trajectory of .*tiny-addition, "
+                                               r"with that of .*elsewhere.*give another out_root"):
+        trajectory.write(second, out)

@@ -10,8 +10,10 @@ and ``figures/trajectory/<run>.html`` (score vs step, a line per site, the chanc
 mechanisms below).
 """
 
+import json
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +33,7 @@ from nope_interp.diagnostics import (
     layer0_interventions,
     layer0_interventions_unsupported,
 )
-from nope_interp.errors import NopeInterpError
+from nope_interp.errors import NopeInterpError, NopeInterpWarning
 from nope_interp.hooks import ACTIVATION_POINTS, check_points, short_label
 from nope_interp.jobs import JOB_HELP
 from nope_interp.jobs.common import (
@@ -451,12 +453,27 @@ def plot_site_by_objective(runs: list[RunTrajectory] | tuple[RunTrajectory, ...]
     return fig
 
 
+def _warn_other_run(path: Path, run: RunTrajectory) -> None:
+    """Warn (:class:`~nope_interp.errors.NopeInterpWarning`) when ``path`` holds the trajectory of another run
+    directory of the same folder name (its ``run`` differs), which writing ``run`` overwrites: two runs called
+    ``s0`` in two parent folders share one label."""
+    try:
+        old = json.loads(path.read_text()).get("run") if path.is_file() else None
+    except (OSError, ValueError, AttributeError):
+        return
+    if isinstance(old, str) and run.run is not None and old != run.run:
+        warnings.warn(NopeInterpWarning.naming(
+            "trajectory: overwriting {path}, the trajectory of {old}, with that of {new} (the same folder name; "
+            "give another {out_root} to keep both)", path=str(path), old=old, new=run.run), stacklevel=3)
+
+
 def write(result: TrajectoryResult, out_root: str | Path = ".") -> list[Path]:
     """Write ``results/trajectory/<run>.json`` and ``.csv`` and ``figures/trajectory/<run>.html``; with more than one
     run also ``figures/trajectory/compare_<site>.html`` (:func:`plot_site_by_objective`) for layer 0's ``hook_z``, when
     every run has it; also the ``plotly.min.js`` the figures load (:func:`~nope_interp.plotting.with_plotlyjs`). Under a
     protocol other than ``full`` every name ends in ``_<protocol_tag>`` (``<run>_authors.json``), so the outputs of two
-    protocols never overwrite each other."""
+    protocols never overwrite each other; a file written before for another run directory of the same folder name
+    is overwritten with a :class:`~nope_interp.errors.NopeInterpWarning` naming both."""
     res_dir, fig_dir = io.prepare_outputs(NAME, result, TrajectoryResult, out_root)
     for r in getattr(result, "runs", ()):
         # what load_trajectory would refuse is not written (steps shorter than the scores: the CSV dropped
@@ -470,6 +487,7 @@ def write(result: TrajectoryResult, out_root: str | Path = ".") -> list[Path]:
     sfx = f"_{tag}" if tag else ""
     paths = []
     for r in result.runs:
+        _warn_other_run(res_dir / f"{r.label}{sfx}.json", r)
         paths += [io.write_json(res_dir / f"{r.label}{sfx}.json", {**r.to_dict(), "config": result.config.to_dict(),
                                                                    **io.provenance()}),
                   io.atomic_write_text(res_dir / f"{r.label}{sfx}.csv", io.to_csv(
