@@ -465,8 +465,8 @@ def plot_gap_vs_n(result: LongContextResult, kind: str = "random") -> go.Figure:
 
 def plot_lag_profiles(result: LongContextResult, site: str | None = None, kind: str | None = None) -> go.Figure:
     """Lag profile c(d) at one site (default: the first analysed) for every length (a slider), one line per
-    configuration (mean over seeds), with the idealised uniform-causal (dashed black) and sliding-window
-    (dotted grey) curves of that length; a configuration keeps its colour at every length.
+    configuration (mean over seeds), with the idealised uniform-causal (wide long-dashed black) and sliding-window
+    (wide dash-dotted grey) curves of that length; a configuration keeps its colour at every length.
 
     Raises:
         NopeInterpError: no row has ``kind`` inputs analysed at ``site``.
@@ -496,11 +496,11 @@ def plot_lag_profiles(result: LongContextResult, site: str | None = None, kind: 
         n_lags = min(result.config.max_lag, n - 1)
         fig.add_trace(go.Scatter(x=list(range(1, n_lags + 1)), y=result.idealised(n),
                                  mode=line_mode(n_lags), name="idealised: uniform causal", visible=n == lengths[0],
-                                 line={"color": "black", "dash": "dash"}))
+                                 line={"color": "black", "dash": "longdash", "width": 3}, opacity=0.5))
         fig.add_trace(go.Scatter(x=list(range(1, n_lags + 1)),
                                  y=result.idealised(n, result.config.window), mode=line_mode(n_lags),
                                  name=f"idealised: sliding window w={result.config.window}", visible=n == lengths[0],
-                                 line={"color": "grey", "dash": "dot"}))
+                                 line={"color": "grey", "dash": "dashdot", "width": 3}, opacity=0.6))
         traces_per_n.append(range(start, len(fig.data)))
     steps = []
     for i, n in enumerate(lengths):
