@@ -180,3 +180,22 @@ def test_long_context_and_length_gen_rows_name_the_models_directory(tiny_run, tm
     assert {r.run for r in lc.rows} == {want} and lc.rows[0].to_dict()["run"] == want
     lg = length_gen.run(length_gen.LengthGenConfig(sizes=(1,), n_examples=4, n_prompts=2, points=("z",)), [entry])
     assert {r.run for r in lg.rows} == {want} and lg.rows[0].to_dict()["run"] == want
+
+
+def test_analyze_warns_when_it_overwrites_another_run_of_the_same_folder_name(tiny_run, tmp_path, capsys):
+    """Before: ``analyze --run a/t`` then ``--run b/t`` replaced the first's scores without a word; on the command
+    line the warning names --out-root."""
+    import shutil
+
+    from nope_interp.cli import main
+
+    twin = tmp_path / "elsewhere" / tiny_run.name
+    shutil.copytree(tiny_run, twin)
+    argv = ["--n-prompts", "2", "--points", "z", "--out-root", str(tmp_path / "out")]
+    assert main(["analyze", "--run", str(tiny_run), *argv]) == 0
+    assert main(["analyze", "--run", str(tiny_run), *argv]) == 0  # the same run again: no warning
+    assert "warning" not in capsys.readouterr().err
+    assert main(["analyze", "--run", str(twin), *argv]) == 0
+    err = capsys.readouterr().err
+    assert "nope-interp: warning: analyze: overwriting" in err and "elsewhere" in err, err
+    assert "give another --out-root to keep both" in err, err

@@ -382,6 +382,7 @@ def test_a_second_run_of_the_same_folder_name_is_warned_about(tiny_addition_run_
     with warnings.catch_warnings():  # the same run again: no warning
         warnings.simplefilter("error", NopeInterpWarning)
         trajectory.write(first, out)
-    with pytest.warns(NopeInterpWarning, match=r"overwriting .*tiny-addition\.json, the trajectory of .*tiny-addition, "
-                                               r"with that of .*elsewhere.*give another out_root"):
+    want = (r"trajectory: overwriting .*tiny-addition\.json, the results of .*tiny-addition, with those of "
+            r".*elsewhere.*give another out_root")
+    with pytest.warns(NopeInterpWarning, match=want):
         trajectory.write(second, out)

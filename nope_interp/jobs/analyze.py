@@ -36,6 +36,7 @@ from nope_interp.jobs.common import (
     job_models,
     progress,
     protocol_tag,
+    warn_overwriting_another_model,
 )
 from nope_interp.plotting import (
     plot_adjacency_by_layer,
@@ -316,7 +317,10 @@ def write(result: AnalyzeResult, out_root: str | Path = ".") -> list[Path]:
     res_dir, fig_dir = io.prepare_outputs(NAME, result, AnalyzeResult, out_root)
     paths = []
     for m in result.models:
-        paths.append(io.write_json(res_dir / m.label / "scores.json", m.to_dict()))
+        scores = m.to_dict()
+        warn_overwriting_another_model(res_dir / m.label / "scores.json", "model_source", scores.get("model_source"),
+                                       NAME)
+        paths.append(io.write_json(res_dir / m.label / "scores.json", scores))
         if m.analysis.example_sim is not None:  # none kept for inputs longer than EXAMPLE_MAX_POS
             paths.append(save_figure(plot_cosine(m), fig_dir / m.label / "cosine.html"))
         paths += [save_figure(plot_scores(m), fig_dir / m.label / "adjacency.html"),

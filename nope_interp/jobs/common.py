@@ -22,6 +22,7 @@ The contract of a job module ``nope_interp/jobs/<job>.py`` (see the README, "Add
 
 import hashlib
 import importlib
+import json
 import os
 import re
 import sys
@@ -51,7 +52,7 @@ from nope_interp.config import (
     opt,
     preset,
 )
-from nope_interp.errors import Fields, NopeInterpError
+from nope_interp.errors import Fields, NopeInterpError, NopeInterpWarning
 from nope_interp.model import LensModel, build_model
 from nope_interp.pretrained import LoadedRun, available_pretrained, available_seed_runs, load_pretrained, load_run
 from tasks import DEFAULT_WINDOW
@@ -847,6 +848,21 @@ def stderr_is_terminal() -> bool:
         return bool(sys.stderr.isatty())
     except (AttributeError, ValueError):  # replaced by an object without isatty, or closed
         return False
+
+
+def warn_overwriting_another_model(path: Path, key: str, new: object, job: str) -> None:
+    """Warn (:class:`~nope_interp.errors.NopeInterpWarning`) when the result file ``path`` records under ``key``
+    another model's directory than ``new`` (the one about to be written over it): two runs of one folder name in two
+    parent folders share a label, and the second's results replace the first's. Nothing when ``path`` is absent,
+    unreadable, or records the same directory or none. ``job`` names the command in the message."""
+    try:
+        old = json.loads(path.read_text()).get(key) if path.is_file() else None
+    except (OSError, ValueError, AttributeError):
+        return
+    if isinstance(old, str) and isinstance(new, str) and old != new:
+        warnings.warn(NopeInterpWarning.naming(
+            "{job}: overwriting {path}, the results of {old}, with those of {new} (the same folder name; give "
+            "another {out_root} to keep both)", job=job, path=str(path), old=old, new=new), stacklevel=3)
 
 
 def emit(log: Log, line: str) -> None:

@@ -10,10 +10,8 @@ and ``figures/trajectory/<run>.html`` (score vs step, a line per site, the chanc
 mechanisms below).
 """
 
-import json
 import math
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +31,7 @@ from nope_interp.diagnostics import (
     layer0_interventions,
     layer0_interventions_unsupported,
 )
-from nope_interp.errors import NopeInterpError, NopeInterpWarning
+from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, check_points, short_label
 from nope_interp.jobs import JOB_HELP
 from nope_interp.jobs.common import (
@@ -46,6 +44,7 @@ from nope_interp.jobs.common import (
     progress,
     protocol_tag,
     run_path,
+    warn_overwriting_another_model,
     with_protocol,
 )
 from nope_interp.model import build_model, load_state
@@ -453,20 +452,6 @@ def plot_site_by_objective(runs: list[RunTrajectory] | tuple[RunTrajectory, ...]
     return fig
 
 
-def _warn_other_run(path: Path, run: RunTrajectory) -> None:
-    """Warn (:class:`~nope_interp.errors.NopeInterpWarning`) when ``path`` holds the trajectory of another run
-    directory of the same folder name (its ``run`` differs), which writing ``run`` overwrites: two runs called
-    ``s0`` in two parent folders share one label."""
-    try:
-        old = json.loads(path.read_text()).get("run") if path.is_file() else None
-    except (OSError, ValueError, AttributeError):
-        return
-    if isinstance(old, str) and run.run is not None and old != run.run:
-        warnings.warn(NopeInterpWarning.naming(
-            "trajectory: overwriting {path}, the trajectory of {old}, with that of {new} (the same folder name; "
-            "give another {out_root} to keep both)", path=str(path), old=old, new=run.run), stacklevel=3)
-
-
 def write(result: TrajectoryResult, out_root: str | Path = ".") -> list[Path]:
     """Write ``results/trajectory/<run>.json`` and ``.csv`` and ``figures/trajectory/<run>.html``; with more than one
     run also ``figures/trajectory/compare_<site>.html`` (:func:`plot_site_by_objective`) for layer 0's ``hook_z``, when
@@ -487,7 +472,7 @@ def write(result: TrajectoryResult, out_root: str | Path = ".") -> list[Path]:
     sfx = f"_{tag}" if tag else ""
     paths = []
     for r in result.runs:
-        _warn_other_run(res_dir / f"{r.label}{sfx}.json", r)
+        warn_overwriting_another_model(res_dir / f"{r.label}{sfx}.json", "run", r.run, NAME)
         paths += [io.write_json(res_dir / f"{r.label}{sfx}.json", {**r.to_dict(), "config": result.config.to_dict(),
                                                                    **io.provenance()}),
                   io.atomic_write_text(res_dir / f"{r.label}{sfx}.csv", io.to_csv(
