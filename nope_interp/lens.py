@@ -123,7 +123,10 @@ def active_dropout(model: object) -> float:
     dropout; else the largest of this toolkit's dropout (``model.nope_dropout``,
     :func:`~nope_interp.model.build_model`), a ``torch.nn.Dropout`` module's ``p`` and a float dropout attribute
     (:data:`_DROPOUT_ATTRIBUTES`, a Hugging Face attention's) of a submodule in training mode. 0 for anything
-    that is not a ``torch.nn.Module``."""
+    that is not a ``torch.nn.Module``.
+
+    Raises:
+        Nothing: any object is accepted."""
     if not isinstance(model, torch.nn.Module) or not model.training:
         return 0.0
     ps = [float(getattr(model, "nope_dropout", 0.0) or 0.0)]
