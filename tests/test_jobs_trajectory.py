@@ -177,6 +177,15 @@ def test_saved_trajectories_load_back_and_plot_side_by_side(tmp_path):
     assert [t.line.dash for t in score_traces] == ["solid", "dash", "solid"]
     assert list(score_traces[1].x) == [1, 25, 400, 800] and list(score_traces[1].y) == [0.99, 0.9, 0.8, 0.82]
     assert score_traces[2].xaxis == "x2"  # reversal in the second column
+    # colours are distinct within a column and restart in each (before: one palette over all runs, so a task's
+    # lines shared a narrow slice of hues)
+    assert score_traces[0].line.color != score_traces[1].line.color
+    assert score_traces[2].line.color == score_traces[0].line.color
+    mixed = tuple(_traj(f"r{i}", ("addition", "reversal")[i % 2], "packed", [0, 25], [0.99, 0.9]) for i in range(60))
+    drawn = [t for t in trajectory.plot_site_by_objective(mixed).data if t.mode == "lines+markers"]
+    for xaxis in ("x", "x2"):
+        colours = [t.line.color for t in drawn if t.xaxis == xaxis]
+        assert len(colours) == 30 and len(set(colours)) == 30
     # the panels keep their height however many runs the legend lists (before: a fixed 720 pixels, so 45 runs'
     # legend squeezed the panels to a third of the figure)
     many = tuple(_traj(f"run-{i}", "addition", "packed", [0, 25], [0.99, 0.9]) for i in range(45))

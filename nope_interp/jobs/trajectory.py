@@ -400,7 +400,8 @@ def plot_site_by_objective(runs: list[RunTrajectory] | tuple[RunTrajectory, ...]
                            site: str = "blocks.0.attn.hook_z") -> go.Figure:
     """One site through training, every run side by side: a column per task, the adjacency score (row mean, in
     [0, 1]; chance 0.5; the paper's 0.8 as a dotted line) on top and eval exact match below, a line per run
-    (dash = objective: solid answer-only, dashed packed). Step 0 is drawn at 1 (log axis).
+    (dash = objective: solid answer-only, dashed packed; colours distinct within a task's column). Step 0 is
+    drawn at 1 (log axis).
 
     Raises:
         NopeInterpError: no runs, or a run without ``site``; ``runs`` a set or frozenset (the lines and colours
@@ -418,10 +419,13 @@ def plot_site_by_objective(runs: list[RunTrajectory] | tuple[RunTrajectory, ...]
                         vertical_spacing=0.08, horizontal_spacing=0.06,
                         subplot_titles=[f"{t}: {short_label(site)} adjacency score" for t in task_names]
                         + [f"{t}: eval exact match" for t in task_names])
-    palette = line_colours(len(runs))
+    # colours are distinct within a task's column (the panels the lines share): one palette over every run gave
+    # each task a narrow slice of hues, so that 51 runs read as a few colours per panel
+    per_task = {t: [i for i, r in enumerate(runs) if r.task == t] for t in task_names}
+    colour = {i: c for idx in per_task.values() for i, c in zip(idx, line_colours(len(idx)))}
     for i, r in enumerate(runs):
         col = task_names.index(r.task) + 1
-        line = {"color": palette[i], "dash": OBJECTIVE_DASH.get(r.objective, "dot")}
+        line = {"color": colour[i], "dash": OBJECTIVE_DASH.get(r.objective, "dot")}
         name = f"{r.label} ({r.objective})"
         fig.add_trace(go.Scatter(x=[max(1, s) for s in r.steps], y=list(r.scores[site]), mode="lines+markers",
                                  name=name, legendgroup=r.label, line=line, customdata=list(r.steps),

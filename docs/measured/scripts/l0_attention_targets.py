@@ -224,7 +224,9 @@ def figure(per_run: dict[str, list[tuple[int, dict]]], path: str) -> None:
                                      name=f"head {h}", legendgroup=f"h{h}", showlegend=False, line=style),
                           row=2, col=col)
         hline = dict(y=rows[0][1]["window"]["line_word_uniform"], line_dash="dot", line_color="gray", row=1, col=col)
-        fig.add_hline(**hline, **({"annotation_text": "uniform attention"} if col == 1 else {}))
+        label = dict(annotation_text="uniform attention", annotation_position="bottom right",
+                     annotation_font={"color": "gray", "size": 10})  # below the line: the heads rise above it
+        fig.add_hline(**hline, **(label if col == 1 else {}))
         fig.update_xaxes(type="log", title_text="step (0 at 1)", row=2, col=col)
         fig.update_xaxes(type="log", row=1, col=col)
     fig.update_yaxes(title_text="share of attention on<br>its own line's word", range=[0, 0.8], row=1, col=1)
