@@ -422,7 +422,7 @@ def plot_site_by_objective(runs: list[RunTrajectory] | tuple[RunTrajectory, ...]
     # colours are distinct within a task's column (the panels the lines share): one palette over every run gave
     # each task a narrow slice of hues, so that 51 runs read as a few colours per panel
     per_task = {t: [i for i, r in enumerate(runs) if r.task == t] for t in task_names}
-    colour = {i: c for idx in per_task.values() for i, c in zip(idx, line_colours(len(idx)))}
+    colour = {i: c for idx in per_task.values() for i, c in zip(idx, line_colours(len(idx)), strict=True)}
     for i, r in enumerate(runs):
         col = task_names.index(r.task) + 1
         line = {"color": colour[i], "dash": OBJECTIVE_DASH.get(r.objective, "dot")}
