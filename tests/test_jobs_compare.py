@@ -257,6 +257,9 @@ def test_summary_figure_has_every_seed_at_its_score_and_each_group_mean(tiny_run
     # near 1.0); a left margin that holds the longest row label; the title's first line without the subtitle
     assert fig.layout.width is None and fig.layout.margin.l >= 6 * max(map(len, rows))
     assert "<br>" in fig.layout.title.text and len(fig.layout.title.text.split("<br>")[0]) < 80
+    # chance is labelled, as in every other figure (before: an unlabelled dotted line)
+    (chance,) = [s for s in fig.layout.shapes if s.x0 == s.x1 == 0.5]
+    assert chance.line.dash == "dot" and [a.text for a in fig.layout.annotations if a.x == 0.5] == ["chance"]
     with pytest.raises(NopeInterpError, match="protocol 'authors' was not measured"):
         compare.plot_site_summary(result, "authors")
     with pytest.raises(NopeInterpError, match="blocks.9.attn.hook_z was not analysed"):
@@ -368,3 +371,54 @@ def test_a_label_that_would_collide_with_an_overview_figure_is_refused_and_no_gr
     empty = compare.CompareResult(config=compare.CompareConfig(protocols=("full",)), groups=(), verdicts=(),
                                   wall_time_s=0.0, provenance={})
     assert compare.plot_site_summary(empty).layout.margin.l == 40
+
+
+def test_a_written_comparison_loads_back_and_redraws_the_same_figures(tiny_runs, tmp_path):
+    import math
+
+    from nope_interp.errors import NopeInterpError
+    from nope_interp.io import json_safe
+    from nope_interp.jobs import compare
+    from nope_interp.jobs.common import ModelSource, load_models
+
+    entries = load_models(ModelSource(run=tuple(str(r) for r in tiny_runs)))
+    result = compare.run(compare.CompareConfig(n_prompts=4, protocols=("full", "authors"), label="rt"), entries)
+    compare.write(result, tmp_path)
+    path = tmp_path / "results" / "compare" / "rt.json"
+    loaded = compare.load_compare(path)
+    assert json_safe(loaded.to_dict()) == json_safe(result.to_dict())  # every number, NaN written as null included
+    for protocol in ("full", "authors"):
+        summary = compare.plot_site_summary
+        assert summary(loaded, protocol).to_json() == summary(result, protocol).to_json()
+        assert compare.plot_compare(loaded, protocol).to_json() == compare.plot_compare(result, protocol).to_json()
+    # a null (an undefined number) reads back as NaN, as the run held it; an unknown test_acc stays None
+    data = json.loads(path.read_text())
+    data["groups"][0]["stats"]["full"]["trained"]["hook_embed"]["ci_low"] = None
+    data["groups"][0]["seeds"][0]["test_acc"] = None
+    path.write_text(json.dumps(data))
+    again = compare.load_compare(path)
+    assert math.isnan(again.groups[0].stats["full"]["trained"]["hook_embed"]["ci_low"])
+    assert again.groups[0].seeds[0].test_acc is None
+    # what is not a comparison is refused in one line naming the file and what is wrong
+    site = "blocks.0.attn.hook_z"
+    bad_cases = [
+        ([], "not an object"),
+        ({k: v for k, v in data.items() if k != "groups"}, "missing groups"),
+        ({**data, "groups": {}}, "must be lists"),
+        ({**data, "groups": [{**data["groups"][0], "seeds": []}]}, "at least one seed"),
+        ({**data, "groups": [{k: v for k, v in data["groups"][0].items() if k != "stats"}]}, "KeyError"),
+    ]
+    g = json.loads(json.dumps(data["groups"][0]))
+    g["seeds"][0]["scores"]["authors"]["initialised"][site] = 1.5
+    bad_cases.append(({**data, "groups": [g]}, "number in [0, 1]"))
+    g = json.loads(json.dumps(data["groups"][0]))
+    g["seeds"][0]["unknown_field"] = 1
+    bad_cases.append(({**data, "groups": [g]}, "TypeError"))
+    for i, (bad, words) in enumerate(bad_cases):
+        p = tmp_path / f"bad{i}.json"
+        p.write_text(json.dumps(bad))
+        with pytest.raises(NopeInterpError, match="not a compare result") as err:
+            compare.load_compare(p)
+        assert words in str(err.value) and str(p) in str(err.value)
+    with pytest.raises(NopeInterpError, match="not found"):
+        compare.load_compare(tmp_path / "missing.json")

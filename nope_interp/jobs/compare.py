@@ -261,6 +261,71 @@ class CompareResult:
                 **self.provenance}
 
 
+def load_compare(path: str | Path) -> CompareResult:
+    """A comparison from the ``results/compare/<label>.json`` that :func:`write` wrote, to redraw its figures
+    (:func:`plot_site_summary`, :func:`plot_compare`) or render its Markdown again without analysing any model.
+    Files written before a field existed get its default (``label`` ``compare``; no authors' statistics).
+
+    Raises:
+        NopeInterpError: the file is missing or corrupt, or not such a result: a key missing or of the wrong
+            type, a group or seed without a score (a number in [0, 1] or NaN) for a measured protocol, kind
+            and site of the trained models' sites.
+    """
+    data = io.read_json(path, "compare result")
+
+    def bad(what: str) -> NopeInterpError:
+        return NopeInterpError(f"not a compare result (as `nope-interp compare` writes): {path}: {what}"[:500])
+
+    if not isinstance(data, dict):
+        raise bad(f"a JSON {type(data).__name__}, not an object")
+    missing = [k for k in ("config", "groups", "verdicts") if k not in data]
+    if missing:
+        raise bad(f"missing {', '.join(missing)}")
+    config = CompareConfig.from_dict(data["config"])
+    if not isinstance(data["groups"], list) or not isinstance(data["verdicts"], list):
+        raise bad("groups and verdicts must be lists")
+
+    def score(value: Any, where: str) -> None:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not (math.isnan(value) or 0 <= value <= 1):
+            raise bad(f"{where} must be a number in [0, 1] or NaN, got {value!r}")
+
+    def nan_for_null(tree: Any) -> Any:  # write() stores an undefined number (NaN) as null: read it back as NaN
+        if isinstance(tree, dict):
+            return {k: nan_for_null(v) for k, v in tree.items()}
+        return math.nan if tree is None else tree
+
+    numbers = ("scores", "diagnostics", "authors")
+    groups = []
+    try:
+        for g in data["groups"]:
+            seeds = tuple(SeedRecord(**{k: nan_for_null(v) if k in numbers else v for k, v in s.items()})
+                          for s in g["seeds"])
+            group = GroupComparison(task=g["task"], recipe=g["recipe"], seeds=seeds, stats=nan_for_null(g["stats"]),
+                                    diagnostics=nan_for_null(g["diagnostics"]), n_at_target=g["n_at_target"])
+            if not seeds or not isinstance(group.task, str) or not isinstance(group.recipe, str):
+                raise bad("every group needs a task and recipe (strings) and at least one seed")
+            name = f"{group.task}: {group.recipe}"
+            for protocol in config.protocols:
+                sites = list(group.stats[protocol]["trained"])
+                for kind in KINDS:
+                    for site in sites:
+                        score(group.stats[protocol][kind][site]["mean"], f"{name}: {protocol} {kind} {site} mean")
+                        for seed in seeds:
+                            score(seed.scores[protocol][kind][site], f"{seed.label}: {protocol} {kind} {site}")
+            for seed in seeds:
+                known_acc = seed.test_acc is None or isinstance(seed.test_acc, int | float)
+                if not isinstance(seed.label, str) or not known_acc:
+                    raise bad(f"a seed of {name} has a label that is not a string or a test_acc that is not a number")
+            groups.append(group)
+        verdicts = tuple(Verdict(**nan_for_null(v)) for v in data["verdicts"])
+    except (KeyError, TypeError, AttributeError) as err:
+        raise bad(f"{type(err).__name__}: {err}") from None
+    wall = data.get("wall_time_s", math.nan)
+    provenance = {k: v for k, v in data.items() if k not in ("config", "groups", "verdicts", "wall_time_s", "figures")}
+    return CompareResult(config=config, groups=tuple(groups), verdicts=verdicts,
+                         wall_time_s=wall if isinstance(wall, int | float) else math.nan, provenance=provenance)
+
+
 def default_models(config: CompareConfig) -> list[ModelEntry]:
     """Every shipped trained model and its extra seeds."""
     return shipped_entries(tasks_pkg.TASK_NAMES, with_seeds=True)
@@ -561,7 +626,8 @@ def plot_site_summary(result: CompareResult, protocol: str = "full", site: str =
     fig = go.Figure()
     fig.add_vrect(x0=low, x1=high, fillcolor="#2ca02c", opacity=0.12, line_width=0,
                   annotation_text=f"claimed {low}-{high}", annotation_position="top left")
-    fig.add_vline(x=0.5, line_dash="dot", line_color="gray")
+    fig.add_vline(x=0.5, line_dash="dot", line_color="gray", annotation_text="chance", annotation_position="top right",
+                  annotation_font={"color": "gray", "size": 10})  # labelled as plotting.add_chance_line labels it
     for kind, colour in (("initialised", "#1f77b4"), ("trained", "#d62728")):
         fig.add_trace(go.Scatter(
             y=rows, x=[g.stats[protocol][kind][site]["mean"] for g in result.groups], mode="markers",
