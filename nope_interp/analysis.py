@@ -24,6 +24,7 @@ from nope_interp.errors import DegenerateInputWarning, NopeInterpError
 from nope_interp.fast_forward import attached_hooks, fast_activations, fast_activations_unsupported
 from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names, check_points
 from nope_interp.model import LensModel, check_fits_memory, check_model, check_model_dtype, check_tokens, evaluates
+from nope_interp.plotting import html_table
 from nope_interp.similarity import (
     REDUCTIONS,
     ScoreSummary,
@@ -39,6 +40,7 @@ from nope_interp.similarity import (
     summarize,
     uniform_causal_lag_profile,
 )
+from nope_interp.stats import fmt_mean_std
 from tasks import DEFAULT_WINDOW
 
 #: Memory bound (bytes) of one chunk of prompts' cached activations in :func:`analyze_model`.
@@ -135,6 +137,33 @@ class AnalysisResult:
         if site not in self.mean_matrix_scores[reduction]:
             raise NopeInterpError(f"site {site!r} was not analysed; analysed: {', '.join(self.sites)}")
         return self.mean_matrix_scores[reduction][site]
+
+    def _rows(self) -> list[list[str]]:
+        """Per site: row-mean and pooled scores (mean ± std over sequences) and the recency gap, as text."""
+        def text(reduction: str, site: str) -> str:
+            st = self.scores.get(reduction, {}).get(site)
+            return "-" if st is None else fmt_mean_std(st["mean"], st["std"], st["n"])
+
+        rows = []
+        for site in self.sites:
+            gap = self.lag_profile.get(site, {}).get("recency_gap")
+            rows.append([site, text("row_mean", site), text("pooled", site),
+                         "-" if gap is None else fmt_mean_std(gap["mean"], gap["std"], gap["n"])])
+        return rows
+
+    def _title(self) -> str:
+        inputs = self.task if self.protocol == self.task else f"{self.task}, {self.protocol} inputs"  # tokens, text
+        return (f"Adjacency score of {self.n_prompts} sequences ({inputs}, {self.n_pos} positions), mean ± std over "
+                f"sequences; 0.5 = chance")
+
+    def __repr__(self) -> str:
+        """The score table, not the tensors (the per-sequence scores and example matrices stay attributes)."""
+        header = f"  {'site':30s} {'row mean':16s} {'pooled':16s} recency gap c(1) - c(D)"
+        return "\n".join([self._title() + ":", header]
+                         + [f"  {a:30s} {b:16s} {c:16s} {d}" for a, b, c, d in self._rows()])
+
+    def _repr_html_(self) -> str:
+        return html_table(self._title(), ["site", "row mean", "pooled", "recency gap c(1) - c(D)"], self._rows())
 
     def to_dict(self) -> dict[str, Any]:
         """Summary as plain Python values (scores per reduction and site, not the per-sequence tensors)."""

@@ -15,7 +15,6 @@ Each result is a frozen dataclass with ``to_dict()``, a text ``repr``, an HTML t
 
 import contextvars
 import functools
-import html
 import sys
 import warnings
 from collections.abc import Callable
@@ -33,7 +32,7 @@ from nope_interp.checks import is_int
 from nope_interp.config import check_int
 from nope_interp.errors import DegenerateInputWarning, NopeInterpError, NopeInterpWarning
 from nope_interp.hooks import hook_name, short_label
-from nope_interp.plotting import plot_adjacency_by_layer, plot_cosine_heatmaps, plot_lag_profile
+from nope_interp.plotting import html_table, plot_adjacency_by_layer, plot_cosine_heatmaps, plot_lag_profile
 from nope_interp.similarity import (
     REDUCTIONS,
     adjacency_score,
@@ -210,12 +209,6 @@ def _scored(site: object, sites: tuple[str, ...], done: str) -> str:
     return site
 
 
-def _table(title: str, header: list[str], rows: list[list[str]]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<b>{html.escape(title)}</b><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
 @dataclass(frozen=True)
 class SiteScores:
     """Adjacency scores of every scored site of a cache.
@@ -259,7 +252,7 @@ class SiteScores:
         rows = [[s, f"{self.summary(s)['mean']:.3f}",
                  "n/a" if self.summary(s)["n"] == 1 else f"{self.summary(s)['std']:.3f}", str(self.summary(s)["n"])]
                 for s in self.sites]
-        return _table(f"Adjacency score ({self.reduction}; 0.5 = chance, 1 = nearer is always more similar)",
+        return html_table(f"Adjacency score ({self.reduction}; 0.5 = chance, 1 = nearer is always more similar)",
                       ["site", "mean", "std", "sequences"], rows)
 
     def figure(self, title: str = "Adjacency score by site") -> go.Figure:
@@ -379,7 +372,7 @@ class LagProfile:
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
-        return _table(f"Lag profile ({self.n_pos} positions; c(d) = mean cosine of positions d apart)",
+        return html_table(f"Lag profile ({self.n_pos} positions; c(d) = mean cosine of positions d apart)",
                       ["site", "c(1)", f"c({self.max_lag})", "recency gap (mean ± std)", "sequences"], self._rows())
 
     def figure(self, title: str | None = None, window: int | None = None) -> go.Figure:
@@ -443,7 +436,7 @@ class CosineView:
         return f"CosineView({self.site}, sequence {self.batch_index}, {n}x{n}, adjacency {self.adjacency:.3f})"
 
     def _repr_html_(self) -> str:
-        return _table("Cosine similarity matrix", ["site", "sequence", "positions", "adjacency (row mean)"],
+        return html_table("Cosine similarity matrix", ["site", "sequence", "positions", "adjacency (row mean)"],
                       [[self.site, str(self.batch_index), str(self.matrix.shape[0]), f"{self.adjacency:.3f}"]])
 
     def figure(self) -> go.Figure:
@@ -512,7 +505,7 @@ class AveragingCheck:
                                               for k, v in self.to_dict().items()) + ")")
 
     def _repr_html_(self) -> str:
-        return _table(f"Averaging check, layer {self.layer}", ["measurement", "value"],
+        return html_table(f"Averaging check, layer {self.layer}", ["measurement", "value"],
                       [[k, f"{v:.3f}" if isinstance(v, float) else str(v)] for k, v in self.to_dict().items()])
 
     def figure(self) -> go.Figure:

@@ -4,6 +4,7 @@ Cosine heatmaps use the diverging ``RdBu`` scale fixed to [-1, 1] with midpoint 
 the sign of a cosine reads at a glance.
 """
 
+import html
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -46,6 +47,13 @@ def line_colours(n: int) -> list[str]:
     if n <= len(LINE_COLOURS):
         return list(LINE_COLOURS[:n])
     return [f"hsl({360 * k / n:.4f}, 75%, {40 if k % 2 else 55}%)" for k in range(n)]
+
+
+def html_table(title: str, header: list[str], rows: list[list[str]]) -> str:
+    """A titled HTML table (every cell escaped) for a result's ``_repr_html_`` in Jupyter."""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<b>{html.escape(title)}</b><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def line_mode(n_points: int) -> str:

@@ -76,6 +76,31 @@ def test_typed_score_accessor_equals_the_json_scores(tiny_model):
             res.mean_matrix_score(*args)
 
 
+def test_a_result_shows_its_score_table_not_its_tensors(tiny_model):
+    """Printed or shown in Jupyter, a result is its score table (before: the dataclass repr of every tensor,
+    some 100,000 characters for 4 sequences of 256 tokens)."""
+    import torch
+
+    import tasks
+    from nope_interp.analysis import analyze_model, analyze_tokens
+    from nope_interp.stats import fmt_mean_std
+
+    res = analyze_model(tiny_model, tasks.get_task("addition"), 6, points=("embed", "z"))
+    text, page = repr(res), res._repr_html_()
+    assert "tensor" not in text and "tensor" not in page and len(text) < 200 * (len(res.sites) + 2)
+    assert "6 sequences (addition, full inputs" in text.splitlines()[0]
+    for site in res.sites:
+        (line,) = [ln for ln in text.splitlines() if ln.split() and ln.split()[0] == site]
+        for reduction in ("row_mean", "pooled"):
+            st = res.scores[reduction][site]
+            assert fmt_mean_std(st["mean"], st["std"], st["n"]) in line
+            assert f"<td>{fmt_mean_std(st['mean'], st['std'], st['n'])}</td>" in page
+        gap = res.lag_profile[site]["recency_gap"]
+        assert line.endswith(fmt_mean_std(gap["mean"], gap["std"], gap["n"]))
+    tokens = analyze_tokens(tiny_model, torch.randint(0, tiny_model.cfg.d_vocab, (3, 12)), ("z",))
+    assert repr(tokens).startswith("Adjacency score of 3 sequences (tokens, 12 positions)")
+
+
 def test_prompts_are_run_and_scored_in_chunks_with_the_scores_of_one_pass(tiny_model, monkeypatch):
     """Memory must not grow with n_prompts: no forward pass sees more than one chunk of prompts, and the
     streamed scores equal those of all activations at once (the cosine matrices scored in one call)."""
