@@ -296,6 +296,8 @@ def test_averaging_and_init_grid_commands(main, tmp_path):
     assert set(entry["trained"]["counterfactual"]["conditions"]) == {"clean", "uniform", "identity", "random_matched"}
     assert (tmp_path / "results" / "averaging" / "averaging.csv").read_text().startswith("protocol,task,model,layer")
     assert (tmp_path / "figures" / "averaging" / "counterfactual_attention.html").exists()
+    init_fig = (tmp_path / "figures" / "averaging" / "counterfactual_attention_initialised.html").read_text()
+    assert "reversal (initialised)" in init_fig and "reversal (bidirectional_control)" in init_fig
     assert main(["init-grid", "--quick", "--seeds", "1", "--n-prompts", "4", "--tasks", "addition",
                  "--out-root", str(tmp_path)]) == 0
     assert (tmp_path / "results" / "init_grid" / "init_grid_summary.csv").exists()

@@ -83,8 +83,8 @@ def test_run_and_write_on_tiny_models(job, tiny_entries, tmp_path):
     res_dir, fig_dir = tmp_path / "results" / "averaging", tmp_path / "figures" / "averaging"
     assert sorted(p.name for p in res_dir.iterdir()) == ["averaging.csv", "averaging.json"]
     assert sorted(p.name for p in fig_dir.glob("*.html")) == [
-        "counterfactual_attention.html", "predicted_vs_observed_addition_initialised.html",
-        "predicted_vs_observed_addition_trained.html"]
+        "counterfactual_attention.html", "counterfactual_attention_initialised.html",
+        "predicted_vs_observed_addition_initialised.html", "predicted_vs_observed_addition_trained.html"]
     assert json.loads((res_dir / "averaging.json").read_text())["tasks"] == d["tasks"]
     import csv
 
@@ -123,6 +123,19 @@ def test_plots_take_results(job, tiny_entries):
     assert sorted(legend) == sorted(c.kind for c in trained.counterfactual.conditions)
     assert cf.data[0].x[0] == "embed" and not math.isnan(cf.data[0].y[0])
     assert cf.layout.annotations[0].text == "addition (trained)"  # no exact match without a test split
+    # the initialised models (and the bidirectional control), where the paper's explanation is tested, get their
+    # own figure with their own numbers (before: only the trained models were drawn, the claim's numbers were in
+    # the CSV alone)
+    init = job.plot_counterfactuals(result, "initialised")
+    panels = [a.text for a in init.layout.annotations if a.text != "chance"]
+    assert panels == ["addition (initialised)"]  # this result has no bidirectional control (the CLI test has)
+    expected = [(c.kind, [c.scores[s] for s in c.scores]) for c in t.model("initialised").counterfactual.conditions]
+    assert [(d.name, list(d.y)) for d in init.data] == expected and len(expected) == 4
+    assert "initialised models" in init.layout.title.text and "trained models" in cf.layout.title.text
+    from nope_interp.errors import NopeInterpError
+
+    with pytest.raises(NopeInterpError, match="models must be one of trained, initialised"):
+        job.plot_counterfactuals(result, "init")
 
 
 def test_the_counterfactual_figure_has_one_legend_entry_per_condition(job):
@@ -196,9 +209,9 @@ def test_run_under_another_protocol_measures_its_inputs_and_suffixes_every_file(
     assert {(r["protocol"], r.get("window")) for r in rows} == {(protocol, str(window) if protocol == "window"
                                                                  else None)}
     figs = sorted(p.name for p in fig_dir.glob("*.html"))
-    assert figs == [f"counterfactual_attention_{tag}.html",
-                    f"predicted_vs_observed_addition_initialised_{tag}.html",
-                    f"predicted_vs_observed_addition_trained_{tag}.html"]
+    assert figs == sorted([f"counterfactual_attention_{tag}.html", f"counterfactual_attention_initialised_{tag}.html",
+                           f"predicted_vs_observed_addition_initialised_{tag}.html",
+                           f"predicted_vs_observed_addition_trained_{tag}.html"])
     assert all(f"{protocol} inputs" in (fig_dir / f).read_text() for f in figs)
 
 

@@ -302,11 +302,23 @@ def plot_predicted_vs_observed(example: CosineExample, title: str = "") -> go.Fi
     return fig
 
 
-def plot_counterfactuals(result: AveragingResult) -> go.Figure:
-    """Adjacency score by site for each pattern condition, one panel per task (trained models only). One legend
-    entry per condition (the same colour in every panel); each panel's title gives its model's exact match
-    under each condition."""
-    panels = [(t.task, m) for t in result.tasks for m in t.models if m.kind != "init"]
+#: The model sets :func:`plot_counterfactuals` draws: trained models, or the initialised ones (with the
+#: bidirectional control, also initialised), where the paper's explanation is tested.
+COUNTERFACTUAL_MODELS = ("trained", "initialised")
+
+
+def plot_counterfactuals(result: AveragingResult, models: str = "trained") -> go.Figure:
+    """Adjacency score by site for each pattern condition, one panel per (task, model) of ``models``:
+    ``"trained"`` (every model that is not freshly initialised) or ``"initialised"`` (the initialised models and
+    the bidirectional control). One legend entry per condition (the same colour in every panel); each panel's
+    title gives its model's exact match under each condition, where a test split exists.
+
+    Raises:
+        NopeInterpError: ``models`` not one of :data:`COUNTERFACTUAL_MODELS`.
+    """
+    if models not in COUNTERFACTUAL_MODELS:
+        raise NopeInterpError(f"models must be one of {', '.join(COUNTERFACTUAL_MODELS)}, got {models!r}"[:200])
+    panels = [(t.task, m) for t in result.tasks for m in t.models if (m.kind == "init") == (models == "initialised")]
 
     def title(name: str, m: ModelAveraging) -> str:
         accs = [f"{c.kind} {c.exact_match:.3f}" for c in m.counterfactual.conditions if c.exact_match is not None]
@@ -336,7 +348,7 @@ def plot_counterfactuals(result: AveragingResult) -> go.Figure:
         add_chance_line(fig, row=r, col=1)
         fig.update_yaxes(range=[0, 1.05], title_text="adjacency score (row mean)", row=r, col=1)
     fig.update_xaxes(tickangle=-60, tickfont={"size": 9})
-    fig.update_layout(title=f"Layer-{LAYER} attention replaced: adjacency score by site<br><sup>trained models, "
+    fig.update_layout(title=f"Layer-{LAYER} attention replaced: adjacency score by site<br><sup>{models} models, "
                             f"{result.config.protocol} inputs; the sites before layer {LAYER}'s attention do not "
                             "change</sup>",
                       height=200 + 330 * len(panels), width=1100)
@@ -345,7 +357,8 @@ def plot_counterfactuals(result: AveragingResult) -> go.Figure:
 
 def write(result: AveragingResult, out_root: str | Path = ".") -> list[Path]:
     """Write ``results/averaging/averaging.{json,csv}``, ``figures/averaging/predicted_vs_observed_<task>_<label>.html``
-    for every causal model and ``figures/averaging/counterfactual_attention.html`` (when a trained model was measured),
+    for every causal model, ``figures/averaging/counterfactual_attention.html`` (when a trained model was measured)
+    and ``counterfactual_attention_initialised.html`` (when an initialised one was: the paper's explanation),
     with the ``plotly.min.js`` the figures load (:func:`~nope_interp.plotting.with_plotlyjs`); returns the paths. Under
     a protocol other than ``full`` every name ends in ``_<protocol_tag>`` (``averaging_authors.json``,
     ``averaging_window64.json``), so the outputs of two protocols or window lengths never overwrite each other."""
@@ -363,4 +376,7 @@ def write(result: AveragingResult, out_root: str | Path = ".") -> list[Path]:
                                          fig_dir / f"predicted_vs_observed_{t.task}_{m.label}{sfx}.html"))
     if any(m.kind != "init" for t in result.tasks for m in t.models):
         paths.append(save_figure(plot_counterfactuals(result), fig_dir / f"counterfactual_attention{sfx}.html"))
+    if any(m.kind == "init" for t in result.tasks for m in t.models):
+        paths.append(save_figure(plot_counterfactuals(result, "initialised"),
+                                 fig_dir / f"counterfactual_attention_initialised{sfx}.html"))
     return with_plotlyjs(paths)
