@@ -83,7 +83,10 @@ def ascii_float(text: str) -> float:
 class OneLineParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors are one line on stderr, ``nope-interp: error: ...`` (the first word
     of ``prog``: a script using it names itself), with exit status 2 (argparse's own prints the whole usage
-    first). Sub-commands inherit it."""
+    first). Sub-commands inherit it. ``full_parser``, where set, builds the parser with every sub-command's
+    flags (a parser built lazily holds only the named command's), to say which commands take an unknown flag."""
+
+    full_parser: Callable[[], "OneLineParser"] | None = None
 
     def error(self, message: str) -> NoReturn:
         """Print ``message`` on one line (pointing at ``--help``) and exit with status 2."""
@@ -91,14 +94,35 @@ class OneLineParser(argparse.ArgumentParser):
 
     def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> argparse.Namespace:
         """argparse's ``parse_args``, but an unknown flag points at the sub-command's ``--help`` (where the
-        flags it accepts are listed), not the top level's."""
+        flags it accepts are listed), not the top level's, and a flag that other sub-commands take names them
+        (:data:`WHY_NOT_HERE` adds why, where one reason holds for every command without it)."""
         ns, extras = self.parse_known_args(args, namespace)
         if extras:
             command = getattr(ns, "command", None)
             prog = f"{self.prog} {command}" if command else self.prog
-            self.exit(2, f"{self.prog.split()[0]}: error: unrecognized arguments: {' '.join(extras)} "
+            elsewhere, subs = [], None
+            for flag in dict.fromkeys(e.split("=")[0] for e in extras if e.startswith("--")):
+                if subs is None:  # built once, on this error path only: it imports every job
+                    subs = (self.full_parser() if self.full_parser else self)._sub_commands()
+                takers = [name for name, p in subs.items() if name != command and flag in p._option_string_actions]
+                if takers:
+                    why = f" ({WHY_NOT_HERE[flag]})" if flag in WHY_NOT_HERE else ""
+                    elsewhere.append(f"{flag} is taken by {', '.join(takers)}{why}")
+            hint = f"; {'; '.join(elsewhere)}" if elsewhere else ""
+            self.exit(2, f"{self.prog.split()[0]}: error: unrecognized arguments: {' '.join(extras)}{hint} "
                          f"(see {prog} --help)\n")
         return ns
+
+    def _sub_commands(self) -> dict[str, argparse.ArgumentParser]:
+        """The sub-command parsers by name (empty for a parser without sub-commands)."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                return dict(action.choices)
+        return {}
+
+
+#: Why a command lacks a flag that others take, where one reason holds for every command without it.
+WHY_NOT_HERE = {"--hf-path": "a Hugging Face model has no task to score: this command needs one of the four tasks"}
 
 
 _ARG_TYPES = {int: ascii_int, float: ascii_float}
@@ -318,6 +342,8 @@ def _build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     from nope_interp.jobs import JOB_HELP
 
     parser = OneLineParser(prog="nope-interp", description=__doc__.splitlines()[0].replace("``", ""))
+    if argv is not None:
+        parser.full_parser = lambda: _build_parser(None)  # type: ignore[assignment,return-value]
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("train-text", help="train a character-level language model on Shakespeare (text extra); "

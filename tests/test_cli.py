@@ -647,6 +647,14 @@ def test_a_job_offers_only_the_model_sources_it_accepts(main, capsys, job_name, 
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and f"unrecognized arguments: {flag}" in err
         assert f"(see nope-interp {job_name} --help)" in err  # where the accepted flags are listed
+        # the commands that take it are named, and are exactly those whose --help lists it
+        takers = err.split(f"; {flag} is taken by ")[1].split(" (")[0].split(", ")
+        assert job_name not in takers and takers
+        for other in takers:
+            assert main([other, "--help"]) == 0
+            assert flag in re.findall(r"^  (--[a-z0-9-]+)", capsys.readouterr().out, re.M)
+    assert main([job_name, "--bogus-flag"]) == 2  # a flag no command takes: the plain message
+    assert "is taken by" not in capsys.readouterr().err
 
 
 def test_every_job_declares_known_sources():

@@ -196,7 +196,10 @@ def test_hf_path_errors_are_one_line(tmp_path, capsys):
     assert main(["analyze", "--hf-path", str(tmp_path)]) == 2
     assert "no config.json" in capsys.readouterr().err
     assert main(["ablate", "--hf-path", str(tmp_path)]) == 2
-    assert "unrecognized arguments: --hf-path" in capsys.readouterr().err  # not among ablate's flags
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --hf-path" in err  # not among ablate's flags
+    # ... and says which commands take it, and why this one does not (before: the bare argparse message)
+    assert "--hf-path is taken by analyze, probe, long-context (a Hugging Face model has no task to score" in err
     assert main(["long-context", "--hf-path", str(tmp_path), "--pretrained", "reversal"]) == 2
 
 
