@@ -480,3 +480,31 @@ def test_the_grid_heatmap_shows_the_mean_alone_for_one_seed():
     fig = long_context.plot_grid(two)
     assert [list(r) for r in fig.data[0].text] == [["0.600 ± 0.141"], ["0.250"]]
     assert "mean ± std over seeds" in fig.layout.title.text
+
+
+@pytest.mark.parametrize(("types", "expected"), [
+    ((), ["blocks.0.attn.hook_z"]),  # types unknown
+    (("nope", "nope", "nope"), ["blocks.0.attn.hook_z"]),
+    (("rope", "rope", "nope"), ["blocks.0.attn.hook_z", "blocks.2.attn.hook_z"]),
+    (("nope", "rope", "rope"), ["blocks.0.attn.hook_z", "blocks.1.attn.hook_z"]),
+    (("learned", "rope", "nope"), ["blocks.0.attn.hook_z", "blocks.1.attn.hook_z", "blocks.2.attn.hook_z"]),
+])
+def test_the_console_line_of_a_hybrid_model_shows_its_first_layer_of_each_type(types, expected):
+    """Before, the console printed layer 0 alone: a hybrid whose layer 0 is RoPE showed no NoPE layer at all."""
+    from nope_interp.jobs.long_context import console_sites
+
+    sites = tuple(f"blocks.{i}.{p}" for i in range(3) for p in ("attn.hook_z", "hook_resid_post"))
+    assert console_sites(sites, types) == expected
+    assert console_sites(("hook_embed", *sites), types) == ["hook_embed"]  # not a layer's site: alone
+
+
+def test_long_context_console_names_each_layer_type_of_a_hybrid_run(capsys, tmp_path):
+    from nope_interp.cli import main
+    from nope_interp.pretrained import PRETRAINED_DIR
+
+    run = PRETRAINED_DIR / "text" / "text-hybrid"
+    assert main(["long-context", "--run", str(run), "--lengths", "16", "--inputs", "random", "--n-sequences", "2",
+                 "--max-lag", "4", "--out-root", str(tmp_path)]) == 0
+    out = capsys.readouterr()
+    (line,) = [ln for ln in (out.out + out.err).splitlines() if "text-hybrid" in ln and "n=16" in ln]
+    assert "L0 z (RoPE)" in line and "L2 z (NoPE)" in line

@@ -353,10 +353,11 @@ def run(config: LongContextConfig, models: list[ModelEntry] | None = None, *, lo
                 rows.append(LongContextRow(model=entry.label, arch=_arch(cfg, model), seed=seed, input=kind, n=n,
                                            sites=res.sites, scores=scores, seconds=round(time.perf_counter() - t1, 2),
                                            layer_types=types, input_seed=in_seed, run=run_path(entry)))
-                first = res.sites[0]
-                emit(log, f"  {entry.label:34s} {kind:6s} n={n:<6d} {short_label(first)} "
-                          f"{scores[first]['row_mean']['mean']:.3f}  gap {scores[first]['recency_gap']['mean']:+.3f}"
-                          f"  ({rows[-1].seconds:.1f} s)")
+                emit(log, f"  {entry.label:34s} {kind:6s} n={n:<6d} "
+                          + "; ".join(f"{site_title(site, types)} {scores[site]['row_mean']['mean']:.3f}  gap "
+                                      f"{scores[site]['recency_gap']['mean']:+.3f}"
+                                      for site in console_sites(res.sites, types))
+                          + f"  ({rows[-1].seconds:.1f} s)")
         del model
         if m_idx == len(models) - 1:
             list(bar)
@@ -418,6 +419,24 @@ def _metric_vs_n(result: LongContextResult, metric: str, kind: str, title: str, 
     fig.update_layout(title=f"{title} ({kind} inputs)", height=330 * n_rows + 130, width=1150,
                       legend={"title": legend_title})
     return fig
+
+
+def console_sites(sites: tuple[str, ...], layer_types: tuple[str, ...]) -> list[str]:
+    """The sites a console line shows: the first, and in a model with layers of more than one positional type
+    the first site of each other type's first layer at the same hook (a hybrid NoPE/RoPE model's first NoPE
+    layer beside its RoPE layer 0; before, only layer 0 was printed, whatever its type)."""
+    first = sites[0]
+    shown = [first]
+    parts = first.split(".")
+    if not (layer_types and len(set(layer_types)) > 1 and parts[0] == "blocks" and parts[1].isdigit()):
+        return shown
+    seen = {layer_types[int(parts[1])]}
+    for site in sites:
+        p = site.split(".")
+        if p[0] == "blocks" and p[1].isdigit() and p[2:] == parts[2:] and layer_types[int(p[1])] not in seen:
+            seen.add(layer_types[int(p[1])])
+            shown.append(site)
+    return shown
 
 
 def site_title(site: str, layer_types: tuple[str, ...]) -> str:
