@@ -562,7 +562,13 @@ def _cmd_job(job: Any, args: argparse.Namespace) -> int:
                                   "--inputs task reads task text)")
     with io.exclusive(res_dir, "--out-root output folder"):  # one writer per job and --out-root at a time
         result = job.run(cfg, models, log=_log_for(args))
-        paths = job.write(result, args.out_root)
+        with io.recording_writes() as written:
+            try:
+                paths = job.write(result, args.out_root)
+            except BaseException as err:  # Ctrl-C, SIGTERM or a file that cannot be written, part-way through
+                if written:
+                    err.partial_writes = tuple(written)  # type: ignore[union-attr]  # read by _run_command
+                raise
     print(f"done in {time.perf_counter() - t0:.0f}s\noutputs:\n" + "\n".join(f"  {p}" for p in paths))
     return 0
 
@@ -681,14 +687,29 @@ def _run_command(args: argparse.Namespace, argv: list[str]) -> int:
     except (NopeInterpError, TaskError) as err:
         config = getattr(err, "config", None)  # a TaskError has none
         message = spelt_as_flags(err, args, config) if isinstance(err, NopeInterpError) else str(err)
-        print(f"nope-interp: error: {one_line(flag_named(message, args, config))}", file=sys.stderr)
+        print(f"nope-interp: error: {one_line(flag_named(message, args, config))}{_partial_writes(err)}",
+              file=sys.stderr)
         return 2
     except (KeyboardInterrupt, Terminated) as stop:  # Ctrl-C or SIGTERM: one line, not a traceback or silence
         how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
         _close_progress_bars(before)  # the line below on a line of its own, not after a half-drawn bar
-        print(f"nope-interp: {how} ({args.command}); {STOPPED_ADVICE.get(args.command, STOPPED_JOB_ADVICE)}",
-              file=sys.stderr)
+        if getattr(stop, "partial_writes", None):  # stopped while writing: some files are new, others not
+            advice = f"stopped while writing its files{_partial_writes(stop)}: rerun the same command"
+        else:
+            advice = STOPPED_ADVICE.get(args.command, STOPPED_JOB_ADVICE)
+        print(f"nope-interp: {how} ({args.command}); {advice}", file=sys.stderr)
         return int(stop.code) if isinstance(stop, Terminated) else 130
+
+
+def _partial_writes(err: BaseException) -> str:
+    """``"; 2 files were replaced (a, b), the job's other files are as before"`` for a job's write stopped part-way
+    (``err.partial_writes``, set by :func:`_cmd_job`), else ``""``."""
+    written = getattr(err, "partial_writes", None)
+    if not written:
+        return ""
+    names = ", ".join(str(p) for p in written[:3]) + (f" and {len(written) - 3} more" if len(written) > 3 else "")
+    return (f"; {len(written)} of its files {'was' if len(written) == 1 else 'were'} written before ({names}), its "
+            "other files are as before (a run's earlier results, or none)")
 
 
 if __name__ == "__main__":

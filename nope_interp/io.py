@@ -15,6 +15,7 @@ folder's ``out``, never a folder named ``~`` in the current one.
 """
 
 import contextlib
+import contextvars
 import csv
 import io as _io
 import json
@@ -56,6 +57,25 @@ def user_path(path: str | os.PathLike[str]) -> Path:
         raise NopeInterpError(f"cannot expand '~' in the path {str(path)!r}: {err}"[:300]) from None
 
 
+#: The files replaced or created by this module's atomic writes inside :func:`recording_writes` (None outside).
+_WRITTEN: contextvars.ContextVar[list[Path] | None] = contextvars.ContextVar("nope_interp_written", default=None)
+
+
+@contextlib.contextmanager
+def recording_writes() -> Iterator[list[Path]]:
+    """Record, in order, every file that the atomic writes (:func:`atomic_write_text`, :func:`write_json`,
+    :func:`save_weights`, :func:`save_torch`, and so every figure) complete inside the block: a write stopped
+    part-way (Ctrl-C, a folder that cannot be written) can then say which files are new and which are as before,
+    instead of "nothing was written". Each file is whole, old or new (temporary file + rename); a set of files
+    is not replaced as one."""
+    written: list[Path] = []
+    token = _WRITTEN.set(written)
+    try:
+        yield written
+    finally:
+        _WRITTEN.reset(token)
+
+
 def _atomic(path: Path, write: Callable[[str], None]) -> Path:
     path = user_path(path)
     try:
@@ -68,6 +88,8 @@ def _atomic(path: Path, write: Callable[[str], None]) -> Path:
         write(tmp)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
+        if (written := _WRITTEN.get()) is not None:
+            written.append(path)
     except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
         if isinstance(err, OSError) and err.errno is not None:  # disk full, quota, ...

@@ -1042,3 +1042,40 @@ def test_naming_fills_fields_and_values(template, values, python, cli):
     assert str(err) == python and err.spelt(lambda f: "--" + f.replace("_", "-")) == cli
     assert err.spelt(lambda f: None) == python and NopeInterpError("plain").spelt(lambda f: "--x") == "plain"
     assert str(NopeInterpError.naming("{a} x", {"a": "model_overrides['a']"})) == "model_overrides['a'] x"
+
+
+@pytest.mark.parametrize("stop", ["interrupt", "unwritable"])
+def test_a_job_stopped_while_writing_its_files_says_which_were_written(main, tmp_path, capsys, monkeypatch, stop):
+    """Before: Ctrl-C after a job's first file was replaced said "nothing was written", and a figure folder that
+    could not be written stopped the job after its results file had been replaced without saying so; the
+    reader then trusted a mix of new and old files. Now the line names the files that are new."""
+    import nope_interp.jobs.analyze as analyze_job
+    from nope_interp.errors import NopeInterpError
+
+    argv = ["analyze", "--init", "--task", "addition", "--preset", "tiny", "--n-prompts", "4", "--points", "z",
+            "--out-root", str(tmp_path)]
+    assert main(argv) == 0
+    capsys.readouterr()
+    scores = tmp_path / "results" / "analyze" / "init-tiny-addition" / "scores.json"
+    assert scores.exists(), sorted(p.name for p in (tmp_path / "results" / "analyze").iterdir())
+    before = scores.read_text()
+
+    def fail(*_args, **_kwargs):
+        if stop == "interrupt":
+            raise KeyboardInterrupt
+        raise NopeInterpError("cannot write x.html: Permission denied")
+
+    monkeypatch.setattr(analyze_job, "save_figure", fail)
+    assert main([*argv[:-2], "--n-prompts", "5", "--out-root", str(tmp_path)]) == (130 if stop == "interrupt" else 2)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and scores.read_text() != before  # the results file is the new one ...
+    assert f"1 of its files was written before ({scores}), its other files are as before" in err[0]  # ... and said
+    assert "nothing was written" not in err[0]
+    if stop == "interrupt":
+        assert err[0].startswith("nope-interp: interrupted (analyze); stopped while writing its files; 1 of")
+    else:
+        assert err[0].startswith("nope-interp: error: cannot write x.html: Permission denied; 1 of its files")
+    # stopped before any file: the usual advice, unchanged
+    monkeypatch.setattr(analyze_job.io, "write_json", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    assert main(argv) == 130
+    assert "nothing was written (a job writes its files when it ends)" in capsys.readouterr().err
