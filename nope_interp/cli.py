@@ -690,6 +690,10 @@ def _run_command(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"nope-interp: error: {one_line(flag_named(message, args, config))}{_partial_writes(err)}",
               file=sys.stderr)
         return 2
+    except OSError as err:  # a path the operating system refuses (permission, a name too long, a full disk)
+        where = f": {err.filename}" if err.filename else ""
+        print(f"nope-interp: error: {one_line(err.strerror or str(err))}{where}{_partial_writes(err)}", file=sys.stderr)
+        return 2
     except (KeyboardInterrupt, Terminated) as stop:  # Ctrl-C or SIGTERM: one line, not a traceback or silence
         how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
         _close_progress_bars(before)  # the line below on a line of its own, not after a half-drawn bar

@@ -149,9 +149,30 @@ def write_json(path: str | Path, data: Any) -> Path:
     return atomic_write_text(path, json.dumps(json_safe(data), indent=2, sort_keys=False, allow_nan=False) + "\n")
 
 
+def check_readable(path: str | os.PathLike[str], what: str = "file", folder: bool = False) -> Path:
+    """``path`` (``~`` expanded) if it exists and this process may read it (a folder: enter and list it),
+    else a one-line error that says which: before, an unreadable file read as "not found" or "corrupt: No such
+    file", and a name too long or a loop of symbolic links ended in a raw ``OSError`` traceback.
+
+    Raises:
+        NopeInterpError: ``{what} not found`` (missing, or a parent is a file); a loop of symbolic links; a name
+            too long; permission denied or any other error of the operating system, by its own words.
+    """
+    path = user_path(path)
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        raise NopeInterpError(f"{what} not found: {path}"[:600]) from None
+    except OSError as err:
+        raise NopeInterpError(f"cannot read {what} {path}: {err.strerror or err}"[:600]) from None
+    if not os.access(path, os.R_OK | (os.X_OK if folder else 0)):
+        raise NopeInterpError(f"cannot read {what} {path}: permission denied"[:600])
+    return path
+
+
 def read_json(path: str | Path, what: str = "file") -> Any:
     """Read JSON, raising NopeInterpError (naming the path) if it is missing, not a regular file, or corrupt."""
-    path = user_path(path)
+    path = check_readable(path, what)
     _regular_or_missing(path)
     if not path.is_file():
         raise NopeInterpError(f"{what} not found: {path}")
@@ -182,6 +203,7 @@ def weights_metadata(path: str | Path) -> dict[str, str]:
     """
     path = user_path(path)
     _regular_or_missing(path)
+    check_readable(path, "weights")
     if not path.is_file():
         raise NopeInterpError(f"weights not found: {path}")
     try:
@@ -200,6 +222,7 @@ def load_weights(path: str | Path) -> dict[str, torch.Tensor]:
             TransformerLens's attention buffers hold -inf on purpose).
     """
     path = user_path(path)
+    check_readable(path, "weights")
     if not path.is_file():
         raise NopeInterpError(f"weights not found: {path}")
     try:
@@ -234,6 +257,7 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> dic
             or has one of the wrong type. One line; the cause is named.
     """
     path = user_path(path)
+    check_readable(path, "checkpoint")
     if not path.is_file():
         raise NopeInterpError(f"checkpoint not found: {path}")
     try:
@@ -275,6 +299,13 @@ def check_writable_dir(path: str | Path, what: str = "output directory") -> Path
             ancestor is not writable; ``~`` in ``path`` cannot be expanded.
     """
     path = user_path(path)
+    try:
+        return _check_writable_dir(path, what)
+    except OSError as err:  # a name too long, a folder that may not be entered, ...: before, a raw traceback
+        raise NopeInterpError(f"{what} {path} cannot be used: {err.strerror or err}"[:600]) from None
+
+
+def _check_writable_dir(path: Path, what: str) -> Path:
     probe = path
     while not probe.exists():
         if probe.is_symlink():
@@ -412,7 +443,7 @@ def append_jsonl(path: str | Path, record: dict[str, Any]) -> None:
 def _regular_or_missing(path: Path) -> None:
     """Refuse a path that exists but is not a regular file (a folder, a FIFO that would block the read, a
     device that would read without end)."""
-    if path.exists() and not path.is_file():
+    if os.path.exists(path) and not path.is_file():  # os.path: an unreadable or too long name is False
         raise NopeInterpError(f"{path} exists but is not a regular file: move it away (a run's metrics, config and "
                               "summary are plain files)")
 
@@ -425,8 +456,9 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
             ``path`` exists but is not a regular file (a FIFO would block the read).
     """
     path = user_path(path)
-    if not path.exists():
+    if not os.path.lexists(path):  # os.path: a name too long is False, not an OSError
         return []
+    check_readable(path, "metrics")
     _regular_or_missing(path)
     records = []
     lines = path.read_text().splitlines()

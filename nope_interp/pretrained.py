@@ -184,7 +184,7 @@ def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
             is not an object, with a ``test_acc`` outside [0, 1] or non-integer ``steps``, or older than the run's
             ``metrics.jsonl`` (stale: stopped by hand, finalized, then trained further).
     """
-    path = io.as_path(path)
+    path = io.check_readable(io.as_path(path), "run directory", folder=True)
     if not path.is_dir():
         raise NopeInterpError(f"run directory not found: {path}")
     config = io.read_json(path / io.CONFIG_FILE, "run config")
@@ -320,7 +320,7 @@ def halve(run_dir: str | Path) -> Path:
     """
     if is_shipped_dir(run_dir):
         raise NopeInterpError(f"{run_dir} is a shipped task model: the demo measures it, so it stays float32")
-    path = io.as_path(run_dir, "run_dir")
+    path = io.check_readable(io.as_path(run_dir, "run_dir"), "run directory", folder=True)
     if not path.is_dir():
         raise NopeInterpError(f"run directory not found: {path}")
     config = io.read_json(path / io.CONFIG_FILE, "run config")

@@ -1079,3 +1079,30 @@ def test_a_job_stopped_while_writing_its_files_says_which_were_written(main, tmp
     monkeypatch.setattr(analyze_job.io, "write_json", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
     assert main(argv) == 130
     assert "nothing was written (a job writes its files when it ends)" in capsys.readouterr().err
+
+
+def test_paths_the_operating_system_refuses_are_one_line_errors(main, tmp_path, capsys, monkeypatch):
+    """Before: a name too long (--out-root, --run, --hf-path) or a loop of links ended in a raw OSError
+    traceback with exit status 1, and an OSError from a job's write did too."""
+    long = str(tmp_path / ("x" * 300))
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    init = ["analyze", "--init", "--task", "addition", "--preset", "tiny", "--n-prompts", "4", "--points", "z"]
+    for argv, words in [([*init, "--out-root", long], "cannot be used: File name too long"),
+                        (["analyze", "--run", long], "cannot be read: File name too long"),
+                        (["analyze", "--run", str(tmp_path / "a")], "cannot be read: Too many levels of symbolic"),
+                        (["analyze", "--hf-path", long], "File name too long"),
+                        (["long-context", "--hf-path", str(tmp_path / "a")], "Too many levels of symbolic links")]:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("nope-interp: error: ") and words in err, (argv, err)
+    import nope_interp.jobs.analyze as analyze_job
+
+    def refuse(*_args, **_kwargs):
+        raise PermissionError(13, "Permission denied", "/somewhere/adjacency.html")
+
+    monkeypatch.setattr(analyze_job, "save_figure", refuse)
+    assert main([*init, "--out-root", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("nope-interp: error: Permission denied: /somewhere/adjacency.html")
+    assert "1 of its files was written before" in err  # the scores.json written before the figure failed

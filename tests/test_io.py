@@ -482,3 +482,46 @@ def test_job_dirs_takes_a_str_or_path(out_root):
     for given in (out_root, Path(out_root)):
         res, fig = io.job_dirs(given, "job")
         assert res == io.user_path(out_root) / "results" / "job" and fig.parent.name == "figures"
+
+
+from nope_interp.errors import NopeInterpError  # noqa: E402  (the tests below)
+
+
+def _unreadable_paths(tmp_path):
+    """Paths the operating system refuses to read, with the words the error must use: a loop of symbolic links,
+    a name too long, and a parent that is a file (permission denied: by os.access, in the test below)."""
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    return [(tmp_path / "a", "symbolic links"), (tmp_path / ("x" * 300), "too long"),
+            (tmp_path / "file" / "inside", "not found")]
+
+
+@pytest.mark.parametrize("reader", ["read_json", "load_weights", "weights_metadata", "load_checkpoint", "read_jsonl",
+                                    "check_readable"])
+def test_unreadable_paths_are_one_line_errors_that_say_why(tmp_path, monkeypatch, reader):
+    """Before: a name too long or a loop of links was a raw OSError traceback, and an unreadable file read as
+    "not found" or "weights are corrupt: No such file or directory"."""
+    import os
+
+    from nope_interp import io
+
+    (tmp_path / "file").write_text("{}")
+    fn = getattr(io, reader)
+    for path, words in _unreadable_paths(tmp_path):
+        if reader == "read_jsonl" and words in ("not found", "too long"):
+            assert fn(path) == []  # no such file (a name too long cannot exist): no metrics yet, as before
+            continue
+        with pytest.raises(NopeInterpError, match=words):
+            fn(path)
+    readable = tmp_path / "file"
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if str(p) == str(readable) else real_access(p, mode))
+    with pytest.raises(NopeInterpError, match="cannot read .* permission denied"):
+        fn(readable)
+
+
+def test_check_writable_dir_says_why_a_path_cannot_be_used(tmp_path):
+    from nope_interp import io
+
+    with pytest.raises(NopeInterpError, match="cannot be used: File name too long"):
+        io.check_writable_dir(tmp_path / ("x" * 300) / "y", "--out-root")

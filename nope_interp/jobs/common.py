@@ -553,7 +553,11 @@ def load_models(source: ModelSource, default_with_seeds: bool = False) -> list[M
         from nope_interp.hf import load_hf
 
         name = Path(os.path.abspath(source.hf_path)).name
-        if not (io.as_path(source.hf_path, "hf_path") / "config.json").is_file():  # load_hf's check, field named
+        try:
+            io.check_readable(io.as_path(source.hf_path, "hf_path"), "folder", folder=True)
+        except NopeInterpError as err:  # before: a name too long or a folder it may not enter was a traceback
+            raise NopeInterpError.naming("{hf_path}={path!r}: {why}", path=str(source.hf_path), why=str(err)) from None
+        if not os.path.isfile(io.as_path(source.hf_path, "hf_path") / "config.json"):  # load_hf's check, named
             raise NopeInterpError.naming("{hf_path}={path!r} is not a folder saved by save_pretrained (no "
                                          "config.json)", path=str(source.hf_path))
         return [ModelEntry(label=f"hf-{name}", kind="hf", model=load_hf(source.hf_path, "hf_path"), model_cfg=None,
@@ -569,9 +573,16 @@ def load_models(source: ModelSource, default_with_seeds: bool = False) -> list[M
         return shipped_entries(tasks_pkg.TASK_NAMES, with_seeds=source.with_seeds or default_with_seeds,
                                with_candidates=source.with_candidates)
     for path in source.run:  # what is wrong with the folder itself first, naming the flag
-        where = os.fspath(path)  # os.path: a name too long to exist is False, not an OSError
-        if not os.path.exists(where):
-            raise NopeInterpError.naming("{run}={path!r}: no such folder", path=str(path))
+        where = os.fspath(path)
+        try:
+            os.stat(where)
+        except (FileNotFoundError, NotADirectoryError):
+            raise NopeInterpError.naming("{run}={path!r}: no such folder", path=str(path)) from None
+        except OSError as err:  # a loop of links, a name too long, a folder it may not enter: said as such
+            raise NopeInterpError.naming("{run}={path!r} cannot be read: {why}", path=str(path),
+                                         why=err.strerror or str(err)) from None
+        if os.path.isdir(where) and not os.access(where, os.R_OK | os.X_OK):
+            raise NopeInterpError.naming("{run}={path!r} cannot be read: permission denied", path=str(path))
         if not os.path.isdir(where):
             raise NopeInterpError.naming("{run}={path!r} is a file, not a run folder (one written by nope-interp "
                                          "train or train-text: config.json, model.safetensors, ...)", path=str(path))
