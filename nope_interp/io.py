@@ -560,6 +560,14 @@ def prepare_outputs(job: str, result: object, result_type: type, out_root: objec
     return folders
 
 
+def relative_to_folder(paths: list[Path], folder: Path) -> list[str]:
+    """``paths`` as the relative paths that lead to them from ``folder`` (``../../figures/demo/x.html`` from
+    ``results/demo/``): what a result file records of the figures written beside it, so that the record holds
+    wherever the output folder is moved and whatever folder the command ran in (before: the paths as given,
+    relative to the folder the command ran in, which is neither the result's nor ``--out-root``)."""
+    return [os.path.relpath(os.path.abspath(p), os.path.abspath(folder)) for p in paths]
+
+
 def provenance() -> dict[str, str | None]:
     """The package version and the git commit of the working tree (None outside a checkout)."""
     from nope_interp import __version__

@@ -82,6 +82,11 @@ def test_groups_statistics_and_verdicts(tiny_runs, tmp_path):
     assert_lists_every_file(paths, tmp_path)  # before: the plotly.min.js the figures load was left out
     data = json.loads((tmp_path / "results" / "compare" / "compare.json").read_text())
     assert len(data["groups"]) == 2 and data["config"]["protocols"] == ["full", "authors"]
+    # the figures, relative to the JSON's folder (before: relative to the folder the command ran in)
+    figs = [p for p in paths if p.suffix == ".html"]
+    assert data["figures"] == [f"../../figures/compare/{p.name}" for p in figs]
+    assert all((tmp_path / "results" / "compare" / f).resolve() == p.resolve()
+               for f, p in zip(data["figures"], figs, strict=True))
     # each seed names the run it came from (absolute, links resolved): before, compare.json had no path
     runs = {e.label: str(Path(e.run.path).resolve()) for e in entries}
     assert all(sd["run"] == runs[sd["label"]] for g in data["groups"] for sd in g["seeds"])

@@ -67,10 +67,15 @@ def test_write_and_summary(reversal_demo_result, tmp_path):
     assert_strict_json_files(tmp_path)  # result JSON is strict: NaN/inf written as null
     summary = json.loads((tmp_path / "results" / "demo" / "summary.json").read_text())
     assert list(summary["tasks"]) == ["reversal"] and summary["n_prompts"] == 12
-    assert summary["figures"] == [str(p) for p in paths[2:-1]]  # the figures, not the plotly.min.js they load
+    # the figures, not the plotly.min.js they load; relative to summary.json's folder, so that they lead to the
+    # figures wherever the output folder is and whatever folder the command ran in (before: relative to the latter)
+    res_dir = tmp_path / "results" / "demo"
+    assert summary["figures"] == [f"../../figures/demo/{p.name}" for p in paths[2:-1]]
+    assert [(res_dir / f).resolve() for f in summary["figures"]] == [p.resolve() for p in paths[2:-1]]
     assert paths[-1] == tmp_path / "figures" / "demo" / "plotly.min.js"
     assert_lists_every_file(paths, tmp_path)  # before: the plotly.min.js the figures load was left out
     md = (tmp_path / "results" / "demo" / "summary.md").read_text()
+    assert "- [adjacency_by_layer.html](../../figures/demo/adjacency_by_layer.html)" in md  # a link that works
     assert "| reversal | answer_only | 3x128 |" in md and "about 0.5 (chance)" in md
     assert summary["tasks"]["reversal"]["objective"] == "answer_only"
     names = {p.name for p in (tmp_path / "figures" / "demo").iterdir()}

@@ -217,7 +217,8 @@ class DemoResult:
     provenance: dict[str, Any]
 
     def to_dict(self, figures: list[str] | None = None) -> dict[str, Any]:
-        """The contents of ``summary.json`` (``figures``: the paths written beside it)."""
+        """The contents of ``summary.json`` (``figures``: the paths of the figures written beside it, relative to
+        ``summary.json``'s folder)."""
         return {"tasks": {t.task: t.to_dict() for t in self.tasks}, "claims": [c.to_dict() for c in self.claims],
                 "n_prompts": self.config.n_prompts, "init_model": self.init_model.to_dict(), **self.provenance,
                 "wall_time_s": self.wall_time_s, "figures": list(figures or [])}
@@ -506,7 +507,7 @@ def render_summary(summary: dict[str, Any]) -> str:
                         lines.append(f"| {name} | {kind} | " + " | ".join(f"{d['l0_z_score_' + i]:.3f}"
                                                                          for i in INTERVENTIONS) + " |")
         lines.append("")
-    lines += ["## Figures", ""] + [f"- `{p}`" for p in summary["figures"]]
+    lines += ["## Figures", ""] + [f"- [{Path(p).name}]({p})" for p in summary["figures"]]  # relative: links work
     lines += ["", f"Demo wall time: {summary['wall_time_s']} s. Commit: {summary.get('git_commit')}.", ""]
     return "\n".join(lines)
 
@@ -522,6 +523,6 @@ def write(result: DemoResult, out_root: str | Path = ".") -> list[Path]:
     figures = [save_figure(plot_cosine(t, kind), fig_dir / f"cosine_{t.task}_{kind}.html")
                for t in result.tasks for kind in MODEL_KINDS]
     figures.append(save_figure(plot_adjacency(result), fig_dir / "adjacency_by_layer.html"))
-    summary = result.to_dict([str(p) for p in figures])
+    summary = result.to_dict(io.relative_to_folder(figures, res_dir))  # from summary.json and summary.md
     return with_plotlyjs([io.write_json(res_dir / "summary.json", summary),
                           io.atomic_write_text(res_dir / "summary.md", render_summary(summary)), *figures])
