@@ -607,7 +607,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise
             except SystemExit as stop:  # --help (0) or a one-line usage error (2)
                 return stop.code if isinstance(stop.code, int) else 2
-    except (KeyboardInterrupt, Terminated) as stop:  # one line, as once the command runs (not a traceback)
+    except (KeyboardInterrupt, Terminated, ImportError) as caught:  # one line, as once the command runs
+        stop = _interrupt_in(caught)
+        if stop is None:  # an ImportError of its own
+            raise
         how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
         command = next((a for a in argv if not a.startswith("-")), "")
         print(f"nope-interp: {how} while starting{f' ({command})' if command else ''}; nothing was written: "
@@ -694,15 +697,36 @@ def _run_command(args: argparse.Namespace, argv: list[str]) -> int:
         where = f": {err.filename}" if err.filename else ""
         print(f"nope-interp: error: {one_line(err.strerror or str(err))}{where}{_partial_writes(err)}", file=sys.stderr)
         return 2
-    except (KeyboardInterrupt, Terminated) as stop:  # Ctrl-C or SIGTERM: one line, not a traceback or silence
+    except (KeyboardInterrupt, Terminated, ImportError) as caught:  # Ctrl-C or SIGTERM: one line, not a traceback
+        stop = _interrupt_in(caught)
+        if stop is None:  # an ImportError of its own
+            raise
         how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
         _close_progress_bars(before)  # the line below on a line of its own, not after a half-drawn bar
-        if getattr(stop, "partial_writes", None):  # stopped while writing: some files are new, others not
-            advice = f"stopped while writing its files{_partial_writes(stop)}: rerun the same command"
+        if getattr(caught, "partial_writes", None):  # stopped while writing: some files are new, others not
+            advice = f"stopped while writing its files{_partial_writes(caught)}: rerun the same command"
         else:
             advice = STOPPED_ADVICE.get(args.command, STOPPED_JOB_ADVICE)
         print(f"nope-interp: {how} ({args.command}); {advice}", file=sys.stderr)
         return int(stop.code) if isinstance(stop, Terminated) else 130
+
+
+def _interrupt_in(err: BaseException) -> KeyboardInterrupt | Terminated | None:
+    """The Ctrl-C (``KeyboardInterrupt``) or SIGTERM (:class:`~nope_interp.errors.Terminated`) that ``err`` is or
+    was raised from or during (its ``__cause__`` / ``__context__`` chain), else None: a library that imports
+    lazily (Hugging Face ``transformers``) turns a Ctrl-C during its import into an ImportError (before: some 90
+    lines of traceback ending in "Could not import module 'BertForPreTraining'", as if the install were broken)."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [err]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, KeyboardInterrupt | Terminated):
+            return e
+        todo += [e.__cause__, e.__context__]
+    return None
 
 
 def _partial_writes(err: BaseException) -> str:

@@ -1106,3 +1106,31 @@ def test_paths_the_operating_system_refuses_are_one_line_errors(main, tmp_path, 
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("nope-interp: error: Permission denied: /somewhere/adjacency.html")
     assert "1 of its files was written before" in err  # the scores.json written before the figure failed
+
+
+@pytest.mark.parametrize("where", ["starting", "running"])
+def test_ctrl_c_during_a_lazy_import_is_an_interrupt_not_a_broken_install(main, capsys, monkeypatch, where):
+    """``transformers`` imports lazily and turns a Ctrl-C during its import into an ImportError ("Could not
+    import module 'BertForPreTraining'"): before, about 90 lines of traceback, read as a broken install."""
+    from nope_interp import cli
+
+    def interrupted_import(*_args, **_kwargs):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as stop:
+            raise ModuleNotFoundError("Could not import module 'BertForPreTraining'") from stop
+
+    if where == "starting":
+        monkeypatch.setattr(cli, "_build_parser", interrupted_import)
+    else:
+        monkeypatch.setattr(cli, "_cmd_job", interrupted_import)
+    assert main(["analyze", "--init", "--task", "addition"]) == 130
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("nope-interp: interrupted") and "BertForPreTraining" not in err
+
+    def broken(*_args, **_kwargs):  # an ImportError of its own is not hidden
+        raise ModuleNotFoundError("No module named 'nothing_here'")
+
+    monkeypatch.setattr(cli, "_build_parser" if where == "starting" else "_cmd_job", broken)
+    with pytest.raises(ModuleNotFoundError, match="nothing_here"):
+        main(["analyze", "--init", "--task", "addition"])
