@@ -560,6 +560,35 @@ def prepare_outputs(job: str, result: object, result_type: type, out_root: objec
     return folders
 
 
+def drop_stale(result_file: Path, written: list[Path], folders: tuple[Path, ...]) -> list[Path]:
+    """Remove the files that the last write of ``result_file`` wrote and this one did not (a figure of a probe
+    kind, protocol, input kind or task that this call did not measure), then record ``written`` as this write's
+    files; returns ``written``. The record is ``.<result file name>.files`` beside ``result_file``, one path per
+    line relative to its folder; only files inside ``folders`` (the job's results and figures folders) are ever
+    removed, and the ``plotly.min.js`` the figures load is never recorded. Before, a rerun left such figures
+    beside results that no longer held their numbers.
+
+    Raises:
+        NopeInterpError: the record or a stale file cannot be written or removed (:func:`atomic_write_text`).
+    """
+    record = result_file.with_name(f".{result_file.name}.files")
+    here = {os.path.abspath(p) for p in written}
+    roots = [os.path.abspath(f) + os.sep for f in folders]
+    try:
+        old = record.read_text().splitlines() if record.is_file() else []
+    except (OSError, UnicodeDecodeError):
+        old = []  # an unreadable record: nothing is removed
+    for line in old:
+        stale = os.path.abspath(record.parent / line)
+        if line and stale not in here and any(stale.startswith(r) for r in roots) and os.path.isfile(stale):
+            try:
+                os.unlink(stale)
+            except OSError as err:
+                raise NopeInterpError(f"cannot remove the stale output {stale}: {err.strerror or err}") from None
+    atomic_write_text(record, "".join(f"{p}\n" for p in relative_to_folder(written, record.parent)))
+    return written
+
+
 def relative_to_folder(paths: list[Path], folder: Path) -> list[str]:
     """``paths`` as the relative paths that lead to them from ``folder`` (``../../figures/demo/x.html`` from
     ``results/demo/``): what a result file records of the figures written beside it, so that the record holds

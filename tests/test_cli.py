@@ -104,7 +104,7 @@ BAD = [
     (["analyze", "--run", "{tmp}/missing"], "/missing: no such folder"),
     (["analyze", "--run", "{tmp}"], "is not a run folder: it has no config.json"),
     (["analyze", "--run", "{tmp}/afile"], "/afile is a file, not a run folder"),
-    (["analyze", "--run", "a" * 300], "cannot be read: File name too long"),  # before: a traceback, then "no such folder"
+    (["analyze", "--run", "a" * 300], "cannot be read: File name too long"),  # was "no such folder"
     (["compare", "--label", "mine_l0_z"], "--label must not end in _l0_z"),
     (["analyze", "--pretrained", "sorting"],
      "error: --pretrained: unknown task 'sorting'; allowed: addition, reversal, indexing, ordering"),

@@ -525,3 +525,27 @@ def test_check_writable_dir_says_why_a_path_cannot_be_used(tmp_path):
 
     with pytest.raises(NopeInterpError, match="cannot be used: File name too long"):
         io.check_writable_dir(tmp_path / ("x" * 300) / "y", "--out-root")
+
+
+def test_drop_stale_removes_only_what_the_last_write_of_the_same_result_wrote(tmp_path):
+    from nope_interp import io
+
+    res, fig = tmp_path / "results" / "job", tmp_path / "figures" / "job"
+    res.mkdir(parents=True)
+    fig.mkdir(parents=True)
+    first = [io.atomic_write_text(res / "job.json", "1"), io.atomic_write_text(fig / "a.html", "a"),
+             io.atomic_write_text(fig / "b.html", "b")]
+    assert io.drop_stale(first[0], first, (res, fig)) == first
+    mine = io.atomic_write_text(fig / "users-own.html", "kept")  # never written by the job: never removed
+    other = [io.atomic_write_text(res / "other.json", "o"), io.atomic_write_text(fig / "o.html", "o")]
+    io.drop_stale(other[0], other, (res, fig))  # another result's record: independent
+    second = [io.atomic_write_text(res / "job.json", "2"), io.atomic_write_text(fig / "a.html", "a2")]
+    io.drop_stale(second[0], second, (res, fig))
+    assert not (fig / "b.html").exists()  # written by the last call of job.json, not by this one
+    assert all(p.exists() for p in [*second, mine, *other])
+    assert (res / ".job.json.files").read_text().splitlines() == ["job.json", "../../figures/job/a.html"]
+    # a record edited to point outside the job's folders removes nothing there
+    outside = io.atomic_write_text(tmp_path / "precious.txt", "p")
+    (res / ".job.json.files").write_text("../../precious.txt\n../../../etc/hostname\n")
+    io.drop_stale(second[0], second, (res, fig))
+    assert outside.exists()

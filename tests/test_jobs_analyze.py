@@ -43,6 +43,18 @@ def test_run_equals_analyze_model_and_writes_files(tiny_init_reversal_entry, tmp
     assert z == ref.lag_profile["blocks.0.attn.hook_z"]
     assert z["recency_gap"]["mean"] == pytest.approx(z["mean"][0] - z["mean"][-1])
     json.dumps(result.to_dict())
+    # rewritten for inputs too long to keep a cosine matrix, the model's cosine.html of the shorter inputs is
+    # removed (before: left beside scores that no longer held its inputs); another model's files stay
+    import dataclasses
+
+    m = result.models[0]
+    other = dataclasses.replace(m, label="other-model")
+    analyze.write(dataclasses.replace(result, models=(other,)), tmp_path)
+    long = dataclasses.replace(m, analysis=dataclasses.replace(m.analysis, example_sim=None))
+    analyze.write(dataclasses.replace(result, models=(long,)), tmp_path)
+    assert not (tmp_path / "figures/analyze/tiny-reversal/cosine.html").exists()
+    assert (tmp_path / "figures/analyze/tiny-reversal/adjacency.html").exists()
+    assert (tmp_path / "figures/analyze/other-model/cosine.html").exists()
 
 
 def test_label_applies_to_a_single_model(tiny_init_reversal_entry):

@@ -392,6 +392,18 @@ def test_a_written_comparison_loads_back_and_redraws_the_same_figures(tiny_runs,
     path = tmp_path / "results" / "compare" / "rt.json"
     loaded = compare.load_compare(path)
     assert json_safe(loaded.to_dict()) == json_safe(result.to_dict())  # every number, NaN written as null included
+    # a rerun of the same label under fewer protocols removes the figures of the protocol it did not rerun, and
+    # leaves another label's alone (before: rt_authors.html stayed beside results without its numbers)
+    import dataclasses
+
+    figs = tmp_path / "figures" / "compare"
+    other = compare.write(dataclasses.replace(result, config=dataclasses.replace(result.config, label="kept")),
+                          tmp_path)
+    fewer = compare.write(dataclasses.replace(result, config=dataclasses.replace(result.config, protocols=("full",))),
+                          tmp_path)
+    assert not (figs / "rt_authors.html").exists() and not (figs / "rt_l0_z_authors.html").exists()
+    assert (figs / "rt_full.html") in fewer and all(p.exists() for p in other)
+    compare.write(result, tmp_path)  # as it was, for what follows
     for protocol in ("full", "authors"):
         summary = compare.plot_site_summary
         assert summary(loaded, protocol).to_json() == summary(result, protocol).to_json()

@@ -122,6 +122,17 @@ def test_run_matches_the_pure_probing_functions_and_writes_files(probe_job, smal
     assert all(p.exists() for p in paths)
     assert (tmp_path / "results/probe/probe.csv").read_text().splitlines()[0].startswith(
         "protocol,task,model,inputs,site,feature,probe,seed,probe_nrmse,probe_pearson_r,probe_mae,mean_baseline_nrmse")
+    # a rerun with another probe kind removes the figure of the kind it did not rerun (before: left beside results
+    # that no longer held its numbers); a figure that is not the job's own stays
+    import dataclasses
+
+    own = tmp_path / "figures/probe/notes.html"
+    own.write_text("mine")
+    fake = dataclasses.replace(result, config=dataclasses.replace(result.config, probes=("mlp",)), probes=("mlp",),
+                               rows=tuple(dataclasses.replace(r, probe="mlp") for r in result.rows))
+    again = probe_job.write(fake, tmp_path)
+    assert not (tmp_path / "figures/probe/nrmse_by_site_ridge.html").exists() and own.exists()
+    assert (tmp_path / "figures/probe/nrmse_by_site_mlp.html") in again
 
 
 def test_unknown_site_is_refused_before_probing(probe_job, tiny_reversal_entry):

@@ -201,6 +201,12 @@ def test_saved_trajectories_load_back_and_plot_side_by_side(tmp_path):
         [f"{r.label}_authors.{ext}" for r in runs[:2] for ext in ("json", "csv", "html")]
         + ["compare_blocks.0.attn.hook_z_authors.html", "plotly.min.js"])
     assert all((tmp_path / "results" / "trajectory" / f"{r.label}.json").exists() for r in runs)
+    # one run rewritten alone: the combined figure of the earlier call's runs is removed, not left stale
+    combined = tmp_path / "figures" / "trajectory" / "compare_blocks.0.attn.hook_z.html"
+    assert combined.exists()
+    trajectory.write(trajectory.TrajectoryResult(config=trajectory.TrajectoryConfig(), runs=runs[:1],
+                                                 wall_time_s=0.0), tmp_path)
+    assert not combined.exists()
 
 
 def test_bad_trajectory_files_and_missing_sites_are_one_clear_error(tmp_path):

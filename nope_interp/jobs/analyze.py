@@ -320,9 +320,11 @@ def write(result: AnalyzeResult, out_root: str | Path = ".") -> list[Path]:
         scores = m.to_dict()
         warn_overwriting_another_model(res_dir / m.label / "scores.json", "model_source", scores.get("model_source"),
                                        NAME)
-        paths.append(io.write_json(res_dir / m.label / "scores.json", scores))
+        mine = [io.write_json(res_dir / m.label / "scores.json", scores)]
         if m.analysis.example_sim is not None:  # none kept for inputs longer than EXAMPLE_MAX_POS
-            paths.append(save_figure(plot_cosine(m), fig_dir / m.label / "cosine.html"))
-        paths += [save_figure(plot_scores(m), fig_dir / m.label / "adjacency.html"),
-                  save_figure(plot_lags(m), fig_dir / m.label / "lag_profile.html")]
+            mine.append(save_figure(plot_cosine(m), fig_dir / m.label / "cosine.html"))
+        mine += [save_figure(plot_scores(m), fig_dir / m.label / "adjacency.html"),
+                 save_figure(plot_lags(m), fig_dir / m.label / "lag_profile.html")]
+        # a cosine.html of shorter inputs, not rewritten for these: removed, not left beside them
+        paths += io.drop_stale(mine[0], mine, (res_dir / m.label, fig_dir / m.label))
     return with_plotlyjs(paths)

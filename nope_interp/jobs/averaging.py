@@ -379,4 +379,4 @@ def write(result: AveragingResult, out_root: str | Path = ".") -> list[Path]:
     if any(m.kind == "init" for t in result.tasks for m in t.models):
         paths.append(save_figure(plot_counterfactuals(result, "initialised"),
                                  fig_dir / f"counterfactual_attention_initialised{sfx}.html"))
-    return with_plotlyjs(paths)
+    return with_plotlyjs(io.drop_stale(paths[0], paths, (res_dir, fig_dir)))  # a task or model not rerun: its figures

@@ -681,6 +681,7 @@ def write(result: CompareResult, out_root: str | Path = ".") -> list[Path]:
     figures += [save_figure(plot_site_summary(result, p), fig_dir / f"{label}_l0_z_{p}.html")
                 for p in result.config.protocols]
     data = {**result.to_dict(), "figures": io.relative_to_folder(figures, res_dir)}  # from <label>.json
-    return with_plotlyjs([io.write_json(res_dir / f"{label}.json", data),
-                          io.atomic_write_text(res_dir / f"{label}.md", render_markdown(data)),
-                          io.atomic_write_text(res_dir / f"{label}.csv", io.to_csv(csv_rows(result))), *figures])
+    paths = [io.write_json(res_dir / f"{label}.json", data),
+             io.atomic_write_text(res_dir / f"{label}.md", render_markdown(data)),
+             io.atomic_write_text(res_dir / f"{label}.csv", io.to_csv(csv_rows(result))), *figures]
+    return with_plotlyjs(io.drop_stale(paths[0], paths, (res_dir, fig_dir)))  # a protocol not rerun: its figures

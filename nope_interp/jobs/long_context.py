@@ -596,4 +596,4 @@ def write(result: LongContextResult, out_root: str | Path = ".") -> list[Path]:
                   save_figure(plot_lag_profiles(result, kind=kind), fig_dir / f"lag_profile_{kind}.html")]
         if any(r.seed is not None for r in result.rows):
             paths.append(save_figure(plot_grid(result, kind=kind), fig_dir / f"grid_{kind}.html"))
-    return with_plotlyjs(paths)
+    return with_plotlyjs(io.drop_stale(paths[0], paths, (res_dir, fig_dir)))  # an input kind not rerun: its figures

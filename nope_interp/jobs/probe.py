@@ -490,4 +490,4 @@ def write(result: ProbeResult, out_root: str | Path = ".") -> list[Path]:
              io.atomic_write_text(res_dir / f"probe{sfx}.csv", io.to_csv(rows))]
     for probe in result.probes:
         paths.append(save_figure(plot_probe_nrmse(result, probe), fig_dir / f"nrmse_by_site_{probe}{sfx}.html"))
-    return with_plotlyjs(paths)
+    return with_plotlyjs(io.drop_stale(paths[0], paths, (res_dir, fig_dir)))  # a probe kind not rerun: its figure

@@ -483,6 +483,9 @@ def write(result: TrajectoryResult, out_root: str | Path = ".") -> list[Path]:
                       with_protocol(r.rows(), result.config.protocol, result.config.window))),
                   save_figure(plot_trajectory(r, result.config.protocol), fig_dir / f"{r.label}{sfx}.html")]
     site = "blocks.0.attn.hook_z"
+    combined = fig_dir / f"compare_{site}{sfx}.html"
     if len(result.runs) > 1 and all(site in r.scores for r in result.runs):
-        paths.append(save_figure(plot_site_by_objective(result.runs, site), fig_dir / f"compare_{site}{sfx}.html"))
+        paths.append(save_figure(plot_site_by_objective(result.runs, site), combined))
+    else:  # never leave the combined figure of an earlier call's runs beside these results
+        combined.unlink(missing_ok=True)
     return with_plotlyjs(paths)
