@@ -165,7 +165,7 @@ def check_readable(path: str | os.PathLike[str], what: str = "file", folder: boo
         raise NopeInterpError(f"{what} not found: {path}"[:600]) from None
     except OSError as err:
         raise NopeInterpError(f"cannot read {what} {path}: {err.strerror or err}"[:600]) from None
-    if not os.access(path, os.R_OK | (os.X_OK if folder else 0)):
+    if not os.access(path, os.R_OK | (os.X_OK if folder and os.path.isdir(path) else 0)):  # a file: its own error
         raise NopeInterpError(f"cannot read {what} {path}: permission denied"[:600])
     return path
 
@@ -563,15 +563,18 @@ def prepare_outputs(job: str, result: object, result_type: type, out_root: objec
 def drop_stale(result_file: Path, written: list[Path], folders: tuple[Path, ...]) -> list[Path]:
     """Remove the files that the last write of ``result_file`` wrote and this one did not (a figure of a probe
     kind, protocol, input kind or task that this call did not measure), then record ``written`` as this write's
-    files; returns ``written``. The record is ``.<result file name>.files`` beside ``result_file``, one path per
-    line relative to its folder; only files inside ``folders`` (the job's results and figures folders) are ever
-    removed, and the ``plotly.min.js`` the figures load is never recorded. Before, a rerun left such figures
-    beside results that no longer held their numbers.
+    files; returns ``written``. ``folders`` are the job's results and figures folders: only files inside them are
+    ever removed. The record lies beside the results folder, as a lock file does, so that the folder holds only
+    outputs: ``results/.<job>.outputs/<result file's path in the results folder, "/" as "__">.files``, one path per
+    line relative to the record's folder; the ``plotly.min.js`` the figures load is never recorded. Before, a
+    rerun left such figures beside results that no longer held their numbers.
 
     Raises:
         NopeInterpError: the record or a stale file cannot be written or removed (:func:`atomic_write_text`).
     """
-    record = result_file.with_name(f".{result_file.name}.files")
+    results = Path(folders[0])
+    key = os.path.relpath(os.path.abspath(result_file), os.path.abspath(results)).replace(os.sep, "__")
+    record = results.parent / f".{results.name}.outputs" / f"{key}.files"
     here = {os.path.abspath(p) for p in written}
     roots = [os.path.abspath(f) + os.sep for f in folders]
     try:

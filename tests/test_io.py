@@ -543,9 +543,11 @@ def test_drop_stale_removes_only_what_the_last_write_of_the_same_result_wrote(tm
     io.drop_stale(second[0], second, (res, fig))
     assert not (fig / "b.html").exists()  # written by the last call of job.json, not by this one
     assert all(p.exists() for p in [*second, mine, *other])
-    assert (res / ".job.json.files").read_text().splitlines() == ["job.json", "../../figures/job/a.html"]
+    record = tmp_path / "results" / ".job.outputs" / "job.json.files"  # beside the results folder, not in it
+    assert record.read_text().splitlines() == ["../job/job.json", "../../figures/job/a.html"]
+    assert sorted(p.name for p in res.iterdir()) == ["job.json", "other.json"]
     # a record edited to point outside the job's folders removes nothing there
     outside = io.atomic_write_text(tmp_path / "precious.txt", "p")
-    (res / ".job.json.files").write_text("../../precious.txt\n../../../etc/hostname\n")
+    record.write_text("../../precious.txt\n../../../etc/hostname\n")
     io.drop_stale(second[0], second, (res, fig))
     assert outside.exists()

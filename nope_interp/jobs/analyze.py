@@ -326,5 +326,5 @@ def write(result: AnalyzeResult, out_root: str | Path = ".") -> list[Path]:
         mine += [save_figure(plot_scores(m), fig_dir / m.label / "adjacency.html"),
                  save_figure(plot_lags(m), fig_dir / m.label / "lag_profile.html")]
         # a cosine.html of shorter inputs, not rewritten for these: removed, not left beside them
-        paths += io.drop_stale(mine[0], mine, (res_dir / m.label, fig_dir / m.label))
+        paths += io.drop_stale(mine[0], mine, (res_dir, fig_dir))  # keyed by the model's scores.json
     return with_plotlyjs(paths)
