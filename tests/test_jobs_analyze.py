@@ -210,4 +210,4 @@ def test_analyze_warns_when_it_overwrites_another_run_of_the_same_folder_name(ti
     assert main(["analyze", "--run", str(twin), *argv]) == 0
     err = capsys.readouterr().err
     assert "nope-interp: warning: analyze: overwriting" in err and "elsewhere" in err, err
-    assert "give another --out-root to keep both" in err, err
+    assert "give another --label or --out-root to keep both" in err, err  # analyze has --label: offered first

@@ -319,7 +319,7 @@ def write(result: AnalyzeResult, out_root: str | Path = ".") -> list[Path]:
     for m in result.models:
         scores = m.to_dict()
         warn_overwriting_another_model(res_dir / m.label / "scores.json", "model_source", scores.get("model_source"),
-                                       NAME)
+                                       NAME, takes_label=True)
         mine = [io.write_json(res_dir / m.label / "scores.json", scores)]
         if m.analysis.example_sim is not None:  # none kept for inputs longer than EXAMPLE_MAX_POS
             mine.append(save_figure(plot_cosine(m), fig_dir / m.label / "cosine.html"))

@@ -861,19 +861,21 @@ def stderr_is_terminal() -> bool:
         return False
 
 
-def warn_overwriting_another_model(path: Path, key: str, new: object, job: str) -> None:
+def warn_overwriting_another_model(path: Path, key: str, new: object, job: str, takes_label: bool = False) -> None:
     """Warn (:class:`~nope_interp.errors.NopeInterpWarning`) when the result file ``path`` records under ``key``
     another model's directory than ``new`` (the one about to be written over it): two runs of one folder name in two
     parent folders share a label, and the second's results replace the first's. Nothing when ``path`` is absent,
-    unreadable, or records the same directory or none. ``job`` names the command in the message."""
+    unreadable, or records the same directory or none. ``job`` names the command in the message; ``takes_label``:
+    the job has a ``label`` setting, which the message offers first as the way to keep both."""
     try:
         old = json.loads(path.read_text()).get(key) if path.is_file() else None
     except (OSError, ValueError, AttributeError):
         return
     if isinstance(old, str) and isinstance(new, str) and old != new:
+        fix = "another {label} or {out_root}" if takes_label else "another {out_root}"
         warnings.warn(NopeInterpWarning.naming(
             "{job}: overwriting {path}, the results of {old}, with those of {new} (the same folder name; give "
-            "another {out_root} to keep both)", job=job, path=str(path), old=old, new=new), stacklevel=3)
+            + fix + " to keep both)", job=job, path=str(path), old=old, new=new), stacklevel=3)
 
 
 def emit(log: Log, line: str) -> None:
