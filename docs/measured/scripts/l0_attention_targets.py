@@ -235,6 +235,7 @@ def figure(per_run: dict[str, list[tuple[int, dict]]], path: str) -> None:
                                       "attends to its own line's word",
                                  y=0.98, yanchor="top"),
                       height=680, width=250 * len(runs) + 150, font=dict(size=11), margin=dict(t=130))
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.write_html(path, include_plotlyjs=True)
     print(f"wrote {path}", file=sys.stderr)
 
