@@ -88,6 +88,11 @@ class OneLineParser(argparse.ArgumentParser):
 
     full_parser: Callable[[], "OneLineParser"] | None = None
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # no abbreviations: argparse's default took `--with-seed` for --with-seeds and ran every shipped model
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         """Print ``message`` on one line (pointing at ``--help``) and exit with status 2."""
         self.exit(2, f"{self.prog.split()[0]}: error: {one_line(message)} (see {self.prog} --help)\n")
@@ -106,7 +111,7 @@ class OneLineParser(argparse.ArgumentParser):
                     subs = (self.full_parser() if self.full_parser else self)._sub_commands()
                 takers = [name for name, p in subs.items() if name != command and flag in p._option_string_actions]
                 if takers:
-                    why = f" ({WHY_NOT_HERE[flag]})" if flag in WHY_NOT_HERE else ""
+                    why = f" ({WHY_NOT_HERE[flag][1]})" if command in WHY_NOT_HERE.get(flag, ((), ""))[0] else ""
                     elsewhere.append(f"{flag} is taken by {', '.join(takers)}{why}")
             hint = f"; {'; '.join(elsewhere)}" if elsewhere else ""
             self.exit(2, f"{self.prog.split()[0]}: error: unrecognized arguments: {' '.join(extras)}{hint} "
@@ -121,8 +126,9 @@ class OneLineParser(argparse.ArgumentParser):
         return {}
 
 
-#: Why a command lacks a flag that others take, where one reason holds for every command without it.
-WHY_NOT_HERE = {"--hf-path": "a Hugging Face model has no task to score: this command needs one of the four tasks"}
+#: Why a command lacks a flag that others take: flag -> (the commands the reason holds for, the reason).
+WHY_NOT_HERE = {"--hf-path": (("averaging", "ablate", "compare", "trajectory", "length-gen", "demo"),
+                              "a Hugging Face model has no task to score: this command needs one of the four tasks")}
 
 
 _ARG_TYPES = {int: ascii_int, float: ascii_float}

@@ -17,6 +17,7 @@ folder's ``out``, never a folder named ``~`` in the current one.
 import contextlib
 import contextvars
 import csv
+import errno
 import io as _io
 import json
 import math
@@ -80,14 +81,17 @@ def _atomic(path: Path, write: Callable[[str], None]) -> Path:
     path = user_path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        # the folder as the operating system finds it (links followed before ".."): tempfile reads ".." as text,
+        # so `link/../out` put the temporary file in ./out and the rename into the link target's out
+        folder = os.path.realpath(path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     except OSError as err:  # a file where a folder should be, a read-only folder, ...
         raise NopeInterpError(f"cannot write {path}: {err.strerror or err}") from None
     os.close(fd)
     try:
         write(tmp)
         os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        os.replace(tmp, os.path.join(folder, path.name))
         if (written := _WRITTEN.get()) is not None:
             written.append(path)
     except BaseException as err:
@@ -309,7 +313,12 @@ def _check_writable_dir(path: Path, what: str) -> Path:
     probe = path
     while not probe.exists():
         if probe.is_symlink():
-            raise NopeInterpError(f"{what} {path} cannot be created: {probe} is a dangling symbolic link")
+            try:
+                os.stat(probe)
+                kind = "a dangling symbolic link"
+            except OSError as err:
+                kind = "a loop of symbolic links" if err.errno == errno.ELOOP else "a dangling symbolic link"
+            raise NopeInterpError(f"{what} {path} cannot be created: {probe} is {kind}")
         if probe.parent == probe:
             break
         probe = probe.parent
@@ -575,20 +584,31 @@ def drop_stale(result_file: Path, written: list[Path], folders: tuple[Path, ...]
     results = Path(folders[0])
     key = os.path.relpath(os.path.abspath(result_file), os.path.abspath(results)).replace(os.sep, "__")
     record = results.parent / f".{results.name}.outputs" / f"{key}.files"
-    here = {os.path.abspath(p) for p in written}
-    roots = [os.path.abspath(f) + os.sep for f in folders]
+    # real paths (links resolved) on both sides: the operating system follows a link before "..", so text paths
+    # could name a file of another folder (a review: `link/../out` deleted a figure of `./out`)
+    here = {os.path.realpath(p) for p in written}
+    roots = [os.path.realpath(f) + os.sep for f in folders]
     try:
         old = record.read_text().splitlines() if record.is_file() else []
     except (OSError, UnicodeDecodeError):
         old = []  # an unreadable record: nothing is removed
     for line in old:
-        stale = os.path.abspath(record.parent / line)
+        stale = os.path.realpath(record.parent / line)
         if line and stale not in here and any(stale.startswith(r) for r in roots) and os.path.isfile(stale):
             try:
                 os.unlink(stale)
             except OSError as err:
                 raise NopeInterpError(f"cannot remove the stale output {stale}: {err.strerror or err}") from None
-    atomic_write_text(record, "".join(f"{p}\n" for p in relative_to_folder(written, record.parent)))
+    try:
+        atomic_write_text(record, "".join(f"{p}\n" for p in relative_to_folder(written, record.parent)))
+    except NopeInterpError as err:  # the outputs are complete: only the bookkeeping failed, said as such
+        import warnings
+
+        from nope_interp.errors import NopeInterpWarning
+
+        warnings.warn(NopeInterpWarning(f"every output was written, but not the record of them ({err}): a later "
+                                        "rerun will not remove the figures of this one that it does not redraw"),
+                      stacklevel=3)
     return written
 
 

@@ -200,6 +200,11 @@ def test_hf_path_errors_are_one_line(tmp_path, capsys):
     assert "unrecognized arguments: --hf-path" in err  # not among ablate's flags
     # ... and says which commands take it, and why this one does not (before: the bare argparse message)
     assert "--hf-path is taken by analyze, probe, long-context (a Hugging Face model has no task to score" in err
+    assert main(["train-text", "--hf-path", str(tmp_path)]) == 2  # trains on text: the reason does not hold
+    err = capsys.readouterr().err
+    assert "--hf-path is taken by analyze" in err and "no task to score" not in err
+    assert main(["probe", "--with-seed"]) == 2  # no abbreviations (before: taken for --with-seeds, every model)
+    assert "unrecognized arguments: --with-seed" in capsys.readouterr().err
     assert main(["long-context", "--hf-path", str(tmp_path), "--pretrained", "reversal"]) == 2
 
 

@@ -551,3 +551,51 @@ def test_drop_stale_removes_only_what_the_last_write_of_the_same_result_wrote(tm
     record.write_text("../../precious.txt\n../../../etc/hostname\n")
     io.drop_stale(second[0], second, (res, fig))
     assert outside.exists()
+
+
+def test_drop_stale_compares_real_paths_so_a_link_cannot_point_it_at_another_folder(tmp_path):
+    """A review: `--out-root link/../o` writes under the link's target, but text paths named ./o, so a rerun
+    deleted ./o's figure. Real paths on both sides: the figure under ./o stays, the stale one is removed."""
+    import os
+
+    from nope_interp import io
+
+    (tmp_path / "real" / "sub").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "real" / "sub")
+    mine = tmp_path / "o" / "figures" / "job" / "b.html"  # another out-root's figure of the same name
+    mine.parent.mkdir(parents=True)
+    mine.write_text("keep")
+    root = tmp_path / "link" / ".." / "o"  # the system reads real/o
+    res, fig = root / "results" / "job", root / "figures" / "job"
+    for sub in ("results", "figures"):  # made as the job's prepare_outputs makes them, through the link
+        (tmp_path / "real" / "o" / sub / "job").mkdir(parents=True)
+    first = [io.atomic_write_text(res / "job.json", "1"), io.atomic_write_text(fig / "b.html", "b")]
+    io.drop_stale(first[0], first, (res, fig))
+    second = [io.atomic_write_text(res / "job.json", "2")]
+    io.drop_stale(second[0], second, (res, fig))
+    assert mine.read_text() == "keep" and not (tmp_path / "real" / "o" / "figures" / "job" / "b.html").exists()
+    assert os.path.isfile(tmp_path / "real" / "o" / "results" / "job" / "job.json")
+
+
+def test_drop_stale_warns_but_keeps_the_outputs_when_its_record_cannot_be_written(tmp_path):
+    from nope_interp import io
+    from nope_interp.errors import NopeInterpWarning
+
+    res, fig = tmp_path / "results" / "job", tmp_path / "figures" / "job"
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / ".job.outputs").write_text("a file where the record's folder goes")
+    written = [io.atomic_write_text(res / "job.json", "1")]
+    with pytest.warns(NopeInterpWarning, match="every output was written, but not the record of them"):
+        assert io.drop_stale(written[0], written, (res, fig)) == written
+
+
+def test_a_loop_of_links_as_out_root_is_called_a_loop(tmp_path):
+    from nope_interp import io
+
+    (tmp_path / "l1").symlink_to(tmp_path / "l2")
+    (tmp_path / "l2").symlink_to(tmp_path / "l1")
+    with pytest.raises(NopeInterpError, match="is a loop of symbolic links"):
+        io.check_writable_dir(tmp_path / "l1", "--out-root")
+    (tmp_path / "d").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(NopeInterpError, match="is a dangling symbolic link"):
+        io.check_writable_dir(tmp_path / "d", "--out-root")

@@ -267,9 +267,12 @@ def load_compare(path: str | Path) -> CompareResult:
     Files written before a field existed get its default (``label`` ``compare``; no authors' statistics).
 
     Raises:
-        NopeInterpError: the file is missing or corrupt, or not such a result: a key missing or of the wrong
-            type, a group or seed without a score (a number in [0, 1] or NaN) for a measured protocol, kind
-            and site of the trained models' sites.
+        NopeInterpError: the file is missing or corrupt, or not such a result: ``config``, ``groups`` or
+            ``verdicts`` missing or of the wrong type, a group or seed field missing or unknown, a group or seed
+            without a score (a number in [0, 1] or NaN) for a measured protocol, kind and site of the trained
+            models' sites. Only what the figures read is checked: a hand-edited diagnostic or verdict may still
+            fail :func:`render_markdown`. A file written before ``label`` was recorded loads with the label
+            ``compare``, so :func:`write` of it replaces ``results/compare/compare.*``.
     """
     data = io.read_json(path, "compare result")
 
