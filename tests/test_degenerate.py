@@ -149,7 +149,7 @@ def test_cli_analyze_of_a_repeated_character_warns_in_one_line_and_marks_every_s
     text = tmp_path / "a.txt"
     text.write_text("a" * 40 + "\n" + "To be, or not to be, that is the question.")
     assert main(["analyze", "--run", str(tiny_run), "--text-file", str(text), "--text-length", "8",
-                 "--out", str(tmp_path / "out")]) == 0
+                 "--out-root", str(tmp_path / "out")]) == 0
     captured = capsys.readouterr()
     warning_lines = [line for line in captured.err.splitlines() if "degenerate" in line or "parallel" in line]
     assert len(warning_lines) == 1 and warning_lines[0].startswith("nope-interp: warning: text-file inputs")
@@ -430,7 +430,7 @@ def test_cli_analyze_heatmap_of_a_text_file_starting_with_a_repeated_character(t
     text.write_text("a" * 8 + "To be, or not to be, that is the question.")
     out = tmp_path / "out"
     assert main(["analyze", "--run", str(tiny_run), "--text-file", str(text), "--text-length", "8",
-                 "--out", str(out)]) == 0
+                 "--out-root", str(out)]) == 0
     capsys.readouterr()
     (page,) = [p for p in out.rglob("*.html") if "cosine" in p.name]
     html = page.read_text()
