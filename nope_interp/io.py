@@ -326,7 +326,8 @@ def _check_writable_dir(path: Path, what: str) -> Path:
         where = "is" if probe == path else f"cannot be created: {probe} is"
         raise NopeInterpError(f"{what} {path} {where} an existing file, not a directory; give a directory")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".nope-interp-probe.", dir=probe)
+        # the folder the system finds (links before ".."), as _atomic writes there: tempfile reads ".." as text
+        fd, tmp = tempfile.mkstemp(prefix=".nope-interp-probe.", dir=os.path.realpath(probe))
         os.close(fd)
         os.unlink(tmp)
     except OSError as err:
@@ -616,7 +617,8 @@ def relative_to_folder(paths: list[Path], folder: Path) -> list[str]:
     """``paths`` as the relative paths that lead to them from ``folder`` (``../../figures/demo/x.html`` from
     ``results/demo/``): what a result file records of the figures written beside it, so that the record holds
     wherever the output folder is moved and whatever folder the command ran in (before: the paths as given,
-    relative to the folder the command ran in, which is neither the result's nor ``--out-root``)."""
+    relative to the folder the command ran in, which is neither the result's nor ``--out-root``). Paths are
+    compared as text after ``os.path.abspath``; raises nothing."""
     return [os.path.relpath(os.path.abspath(p), os.path.abspath(folder)) for p in paths]
 
 

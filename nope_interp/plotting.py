@@ -50,7 +50,8 @@ def line_colours(n: int) -> list[str]:
 
 
 def html_table(title: str, header: list[str], rows: list[list[str]]) -> str:
-    """A titled HTML table (every cell escaped) for a result's ``_repr_html_`` in Jupyter."""
+    """A titled HTML table (every cell escaped) for a result's ``_repr_html_`` in Jupyter: ``header`` names the
+    columns, each row of ``rows`` gives one string per column. Raises nothing (a short row draws short)."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
     return f"<b>{html.escape(title)}</b><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"

@@ -599,3 +599,16 @@ def test_a_loop_of_links_as_out_root_is_called_a_loop(tmp_path):
     (tmp_path / "d").symlink_to(tmp_path / "nowhere")
     with pytest.raises(NopeInterpError, match="is a dangling symbolic link"):
         io.check_writable_dir(tmp_path / "d", "--out-root")
+
+
+def test_check_writable_dir_probes_the_folder_the_system_finds_through_a_link(tmp_path):
+    """tempfile reads ".." as text: `link/../o` was probed as ./o (missing, "not writable") though the system
+    finds the link target's o, where the job then writes."""
+    from nope_interp import io
+
+    (tmp_path / "real" / "sub").mkdir(parents=True)
+    (tmp_path / "real" / "o").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real" / "sub")
+    for out in (tmp_path / "link" / ".." / "o", tmp_path / "link" / ".." / "o" / "new"):
+        assert io.check_writable_dir(out, "--out-root") == out
+    assert not (tmp_path / "o").exists() and list((tmp_path / "real" / "o").iterdir()) == []

@@ -424,7 +424,8 @@ def _metric_vs_n(result: LongContextResult, metric: str, kind: str, title: str, 
 def console_sites(sites: tuple[str, ...], layer_types: tuple[str, ...]) -> list[str]:
     """The sites a console line shows: the first, and in a model with layers of more than one positional type
     the first site of each other type's first layer at the same hook (a hybrid NoPE/RoPE model's first NoPE
-    layer beside its RoPE layer 0; before, only layer 0 was printed, whatever its type)."""
+    layer beside its RoPE layer 0; before, only layer 0 was printed, whatever its type). ``layer_types``: one of
+    ``nope``, ``rope``, ``learned``, ... per layer (empty when unknown: the first site alone). Raises nothing."""
     first = sites[0]
     shown = [first]
     parts = first.split(".")
