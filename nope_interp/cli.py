@@ -566,7 +566,7 @@ def _cmd_job(job: Any, args: argparse.Namespace) -> int:
             raise NopeInterpError(f"{', '.join(text_runs)}: {job.NAME} reads a train-text model's held-out text "
                                   "windows, so --task / --n-digits would be ignored: drop them (long-context "
                                   "--inputs task reads task text)")
-    with io.exclusive(res_dir, "--out-root output folder"):  # one writer per job and --out-root at a time
+    with io.exclusive_folders((res_dir, fig_dir), "--out-root output folder"):  # one writer per job and out-root
         result = job.run(cfg, models, log=_log_for(args))
         with io.recording_writes() as written:
             try:

@@ -24,7 +24,7 @@ import math
 import os
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -370,8 +370,8 @@ def exclusive(directory: str | Path, what: str = "output directory") -> Iterator
     on this machine or another that shares the file system with working locks, can hold it. The holder's
     PID is written into the lock file for the error message. Re-entrant within a thread (a job that
     trains a run locks both); another thread or process is refused. When the block ends and
-    ``directory`` does not exist (the writer failed before writing anything), the lock file and the
-    folders made for it are removed again.
+    ``directory`` does not exist or is an empty folder (the writer failed before writing anything), the lock
+    file and the folders made for it are removed again.
 
     Args:
         directory: the run or output directory. what: how the error names it.
@@ -400,8 +400,11 @@ def exclusive(directory: str | Path, what: str = "output directory") -> Iterator
     try:
         lock_file.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise NopeInterpError(f"cannot create {lock_file.parent} for {what} {directory}: "
-                              f"{err.strerror or err}") from None
+        blocking = next((p for p in (lock_file.parent, *lock_file.parent.parents)
+                         if p.exists() and not p.is_dir()), None)  # a file where a folder goes
+        reason = f"{blocking} is a file, not a folder" if blocking is not None else err.strerror or err
+        raise NopeInterpError(f"cannot create {lock_file.parent} for {what} {directory}: {reason}; nothing was "
+                              "written") from None
     lock = filelock.FileLock(str(lock_file), timeout=0)
     try:
         lock.acquire()
@@ -423,13 +426,46 @@ def exclusive(directory: str | Path, what: str = "output directory") -> Iterator
     finally:
         del _HELD[key]
         try:
-            if not user_path(directory).exists():  # nothing was written: leave no trace
+            if _nothing_in(user_path(directory)):  # nothing was written: leave no trace
                 lock_file.unlink(missing_ok=True)
                 for p in made:
                     with contextlib.suppress(OSError):
                         p.rmdir()
         finally:
             lock.release()
+
+
+def _nothing_in(directory: Path) -> bool:
+    """True when ``directory`` does not exist or is an empty folder; False when it holds anything, is a file,
+    or cannot be read (its lock file is then kept, as after any write)."""
+    try:
+        return not directory.exists() or (directory.is_dir() and next(directory.iterdir(), None) is None)
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def exclusive_folders(folders: Iterable[str | Path], what: str = "output folder") -> Iterator[None]:
+    """Hold :func:`exclusive` on each of ``folders`` (a job's results and figures folders) for the whole block,
+    taken in the order given and released in reverse; two folders that are one (a link) are locked once.
+
+    Every job's ``write`` holds it (:func:`nope_interp.jobs.common.locked_write`), as the CLI does around the
+    whole job, so two writers of one ``--out-root`` never mix their files, whether they are two commands, two
+    Python processes calling ``write`` or a command and a notebook; two out-roots that share a ``figures``
+    folder through a link share its lock. Before, only the CLI locked, and only the results folder.
+
+    Raises:
+        NopeInterpError: a folder is being written by another process or thread (:class:`LockHeldError`), or
+            its lock file cannot be created; nothing is locked then.
+    """
+    seen: set[Path] = set()
+    with contextlib.ExitStack() as stack:
+        for folder in folders:
+            lock = lock_path(folder)
+            if lock not in seen:
+                seen.add(lock)
+                stack.enter_context(exclusive(folder, what))
+        yield
 
 
 def jsonl_line(record: dict[str, Any]) -> str:
@@ -576,8 +612,11 @@ def drop_stale(result_file: Path, written: list[Path], folders: tuple[Path, ...]
     files; returns ``written``. ``folders`` are the job's results and figures folders: only files inside them are
     ever removed. The record lies beside the results folder, as a lock file does, so that the folder holds only
     outputs: ``results/.<job>.outputs/<result file's path in the results folder, "/" as "__">.files``, one path per
-    line relative to the record's folder; the ``plotly.min.js`` the figures load is never recorded. Before, a
-    rerun left such figures beside results that no longer held their numbers.
+    line relative to the record's folder, a tab, and the file's stamp as written (``<inode>:<mtime in ns>``); the
+    ``plotly.min.js`` the figures load is never recorded. A recorded file whose stamp has changed since (another
+    writer replaced it: an out-root sharing this ``figures`` folder through a link, or a user) is not this
+    write's to remove and stays. Before, a rerun left such figures beside results that no longer held their
+    numbers.
 
     Raises:
         NopeInterpError: the record or a stale file cannot be written or removed (:func:`atomic_write_text`).
@@ -594,14 +633,19 @@ def drop_stale(result_file: Path, written: list[Path], folders: tuple[Path, ...]
     except (OSError, UnicodeDecodeError):
         old = []  # an unreadable record: nothing is removed
     for line in old:
-        stale = os.path.realpath(record.parent / line)
-        if line and stale not in here and any(stale.startswith(r) for r in roots) and os.path.isfile(stale):
+        name, tab, stamp = line.rpartition("\t")
+        if not tab:  # a record written before stamps: the path alone
+            name, stamp = line, None
+        stale = os.path.realpath(record.parent / name)
+        if name and stale not in here and any(stale.startswith(r) for r in roots) and os.path.isfile(stale) \
+                and (stamp is None or stamp == _stamp(stale)):  # rewritten since by another writer: not ours
             try:
                 os.unlink(stale)
             except OSError as err:
                 raise NopeInterpError(f"cannot remove the stale output {stale}: {err.strerror or err}") from None
     try:
-        atomic_write_text(record, "".join(f"{p}\n" for p in relative_to_folder(written, record.parent)))
+        names = relative_to_folder(written, record.parent)
+        atomic_write_text(record, "".join(f"{n}\t{_stamp(w)}\n" for n, w in zip(names, written, strict=True)))
     except NopeInterpError as err:  # the outputs are complete: only the bookkeeping failed, said as such
         import warnings
 
@@ -609,8 +653,18 @@ def drop_stale(result_file: Path, written: list[Path], folders: tuple[Path, ...]
 
         warnings.warn(NopeInterpWarning(f"every output was written, but not the record of them ({err}): a later "
                                         "rerun will not remove the figures of this one that it does not redraw"),
-                      stacklevel=3)
+                      stacklevel=4)  # the caller of a job's locked write
     return written
+
+
+def _stamp(path: str | Path) -> str:
+    """``"<inode>:<mtime in ns>"`` of the file at ``path`` ("" when it cannot be read): a file rewritten through
+    :func:`atomic_write_text` gets a new inode, one rewritten in place a new mtime."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ""
+    return f"{st.st_ino}:{st.st_mtime_ns}"
 
 
 def relative_to_folder(paths: list[Path], folder: Path) -> list[str]:

@@ -1308,8 +1308,9 @@ def write_report(rep: SweepReport, out_root: str | Path = ".") -> list[Path]:
 
     Raises:
         NopeInterpError: a file cannot be written: checked for both folders and every file before the first
-            is written (a folder that is a file, a file name taken by a folder), so a refusal writes nothing."""
-    from nope_interp.plotting import save_figure, with_plotlyjs
+            is written (a folder that is a file, a file name taken by a folder), so a refusal writes nothing;
+            another process is writing a report of this name under ``out_root`` (both folders are locked while
+            writing: :func:`nope_interp.io.exclusive_folders`)."""
 
     res_dir = io.as_path(out_root) / "results" / "sweeps" / rep.spec.name
     fig_dir = io.as_path(out_root) / "figures" / "sweeps" / rep.spec.name
@@ -1320,6 +1321,14 @@ def write_report(rep: SweepReport, out_root: str | Path = ".") -> list[Path]:
     for target in [*targets, *figures, *([fig_dir / "plotly.min.js"] if figures else [])]:  # the js the figures load
         if target.exists() and not target.is_file():
             raise NopeInterpError(f"cannot write the sweep report: {target} exists and is not a file")
+    with io.exclusive_folders((res_dir, fig_dir), "sweep report folder"):  # one writer of a report at a time
+        return _write_report_files(rep, res_dir, fig_dir)
+
+
+def _write_report_files(rep: SweepReport, res_dir: Path, fig_dir: Path) -> list[Path]:
+    """The body of :func:`write_report`, run while both of its folders are locked."""
+    from nope_interp.plotting import save_figure, with_plotlyjs
+
     try:  # the report this one replaces: where its points came from, and which axis figures it wrote
         before = json.loads((res_dir / "report.json").read_text())
     except (OSError, ValueError):
@@ -1330,7 +1339,7 @@ def write_report(rep: SweepReport, out_root: str | Path = ".") -> list[Path]:
         warnings.warn(NopeInterpWarning.naming(
             "sweep report {name!r}: overwriting {res_dir}, the report of the points in {old_dir}, with the one of "
             "{points_dir} (give another {out_root} to keep both)", name=rep.spec.name, res_dir=str(res_dir),
-            old_dir=old_dir, points_dir=rep.points_dir), stacklevel=2)
+            old_dir=old_dir, points_dir=rep.points_dir), stacklevel=3)
     old_axes = before.get("group_by") if isinstance(before.get("group_by"), list) else []
     paths = [io.atomic_write_text(res_dir / "report.csv", io.to_csv(list(rep.rows))),
              io.atomic_write_text(res_dir / "report.md", rep.markdown()),

@@ -76,9 +76,11 @@ def assert_lists_every_file(paths, root) -> None:
 
     paths = [Path(p) for p in paths]
     assert len(paths) == len(set(paths)), f"a path listed twice: {paths}"
-    # the record of what a write wrote (io.drop_stale: results/.<job>.outputs/) is bookkeeping, like a lock file
+    # the record of what a write wrote (io.drop_stale: results/.<job>.outputs/) and the lock files beside the
+    # folders a write holds (io.lock_path: .<folder>.lock) are bookkeeping, not outputs
     on_disk = sorted(p for p in Path(root).rglob("*") if p.is_file()
-                     and not (p.parent.name.startswith(".") and p.parent.name.endswith(".outputs")))
+                     and not (p.parent.name.startswith(".") and p.parent.name.endswith(".outputs"))
+                     and not (p.name.startswith(".") and p.name.endswith(".lock")))
     assert sorted(paths) == on_disk, (f"listed but not there: {sorted(set(paths) - set(on_disk))}; "
                                       f"there but not listed: {sorted(set(on_disk) - set(paths))}")
 

@@ -89,7 +89,10 @@ def test_exclusive_is_reentrant_and_leaves_no_trace_when_nothing_was_written(tmp
             pass
     assert not (tmp_path / "new").exists()  # nothing written: the lock file and its folders are gone
     with exclusive(out):
-        out.mkdir(parents=True)
+        out.mkdir(parents=True)  # an empty output folder: still nothing written (a write refused part-way)
+    assert sorted(p.name for p in out.parent.iterdir()) == ["analyze"]
+    with exclusive(out):
+        (out / "scores.json").write_text("{}")
     assert sorted(p.name for p in out.parent.iterdir()) == [".analyze.lock", "analyze"]
 
 
@@ -544,7 +547,8 @@ def test_drop_stale_removes_only_what_the_last_write_of_the_same_result_wrote(tm
     assert not (fig / "b.html").exists()  # written by the last call of job.json, not by this one
     assert all(p.exists() for p in [*second, mine, *other])
     record = tmp_path / "results" / ".job.outputs" / "job.json.files"  # beside the results folder, not in it
-    assert record.read_text().splitlines() == ["../job/job.json", "../../figures/job/a.html"]
+    assert [line.split("\t")[0] for line in record.read_text().splitlines()] == ["../job/job.json",
+                                                                                 "../../figures/job/a.html"]
     assert sorted(p.name for p in res.iterdir()) == ["job.json", "other.json"]
     # a record edited to point outside the job's folders removes nothing there
     outside = io.atomic_write_text(tmp_path / "precious.txt", "p")
@@ -575,6 +579,69 @@ def test_drop_stale_compares_real_paths_so_a_link_cannot_point_it_at_another_fol
     io.drop_stale(second[0], second, (res, fig))
     assert mine.read_text() == "keep" and not (tmp_path / "real" / "o" / "figures" / "job" / "b.html").exists()
     assert os.path.isfile(tmp_path / "real" / "o" / "results" / "job" / "job.json")
+
+
+def test_drop_stale_keeps_a_recorded_file_that_another_writer_replaced_since(tmp_path):
+    """Two out-roots sharing one figures folder through a link: the second rewrote b.html after the first
+    recorded it, so the first's rerun (no b.html this time) must not remove the second's figure. A file the
+    record names unchanged is still removed, and a record written before stamps (paths alone) still works."""
+    import os
+
+    from nope_interp import io
+
+    shared = tmp_path / "shared-figures"
+    shared.mkdir()
+    roots = [tmp_path / "a", tmp_path / "b"]
+    for root in roots:
+        (root / "results" / "job").mkdir(parents=True)
+        (root / "figures").symlink_to(shared)
+    (shared / "job").mkdir()
+
+    def write(root, names):
+        res, fig = root / "results" / "job", root / "figures" / "job"
+        paths = [io.atomic_write_text(res / "job.json", "r"), *(io.atomic_write_text(fig / n, str(root))
+                                                                 for n in names)]
+        return io.drop_stale(paths[0], paths, (res, fig))
+
+    write(roots[0], ["b.html", "c.html"])
+    write(roots[1], ["b.html"])  # replaces the first out-root's b.html with its own
+    write(roots[0], [])
+    assert (shared / "job" / "b.html").read_text() == str(roots[1])  # the other writer's file stays
+    assert not (shared / "job" / "c.html").exists()  # unchanged since the first recorded it: stale, removed
+    os.utime(shared / "job" / "b.html", ns=(1, 1))  # rewritten in place (same inode, new mtime): kept too
+    record = roots[1] / "results" / ".job.outputs" / "job.json.files"
+    write(roots[1], [])
+    assert (shared / "job" / "b.html").exists()
+    old_style = [line.split("\t")[0] for line in record.read_text().splitlines()]
+    (shared / "job" / "d.html").write_text("d")
+    record.write_text("".join(f"{n}\n" for n in [*old_style, "../../figures/job/d.html"]))
+    write(roots[1], [])
+    assert not (shared / "job" / "d.html").exists()  # a path without a stamp: removed as before stamps
+
+
+def test_job_write_locks_both_output_folders_against_another_process(tmp_path):
+    """The reviewer's suspicion, confirmed on the old code: only the CLI locked, and only the results folder, so
+    a Python caller of ``write`` beside another writer mixed their files. Every job's write now holds both."""
+    import signal
+
+    import tasks
+    from nope_interp.config import preset
+    from nope_interp.jobs import analyze
+    from nope_interp.jobs.common import entry_from_init
+
+    entry = entry_from_init(preset("tiny"), tasks.get_task("addition"), "init-tiny-addition")
+    result = analyze.run(analyze.AnalyzeConfig(n_prompts=4, points=("embed",)), [entry])
+    for folder in ("results", "figures"):
+        proc = _holder(tmp_path / folder / "analyze")
+        try:
+            busy = rf"being written by another nope-interp process \(pid {proc.pid}\)"
+            with pytest.raises(NopeInterpError, match=busy):
+                analyze.write(result, tmp_path)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=60)
+        assert not (tmp_path / "results" / "analyze" / "init-tiny-addition").exists()  # refused before writing
+    assert analyze.write(result, tmp_path)  # the killed holders block nobody
 
 
 def test_drop_stale_warns_but_keeps_the_outputs_when_its_record_cannot_be_written(tmp_path):
@@ -612,3 +679,35 @@ def test_check_writable_dir_probes_the_folder_the_system_finds_through_a_link(tm
     for out in (tmp_path / "link" / ".." / "o", tmp_path / "link" / ".." / "o" / "new"):
         assert io.check_writable_dir(out, "--out-root") == out
     assert not (tmp_path / "o").exists() and list((tmp_path / "real" / "o").iterdir()) == []
+
+
+@pytest.mark.parametrize("command", sorted(__import__("nope_interp.jobs", fromlist=["JOB_HELP"]).JOB_HELP))
+@pytest.mark.parametrize("folder", ["results", "figures"])
+def test_every_job_write_takes_its_folders_lock_before_anything_else(command, folder, tmp_path):
+    """Every job's write (a contract of the job modules, not of one job): with its results or figures folder
+    locked by another thread, write is refused as busy before it even looks at its result (a wrong one here),
+    and creates no folder."""
+    import importlib
+    import threading
+
+    from nope_interp import io
+    from nope_interp.jobs import job_module_name
+
+    job = importlib.import_module(job_module_name(command))
+    locked, release = threading.Event(), threading.Event()
+
+    def hold():
+        with io.exclusive(tmp_path / folder / command.replace("-", "_")):
+            locked.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert locked.wait(60)
+        with pytest.raises(NopeInterpError, match="is being written by another nope-interp process"):
+            job.write(object(), tmp_path)
+    finally:
+        release.set()
+        holder.join(60)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # the holder wrote nothing: its lock is gone too

@@ -8,7 +8,7 @@ import statistics
 import numpy as np
 import pytest
 import torch
-from conftest import assert_strict_json_files
+from conftest import assert_lists_every_file, assert_strict_json_files
 
 SMALL_GRID = dict(means=(0.0,), stds=(0.02, 0.2), depths=(2,), widths=(48,), seeds=2, n_prompts=6,
                   tasks=("addition",))
@@ -285,7 +285,8 @@ def test_write_produces_the_result_files_and_figures(J, small_grid_result, tmp_p
                 figs / "entropy_vs_score.html", figs / "plotly.min.js"]
     # every file written is listed (before: the plotly.min.js the figures load was left out of the outputs)
     assert paths == expected and all(p.exists() for p in expected)
-    assert sorted(p for p in tmp_path.rglob("*") if p.is_file()) == sorted(expected)
+    assert_lists_every_file(paths, tmp_path)  # and nothing else (the lock files beside the folders aside)
+    assert sorted(p.name for p in tmp_path.rglob(".*.lock")) == [".init_grid.lock"] * 2  # both folders locked
     header = (res / "init_grid.csv").read_text().splitlines()[0].split(",")
     assert header[:10] == ["grid", "task", "n_layers", "d_model", "init_mean", "init_std", "seed",
                            "l0_relative_entropy", "blocks.0.attn.hook_z", "blocks.0.hook_resid_post"]

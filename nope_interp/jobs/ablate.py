@@ -80,6 +80,7 @@ from nope_interp.jobs.common import (
     eval_prefix,
     job_models,
     keyed_generator,
+    locked_write,
     progress,
     protocol_tag,
     protocol_window,
@@ -1110,6 +1111,7 @@ def plot_seed_summary(summaries: Sequence[TaskSeedSummary]) -> go.Figure:
     return fig
 
 
+@locked_write(NAME.replace("-", "_"))
 def write(result: AblateResult, out_root: str | Path = ".") -> list[Path]:
     """Write ``results/ablate/{ablate.json, ablate.csv, ablate_seeds.csv, ablate_seeds.md, ablate_decomposition.csv}``,
     ``figures/ablate/ablations.html`` and (when some task has 2 or more runs) ``ablations_seeds.html`` (else an older

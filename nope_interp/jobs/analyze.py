@@ -34,6 +34,7 @@ from nope_interp.jobs.common import (
     emit,
     entry_tokens,
     job_models,
+    locked_write,
     progress,
     protocol_tag,
     warn_overwriting_another_model,
@@ -309,6 +310,7 @@ def plot_lags(scores: ModelScores) -> go.Figure:
                             f"positions ({res.protocol} protocol)")
 
 
+@locked_write(NAME.replace("-", "_"))
 def write(result: AnalyzeResult, out_root: str | Path = ".") -> list[Path]:
     """Write ``results/analyze/<label>/scores.json`` and ``figures/analyze/<label>/{cosine,adjacency,lag_profile}.html``
     for every model (no ``cosine.html`` for inputs longer than :data:`~nope_interp.analysis.EXAMPLE_MAX_POS` tokens),

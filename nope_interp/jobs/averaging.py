@@ -49,6 +49,7 @@ from nope_interp.jobs.common import (
     entry_from_run,
     eval_prefix,
     job_models,
+    locked_write,
     progress,
     protocol_tag,
     refuse_default_only,
@@ -355,6 +356,7 @@ def plot_counterfactuals(result: AveragingResult, models: str = "trained") -> go
     return fig
 
 
+@locked_write(NAME.replace("-", "_"))
 def write(result: AveragingResult, out_root: str | Path = ".") -> list[Path]:
     """Write ``results/averaging/averaging.{json,csv}``, ``figures/averaging/predicted_vs_observed_<task>_<label>.html``
     for every causal model, ``figures/averaging/counterfactual_attention.html`` (when a trained model was measured)

@@ -704,6 +704,30 @@ def text_entry(path: str | Path, label: str, task: tasks_pkg.Task | None = None)
                               "model": model_cfg.to_dict()})
 
 
+def locked_write(job_folder: str) -> Callable[[Callable[..., list[Path]]], Callable[..., list[Path]]]:
+    """Decorate a job's ``write(result, out_root)`` so that it holds both of its output folders
+    (``results/<job_folder>`` and ``figures/<job_folder>`` under ``out_root``: :func:`nope_interp.io.job_dirs`)
+    for the whole write (:func:`nope_interp.io.exclusive_folders`). The CLI already holds them around the
+    job (re-entrant in one thread); this guards a Python caller, so two processes writing one out-root are
+    refused in one line instead of leaving one's JSON beside the other's figures.
+
+    Raises (from the decorated write):
+        NopeInterpError: ``out_root`` not a path (:func:`~nope_interp.io.job_dirs`), or a folder is being
+            written by another process or thread; nothing is written then.
+    """
+    import functools
+
+    def wrap(write: Callable[..., list[Path]]) -> Callable[..., list[Path]]:
+        @functools.wraps(write)
+        def locked(result: Any, out_root: str | Path = ".", *args: Any, **kwargs: Any) -> list[Path]:
+            with io.exclusive_folders(io.job_dirs(out_root, job_folder), "output folder"):
+                return write(result, out_root, *args, **kwargs)
+
+        return locked
+
+    return wrap
+
+
 def protocol_tag(protocol: str, window: int = DEFAULT_WINDOW) -> str:
     """The part of an output's name that tells its analysis inputs apart: ``""`` for ``full`` (the default
     keeps its plain names), ``"authors"``, ``"window<window>"`` (``window64``), so that neither two protocols
@@ -873,9 +897,10 @@ def warn_overwriting_another_model(path: Path, key: str, new: object, job: str, 
         return
     if isinstance(old, str) and isinstance(new, str) and old != new:
         fix = "another {label} or {out_root}" if takes_label else "another {out_root}"
+        # stacklevel: this function, the job's write, locked_write's wrapper, then the caller
         warnings.warn(NopeInterpWarning.naming(
             "{job}: overwriting {path}, the results of {old}, with those of {new} (the same folder name; give "
-            + fix + " to keep both)", job=job, path=str(path), old=old, new=new), stacklevel=3)
+            + fix + " to keep both)", job=job, path=str(path), old=old, new=new), stacklevel=4)
 
 
 def emit(log: Log, line: str) -> None:

@@ -41,6 +41,7 @@ from nope_interp.jobs.common import (
     draw_seed,
     emit,
     job_models,
+    locked_write,
     progress,
     protocol_window,
     run_path,
@@ -673,6 +674,7 @@ def plot_site_summary(result: CompareResult, protocol: str = "full", site: str =
     return fig
 
 
+@locked_write(NAME.replace("-", "_"))
 def write(result: CompareResult, out_root: str | Path = ".") -> list[Path]:
     """Write ``results/compare/<label>.{json,md,csv}``, ``figures/compare/<label>_<protocol>.html`` (every site, a
     panel per group) and ``figures/compare/<label>_l0_z_<protocol>.html`` (:func:`plot_site_summary`), with the

@@ -47,6 +47,7 @@ from nope_interp.jobs.common import (
     entry_from_run,
     eval_examples,
     job_models,
+    locked_write,
     progress,
     protocol_window,
     refuse_default_only,
@@ -512,6 +513,7 @@ def render_summary(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+@locked_write(NAME.replace("-", "_"))
 def write(result: DemoResult, out_root: str | Path = ".") -> list[Path]:
     """Write ``figures/demo/`` (cosine heatmaps per task and model, the adjacency-by-layer chart) and
     ``results/demo/summary.{json,md}``, with the ``plotly.min.js`` the figures load

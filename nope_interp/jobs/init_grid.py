@@ -47,7 +47,7 @@ from nope_interp.config import (
 from nope_interp.errors import NopeInterpError
 from nope_interp.hooks import hook_name
 from nope_interp.jobs import JOB_HELP
-from nope_interp.jobs.common import Log, ModelEntry, emit, progress
+from nope_interp.jobs.common import Log, ModelEntry, emit, locked_write, progress
 from nope_interp.model import build_model, check_model_fits
 from nope_interp.plotting import add_chance_line, save_figure, with_plotlyjs
 from nope_interp.similarity import adjacency_score_of_activations
@@ -470,6 +470,7 @@ def plot_entropy_vs_score(result: InitGridResult, site: str = hook_name("z", 0))
     return fig
 
 
+@locked_write(NAME.replace("-", "_"))
 def write(result: InitGridResult, out_root: str | Path = ".") -> list[Path]:
     """Write ``results/init_grid/init_grid.json`` (:meth:`InitGridResult.to_dict`), ``init_grid.csv`` (the
     rows), ``init_grid_summary.csv`` (the summary) and ``figures/init_grid/``: a heatmap of each grid at

@@ -38,6 +38,7 @@ from nope_interp.jobs.common import (
     emit,
     eval_prefix,
     job_models,
+    locked_write,
     progress,
     run_path,
     shipped_entries,
@@ -313,6 +314,7 @@ def plot_length_gen(result: LengthGenResult) -> go.Figure:
     return fig
 
 
+@locked_write(NAME.replace("-", "_"))
 def write(result: LengthGenResult, out_root: str | Path = ".") -> list[Path]:
     """Write ``results/length_gen/{length_gen.json, length_gen.csv}`` and ``figures/length_gen/length_gen.html``, with
     the ``plotly.min.js`` the figures load (:func:`~nope_interp.plotting.with_plotlyjs`); returns the paths."""

@@ -55,6 +55,7 @@ from nope_interp.jobs.common import (
     emit,
     entry_from_init,
     job_models,
+    locked_write,
     progress,
     random_tokens,
     refuse_default_only,
@@ -570,6 +571,7 @@ def plot_grid(result: LongContextResult, site: str | None = None, kind: str | No
     return fig
 
 
+@locked_write(NAME.replace("-", "_"))
 def write(result: LongContextResult, out_root: str | Path = ".") -> list[Path]:
     """Write the result JSON, the row and summary CSVs and the figures, with the ``plotly.min.js`` the figures load
     (:func:`~nope_interp.plotting.with_plotlyjs`); returns the paths."""

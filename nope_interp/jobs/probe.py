@@ -60,6 +60,7 @@ from nope_interp.jobs.common import (
     entry_tokens,
     hf_random_length,
     job_models,
+    locked_write,
     progress,
     protocol_tag,
     refuse_default_only,
@@ -475,6 +476,7 @@ def plot_probe_nrmse(result: ProbeResult, probe: str = "mlp") -> go.Figure:
     return fig
 
 
+@locked_write(NAME.replace("-", "_"))
 def write(result: ProbeResult, out_root: str | Path = ".") -> list[Path]:
     """Write ``results/probe/probe.json``, ``results/probe/probe.csv`` and ``figures/probe/nrmse_by_site_<probe>.html``
     for every probe kind, with the ``plotly.min.js`` the figures load (:func:`~nope_interp.plotting.with_plotlyjs`);

@@ -41,6 +41,7 @@ from nope_interp.jobs.common import (
     draw_seed,
     emit,
     job_models,
+    locked_write,
     progress,
     protocol_tag,
     run_path,
@@ -456,6 +457,7 @@ def plot_site_by_objective(runs: list[RunTrajectory] | tuple[RunTrajectory, ...]
     return fig
 
 
+@locked_write(NAME.replace("-", "_"))
 def write(result: TrajectoryResult, out_root: str | Path = ".") -> list[Path]:
     """Write ``results/trajectory/<run>.json`` and ``.csv`` and ``figures/trajectory/<run>.html``; with more than one
     run also ``figures/trajectory/compare_<site>.html`` (:func:`plot_site_by_objective`) for layer 0's ``hook_z``, when
