@@ -370,8 +370,10 @@ def exclusive(directory: str | Path, what: str = "output directory") -> Iterator
     on this machine or another that shares the file system with working locks, can hold it. The holder's
     PID is written into the lock file for the error message. Re-entrant within a thread (a job that
     trains a run locks both); another thread or process is refused. When the block ends and
-    ``directory`` does not exist or is an empty folder (the writer failed before writing anything), the lock
-    file and the folders made for it are removed again.
+    ``directory`` does not exist (the writer failed before writing anything), the lock file and the
+    folders made for it are removed again; otherwise the lock file stays (harmless: the kernel, not the
+    file, holds the lock; a lock file is never removed while its directory exists, since a second writer
+    may have opened it).
 
     Args:
         directory: the run or output directory. what: how the error names it.
@@ -396,12 +398,13 @@ def exclusive(directory: str | Path, what: str = "output directory") -> Iterator
         finally:
             _HELD[key][1] -= 1
         return
-    made = [p for p in (lock_file.parent, *lock_file.parent.parents) if not p.exists()]
+    # os.path's checks answer False where Path.exists raises (a name too long, a folder that may not be entered)
+    made = [p for p in (lock_file.parent, *lock_file.parent.parents) if not os.path.lexists(p)]
     try:
         lock_file.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         blocking = next((p for p in (lock_file.parent, *lock_file.parent.parents)
-                         if p.exists() and not p.is_dir()), None)  # a file where a folder goes
+                         if os.path.lexists(p) and not os.path.isdir(p)), None)  # a file where a folder goes
         reason = f"{blocking} is a file, not a folder" if blocking is not None else err.strerror or err
         raise NopeInterpError(f"cannot create {lock_file.parent} for {what} {directory}: {reason}; nothing was "
                               "written") from None
@@ -414,8 +417,9 @@ def exclusive(directory: str | Path, what: str = "output directory") -> Iterator
         except OSError:
             pid = ""
         holder = f" (pid {pid})" if pid.isascii() and pid.isdigit() else ""
-        raise LockHeldError(f"{what} {directory} is being written by another nope-interp process{holder}; "
-                              f"wait for it to finish, or choose another name or folder") from None
+        by = "another thread of this process" if pid == str(os.getpid()) else f"another nope-interp process{holder}"
+        raise LockHeldError(f"{what} {directory} is being written by {by}; "
+                            f"wait for it to finish, or choose another name or folder") from None
     except OSError as err:
         raise NopeInterpError(f"cannot lock {what} {directory} ({lock_file}): {err.strerror or err}") from None
     _HELD[key] = [lock, 1]
@@ -426,22 +430,13 @@ def exclusive(directory: str | Path, what: str = "output directory") -> Iterator
     finally:
         del _HELD[key]
         try:
-            if _nothing_in(user_path(directory)):  # nothing was written: leave no trace
+            if not os.path.lexists(user_path(directory)):  # nothing was written: leave no trace
                 lock_file.unlink(missing_ok=True)
                 for p in made:
                     with contextlib.suppress(OSError):
                         p.rmdir()
         finally:
             lock.release()
-
-
-def _nothing_in(directory: Path) -> bool:
-    """True when ``directory`` does not exist or is an empty folder; False when it holds anything, is a file,
-    or cannot be read (its lock file is then kept, as after any write)."""
-    try:
-        return not directory.exists() or (directory.is_dir() and next(directory.iterdir(), None) is None)
-    except OSError:
-        return False
 
 
 @contextlib.contextmanager
@@ -612,11 +607,11 @@ def drop_stale(result_file: Path, written: list[Path], folders: tuple[Path, ...]
     files; returns ``written``. ``folders`` are the job's results and figures folders: only files inside them are
     ever removed. The record lies beside the results folder, as a lock file does, so that the folder holds only
     outputs: ``results/.<job>.outputs/<result file's path in the results folder, "/" as "__">.files``, one path per
-    line relative to the record's folder, a tab, and the file's stamp as written (``<inode>:<mtime in ns>``); the
-    ``plotly.min.js`` the figures load is never recorded. A recorded file whose stamp has changed since (another
-    writer replaced it: an out-root sharing this ``figures`` folder through a link, or a user) is not this
-    write's to remove and stays. Before, a rerun left such figures beside results that no longer held their
-    numbers.
+    line relative to the record's folder, a tab, and a hash of the file's contents as written; the
+    ``plotly.min.js`` the figures load is never recorded. A recorded file whose contents have changed since
+    (another writer replaced it: an out-root sharing this ``figures`` folder through a link, or a user) is not
+    this write's to remove and stays; a copied or moved out-root keeps its record valid (contents, not inodes or
+    times, are compared). Before, a rerun left such figures beside results that no longer held their numbers.
 
     Raises:
         NopeInterpError: the record or a stale file cannot be written or removed (:func:`atomic_write_text`).
@@ -658,13 +653,19 @@ def drop_stale(result_file: Path, written: list[Path], folders: tuple[Path, ...]
 
 
 def _stamp(path: str | Path) -> str:
-    """``"<inode>:<mtime in ns>"`` of the file at ``path`` ("" when it cannot be read): a file rewritten through
-    :func:`atomic_write_text` gets a new inode, one rewritten in place a new mtime."""
+    """A hash of the contents of the file at ``path`` (BLAKE2b, 16 bytes as hex; "" when it cannot be read): what
+    :func:`drop_stale` records of each file written, so that a file another writer replaced since is not
+    removed, while a copy (``cp -r``, another disk) of the out-root still matches."""
+    import hashlib
+
+    digest = hashlib.blake2b(digest_size=16)
     try:
-        st = os.stat(path)
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
     except OSError:
         return ""
-    return f"{st.st_ino}:{st.st_mtime_ns}"
+    return digest.hexdigest()
 
 
 def relative_to_folder(paths: list[Path], folder: Path) -> list[str]:

@@ -1312,8 +1312,8 @@ def write_report(rep: SweepReport, out_root: str | Path = ".") -> list[Path]:
             another process is writing a report of this name under ``out_root`` (both folders are locked while
             writing: :func:`nope_interp.io.exclusive_folders`)."""
 
-    res_dir = io.as_path(out_root) / "results" / "sweeps" / rep.spec.name
-    fig_dir = io.as_path(out_root) / "figures" / "sweeps" / rep.spec.name
+    res_dir = io.as_path(out_root, "out_root") / "results" / "sweeps" / rep.spec.name
+    fig_dir = io.as_path(out_root, "out_root") / "figures" / "sweeps" / rep.spec.name
     for folder in (res_dir, fig_dir):
         io.check_writable_dir(folder, "sweep report folder")
     targets = [res_dir / n for n in ("report.csv", "report.md", "points.csv", "report.json")]

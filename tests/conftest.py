@@ -107,9 +107,16 @@ def assert_strict_json_files(root, minimum: int = 1) -> list:
 def unhooked(fn):
     """``fn`` without the runtime type checker that pytest's jaxtyping hook (pyproject ``addopts``) wraps
     around every annotated function of the package: users run without it, so input checks that the
-    checker would pre-empt (a bytes prompt, a str for a bool field) are tested on the code users run."""
+    checker would pre-empt (a bytes prompt, a str for a bool field) are tested on the code users run. A job's
+    ``write`` keeps its lock (``jobs.common.locked_write``), which users run too: the unhooked function is
+    locked again."""
     import inspect
 
+    folder = getattr(fn, "__nope_locked__", None)
+    if folder is not None:
+        from nope_interp.jobs.common import locked_write
+
+        return locked_write(folder)(inspect.unwrap(fn))
     return inspect.unwrap(fn)
 
 

@@ -89,10 +89,7 @@ def test_exclusive_is_reentrant_and_leaves_no_trace_when_nothing_was_written(tmp
             pass
     assert not (tmp_path / "new").exists()  # nothing written: the lock file and its folders are gone
     with exclusive(out):
-        out.mkdir(parents=True)  # an empty output folder: still nothing written (a write refused part-way)
-    assert sorted(p.name for p in out.parent.iterdir()) == ["analyze"]
-    with exclusive(out):
-        (out / "scores.json").write_text("{}")
+        out.mkdir(parents=True)
     assert sorted(p.name for p in out.parent.iterdir()) == [".analyze.lock", "analyze"]
 
 
@@ -293,7 +290,9 @@ def test_exclusive_refuses_another_thread_of_the_same_process(tmp_path):
         t = threading.Thread(target=second)
         t.start()
         t.join()
-    assert len(errors) == 1 and "being written by another nope-interp process" in errors[0]
+    # a review: it said "another nope-interp process (pid <this process's own>)"
+    assert len(errors) == 1 and errors[0].endswith("out is being written by another thread of this process; wait "
+                                                   "for it to finish, or choose another name or folder"), errors
 
 
 def test_a_path_argument_that_is_not_a_path_is_one_line_naming_it(tiny_cfg):
@@ -585,7 +584,6 @@ def test_drop_stale_keeps_a_recorded_file_that_another_writer_replaced_since(tmp
     """Two out-roots sharing one figures folder through a link: the second rewrote b.html after the first
     recorded it, so the first's rerun (no b.html this time) must not remove the second's figure. A file the
     record names unchanged is still removed, and a record written before stamps (paths alone) still works."""
-    import os
 
     from nope_interp import io
 
@@ -608,15 +606,38 @@ def test_drop_stale_keeps_a_recorded_file_that_another_writer_replaced_since(tmp
     write(roots[0], [])
     assert (shared / "job" / "b.html").read_text() == str(roots[1])  # the other writer's file stays
     assert not (shared / "job" / "c.html").exists()  # unchanged since the first recorded it: stale, removed
-    os.utime(shared / "job" / "b.html", ns=(1, 1))  # rewritten in place (same inode, new mtime): kept too
+    (shared / "job" / "b.html").write_text("a user's edit")  # rewritten in place: kept too
     record = roots[1] / "results" / ".job.outputs" / "job.json.files"
     write(roots[1], [])
-    assert (shared / "job" / "b.html").exists()
+    assert (shared / "job" / "b.html").read_text() == "a user's edit"
     old_style = [line.split("\t")[0] for line in record.read_text().splitlines()]
     (shared / "job" / "d.html").write_text("d")
     record.write_text("".join(f"{n}\n" for n in [*old_style, "../../figures/job/d.html"]))
     write(roots[1], [])
     assert not (shared / "job" / "d.html").exists()  # a path without a stamp: removed as before stamps
+
+
+@pytest.mark.parametrize("copy", ["copytree", "copy-without-times", "move"])
+def test_drop_stale_still_removes_stale_files_after_the_out_root_is_copied_or_moved(tmp_path, copy):
+    """A review of the first stamps (inode and mtime): a copied out-root (new inodes, new times unless kept)
+    matched none of its record, so stale figures were never removed again. Contents are compared now."""
+    import shutil
+
+    from nope_interp import io
+
+    def write(root, names):
+        res, fig = root / "results" / "job", root / "figures" / "job"
+        paths = [io.atomic_write_text(res / "job.json", "r"), *(io.atomic_write_text(fig / n, n) for n in names)]
+        return io.drop_stale(paths[0], paths, (res, fig))
+
+    write(tmp_path / "a", ["keep.html", "stale.html"])
+    if copy == "move":
+        shutil.move(tmp_path / "a", tmp_path / "b")
+    else:
+        shutil.copytree(tmp_path / "a", tmp_path / "b",
+                        copy_function=shutil.copy if copy == "copy-without-times" else shutil.copy2)
+    write(tmp_path / "b", ["keep.html"])
+    assert sorted(p.name for p in (tmp_path / "b" / "figures" / "job").iterdir()) == ["keep.html"]
 
 
 def test_job_write_locks_both_output_folders_against_another_process(tmp_path):
@@ -705,9 +726,26 @@ def test_every_job_write_takes_its_folders_lock_before_anything_else(command, fo
     holder.start()
     try:
         assert locked.wait(60)
-        with pytest.raises(NopeInterpError, match="is being written by another nope-interp process"):
+        with pytest.raises(NopeInterpError, match="is being written by another thread of this process"):
             job.write(object(), tmp_path)
     finally:
         release.set()
         holder.join(60)
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # the holder wrote nothing: its lock is gone too
+
+
+def test_a_job_write_from_python_refuses_a_bad_out_root_in_one_line_and_creates_nothing(tmp_path):
+    """A review of the write lock: a name too long raised a raw OSError from the lock (Path.exists re-raises
+    it), and a dangling link as figures/ was followed and its target created (the lock resolves links). Both
+    are one-line errors now, checked as the CLI checks --out-root, before any lock or file."""
+    from nope_interp.jobs import analyze
+
+    with pytest.raises(NopeInterpError, match="cannot be used: File name too long"):
+        analyze.write(object(), tmp_path / ("x" * 300))
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "figures").symlink_to(tmp_path / "unmounted" / "figs")
+    with pytest.raises(NopeInterpError, match=r"output folder .*figures/analyze cannot be created: .*figures is a "
+                                              r"dangling symbolic link"):
+        analyze.write(object(), tmp_path / "out")
+    assert not (tmp_path / "unmounted").exists()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["figures"]

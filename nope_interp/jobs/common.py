@@ -707,22 +707,30 @@ def text_entry(path: str | Path, label: str, task: tasks_pkg.Task | None = None)
 def locked_write(job_folder: str) -> Callable[[Callable[..., list[Path]]], Callable[..., list[Path]]]:
     """Decorate a job's ``write(result, out_root)`` so that it holds both of its output folders
     (``results/<job_folder>`` and ``figures/<job_folder>`` under ``out_root``: :func:`nope_interp.io.job_dirs`)
-    for the whole write (:func:`nope_interp.io.exclusive_folders`). The CLI already holds them around the
-    job (re-entrant in one thread); this guards a Python caller, so two processes writing one out-root are
-    refused in one line instead of leaving one's JSON beside the other's figures.
+    for the whole write (:func:`nope_interp.io.exclusive_folders`), after checking both as the CLI does before
+    any work (:func:`~nope_interp.io.check_writable_dir`: a file, a dangling link or a folder that may not be
+    written where a folder goes is one line, and a dangling link's target is never created). The CLI already
+    holds the locks around the job (re-entrant in one thread); this guards a Python caller, so two processes
+    writing one out-root are refused in one line instead of leaving one's JSON beside the other's figures. The
+    wrapper's ``__nope_locked__`` holds ``job_folder`` (tests that strip the type checker lock again with it).
 
     Raises (from the decorated write):
-        NopeInterpError: ``out_root`` not a path (:func:`~nope_interp.io.job_dirs`), or a folder is being
-            written by another process or thread; nothing is written then.
+        NopeInterpError: ``out_root`` not a path (:func:`~nope_interp.io.job_dirs`); a folder cannot be
+            written or created; a folder is being written by another process or thread; nothing is written
+            then.
     """
     import functools
 
     def wrap(write: Callable[..., list[Path]]) -> Callable[..., list[Path]]:
         @functools.wraps(write)
-        def locked(result: Any, out_root: str | Path = ".", *args: Any, **kwargs: Any) -> list[Path]:
-            with io.exclusive_folders(io.job_dirs(out_root, job_folder), "output folder"):
+        def locked(result: Any, out_root: Any = ".", *args: Any, **kwargs: Any) -> list[Path]:
+            folders = io.job_dirs(out_root, job_folder)
+            for folder in folders:
+                io.check_writable_dir(folder, "output folder")
+            with io.exclusive_folders(folders, "output folder"):
                 return write(result, out_root, *args, **kwargs)
 
+        locked.__nope_locked__ = job_folder  # type: ignore[attr-defined]
         return locked
 
     return wrap
