@@ -57,6 +57,8 @@ RUNS = [
     ("candidates/ordering-packed-s0", "ordering 3x128, 64-character windows, dropout 0.1, seed 0, at 99%"),
 ]
 STEPS = (0, 400, 1600, 3200, 6400, 12800)
+#: kept steps past STEPS for runs with no candidate folder of their final weights (the end of their schedule)
+EXTRA_STEPS = {"reversal-packed-w256-drop02-s0": (16000,)}
 CLASSES = ("newline", "letters", "digits", "punctuation")
 END = "end"
 
@@ -261,7 +263,7 @@ def main() -> None:
              "|---|---|---|---|---|---|---|---|---|"]
     per_run: dict[str, list[tuple[int, dict]]] = {}
     for run_name, label in RUNS:
-        for step in ((END,) if run_name.startswith("candidates/") else STEPS):
+        for step in ((END,) if run_name.startswith("candidates/") else STEPS + EXTRA_STEPS.get(run_name, ())):
             res = measure(run_name, step, args.n)
             if res is None:
                 continue
