@@ -416,8 +416,6 @@ def ship(run_dir: str | Path, task: str | None = None, as_seed: bool = False, ov
             shipped model, which the demo measures at float32 (as an extra seed it is allowed: seeds are
             only analysed). Nothing is written then.
     """
-    import shutil
-    import tempfile
 
     if task is not None and task not in tasks_pkg.TASK_NAMES:
         raise NopeInterpError(f"task must be one of {', '.join(tasks_pkg.TASK_NAMES)}, got {task!r}")
@@ -436,20 +434,57 @@ def ship(run_dir: str | Path, task: str | None = None, as_seed: bool = False, ov
         raise NopeInterpError(f"run {run_dir} stores its weights at {run.weights_dtype}; a shipped model must be "
                               f"float32 (recover the float32 file from git history, `git log -- "
                               f"{Path(run_dir) / io.WEIGHTS_FILE}`, or retrain)")
-    files = (io.CONFIG_FILE, io.WEIGHTS_FILE, io.METRICS_FILE, io.SUMMARY_FILE)
-    missing = [f for f in files if not (Path(run_dir) / f).is_file()]
-    if missing:
-        raise NopeInterpError(f"run {run_dir} lacks {', '.join(missing)}: a shipped model needs all of "
-                              f"{', '.join(files)}")
+    check_shippable_files(run_dir)
     name = task or run.task.name
     dest = SEEDS_DIR / f"{name}-s{run.model_cfg.seed}" if as_seed else PRETRAINED_DIR / name
     if dest.exists() and not overwrite:
         raise NopeInterpError(f"{dest} exists: shipping {run_dir} would replace it; pass overwrite=True to do so")
+    return install_run_files(run_dir, dest)
+
+
+#: The files of a run that a shipped model keeps (not the optimizer checkpoint or the kept weights).
+SHIPPED_FILES = (io.CONFIG_FILE, io.WEIGHTS_FILE, io.METRICS_FILE, io.SUMMARY_FILE)
+
+
+def check_shippable_files(run_dir: str | Path) -> None:
+    """Check that ``run_dir`` holds every file of :data:`SHIPPED_FILES`.
+
+    Raises:
+        NopeInterpError: some are missing (named), before anything is copied.
+    """
+    missing = [f for f in SHIPPED_FILES if not (Path(run_dir) / f).is_file()]
+    if missing:
+        raise NopeInterpError(f"run {run_dir} lacks {', '.join(missing)}: a shipped model needs all of "
+                              f"{', '.join(SHIPPED_FILES)}")
+
+
+def install_run_files(run_dir: str | Path, dest: Path) -> Path:
+    """Copy ``run_dir``'s :data:`SHIPPED_FILES` to the folder ``dest``, replacing it whole: the files are copied
+    into a new folder beside it that then takes its place, so a failure or a stop part-way leaves the old folder
+    whole and a replaced folder keeps no file of the old one (no lock file: it would sit in the package).
+    Used by :func:`ship` and :func:`nope_interp.text_train.ship_text`.
+
+    Returns:
+        ``dest``.
+
+    Raises:
+        NopeInterpError: a file missing (:func:`check_shippable_files`); a file cannot be copied (the OS's
+            reason; ``dest`` unchanged).
+    """
+    import shutil
+    import tempfile
+
+    check_shippable_files(run_dir)
+    dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
     try:
-        for fname in files:
-            shutil.copyfile(Path(run_dir) / fname, staging / fname)
+        for fname in SHIPPED_FILES:
+            try:
+                shutil.copyfile(Path(run_dir) / fname, staging / fname)
+            except OSError as err:
+                raise NopeInterpError(f"cannot copy {Path(run_dir) / fname} to {dest}: {err.strerror or err}; "
+                                      f"{dest} is unchanged") from None
         if dest.exists():
             old = dest.with_name(f".{dest.name}-replaced")
             shutil.rmtree(old, ignore_errors=True)

@@ -252,13 +252,16 @@ def ship_text(run_dir: str | Path, name: str | None = None) -> Path:
     config.json, model.safetensors, metrics.jsonl and summary.json, not the optimizer checkpoint or the kept
     weights (a maintainer's tool, as :func:`nope_interp.pretrained.ship`).
 
-    Raises:
-        NopeInterpError: not a text run or a corrupt one; not finished (no summary.json); a name that is not
-            one safe path component.
-    """
-    import shutil
+    The folder is replaced whole, as :func:`nope_interp.pretrained.ship` replaces its own
+    (:func:`~nope_interp.pretrained.install_run_files`: before, the files were copied over the old ones one by
+    one, so a stop part-way mixed two runs and a file of the old folder stayed).
 
+    Raises:
+        NopeInterpError: not a text run or a corrupt one; not finished (no summary.json); a file of the four
+            missing; a name that is not one safe path component; a file cannot be copied (the folder unchanged).
+    """
     from nope_interp.config import check_name
+    from nope_interp.pretrained import install_run_files
 
     run_dir = Path(run_dir)
     name = run_dir.resolve().name if name is None else name
@@ -266,11 +269,7 @@ def ship_text(run_dir: str | Path, name: str | None = None) -> Path:
     load_text_run(run_dir)  # a text run whose weights load
     if not (run_dir / io.SUMMARY_FILE).is_file():
         raise NopeInterpError(f"text run {run_dir} has no summary.json: it has not finished")
-    dest = TEXT_DIR / name
-    dest.mkdir(parents=True, exist_ok=True)
-    for fname in (io.CONFIG_FILE, io.WEIGHTS_FILE, io.METRICS_FILE, io.SUMMARY_FILE):
-        shutil.copyfile(run_dir / fname, dest / fname)
-    return dest
+    return install_run_files(run_dir, TEXT_DIR / name)
 
 
 def check_same_text_settings(old_model: ModelConfig, old_cfg: TextTrainConfig, model_cfg: ModelConfig,

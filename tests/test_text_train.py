@@ -335,6 +335,18 @@ def test_ship_text_copies_a_finished_run_and_shipped_text_models_reproduce_their
     assert dest == tmp_path / "text" / "nope" and tt.available_text_models() == [dest]
     assert sorted(p.name for p in dest.iterdir()) == ["config.json", "metrics.jsonl", "model.safetensors",
                                                       "summary.json"]
+    # shipping again replaces the folder whole (before: copied over it file by file, so an old file stayed
+    # and a missing one failed part-way with a raw FileNotFoundError after the others were replaced)
+    (dest / "stale.txt").write_text("from an older model")
+    before = (dest / "model.safetensors").read_bytes()
+    assert tt.ship_text(run) == dest and not (dest / "stale.txt").exists()
+    (run / "metrics.jsonl").rename(run / "metrics.moved")
+    (dest / "stale.txt").write_text("kept: the refused ship changes nothing")
+    with pytest.raises(NopeInterpError, match=r"lacks metrics\.jsonl: a shipped model needs all of"):
+        tt.ship_text(run)
+    assert (dest / "stale.txt").exists() and (dest / "model.safetensors").read_bytes() == before
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["nope"]  # no staging folder left beside it
+    (run / "metrics.moved").rename(run / "metrics.jsonl")
     (run / "summary.json").unlink()
     with pytest.raises(NopeInterpError, match="has not finished"):
         tt.ship_text(run, "other")
