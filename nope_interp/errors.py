@@ -168,6 +168,33 @@ class Terminated(SystemExit):
     directory's cleanup runs, then turned by the CLI into one line and exit status ``code`` (128 + 15)."""
 
 
+def user_stacklevel() -> int:
+    """The ``stacklevel`` for :func:`warnings.warn`, called by the caller of this function, that names the first
+    frame outside the ``nope_interp`` package: the user's line, however deep the toolkit's calls went (a job's
+    ``write`` through its lock, a helper of a helper). A fixed number was right for one call path only (a public
+    helper called directly got a frame above its caller). The frames of a runtime type checker wrapped around the
+    package's functions (jaxtyping, beartype: an import hook, as the tests use) are skipped too. Raises
+    nothing."""
+    import os
+    import sys
+
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    checkers = (f"{os.sep}jaxtyping{os.sep}", f"{os.sep}beartype{os.sep}")
+
+    def checker(filename: str) -> bool:
+        return filename.startswith("<@beartype") or any(c in os.path.abspath(filename) for c in checkers)
+
+    frame = sys._getframe(1)
+    while frame is not None and checker(frame.f_code.co_filename):  # a checker wrapped around this function
+        frame = frame.f_back
+    # frame: the function that calls warnings.warn (level 1); up to the first frame outside the toolkit
+    frame, level = (frame.f_back if frame is not None else None), 2
+    while frame is not None and (os.path.abspath(frame.f_code.co_filename).startswith(package)
+                                 or checker(frame.f_code.co_filename)):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 class NopeInterpWarning(Named, UserWarning):
     """A toolkit warning: the input is accepted but probably not what was meant (the CLI shows it as one
     line, ``nope-interp: warning: ...``). Made by :meth:`naming`, it names config fields as Python names and,

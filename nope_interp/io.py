@@ -644,11 +644,11 @@ def drop_stale(result_file: Path, written: list[Path], folders: tuple[Path, ...]
     except NopeInterpError as err:  # the outputs are complete: only the bookkeeping failed, said as such
         import warnings
 
-        from nope_interp.errors import NopeInterpWarning
+        from nope_interp.errors import NopeInterpWarning, user_stacklevel
 
         warnings.warn(NopeInterpWarning(f"every output was written, but not the record of them ({err}): a later "
                                         "rerun will not remove the figures of this one that it does not redraw"),
-                      stacklevel=4)  # the caller of a job's locked write
+                      stacklevel=user_stacklevel())
     return written
 
 

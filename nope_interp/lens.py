@@ -15,7 +15,6 @@ Each result is a frozen dataclass with ``to_dict()``, a text ``repr``, an HTML t
 
 import contextvars
 import functools
-import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from transformer_lens import ActivationCache
 from nope_interp.averaging import attention_window, check_pattern, relative_entropy_to_uniform, sequence_spearmans
 from nope_interp.checks import is_int
 from nope_interp.config import check_int
-from nope_interp.errors import DegenerateInputWarning, NopeInterpError, NopeInterpWarning
+from nope_interp.errors import DegenerateInputWarning, NopeInterpError, NopeInterpWarning, user_stacklevel
 from nope_interp.hooks import hook_name, short_label
 from nope_interp.plotting import html_table, plot_adjacency_by_layer, plot_cosine_heatmaps, plot_lag_profile
 from nope_interp.similarity import (
@@ -81,16 +80,7 @@ def _check_cache(cache: object, fn: str) -> None:
                 f"{fn}: the cache's model is in training mode with dropout {p:g}: if it was when the cache was made, "
                 "its activations carry one random dropout mask and the scores are of that draw; call model.eval() "
                 "before model.run_with_cache (the analysis functions, e.g. analyze_tokens, measure in eval mode)"),
-                stacklevel=_caller_level())
-
-
-def _caller_level() -> int:
-    """The ``stacklevel`` of :func:`warnings.warn`, called by the caller of this function, that names the first
-    frame outside this module: the user's line, however deep the public function's calls went."""
-    frame, level = sys._getframe(2), 2
-    while frame is not None and frame.f_code.co_filename == __file__:
-        frame, level = frame.f_back, level + 1
-    return level
+                stacklevel=user_stacklevel())
 
 
 #: How deep the current thread is in this module's public functions that take a cache (:func:`_counted`).

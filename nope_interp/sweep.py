@@ -65,7 +65,14 @@ from nope_interp.config import (
     check_train_fits,
     preset,
 )
-from nope_interp.errors import NopeInterpError, NopeInterpWarning, one_line, signals_held, sigterm_as_exit
+from nope_interp.errors import (
+    NopeInterpError,
+    NopeInterpWarning,
+    one_line,
+    signals_held,
+    sigterm_as_exit,
+    user_stacklevel,
+)
 
 KINDS = ("init", "train")
 EXECUTORS = ("local", "ray")
@@ -1339,7 +1346,7 @@ def _write_report_files(rep: SweepReport, res_dir: Path, fig_dir: Path) -> list[
         warnings.warn(NopeInterpWarning.naming(
             "sweep report {name!r}: overwriting {res_dir}, the report of the points in {old_dir}, with the one of "
             "{points_dir} (give another {out_root} to keep both)", name=rep.spec.name, res_dir=str(res_dir),
-            old_dir=old_dir, points_dir=rep.points_dir), stacklevel=3)
+            old_dir=old_dir, points_dir=rep.points_dir), stacklevel=user_stacklevel())
     old_axes = before.get("group_by") if isinstance(before.get("group_by"), list) else []
     paths = [io.atomic_write_text(res_dir / "report.csv", io.to_csv(list(rep.rows))),
              io.atomic_write_text(res_dir / "report.md", rep.markdown()),

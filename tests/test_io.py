@@ -749,3 +749,36 @@ def test_a_job_write_from_python_refuses_a_bad_out_root_in_one_line_and_creates_
         analyze.write(object(), tmp_path / "out")
     assert not (tmp_path / "unmounted").exists()
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["figures"]
+
+
+def test_the_toolkits_write_warnings_name_the_callers_line_however_deep_the_call(tmp_path):
+    """A review: the warnings of drop_stale and of a job's write had fixed stack levels, right for one call path
+    only (drop_stale called directly named a frame above the caller; adding the write lock moved them). They name
+    the first frame outside the package now (errors.user_stacklevel)."""
+    import dataclasses
+    import warnings
+
+    from conftest import unhooked
+
+    from nope_interp import io
+    from nope_interp.jobs import trajectory
+    from nope_interp.jobs.trajectory import RunTrajectory
+
+    res, fig = tmp_path / "results" / "job", tmp_path / "figures" / "job"
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / ".job.outputs").write_text("a file where the record's folder goes")
+    written = [io.atomic_write_text(res / "job.json", "1")]
+    run = RunTrajectory(label="s0", task="addition", objective="packed", steps=(0, 25),
+                        sites=("hook_embed", "blocks.0.attn.hook_z"),
+                        scores={"hook_embed": (0.5, 0.5), "blocks.0.attn.hook_z": (0.99, 0.9)},
+                        eval_steps=(25,), eval_acc=(0.1,), run="/somewhere/a/s0")
+    first = trajectory.TrajectoryResult(config=trajectory.TrajectoryConfig(), runs=(run,), wall_time_s=0.0)
+    second = dataclasses.replace(first, runs=(dataclasses.replace(run, run="/elsewhere/b/s0"),))
+    write = unhooked(trajectory.write)  # as users run it: the lock, not pytest's type checker
+    write(first, tmp_path / "o")
+    for call in (lambda: unhooked(io.drop_stale)(written[0], written, (res, fig)),
+                 lambda: write(second, tmp_path / "o")):  # the same folder name, another run: warned
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            call()
+        assert caught and all(w.filename == __file__ for w in caught), [(w.filename, w.lineno) for w in caught]

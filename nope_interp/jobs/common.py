@@ -52,7 +52,7 @@ from nope_interp.config import (
     opt,
     preset,
 )
-from nope_interp.errors import Fields, NopeInterpError, NopeInterpWarning
+from nope_interp.errors import Fields, NopeInterpError, NopeInterpWarning, user_stacklevel
 from nope_interp.model import LensModel, build_model
 from nope_interp.pretrained import LoadedRun, available_pretrained, available_seed_runs, load_pretrained, load_run
 from tasks import DEFAULT_WINDOW
@@ -905,10 +905,9 @@ def warn_overwriting_another_model(path: Path, key: str, new: object, job: str, 
         return
     if isinstance(old, str) and isinstance(new, str) and old != new:
         fix = "another {label} or {out_root}" if takes_label else "another {out_root}"
-        # stacklevel: this function, the job's write, locked_write's wrapper, then the caller
         warnings.warn(NopeInterpWarning.naming(
             "{job}: overwriting {path}, the results of {old}, with those of {new} (the same folder name; give "
-            + fix + " to keep both)", job=job, path=str(path), old=old, new=new), stacklevel=4)
+            + fix + " to keep both)", job=job, path=str(path), old=old, new=new), stacklevel=user_stacklevel())
 
 
 def emit(log: Log, line: str) -> None:
