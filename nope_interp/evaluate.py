@@ -355,6 +355,23 @@ def prompt_in_input(task: Task, text: str, max_context: int | None = None) -> tu
     return None
 
 
+#: How far below its test exact match a model's exact match on the analysed inputs may fall before the scores
+#: measured on those inputs are flagged as off its distribution (:func:`off_distribution`).
+OFF_DISTRIBUTION_MARGIN = 0.1
+
+
+def off_distribution(on_inputs: float | None, test_acc: float | None,
+                     margin: float = OFF_DISTRIBUTION_MARGIN) -> bool:
+    """Whether scores measured on some analysis inputs are off the model's distribution: its greedy exact match
+    on those very inputs (:func:`exact_match_on_inputs`, a fraction in [0, 1]) is more than ``margin`` below its
+    exact match on the held-out test prompts (``test_acc``, in [0, 1]), e.g. a model trained on single prompts
+    read with padding it never saw, or a packed model asked late in a window it has not learned to answer
+    there. False when either is unknown (None or NaN): nothing to compare. Defined in ``docs/method.md``,
+    "Definitions" (the exact match on the analysed inputs). Raises nothing."""
+    known = [v for v in (on_inputs, test_acc) if isinstance(v, (int, float)) and v == v]
+    return len(known) == 2 and on_inputs < test_acc - margin  # type: ignore[operator]
+
+
 @evaluates
 def exact_match_on_inputs(model: HookedTransformer, task: Task, inputs: Sequence[str],
                           batch_size: int = 1024) -> InputsExactMatch:

@@ -7,8 +7,9 @@ then outputs exact zeros and no position information enters the residual stream.
 :class:`ModelConfig` (``positional="none"``) is the source of truth; TransformerLens still reports
 ``"standard"``. Tests prove NoPE is exact (permutation invariance / equivariance).
 
-Differences from the paper's nanoGPT, by design of TransformerLens: no dropout (paper: 0.2), untied
-input/output embeddings (paper: tied), no 1/sqrt(2 n_layers) scaling of residual output projections.
+Differences from the paper's nanoGPT by default: no dropout (paper: 0.2) and untied input/output embeddings
+(paper: tied), both available as options (``ModelConfig.dropout``, ``ModelConfig.tied_embeddings``; the
+``paper-recipe`` preset turns both on), and no 1/sqrt(2 n_layers) scaling of residual output projections.
 With ``biases=False`` (default) every bias, LayerNorm biases included, is zero and frozen, matching
 nanoGPT's ``bias=False``.
 """

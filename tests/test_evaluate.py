@@ -533,3 +533,18 @@ def test_answer_loss_refuses_batches_it_would_average_wrongly_or_crash_on(tiny_m
         for fast in (False, True):
             with pytest.raises(NopeInterpError, match=match):
                 unhooked(answer_loss)(tiny_model, batch, fast=fast)
+
+
+@pytest.mark.parametrize(("on_inputs", "test_acc", "flagged"), [
+    (0.004, 0.5896, True),   # the 256-character reversal model late in its windows
+    (0.504, 0.5896, False),  # 0.086 below: within the margin
+    (0.88, 0.99, True), (0.89, 0.99, False), (1.0, 0.99, False),
+    (None, 0.99, False), (0.5, None, False), (float("nan"), 0.99, False), (0.5, float("nan"), False)])
+def test_off_distribution_is_more_than_the_margin_below_the_test_exact_match(on_inputs, test_acc, flagged):
+    from nope_interp.evaluate import OFF_DISTRIBUTION_MARGIN, off_distribution
+
+    assert OFF_DISTRIBUTION_MARGIN == 0.1
+    assert off_distribution(on_inputs, test_acc) is flagged
+    assert off_distribution(on_inputs, test_acc, margin=0.0) is (on_inputs is not None and test_acc is not None
+                                                                  and on_inputs == on_inputs and test_acc == test_acc
+                                                                  and on_inputs < test_acc)

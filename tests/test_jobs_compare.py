@@ -439,3 +439,23 @@ def test_a_written_comparison_loads_back_and_redraws_the_same_figures(tiny_runs,
         assert words in str(err.value) and str(p) in str(err.value)
     with pytest.raises(NopeInterpError, match="not found"):
         compare.load_compare(tmp_path / "missing.json")
+
+
+def test_the_report_marks_scores_measured_off_the_models_distribution():
+    """The issue asked for scores measured off-distribution to be flagged, not only explained in prose: on the
+    measured files, the 256-character reversal model's window inputs (exact match 0.004 against 0.590 on the test
+    set) are marked, its full and authors' inputs (0.594, 0.504) and the indexing model at 99% (1.000) are not."""
+    from pathlib import Path
+
+    from nope_interp.jobs.compare import load_compare, render_markdown
+
+    here = Path(__file__).resolve().parents[1] / "docs" / "measured" / "compare"
+    rows = {}
+    for name in ("reversal-packed-w256-drop02-s0", "indexing-packed-paperlr-tied-dropout-s0"):
+        md = render_markdown(load_compare(here / f"{name}.json").to_dict())
+        rows[name] = {line.split(" | ")[2]: line for line in md.splitlines()
+                      if line.startswith("| ") and " | trained | " in line and line.count(" | ") == 7}
+    w256 = rows["reversal-packed-w256-drop02-s0"]
+    assert w256["window"].endswith("| 0.004 (256), off-distribution |"), w256["window"]
+    assert "off-distribution" not in w256["full"] + w256["authors"]
+    assert not any("off-distribution" in line for line in rows["indexing-packed-paperlr-tied-dropout-s0"].values())

@@ -191,3 +191,22 @@ def test_the_summary_shows_a_spread_over_prompts_only_where_there_is_one(reversa
     assert claim_rows and site_rows and not any("±" in line for line in claim_rows + site_rows)
     c = summary["claims"][0]
     assert f"| {c['score']:.3f} | {c['verdict']} |" in text
+
+
+def test_the_summary_marks_exact_match_off_the_models_distribution(reversal_demo_result):
+    """The issue asked for scores on inputs a model does not read as trained to be flagged: the sentence on the
+    exact match on the analysed inputs marks each protocol more than 0.1 below the test exact match."""
+    import copy
+    import re
+
+    from nope_interp.jobs.demo import render_summary
+
+    summary = json.loads(json.dumps(reversal_demo_result.to_dict([])))
+    t = summary["tasks"]["reversal"]
+    assert set(t["exact_match_on_inputs"]) == {"full", "authors"}
+    flagged = copy.deepcopy(summary)
+    acc = flagged["tasks"]["reversal"]["test_acc_remeasured"]
+    flagged["tasks"]["reversal"]["exact_match_on_inputs"] = {"full": acc, "authors": max(0.0, acc - 0.2)}
+    line = next(x for x in render_summary(flagged).splitlines() if x.startswith("Trained models' greedy"))
+    assert re.search(r"authors \d\.\d{3} \(off-distribution\)", line) and "full " + format(acc, ".3f") + "," in line
+    assert "(off-distribution)" not in line.split("reversal full")[1].split(",")[0]

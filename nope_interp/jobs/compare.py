@@ -32,7 +32,7 @@ from nope_interp.analysis import analyze_model
 from nope_interp.config import FrozenConfig, check_choices, check_int, check_name, check_used, opt
 from nope_interp.diagnostics import INTERVENTIONS, diagnose, position_in_values
 from nope_interp.errors import Fields, NopeInterpError
-from nope_interp.evaluate import exact_match_on_inputs
+from nope_interp.evaluate import exact_match_on_inputs, off_distribution
 from nope_interp.jobs import JOB_HELP
 from nope_interp.jobs.common import (
     Log,
@@ -467,7 +467,8 @@ def render_markdown(result: dict[str, Any]) -> str:
                   "matrix (their heat-map titles) and the trained model's greedy exact match on the very inputs "
                   "analysed (the last complete prompt of each input, read with its padding or earlier lines; "
                   "`n` inputs scored). A score measured where that exact match is low is off the model's "
-                  "distribution.", "",
+                  "distribution: marked `off-distribution` where it is more than 0.1 below the model's test exact "
+                  "match (`nope_interp.evaluate.off_distribution`; with several seeds, how many).", "",
                   "| task | recipe | protocol | model | row mean (ours) | pooled, rounded (authors) | prompt-averaged "
                   "matrix, pooled | exact match on these inputs (n) |", "|---|---|---|---|---|---|---|---|"]
         for g in result["groups"]:
@@ -492,6 +493,10 @@ def render_markdown(result: dict[str, Any]) -> str:
                         known = [x["exact_match"] for x in got if x["exact_match"] is not None]
                         em = (f"{sum(known) / len(known):.3f} ({sum(x['n_scored'] for x in got) // len(got)})"
                               if known else "none scorable")
+                        off = sum(off_distribution(x["exact_match"], sd.get("test_acc")) for x, sd in zip(
+                            got, seeds, strict=True))
+                        if off:
+                            em += ", off-distribution" + (f" in {off} of {len(seeds)} seeds" if len(seeds) > 1 else "")
                     lines.append(f"| {g['task']} | {g['recipe']} | {p} | {kind} | {row:.3f} | {mean:.2f} ± {std:.2f} "
                                  f"| {mm} | {em} |")
     lines += ["", "## Layer-0 diagnostics of the trained models (mean over seeds, full protocol)", "",

@@ -36,7 +36,7 @@ from nope_interp.config import (
 )
 from nope_interp.diagnostics import INTERVENTIONS, diagnose
 from nope_interp.errors import NopeInterpError
-from nope_interp.evaluate import exact_match_accuracy, exact_match_on_inputs
+from nope_interp.evaluate import exact_match_accuracy, exact_match_on_inputs, off_distribution
 from nope_interp.jobs import JOB_HELP
 from nope_interp.jobs.common import (
     Log,
@@ -404,15 +404,15 @@ def plot_cosine(task_demo: TaskDemo, kind: str) -> go.Figure:
     res = task_demo.analyses[kind]
     return plot_cosine_heatmaps(
         res.example_sim, res.sites, res.example_prompt,
-        f"{task_demo.task}, {kind} NoPE model: cosine similarity of {res.example_prompt!r}")
+        f"{task_demo.task}, {kind} NoPE model (full inputs): cosine similarity of {res.example_prompt!r}")
 
 
 def plot_adjacency(result: DemoResult) -> go.Figure:
     """Adjacency score (row mean, mean ± std) by site: a panel per task, a line per model."""
     return plot_adjacency_by_layer(
         {t.task: {t.labels[k]: t.analyses[k].scores["row_mean"] for k in MODEL_KINDS} for t in result.tasks},
-        "Adjacency score (row mean) by hook site<br><sup>initialised vs trained NoPE models, mean ± std over "
-        "prompts</sup>")
+        "Adjacency score (row mean) by hook site, full inputs<br><sup>initialised vs trained NoPE models, mean ± std "
+        "over prompts (the other protocols: summary.md)</sup>")
 
 
 def render_summary(summary: dict[str, Any]) -> str:
@@ -467,9 +467,15 @@ def render_summary(summary: dict[str, Any]) -> str:
                 cells = [f"{by[k]['scores']['row_mean'][s]['mean']:.3f}" for k in ("initialised", "trained")
                          for s in ("hook_embed", z)]
                 lines.append(f"| {name} | {protocol} | " + " | ".join(cells) + " |")
+        def em(v: float | None, test_acc: float | None) -> str:
+            flag = " (off-distribution)" if off_distribution(v, test_acc) else ""
+            return ("-" if v is None else format(v, ".3f")) + flag
+
         lines += ["", "Trained models' greedy exact match on the very inputs analysed (the last complete prompt of "
-                  "each input, read with its padding or earlier lines; `nope_interp.evaluate.exact_match_on_inputs`): "
-                  + "; ".join(f"{name} " + ", ".join(f"{p} {'-' if v is None else format(v, '.3f')}"
+                  "each input, read with its padding or earlier lines; `nope_interp.evaluate.exact_match_on_inputs`; "
+                  "off-distribution: more than 0.1 below the model's test exact match, so its scores there are "
+                  "measured on inputs it does not read as trained): "
+                  + "; ".join(f"{name} " + ", ".join(f"{p} {em(v, t.get('test_acc_remeasured'))}"
                                                       for p, v in t["exact_match_on_inputs"].items())
                               for name, t in others)
                   + ". `nope-interp compare` adds the authors' statistics (their rounded pooled score and the "
