@@ -211,3 +211,35 @@ def test_analyze_warns_when_it_overwrites_another_run_of_the_same_folder_name(ti
     err = capsys.readouterr().err
     assert "nope-interp: warning: analyze: overwriting" in err and "elsewhere" in err, err
     assert "give another --label or --out-root to keep both" in err, err  # analyze has --label: offered first
+
+
+def test_diagnostics_and_the_exact_match_on_the_analysed_inputs_are_recorded_beside_the_scores(tiny_run, tmp_path,
+                                                                                                tiny_init_reversal_entry):
+    """The issue asked for diagnostics beside every score (analyze gave none): scores.json records the layer-0
+    diagnostics (equal to diagnose on the same prompts) and, for a trained model, its exact match on the very
+    inputs analysed (equal to exact_match_on_inputs on them) with the test exact match and the off-distribution
+    flag; the log prints both. An initialised model gets the diagnostics alone (its exact match means nothing)."""
+    from nope_interp.analysis import protocol_prompts
+    from nope_interp.diagnostics import diagnose
+    from nope_interp.evaluate import exact_match_on_inputs, off_distribution
+    from nope_interp.jobs import analyze
+    from nope_interp.jobs.common import ModelSource, draw_seed, load_models
+
+    entry = load_models(ModelSource(run=(str(tiny_run),)))[0]
+    log = []
+    result = analyze.run(analyze.AnalyzeConfig(n_prompts=6, protocol="authors"), [entry], log=log.append)
+    meta = result.models[0].analysis.meta
+    tokens = entry.task.analysis_tokens(6, 1, entry.train_prompts)  # the default prompt seed, 1
+    assert meta["diagnostics"] == diagnose(entry.model, entry.task, tokens, seed=draw_seed(entry.label))
+    inputs = protocol_prompts(entry.model, entry.task, 6, 1, entry.train_prompts, "authors")
+    em = exact_match_on_inputs(entry.model, entry.task, inputs).to_dict()
+    test_acc = entry.run.summary["test_acc"]
+    assert meta["exact_match_on_inputs"] == {**em, "test_acc": test_acc,
+                                             "off_distribution": off_distribution(em["exact_match"], test_acc)}
+    assert any(line.startswith("  layer 0: attention entropy ") for line in log)
+    assert any(line.startswith("  exact match on these inputs ") for line in log)
+    analyze.write(result, tmp_path)
+    saved = json.loads(next((tmp_path / "results" / "analyze").glob("*/scores.json")).read_text())
+    assert saved["exact_match_on_inputs"]["n_inputs"] == 6 and "l0_attention_entropy" in saved["diagnostics"]
+    init = analyze.run(analyze.AnalyzeConfig(n_prompts=4), [tiny_init_reversal_entry]).models[0].analysis.meta
+    assert "l0_attention_entropy" in init["diagnostics"] and "exact_match_on_inputs" not in init

@@ -8,8 +8,11 @@ the user's text tokenised by the model's own tokenizer, :func:`nope_interp.analy
 at every requested
 hook site, cosine similarity matrices and both reductions
 of the adjacency score, and the lag profile (mean cosine by distance, with the idealised uniform-causal
-curve; ``docs/method.md``). Writes ``results/analyze/<label>/scores.json`` (``lag_profile`` among its
-fields) and ``figures/analyze/<label>/{cosine,adjacency,lag_profile}.html``.
+curve; ``docs/method.md``). Beside the scores of a task model: its layer-0 diagnostics and, for a trained
+one, its exact match on the very inputs analysed, flagged when off its distribution
+(:func:`mechanism_diagnostics`). Writes ``results/analyze/<label>/scores.json`` (``lag_profile``,
+``diagnostics`` and ``exact_match_on_inputs`` among its fields) and
+``figures/analyze/<label>/{cosine,adjacency,lag_profile}.html``.
 """
 
 import time
@@ -31,6 +34,7 @@ from nope_interp.jobs.common import (
     Log,
     ModelEntry,
     check_inputs_fit,
+    draw_seed,
     emit,
     entry_tokens,
     job_models,
@@ -212,9 +216,10 @@ def run(config: AnalyzeConfig, models: list[ModelEntry] | None = None, *, log: L
         else:
             emit(log, f"analysing {label}: {_inputs(config.n_prompts)} ({entry.task.name}, {config.protocol} "
                       "protocol) ...")
+            beside = mechanism_diagnostics(entry, config)
             res = analyze_model(entry.model, entry.task, config.n_prompts, seed=config.prompt_seed,
                                 points=tuple(config.points), exclude=entry.train_prompts,
-                                meta={**entry.source, **io.provenance()}, protocol=config.protocol,
+                                meta={**entry.source, **beside, **io.provenance()}, protocol=config.protocol,
                                 window=config.window)
         row = res.scores["row_mean"]
         max_lag = len(next(iter(res.lag_profile.values()))["mean"]) if res.lag_profile else 0
@@ -228,8 +233,64 @@ def run(config: AnalyzeConfig, models: list[ModelEntry] | None = None, *, log: L
                       f"recency gap c(1) - c({max_lag}) {gap['mean']:+.3f}"
                       + (f"   ({degenerate}/{res.n_prompts} degenerate inputs left out of the score: no order to score)"
                          if degenerate else ""))
+        for line in _diagnostic_lines(res.meta):
+            emit(log, line)
         out.append(ModelScores(label=label, analysis=res))
     return AnalyzeResult(config=config, models=tuple(out), wall_time_s=round(time.perf_counter() - t0, 1))
+
+
+def mechanism_diagnostics(entry: ModelEntry, config: AnalyzeConfig) -> dict[str, Any]:
+    """What ``analyze`` records beside a task model's scores, so that a reader sees which mechanism is at work
+    (the diagnostics ``compare`` and ``demo`` give): ``diagnostics`` (:func:`nope_interp.diagnostics.diagnose` on
+    ``n_prompts`` full-length held-out prompts: layer-0 attention entropy, the positional share of L0
+    ``hook_z``, the digits' value geometry and the causal test; None for a model with positional embeddings or
+    fewer than 2 prompts, where it does not apply) and, for a trained model, ``exact_match_on_inputs``
+    (:func:`nope_interp.evaluate.exact_match_on_inputs` on the very inputs analysed, with ``test_acc`` from its
+    summary and ``off_distribution``: :func:`nope_interp.evaluate.off_distribution`).
+
+    Raises:
+        NopeInterpError: as :func:`~nope_interp.diagnostics.diagnose` and
+            :func:`~nope_interp.analysis.protocol_prompts` (inputs that do not fit the model).
+    """
+    from nope_interp.analysis import protocol_prompts
+    from nope_interp.diagnostics import diagnose
+    from nope_interp.evaluate import exact_match_on_inputs, off_distribution
+
+    out: dict[str, Any] = {"diagnostics": None}
+    if entry.model_cfg is not None and entry.model_cfg.positional == "none" and config.n_prompts >= 2:
+        tokens = entry.task.analysis_tokens(config.n_prompts, config.prompt_seed, entry.train_prompts)
+        out["diagnostics"] = diagnose(entry.model, entry.task, tokens, seed=draw_seed(entry.label))
+    if entry.kind != "init":
+        inputs = protocol_prompts(entry.model, entry.task, config.n_prompts, config.prompt_seed,
+                                  entry.train_prompts, config.protocol, config.window)
+        em = exact_match_on_inputs(entry.model, entry.task, inputs).to_dict()
+        summary = entry.run.summary if entry.run is not None and isinstance(entry.run.summary, dict) else {}
+        test_acc = summary.get("test_acc")
+        out["exact_match_on_inputs"] = {**em, "test_acc": test_acc,
+                                        "off_distribution": off_distribution(em["exact_match"], test_acc)}
+    return out
+
+
+def _diagnostic_lines(meta: dict[str, Any]) -> list[str]:
+    """The console lines of :func:`mechanism_diagnostics`' record (none when there is nothing)."""
+    lines = []
+    d = meta.get("diagnostics")
+    if d:
+        undone = ", ".join(f"{k.removeprefix('l0_z_score_').replace('_', ' ')} {v:.3f}" for k, v in d.items()
+                           if k.startswith("l0_z_score_") and k != "l0_z_score_none")
+        lines.append(f"  layer 0: attention entropy {d['l0_attention_entropy']:.3f} (lowest head "
+                     f"{d['l0_min_head_entropy']:.3f}), positional share of hook_z {d['l0_z_positional_share']:.3f}, "
+                     f"digit value participation ratio {d['digit_value_participation_ratio']:.2f} of 9"
+                     + (f"; L0 hook_z with {undone} (full prompts)" if undone else ""))
+    em = meta.get("exact_match_on_inputs")
+    if em:
+        got = "none scorable" if em["exact_match"] is None else f"{em['exact_match']:.3f} ({em['n_scored']} scored)"
+        lines.append(f"  exact match on these inputs {got}"
+                     + (f", test set {em['test_acc']:.4f}" if isinstance(em.get("test_acc"), float) else "")
+                     + (": OFF-DISTRIBUTION (more than 0.1 below the test set): the scores above are measured on "
+                        "inputs it does not answer"
+                        if em["off_distribution"] else ""))
+    return lines
 
 
 #: --text-file reads at least this many characters, and at least TEXT_CHARS_PER_TOKEN per token asked for.
