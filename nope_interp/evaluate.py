@@ -17,7 +17,7 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 
-from nope_interp.checks import in_order, is_int
+from nope_interp.checks import in_order, is_int, is_real
 from nope_interp.errors import NopeInterpError
 from nope_interp.fast_forward import attached_hooks, fast_logits, unsupported_reason
 from nope_interp.model import check_model_dtype, check_model_for_task, check_tokens, evaluates
@@ -368,7 +368,7 @@ def off_distribution(on_inputs: float | None, test_acc: float | None,
     read with padding it never saw, or a packed model asked late in a window it has not learned to answer
     there. False when either is unknown (None or NaN): nothing to compare. Defined in ``docs/method.md``,
     "Definitions" (the exact match on the analysed inputs). Raises nothing."""
-    known = [v for v in (on_inputs, test_acc) if isinstance(v, (int, float)) and v == v]
+    known = [v for v in (on_inputs, test_acc) if is_real(v) and v == v]  # a bool is not a fraction here
     return len(known) == 2 and on_inputs < test_acc - margin  # type: ignore[operator]
 
 

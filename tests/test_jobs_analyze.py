@@ -236,10 +236,25 @@ def test_diagnostics_and_the_exact_match_on_the_analysed_inputs_are_recorded_bes
     test_acc = entry.run.summary["test_acc"]
     assert meta["exact_match_on_inputs"] == {**em, "test_acc": test_acc,
                                              "off_distribution": off_distribution(em["exact_match"], test_acc)}
-    assert any(line.startswith("  layer 0: attention entropy ") for line in log)
+    assert any(line.startswith("  layer 0 (on full prompts): attention entropy ") for line in log)
     assert any(line.startswith("  exact match on these inputs ") for line in log)
     analyze.write(result, tmp_path)
     saved = json.loads(next((tmp_path / "results" / "analyze").glob("*/scores.json")).read_text())
     assert saved["exact_match_on_inputs"]["n_inputs"] == 6 and "l0_attention_entropy" in saved["diagnostics"]
     init = analyze.run(analyze.AnalyzeConfig(n_prompts=4), [tiny_init_reversal_entry]).models[0].analysis.meta
     assert "l0_attention_entropy" in init["diagnostics"] and "exact_match_on_inputs" not in init
+
+
+def test_a_model_analysed_on_another_task_size_is_not_compared_with_its_own_test_set(tiny_run):
+    """A review: `--n-digits` / `--task` on a trained model compared the exact match on the other task's inputs
+    with the model's own task's test exact match (and printed it as "test set"), flagging or not by accident."""
+    from nope_interp.jobs import analyze
+    from nope_interp.jobs.common import ModelSource, load_models
+
+    entry = load_models(ModelSource(run=(str(tiny_run),), n_digits=3))[0]
+    log = []
+    em = analyze.run(analyze.AnalyzeConfig(n_prompts=4), [entry], log=log.append).models[0].analysis.meta[
+        "exact_match_on_inputs"]
+    assert em["test_acc"] is None and em["off_distribution"] is False and em["trained_task"] == "addition (n_digits 2)"
+    line = next(x for x in log if x.startswith("  exact match on these inputs "))
+    assert "(trained on addition (n_digits 2): no test exact match to compare)" in line and "test set" not in line

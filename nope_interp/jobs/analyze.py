@@ -10,8 +10,8 @@ hook site, cosine similarity matrices and both reductions
 of the adjacency score, and the lag profile (mean cosine by distance, with the idealised uniform-causal
 curve; ``docs/method.md``). Beside the scores of a task model: its layer-0 diagnostics and, for a trained
 one, its exact match on the very inputs analysed, flagged when off its distribution
-(:func:`mechanism_diagnostics`). Writes ``results/analyze/<label>/scores.json`` (``lag_profile``,
-``diagnostics`` and ``exact_match_on_inputs`` among its fields) and
+(:func:`mechanism_diagnostics`). Writes ``results/analyze/<label>/scores.json`` (``lag_profile`` among its
+fields; ``diagnostics`` for a task model, ``exact_match_on_inputs`` for a trained one) and
 ``figures/analyze/<label>/{cosine,adjacency,lag_profile}.html``.
 """
 
@@ -26,6 +26,7 @@ from torch import Tensor
 import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.analysis import AnalysisResult, analyze_model, analyze_tokens, decode_window, text_windows_of
+from nope_interp.checks import is_real
 from nope_interp.config import FrozenConfig, check_choice, check_int, check_name, check_used, opt
 from nope_interp.errors import Fields, Message, NopeInterpError
 from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names, check_points
@@ -246,7 +247,10 @@ def mechanism_diagnostics(entry: ModelEntry, config: AnalyzeConfig) -> dict[str,
     ``hook_z``, the digits' value geometry and the causal test; None for a model with positional embeddings or
     fewer than 2 prompts, where it does not apply) and, for a trained model, ``exact_match_on_inputs``
     (:func:`nope_interp.evaluate.exact_match_on_inputs` on the very inputs analysed, with ``test_acc`` from its
-    summary and ``off_distribution``: :func:`nope_interp.evaluate.off_distribution`).
+    summary and ``off_distribution``: :func:`nope_interp.evaluate.off_distribution`). A model analysed on
+    another task or size than it was trained on (``--task``, ``--n-digits``) has no test exact match on the
+    inputs' task: ``test_acc`` is then None, ``trained_task`` names what it was trained on, and nothing is
+    flagged (before, its own task's test exact match was compared with the other task's).
 
     Raises:
         NopeInterpError: as :func:`~nope_interp.diagnostics.diagnose` and
@@ -265,9 +269,14 @@ def mechanism_diagnostics(entry: ModelEntry, config: AnalyzeConfig) -> dict[str,
                                   entry.train_prompts, config.protocol, config.window)
         em = exact_match_on_inputs(entry.model, entry.task, inputs).to_dict()
         summary = entry.run.summary if entry.run is not None and isinstance(entry.run.summary, dict) else {}
-        test_acc = summary.get("test_acc")
+        own_task = entry.run is None or entry.run.task == entry.task
+        test_acc = summary.get("test_acc") if own_task and is_real(summary.get("test_acc")) else None
         out["exact_match_on_inputs"] = {**em, "test_acc": test_acc,
                                         "off_distribution": off_distribution(em["exact_match"], test_acc)}
+        if not own_task:
+            t = entry.run.task
+            params = ", ".join(f"{k} {v}" for k, v in t.params().items())
+            out["exact_match_on_inputs"]["trained_task"] = f"{t.name}" + (f" ({params})" if params else "")
     return out
 
 
@@ -278,17 +287,19 @@ def _diagnostic_lines(meta: dict[str, Any]) -> list[str]:
     if d:
         undone = ", ".join(f"{k.removeprefix('l0_z_score_').replace('_', ' ')} {v:.3f}" for k, v in d.items()
                            if k.startswith("l0_z_score_") and k != "l0_z_score_none")
-        lines.append(f"  layer 0: attention entropy {d['l0_attention_entropy']:.3f} (lowest head "
+        lines.append(f"  layer 0 (on full prompts): attention entropy {d['l0_attention_entropy']:.3f} (lowest head "
                      f"{d['l0_min_head_entropy']:.3f}), positional share of hook_z {d['l0_z_positional_share']:.3f}, "
                      f"digit value participation ratio {d['digit_value_participation_ratio']:.2f} of 9"
-                     + (f"; L0 hook_z with {undone} (full prompts)" if undone else ""))
+                     + (f"; L0 hook_z with {undone}" if undone else ""))
     em = meta.get("exact_match_on_inputs")
     if em:
         got = "none scorable" if em["exact_match"] is None else f"{em['exact_match']:.3f} ({em['n_scored']} scored)"
         lines.append(f"  exact match on these inputs {got}"
-                     + (f", test set {em['test_acc']:.4f}" if isinstance(em.get("test_acc"), float) else "")
+                     + (f", test set {em['test_acc']:.4f}" if is_real(em.get("test_acc")) else "")
+                     + (f" (trained on {em['trained_task']}: no test exact match to compare)"
+                        if em.get("trained_task") else "")
                      + (": OFF-DISTRIBUTION (more than 0.1 below the test set): the scores above are measured on "
-                        "inputs it does not answer"
+                        "inputs it answers markedly worse than its test prompts"
                         if em["off_distribution"] else ""))
     return lines
 
