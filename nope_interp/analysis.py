@@ -20,7 +20,7 @@ import tasks as tasks_pkg
 from nope_interp.activations import check_site_widths, iter_activations
 from nope_interp.checks import is_int
 from nope_interp.config import check_int
-from nope_interp.errors import DegenerateInputWarning, NopeInterpError
+from nope_interp.errors import DegenerateInputWarning, NopeInterpError, user_stacklevel
 from nope_interp.fast_forward import attached_hooks, fast_activations, fast_activations_unsupported
 from nope_interp.hooks import ACTIVATION_POINTS, activation_hook_names, check_points
 from nope_interp.model import LensModel, check_fits_memory, check_model, check_model_dtype, check_tokens, evaluates
@@ -407,11 +407,11 @@ def analyze_tokens(
     if forward == "auto" and why is None and hooked_at and n_pos > EXAMPLE_MAX_POS:
         warnings.warn(f"hooks are attached at {', '.join(hooked_at[:3])}{', ...' if len(hooked_at) > 3 else ''}: "
                       f"analysing {n_pos} positions with the hooked forward, whose memory grows with pos^2 (remove "
-                      "the hooks for the fused path)", stacklevel=2)
+                      "the hooks for the fused path)", stacklevel=user_stacklevel())
     # the activations are cast to float32 below: degeneracy is judged at the model's own precision if coarser
     source_dtype = getattr(model.cfg, "dtype", None)
     source_dtype = source_dtype if isinstance(source_dtype, torch.dtype) and source_dtype.is_floating_point else None
-    with degenerate_report(f"{task} inputs", tokens.shape[0], stacklevel=4) as found:  # one warning in all
+    with degenerate_report(f"{task} inputs", tokens.shape[0]) as found:  # one warning in all
         for start in range(0, tokens.shape[0], chunk):  # one chunk of sequences in memory at a time
             toks = tokens[start : start + chunk]
             if fast:

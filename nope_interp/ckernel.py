@@ -29,6 +29,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from nope_interp.errors import user_stacklevel
+
 _SOURCE = Path(__file__).resolve().parent / "csrc" / "adjacency_count.c"
 _LOCK = threading.Lock()
 _STATE: dict[str, object] = {}  # "lib": ctypes.CDLL | None once tried, "reason": why it is not available
@@ -86,7 +88,8 @@ def _load() -> ctypes.CDLL | None:
             except (OSError, subprocess.SubprocessError) as e:
                 lib = None
                 _STATE["reason"] = f"could not build the C adjacency counter ({e})"
-                warnings.warn(f"nope_interp: {_STATE['reason']}; using the slower torch counter", stacklevel=3)
+                warnings.warn(f"nope_interp: {_STATE['reason']}; using the slower torch counter",
+                              stacklevel=user_stacklevel())
         _STATE["lib"] = lib
         return lib
 

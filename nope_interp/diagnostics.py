@@ -451,7 +451,7 @@ def layer0_interventions(model: LensModel, tokens: Int[Tensor, "batch pos"],
     if not bool(torch.isin(tokens, torch.tensor(content_ids, device=tokens.device)).any()):
         raise NopeInterpError(f"content {content!r}: none of its characters occurs in tokens, so every position "
                               "would count as a delimiter (the default content is the digits)")
-    with degenerate_report("layer0_interventions", stacklevel=4):
+    with degenerate_report("layer0_interventions"):
         return _layer0_interventions(model, tokens, content_ids, seed, n_draws)
 
 
@@ -527,6 +527,6 @@ def diagnose(model: HookedTransformer, task: tasks_pkg.Task, tokens: Int[Tensor,
            "digit_value_spread": geo.digit_spread, "delimiter_value_norm_ratio": geo.delimiter_norm_ratio,
            "digit_value_participation_ratio": geo.digit_participation_ratio}
     if layer0_interventions_unsupported(model, tokens.shape[1]) is None:
-        with degenerate_report("diagnose", stacklevel=4):
+        with degenerate_report("diagnose"):
             out.update({f"l0_z_score_{k}": v for k, v in layer0_interventions(model, tokens, seed=seed).items()})
     return out

@@ -173,16 +173,20 @@ def user_stacklevel() -> int:
     frame outside the ``nope_interp`` package: the user's line, however deep the toolkit's calls went (a job's
     ``write`` through its lock, a helper of a helper). A fixed number was right for one call path only (a public
     helper called directly got a frame above its caller). The frames of a runtime type checker wrapped around the
-    package's functions (jaxtyping, beartype: an import hook, as the tests use) are skipped too. Raises
-    nothing."""
+    package's functions (jaxtyping, beartype: an import hook, as the tests use) and of :mod:`contextlib` (a
+    warning given when one of the toolkit's ``with`` blocks ends) are skipped too. Every warning of the package
+    uses it. Raises nothing."""
+    import contextlib
     import os
     import sys
 
     package = os.path.dirname(os.path.abspath(__file__)) + os.sep
     checkers = (f"{os.sep}jaxtyping{os.sep}", f"{os.sep}beartype{os.sep}")
+    plumbing = os.path.abspath(contextlib.__file__)  # a warning given as a with-block of the toolkit ends
 
     def checker(filename: str) -> bool:
-        return filename.startswith("<@beartype") or any(c in os.path.abspath(filename) for c in checkers)
+        path = os.path.abspath(filename)
+        return filename.startswith("<@beartype") or path == plumbing or any(c in path for c in checkers)
 
     frame = sys._getframe(1)
     while frame is not None and checker(frame.f_code.co_filename):  # a checker wrapped around this function

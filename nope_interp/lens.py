@@ -621,7 +621,7 @@ def averaging_check(cache: ActivationCache, layer: int = 0, causal: bool | None 
         warnings.warn(DegenerateInputWarning(
             f"averaging_check, layer {layer}: of {bad.numel()} sequences, {' and '.join(parts)}; they are left out of "
             "spearman_pred_obs and of the adjacency scores (NaN when none is left)",
-            z_name, int(bad.sum()), int(bad.numel())), stacklevel=2)
+            z_name, int(bad.sum()), int(bad.numel())), stacklevel=user_stacklevel())
     return AveragingCheck(
         layer=layer, relative_entropy=float(relative_entropy_to_uniform(pattern, causal, window)[..., 1:].mean()),
         spearman_pred_obs=float(torch.tensor(rho, dtype=torch.float64).nanmean()),

@@ -29,7 +29,7 @@ from torch import Tensor
 from nope_interp import ckernel
 from nope_interp.checks import is_int, is_real, repeated
 from nope_interp.config import check_int
-from nope_interp.errors import DegenerateInputWarning, NopeInterpError
+from nope_interp.errors import DegenerateInputWarning, NopeInterpError, user_stacklevel
 from nope_interp.model import check_fits_memory
 
 #: Per-sequence reductions of the adjacency counts (module docstring): the paper's, the authors' code's, and the
@@ -624,7 +624,7 @@ def _warn_degenerate(mask: Tensor, what: str) -> None:
             f"{what}: {n_bad} of {n} sequences have constant cosines (vectors parallel up to rounding, e.g. one "
             "token repeated): they have no order to score, so their adjacency scores are NaN and left out of every "
             "summary",
-            what, n_bad, n), stacklevel=3)
+            what, n_bad, n), stacklevel=user_stacklevel())
 
 
 #: The open :func:`degenerate_report` s, innermost last: ({what: degenerate}, {what: sequences}).
@@ -633,7 +633,7 @@ _REPORTS: list[tuple[dict[str, int], dict[str, int]]] = []
 
 @contextlib.contextmanager
 def degenerate_report(summary_what: str = "the inputs", n_sequences: int | None = None,
-                      stacklevel: int = 3) -> Iterator[dict[str, int]]:
+                      stacklevel: int | None = None) -> Iterator[dict[str, int]]:
     """Collect the degenerate sequences that scores inside the block find, as ``{what: sequences}`` (summed
     over calls; filled on exit), and report them as ONE :class:`~nope_interp.errors.DegenerateInputWarning`
     naming every site, so that an analysis of many sites and chunks warns once. Nested reports pass their
@@ -665,7 +665,7 @@ def degenerate_report(summary_what: str = "the inputs", n_sequences: int | None 
             f"{summary_what}: sequences with constant cosines (vectors parallel up to rounding, e.g. one token "
             f"repeated) at {len(bad)} site(s): {sites}; their adjacency scores are NaN (no order to score) and "
             "left out of every summary",
-            worst, bad[worst], totals[worst]), stacklevel=stacklevel)
+            worst, bad[worst], totals[worst]), stacklevel=user_stacklevel() if stacklevel is None else stacklevel)
 
 
 def adjacency_score(

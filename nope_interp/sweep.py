@@ -651,13 +651,15 @@ def point_warnings(caught: Sequence[warnings.WarningMessage]) -> list[dict[str, 
     return out
 
 
-def report_point_warnings(outcomes: Iterable[dict[str, Any]], stacklevel: int = 2,
+def report_point_warnings(outcomes: Iterable[dict[str, Any]], stacklevel: int | None = None,
                           log: Callable[[str], None] | None = None) -> None:
     """Warn once per distinct warning of the points' outcomes (:func:`point_warnings`), naming how many points
     and which (the first three keys) raised it, with its own category: the toolkit's warnings
     (:mod:`nope_interp.errors`) and Python's built-in ones; any other library's as ``UserWarning``. Where the
     caller's filters turn a warning into an error, the points have already run: it goes to ``log`` as a
-    ``warning:`` line instead (dropped without one), not a traceback after the work."""
+    ``warning:`` line instead (dropped without one), not a traceback after the work. ``stacklevel``: as
+    :func:`warnings.warn`, counted from the caller of this function; None names the first frame outside the
+    toolkit (:func:`~nope_interp.errors.user_stacklevel`)."""
     import builtins
 
     from nope_interp import errors
@@ -673,7 +675,7 @@ def report_point_warnings(outcomes: Iterable[dict[str, Any]], stacklevel: int = 
         which = ", ".join(keys[:3]) + (", ..." if len(keys) > 3 else "")
         text = f"{len(keys)} point(s) ({which}) warned: {message}"
         try:
-            warnings.warn(category(text), stacklevel=stacklevel + 1)
+            warnings.warn(category(text), stacklevel=user_stacklevel() if stacklevel is None else stacklevel + 1)
         except Warning:  # an "error" filter: the work is done and recorded
             if log:
                 log(f"warning: {text}")
@@ -759,7 +761,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", 
         if ray is not None and ray.is_initialized():
             with signals_held():  # a second Ctrl-C or SIGTERM must not leave the cluster connection half shut
                 ray.shutdown()
-    report_point_warnings(outcomes, stacklevel=3, log=log)
+    report_point_warnings(outcomes, log=log)
     done = sum(o["status"] == "done" for o in outcomes)
     skipped += sum(o["status"] == "skipped" for o in outcomes)
     failed = [o for o in outcomes if o["status"] == "failed"]
@@ -1234,7 +1236,7 @@ def report(spec: SweepSpec, out_dir: str | Path) -> SweepReport:
     points, missing, failed, unreadable = read_results(spec, out_dir)
     for reason in unreadable.values():
         warnings.warn(f"{reason}: reported as unreadable, not as not run (the next sweep runs the point again)",
-                      NopeInterpWarning, stacklevel=2)
+                      NopeInterpWarning, stacklevel=user_stacklevel())
     if not points:
         raise NopeInterpError(f"no finished point of sweep {spec.name!r} in {out_dir} "
                               f"({len(missing)} not run, {len(failed)} failed, {len(unreadable)} with an "
@@ -1253,7 +1255,8 @@ def report(spec: SweepSpec, out_dir: str | Path) -> SweepReport:
     gaps = {k: v for k, v in gaps.items() if v}
     if gaps:
         warnings.warn(f"sweep {spec.name!r}: {len(gaps)} point(s) with a missing or non-finite metric value, "
-                      f"left out of that metric's mean and n: {_list_keys(gaps)}", NopeInterpWarning, stacklevel=2)
+                      f"left out of that metric's mean and n: {_list_keys(gaps)}", NopeInterpWarning,
+                      stacklevel=user_stacklevel())
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in points:
         groups.setdefault(tuple(json.dumps(r.get(g), sort_keys=True) for g in group_by), []).append(r)

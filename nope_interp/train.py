@@ -27,7 +27,7 @@ from transformer_lens import HookedTransformer
 import tasks as tasks_pkg
 from nope_interp import io
 from nope_interp.config import ModelConfig, TextTrainConfig, TrainConfig, check_float, check_train_fits
-from nope_interp.errors import CommandLineOnly, NopeInterpError, ScheduleWarning, sigterm_as_exit
+from nope_interp.errors import CommandLineOnly, NopeInterpError, ScheduleWarning, sigterm_as_exit, user_stacklevel
 from nope_interp.evaluate import answer_loss, answer_token_loss, exact_match_accuracy
 from nope_interp.model import build_model, check_device, check_nope, load_state
 from nope_interp.pretrained import check_settings_stamp, parse_run_config, run_settings, settings_stamp
@@ -219,7 +219,7 @@ def warn_short_schedule(cfg: TrainConfig | TextTrainConfig) -> None:
         warnings.warn(ScheduleWarning.naming(
             "{warmup_steps}={w} >= {steps}={s}: the learning rate never reaches {lr}={v:g} (it ends at {end:.3g}); "
             "pass {warmup_steps} below {steps}", w=cfg.warmup_steps, s=cfg.steps, v=cfg.lr,
-            end=cfg.lr * cfg.steps / max(1, cfg.warmup_steps)), stacklevel=2)
+            end=cfg.lr * cfg.steps / max(1, cfg.warmup_steps)), stacklevel=user_stacklevel())
 
 
 def train(

@@ -782,3 +782,39 @@ def test_the_toolkits_write_warnings_name_the_callers_line_however_deep_the_call
             warnings.simplefilter("always")
             call()
         assert caught and all(w.filename == __file__ for w in caught), [(w.filename, w.lineno) for w in caught]
+
+
+def test_every_kind_of_toolkit_warning_names_the_callers_line(tiny_cfg):
+    """The same fault as drop_stale's, fixed as a kind: every warning of the package had a fixed stack level
+    (2, 3 or 4), right for one call path. Several paths, each called as users call it (the type checker
+    stripped), each warning named at this file: a degenerate matrix given to adjacency_score, degenerate
+    activations inside analyze_model's with-block (a warning given as the block ends), the same through
+    analyze_tokens, and a too-short training schedule."""
+    import warnings
+
+    import torch
+    from conftest import unhooked
+
+    import tasks
+    from nope_interp.analysis import analyze_model, analyze_tokens
+    from nope_interp.model import build_model
+    from nope_interp.similarity import adjacency_score
+    from nope_interp.train import TrainConfig, warn_short_schedule
+
+    model = build_model(tiny_cfg.replace(seed=4))
+    with torch.no_grad():  # every token the same vector: constant cosines at every site
+        model.embed.W_E[:] = model.embed.W_E[tasks.encode("7")[0]]
+    task = tasks.get_task("addition")
+    calls = {
+        "adjacency_score": lambda: unhooked(adjacency_score)(torch.ones(2, 5, 5)),
+        "analyze_model": lambda: unhooked(analyze_model)(model, task, 4, points=("embed",)),
+        "analyze_tokens": lambda: unhooked(analyze_tokens)(model, task.analysis_tokens(4, 0), ("embed",)),
+        "warn_short_schedule": lambda: unhooked(warn_short_schedule)(TrainConfig(task="addition", steps=5,
+                                                                                  warmup_steps=10)),
+    }
+    for name, call in calls.items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            call()
+        assert caught, name
+        assert all(w.filename == __file__ for w in caught), (name, [(w.filename, w.lineno) for w in caught])

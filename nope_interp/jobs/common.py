@@ -644,7 +644,7 @@ def _repository_entries(paths: list[Path], task: tasks_pkg.Task | None, missing:
     """``paths`` (run folders kept in the repository) as :class:`ModelEntry` s labelled by folder name;
     the warning ``missing`` when there are none (they are not in the wheel)."""
     if not paths:
-        warnings.warn(missing, stacklevel=3)
+        warnings.warn(missing, stacklevel=user_stacklevel())
     return [entry_from_run(load_run(p), p.name, "run", task) for p in paths]
 
 
